@@ -1,0 +1,82 @@
+//! The one error type of the crate. Each face (C, Python) maps it exactly once.
+
+use std::fmt;
+
+/// What kind of failure an [`Error`] is. The C face turns each kind into one
+/// `fc_status`, the Python face into one exception class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An argument is out of range or does not fit the task (n = 0, n above the burst, ...).
+    InvalidArgument,
+    /// A task name is empty, longer than 63 bytes, or not printable UTF-8.
+    InvalidName,
+    /// Every task slot of the table is taken.
+    TableFull,
+    /// Every attachment slot of the table is taken by a live process.
+    TooManyProcesses,
+    /// The task exists with a different configuration than the one asked for.
+    ConfigMismatch,
+    /// The file is a flowctrl table of another layout version or geometry.
+    Incompatible,
+    /// The file is not a flowctrl table, or is truncated or damaged.
+    Corrupt,
+    /// The operating system refused access to the file.
+    Permission,
+    /// Any other I/O failure.
+    Io,
+    /// A bug in flowctrl (a caught panic, a broken invariant).
+    Internal,
+}
+
+/// An error with its kind and a human-readable reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Corrupt, message)
+    }
+
+    /// Wraps an OS error, naming what was being done, and telling a permission
+    /// problem apart from other I/O failures.
+    pub(crate) fn io(context: impl fmt::Display, err: std::io::Error) -> Self {
+        let kind = match err.kind() {
+            std::io::ErrorKind::PermissionDenied => ErrorKind::Permission,
+            _ => ErrorKind::Io,
+        };
+        Self::new(kind, format!("{context}: {err}"))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,42 @@
+//! flowctrl: host-wide flow control shared by every process on a host.
+//!
+//! All worker processes, in any language, map one shared-memory task table
+//! and take admit/reject decisions from the same atomic counters, so a limit
+//! of 1,000 requests/s for a task means 1,000 for the whole host.
+//!
+//! ```no_run
+//! use flowctrl::{Decision, Outcome, Table, TableOptions, TaskConfig};
+//!
+//! let table = Table::open("/dev/shm/my-service", &TableOptions::default())?;
+//! let task = table.task("backend", &TaskConfig::new().local_rate(1000.0).max_concurrency(64))?;
+//! match task.acquire(1)? {
+//!     Decision::Admitted(permit) => {
+//!         // ... serve the request ...
+//!         permit.release(Outcome::Success)?;
+//!     }
+//!     Decision::Limited(why) => eprintln!("rejected: {why:?}"),
+//! }
+//! # Ok::<(), flowctrl::Error>(())
+//! ```
+
+#[cfg(not(target_has_atomic = "64"))]
+compile_error!("flowctrl needs native 64-bit atomics: shared-memory counters cannot be emulated");
+
+pub mod clock;
+mod error;
+pub mod ffi;
+pub mod limit;
+pub mod table;
+mod task;
+
+pub use error::{Error, ErrorKind, Result};
+pub use table::{Table, TableOptions};
+pub use task::{
+    Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings,
+    TaskStats,
+};
+
+/// The crate version, as the C face reports it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The version of the table file layout this build reads and writes.
+pub const LAYOUT_VERSION: u32 = table::layout::LAYOUT_VERSION;
