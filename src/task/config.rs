@@ -120,7 +120,7 @@ fn interval_for(rate: f64, clock: &Clock) -> Result<u64> {
         return Ok(0);
     }
     let ticks = clock.ticks_per_sec() as f64;
-    let interval = (ticks / rate).round();
+    let interval = ticks / rate;
     if !rate.is_finite() || rate < 0.0 || !(1.0..=(1u64 << 62) as f64).contains(&interval) {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
@@ -131,7 +131,7 @@ fn interval_for(rate: f64, clock: &Clock) -> Result<u64> {
             ),
         ));
     }
-    Ok(interval as u64)
+    Ok(interval.round() as u64)
 }
 
 #[cfg(test)]
