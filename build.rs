@@ -1,1 +1,21 @@
-fn main() {}
+//! Generates the C header into OUT_DIR (cargo's rule: build scripts write
+//! nowhere else). `include/flowctrl.h` is the committed copy; tests/header.rs
+//! fails when it differs from this generation.
+
+use std::path::PathBuf;
+
+fn main() {
+    let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("flowctrl.h");
+    println!("cargo:rerun-if-changed=src/ffi");
+    println!("cargo:rerun-if-changed=cbindgen.toml");
+    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
+        .expect("cbindgen.toml is readable");
+    match cbindgen::generate_with_config(&crate_dir, config) {
+        Ok(bindings) => {
+            bindings.write_to_file(&out);
+        }
+        // A syntax error in the crate is reported by rustc, better than here.
+        Err(e) => println!("cargo:warning=cbindgen could not generate the header: {e}"),
+    }
+}

@@ -170,7 +170,10 @@ mod tests {
         let (t1, m1) = (clock.now(), monotonic_ns());
         let measured = clock.ticks_to_ns(t1 - t0) as f64;
         let truth = (m1 - m0) as f64;
-        assert!((measured / truth - 1.0).abs() < 0.01, "{measured} vs {truth}");
+        assert!(
+            (measured / truth - 1.0).abs() < 0.01,
+            "{measured} vs {truth}"
+        );
     }
 
     #[test]

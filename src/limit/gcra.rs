@@ -37,8 +37,7 @@ impl Gcra {
             let Some(new_tat) = self.decide(tat, now, n) else {
                 return false;
             };
-            match word.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match word.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(current) => tat = current,
             }
@@ -55,17 +54,25 @@ mod tests {
     #[test]
     fn idle_task_admits_exactly_the_burst_at_once() {
         for burst in [1, 2, 5, 100] {
-            let g = Gcra { interval: MS, burst };
+            let g = Gcra {
+                interval: MS,
+                burst,
+            };
             let word = AtomicU64::new(0);
             let now = 1_000 * MS;
-            let admitted = (0..burst + 10).filter(|_| g.try_take(&word, now, 1)).count();
+            let admitted = (0..burst + 10)
+                .filter(|_| g.try_take(&word, now, 1))
+                .count();
             assert_eq!(admitted, burst as usize);
         }
     }
 
     #[test]
     fn steady_arrivals_pass_at_the_rate_and_no_faster() {
-        let g = Gcra { interval: MS, burst: 1 };
+        let g = Gcra {
+            interval: MS,
+            burst: 1,
+        };
         let word = AtomicU64::new(0);
         // Offered every 0.25 ms for one second: exactly one per millisecond passes.
         let admitted = (0..4_000u64)
@@ -78,7 +85,10 @@ mod tests {
     fn no_window_edge_burst() {
         // A fixed window would let 2×burst through around an edge; GCRA never
         // admits more than burst + elapsed/interval in any span.
-        let g = Gcra { interval: 10 * MS, burst: 3 };
+        let g = Gcra {
+            interval: 10 * MS,
+            burst: 3,
+        };
         let word = AtomicU64::new(0);
         let mut log = Vec::new();
         for t in (0..2_000 * MS).step_by((MS / 2) as usize) {
@@ -89,14 +99,20 @@ mod tests {
         for (i, &start) in log.iter().enumerate() {
             for span in [MS, 10 * MS, 95 * MS, 500 * MS] {
                 let inside = log[i..].iter().take_while(|&&t| t < start + span).count() as u64;
-                assert!(inside <= 3 + span / (10 * MS), "{inside} in {span} from {start}");
+                assert!(
+                    inside <= 3 + span / (10 * MS),
+                    "{inside} in {span} from {start}"
+                );
             }
         }
     }
 
     #[test]
     fn batch_needs_room_for_all_n() {
-        let g = Gcra { interval: MS, burst: 4 };
+        let g = Gcra {
+            interval: MS,
+            burst: 4,
+        };
         let word = AtomicU64::new(0);
         let now = 50 * MS;
         assert!(g.try_take(&word, now, 3));
@@ -108,15 +124,24 @@ mod tests {
 
     #[test]
     fn extreme_parameters_saturate_instead_of_wrapping() {
-        let g = Gcra { interval: u64::MAX / 2, burst: u32::MAX };
+        let g = Gcra {
+            interval: u64::MAX / 2,
+            burst: u32::MAX,
+        };
         assert!(g.decide(0, u64::MAX - 5, 1).is_some());
-        let g = Gcra { interval: 1, burst: 1 };
+        let g = Gcra {
+            interval: 1,
+            burst: 1,
+        };
         assert_eq!(g.decide(u64::MAX, 0, 1), None);
     }
 
     #[test]
     fn threads_share_one_word_without_losing_or_inventing_permits() {
-        let g = Gcra { interval: 1, burst: 1_000 };
+        let g = Gcra {
+            interval: 1,
+            burst: 1_000,
+        };
         let word = AtomicU64::new(0);
         let now = 5_000;
         let admitted: usize = std::thread::scope(|s| {

@@ -79,7 +79,10 @@ impl TableInner {
     pub(crate) fn attach_slot(&self, index: u32) -> &AttachSlot {
         assert!(index < self.geometry.attach_capacity);
         // SAFETY: in bounds of the validated mapping; AttachSlot is all atomics.
-        unsafe { &*(self.base().add(self.geometry.attach_offset()) as *const AttachSlot).add(index as usize) }
+        unsafe {
+            &*(self.base().add(self.geometry.attach_offset()) as *const AttachSlot)
+                .add(index as usize)
+        }
     }
 
     /// This process's owner tag, attaching first if this process has not yet
@@ -114,7 +117,9 @@ impl TableInner {
         let tag = self.table_id ^ (epoch << 32 | index as u64);
         self.attachment.tag.store(tag, Ordering::Relaxed);
         self.attachment.pid.store(pid, Ordering::Relaxed);
-        self.attachment.generation.store(generation, Ordering::Release);
+        self.attachment
+            .generation
+            .store(generation, Ordering::Release);
         Ok(tag)
     }
 
@@ -132,7 +137,8 @@ impl TableInner {
             {
                 slot.start_time.store(start_time, Ordering::Relaxed);
                 let epoch = slot.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & PID_MASK;
-                slot.state.store(ATTACH_LIVE | pid as u64, Ordering::Release);
+                slot.state
+                    .store(ATTACH_LIVE | pid as u64, Ordering::Release);
                 return Ok((index, epoch));
             }
         }
@@ -190,7 +196,12 @@ impl TableInner {
             }
             let claimed = slot
                 .state
-                .compare_exchange(state, ATTACH_REAPING | me, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(
+                    state,
+                    ATTACH_REAPING | me,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
                 .is_ok();
             if claimed {
                 // A half-done claim never counted anything; reclaiming its
@@ -238,7 +249,9 @@ impl TableInner {
             add(&r.rtt_sum_ns, take(&cell.rtt_sum_ns));
             add(&r.rtt_samples, take(&cell.rtt_samples));
         }
-        self.attach_slot(index).state.store(ATTACH_FREE, Ordering::Release);
+        self.attach_slot(index)
+            .state
+            .store(ATTACH_FREE, Ordering::Release);
     }
 
     /// Detaches this process (the last handle of the table is dropped): what
@@ -254,7 +267,12 @@ impl TableInner {
         let slot = self.attach_slot(index);
         if slot
             .state
-            .compare_exchange(ATTACH_LIVE | pid, ATTACH_REAPING | pid, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(
+                ATTACH_LIVE | pid,
+                ATTACH_REAPING | pid,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
             .is_ok()
         {
             self.release_attachment(index);

@@ -38,12 +38,20 @@ pub(crate) fn open_or_create(path: &Path, geometry: Geometry, mode: u32) -> Resu
                     return Ok(mapped);
                 }
             }
-            Err(e) => return Err(Error::io(format!("cannot open table {}", path.display()), e)),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("cannot open table {}", path.display()),
+                    e,
+                ));
+            }
         }
     }
     Err(Error::new(
         ErrorKind::Io,
-        format!("table {} keeps disappearing while being opened", path.display()),
+        format!(
+            "table {} keeps disappearing while being opened",
+            path.display()
+        ),
     ))
 }
 
@@ -95,7 +103,10 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
             table_id,
         })),
         Err(e) if e.kind() == IoKind::AlreadyExists => Ok(None),
-        Err(e) => Err(Error::io(format!("cannot publish table {}", path.display()), e)),
+        Err(e) => Err(Error::io(
+            format!("cannot publish table {}", path.display()),
+            e,
+        )),
     }
 }
 
@@ -135,10 +146,26 @@ fn open_existing(path: &Path, file: &File) -> Result<Mapped> {
         ));
     }
     let sizes = [
-        (read(unsafe { &raw const (*h).header_size }), size_of::<Header>(), "header"),
-        (read(unsafe { &raw const (*h).task_slot_size }), size_of::<TaskSlot>(), "task slot"),
-        (read(unsafe { &raw const (*h).attach_slot_size }), size_of::<AttachSlot>(), "attachment slot"),
-        (read(unsafe { &raw const (*h).stat_cell_size }), size_of::<StatCell>(), "statistics cell"),
+        (
+            read(unsafe { &raw const (*h).header_size }),
+            size_of::<Header>(),
+            "header",
+        ),
+        (
+            read(unsafe { &raw const (*h).task_slot_size }),
+            size_of::<TaskSlot>(),
+            "task slot",
+        ),
+        (
+            read(unsafe { &raw const (*h).attach_slot_size }),
+            size_of::<AttachSlot>(),
+            "attachment slot",
+        ),
+        (
+            read(unsafe { &raw const (*h).stat_cell_size }),
+            size_of::<StatCell>(),
+            "statistics cell",
+        ),
     ];
     for (found, expected, what) in sizes {
         if found as usize != expected {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-pub use attach::process_start_time;
 use attach::Attachment;
+pub use attach::process_start_time;
 use layout::*;
 
 use crate::clock::Clock;
@@ -211,8 +211,9 @@ fn name_words(name: &str) -> [u64; NAME_WORDS] {
 
 /// FNV-1a: spreads names over the slots; collisions probe linearly.
 fn hash(name: &str) -> u64 {
-    name.bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 impl TableInner {
@@ -229,7 +230,9 @@ impl TableInner {
     pub(crate) fn task_slot(&self, index: u32) -> &TaskSlot {
         assert!(index < self.geometry.task_capacity);
         // SAFETY: in bounds of the validated mapping; TaskSlot is atomics and padding.
-        unsafe { &*(self.base().add(self.geometry.tasks_offset()) as *const TaskSlot).add(index as usize) }
+        unsafe {
+            &*(self.base().add(self.geometry.tasks_offset()) as *const TaskSlot).add(index as usize)
+        }
     }
 
     pub(crate) fn cell(&self, task: u32, attach: u32) -> &StatCell {
@@ -265,7 +268,12 @@ impl TableInner {
                     TASK_EMPTY => {
                         if slot
                             .state
-                            .compare_exchange(TASK_EMPTY, TASK_CLAIMING | me, Ordering::Acquire, Ordering::Relaxed)
+                            .compare_exchange(
+                                TASK_EMPTY,
+                                TASK_CLAIMING | me,
+                                Ordering::Acquire,
+                                Ordering::Relaxed,
+                            )
                             .is_ok()
                         {
                             for (w, v) in slot.name.iter().zip(&words) {

@@ -91,10 +91,12 @@ impl TaskSettings {
     /// Writes validated settings into a slot.
     pub(crate) fn store(&self, slot: &TaskSlot, clock: &Clock) {
         let interval = interval_for(self.local_rate, clock).unwrap_or(0);
-        slot.rate_bits.store(self.local_rate.to_bits(), Ordering::Relaxed);
+        slot.rate_bits
+            .store(self.local_rate.to_bits(), Ordering::Relaxed);
         slot.burst.store(self.burst.max(1), Ordering::Relaxed);
         slot.interval.store(interval, Ordering::Relaxed);
-        slot.max_concurrency.store(self.max_concurrency, Ordering::Relaxed);
+        slot.max_concurrency
+            .store(self.max_concurrency, Ordering::Relaxed);
     }
 
     /// The fields of `asked` that differ from these settings, described.
@@ -107,7 +109,10 @@ impl TaskSettings {
             out.push(format!("burst {} (asked {b})", self.burst));
         }
         if let Some(c) = asked.max_concurrency.filter(|c| *c != self.max_concurrency) {
-            out.push(format!("max_concurrency {} (asked {c})", self.max_concurrency));
+            out.push(format!(
+                "max_concurrency {} (asked {c})",
+                self.max_concurrency
+            ));
         }
         out
     }
@@ -155,8 +160,20 @@ mod tests {
     fn unset_fields_take_defaults_and_are_not_compared() {
         let asked = TaskConfig::new().burst(5);
         let settings = asked.or_defaults();
-        assert_eq!(settings, TaskSettings { local_rate: 0.0, burst: 5, max_concurrency: 0 });
+        assert_eq!(
+            settings,
+            TaskSettings {
+                local_rate: 0.0,
+                burst: 5,
+                max_concurrency: 0
+            }
+        );
         assert!(settings.mismatches(&TaskConfig::new()).is_empty());
-        assert_eq!(settings.mismatches(&TaskConfig::new().burst(6).local_rate(0.0)).len(), 1);
+        assert_eq!(
+            settings
+                .mismatches(&TaskConfig::new().burst(6).local_rate(0.0))
+                .len(),
+            1
+        );
     }
 }

@@ -46,14 +46,12 @@ pub struct RawPermit {
     /// The task's slot index.
     pub task: u32,
     pub n: u32,
-    /// [`RawPermit::COUNTED`] if it holds concurrency.
+    /// Bit 0: it holds concurrency. Other bits are zero.
     pub flags: u32,
 }
 
-impl RawPermit {
-    /// The permit holds `n` of the task's concurrency.
-    pub const COUNTED: u32 = 1;
-}
+/// [`RawPermit::flags`] bit: the permit holds `n` of the task's concurrency.
+pub(crate) const COUNTED: u32 = 1;
 
 /// A registered task. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -113,7 +111,9 @@ impl Task {
         let merged = TaskConfig {
             local_rate: config.local_rate.or(Some(self.settings().local_rate)),
             burst: config.burst.or(Some(self.settings().burst)),
-            max_concurrency: config.max_concurrency.or(Some(self.settings().max_concurrency)),
+            max_concurrency: config
+                .max_concurrency
+                .or(Some(self.settings().max_concurrency)),
         };
         merged
             .or_defaults()
@@ -187,7 +187,7 @@ impl Task {
             owner,
             task: self.index,
             n,
-            flags: if counted { RawPermit::COUNTED } else { 0 },
+            flags: if counted { COUNTED } else { 0 },
         }))
     }
 
@@ -197,7 +197,10 @@ impl Task {
         let why = if n == 0 {
             "n must be at least 1".to_string()
         } else if s.local_rate != 0.0 && n > s.burst {
-            format!("n = {n} is above the burst of {}: it could never be admitted", s.burst)
+            format!(
+                "n = {n} is above the burst of {}: it could never be admitted",
+                s.burst
+            )
         } else {
             format!(
                 "n = {n} is above max_concurrency {}: it could never be admitted",
@@ -225,7 +228,7 @@ impl Task {
                 self.name
             )));
         }
-        if permit.flags & RawPermit::COUNTED != 0 {
+        if permit.flags & COUNTED != 0 {
             concurrency::give_back(&table.task_slot(self.index).in_flight, n);
         }
         let counter = match outcome {
@@ -236,7 +239,9 @@ impl Task {
                 return Ok(());
             }
         };
-        let rtt = table.clock.ticks_to_ns(table.clock.now().saturating_sub(permit.acquired_at));
+        let rtt = table
+            .clock
+            .ticks_to_ns(table.clock.now().saturating_sub(permit.acquired_at));
         count(counter, n);
         count(&cell.rtt_sum_ns, rtt);
         count(&cell.rtt_samples, 1);
@@ -252,7 +257,10 @@ impl Task {
         } else {
             "it is empty (n = 0)"
         };
-        Error::invalid(format!("task {:?}: cannot release this permit: {why}", self.name))
+        Error::invalid(format!(
+            "task {:?}: cannot release this permit: {why}",
+            self.name
+        ))
     }
 
     /// The task's counters, summed over every process that ever used it.
