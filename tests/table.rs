@@ -1,0 +1,347 @@
+//! Opening tables, validating files, registering tasks, and decisions, in one
+//! process.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use flowctrl::{
+    Decision, ErrorKind, Limited, Outcome, Table, TableOptions, TaskConfig, TaskSettings,
+};
+
+fn open(path: &std::path::Path) -> flowctrl::Result<Table> {
+    Table::open(path, &TableOptions::default())
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_new_table_is_private_unless_asked_otherwise() {
+    let scratch = Scratch::new("mode");
+    let private = scratch.path("private");
+    open(&private).unwrap();
+    assert_eq!(mode_of(&private), 0o600);
+    let shared = scratch.path("shared");
+    let options = TableOptions {
+        mode: 0o660,
+        ..Default::default()
+    };
+    Table::open(&shared, &options).unwrap();
+    assert_eq!(mode_of(&shared), 0o660);
+    let bad = TableOptions {
+        mode: 0o044,
+        ..Default::default()
+    };
+    assert_eq!(
+        Table::open(scratch.path("bad"), &bad).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn an_existing_table_keeps_its_geometry() {
+    let scratch = Scratch::new("geometry");
+    let path = scratch.path("t");
+    let small = TableOptions {
+        capacity: 4,
+        max_processes: 8,
+        ..Default::default()
+    };
+    let first = Table::open(&path, &small).unwrap();
+    let second = open(&path).unwrap();
+    assert_eq!((second.capacity(), second.max_processes()), (4, 8));
+    first.task("a", &TaskConfig::new()).unwrap();
+}
+
+#[test]
+fn bare_names_live_in_dev_shm() {
+    assert_eq!(
+        flowctrl::table::resolve_path(Some("svc".as_ref())),
+        std::path::Path::new("/dev/shm/svc")
+    );
+    assert_eq!(
+        flowctrl::table::resolve_path(None),
+        std::path::Path::new("/dev/shm/flowctrl")
+    );
+    assert_eq!(
+        flowctrl::table::resolve_path(Some("./svc".as_ref())),
+        std::path::Path::new("./svc")
+    );
+}
+
+#[test]
+fn files_that_are_not_good_tables_are_refused_with_their_reason() {
+    let scratch = Scratch::new("files");
+    let garbage = scratch.path("garbage");
+    std::fs::write(
+        &garbage,
+        (0..8192u32)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    assert_eq!(open(&garbage).unwrap_err().kind(), ErrorKind::Corrupt);
+
+    let empty = scratch.path("empty");
+    std::fs::write(&empty, b"").unwrap();
+    assert_eq!(open(&empty).unwrap_err().kind(), ErrorKind::Corrupt);
+
+    let truncated = scratch.path("truncated");
+    drop(open(&truncated).unwrap());
+    let len = std::fs::metadata(&truncated).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&truncated)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let err = open(&truncated).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt);
+    assert!(err.message().contains("truncated"), "{err}");
+
+    let other_version = scratch.path("v999");
+    drop(open(&other_version).unwrap());
+    let mut bytes = std::fs::read(&other_version).unwrap();
+    bytes[8..12].copy_from_slice(&999u32.to_le_bytes());
+    std::fs::write(&other_version, bytes).unwrap();
+    let err = open(&other_version).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Incompatible);
+    assert!(err.message().contains("999"), "{err}");
+
+    let missing_dir = scratch.path("no/such/dir");
+    assert_eq!(open(&missing_dir).unwrap_err().kind(), ErrorKind::Io);
+}
+
+#[test]
+fn a_path_without_permission_is_a_permission_error() {
+    let scratch = Scratch::new("perm");
+    let path = scratch.path("t");
+    drop(open(&path).unwrap());
+    // Root ignores file modes: as root, try as an unprivileged user in a child.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let child = fork(|| {
+        // SAFETY: dropping privileges in the forked child only.
+        if root && unsafe { libc::setuid(65534) } != 0 {
+            return 2;
+        }
+        match open(&path) {
+            Err(e) if e.kind() == ErrorKind::Permission => 0,
+            _ => 1,
+        }
+    });
+    assert_eq!(wait(child), 0);
+}
+
+#[test]
+fn names_are_checked() {
+    let scratch = Scratch::new("names");
+    let table = open(&scratch.path("t")).unwrap();
+    for bad in ["", &"x".repeat(64), "tab\there", "nl\n"] {
+        let err = table.task(bad, &TaskConfig::new()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}");
+    }
+    for good in ["a", &"x".repeat(63), "ünïcode task", "GET /api/v1"] {
+        table.task(good, &TaskConfig::new()).unwrap();
+    }
+}
+
+#[test]
+fn the_first_registration_wins_and_update_changes_it() {
+    let scratch = Scratch::new("config");
+    let table = open(&scratch.path("t")).unwrap();
+    let config = TaskConfig::new()
+        .local_rate(50.0)
+        .burst(3)
+        .max_concurrency(7);
+    let task = table.task("svc", &config).unwrap();
+    // The same config, or no fields at all, attach to it.
+    table.task("svc", &config).unwrap();
+    let attached = table.task("svc", &TaskConfig::new()).unwrap();
+    assert_eq!(
+        attached.settings(),
+        TaskSettings {
+            local_rate: 50.0,
+            burst: 3,
+            max_concurrency: 7
+        }
+    );
+    let err = table.task("svc", &TaskConfig::new().burst(4)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ConfigMismatch);
+    assert!(err.message().contains("burst 3 (asked 4)"), "{err}");
+    task.update(&TaskConfig::new().burst(4)).unwrap();
+    assert_eq!(attached.settings().burst, 4);
+    table.task("svc", &TaskConfig::new().burst(4)).unwrap();
+    assert_eq!(
+        task.update(&TaskConfig::new().burst(0)).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        task.update(&TaskConfig::new().local_rate(-1.0))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn a_full_table_says_so() {
+    let scratch = Scratch::new("full");
+    let options = TableOptions {
+        capacity: 3,
+        ..Default::default()
+    };
+    let table = Table::open(scratch.path("t"), &options).unwrap();
+    for name in ["a", "b", "c"] {
+        table.task(name, &TaskConfig::new()).unwrap();
+    }
+    assert_eq!(
+        table.task("d", &TaskConfig::new()).unwrap_err().kind(),
+        ErrorKind::TableFull
+    );
+    table.task("b", &TaskConfig::new()).unwrap();
+}
+
+#[test]
+fn decisions_and_statistics() {
+    let scratch = Scratch::new("decide");
+    let table = open(&scratch.path("t")).unwrap();
+    let task = table
+        .task("svc", &TaskConfig::new().max_concurrency(2))
+        .unwrap();
+    let a = task.acquire(1).unwrap().permit().unwrap();
+    let b = task.acquire(1).unwrap().permit().unwrap();
+    assert!(matches!(
+        task.acquire(1).unwrap(),
+        Decision::Limited(Limited::Concurrency)
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    a.release(Outcome::Success).unwrap();
+    b.release(Outcome::Dropped).unwrap();
+    task.acquire(2)
+        .unwrap()
+        .permit()
+        .unwrap()
+        .release(Outcome::Ignored)
+        .unwrap();
+    let s = task.stats();
+    assert_eq!(
+        (
+            s.admitted,
+            s.limited_concurrency,
+            s.released_success,
+            s.released_dropped,
+            s.released_ignored,
+            s.in_flight
+        ),
+        (4, 1, 1, 1, 2, 0)
+    );
+    assert_eq!(s.rtt_samples, 2);
+    assert!(
+        s.mean_rtt().unwrap() >= std::time::Duration::from_millis(1),
+        "{s:?}"
+    );
+
+    let rated = table
+        .task("rated", &TaskConfig::new().local_rate(1.0).burst(3))
+        .unwrap();
+    for _ in 0..3 {
+        drop(rated.acquire(1).unwrap().permit().unwrap());
+    }
+    assert!(matches!(
+        rated.acquire(1).unwrap(),
+        Decision::Limited(Limited::Local)
+    ));
+    assert_eq!(rated.stats().limited_local, 1);
+}
+
+#[test]
+fn a_rejection_gives_back_what_earlier_checks_took() {
+    let scratch = Scratch::new("giveback");
+    let table = open(&scratch.path("t")).unwrap();
+    let task = table
+        .task("svc", &TaskConfig::new().local_rate(1.0).max_concurrency(5))
+        .unwrap();
+    let held = task.acquire(1).unwrap().permit().unwrap();
+    for _ in 0..10 {
+        assert!(matches!(
+            task.acquire(1).unwrap(),
+            Decision::Limited(Limited::Local)
+        ));
+    }
+    assert_eq!(task.stats().in_flight, 1);
+    drop(held);
+    assert_eq!(task.stats().in_flight, 0);
+}
+
+#[test]
+fn impossible_requests_and_bad_permits_are_errors() {
+    let scratch = Scratch::new("bad");
+    let table = open(&scratch.path("t")).unwrap();
+    let task = table
+        .task(
+            "svc",
+            &TaskConfig::new()
+                .local_rate(100.0)
+                .burst(4)
+                .max_concurrency(3),
+        )
+        .unwrap();
+    let other = table.task("other", &TaskConfig::new()).unwrap();
+    for n in [0, 4, 5] {
+        assert_eq!(
+            task.acquire(n).err().map(|e| e.kind()),
+            Some(ErrorKind::InvalidArgument),
+            "n={n}"
+        );
+    }
+    let permit = task.acquire(1).unwrap().permit().unwrap();
+    let raw = *permit.raw();
+    assert_eq!(
+        other
+            .release_raw(&raw, Outcome::Success)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    permit.release(Outcome::Success).unwrap();
+    let err = task.release_raw(&raw, Outcome::Success).unwrap_err();
+    assert!(err.message().contains("twice"), "{err}");
+    let forged = flowctrl::RawPermit {
+        owner: raw.owner ^ 1,
+        ..raw
+    };
+    assert_eq!(
+        task.release_raw(&forged, Outcome::Success)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let s = task.stats();
+    assert_eq!((s.admitted, s.released_success, s.in_flight), (1, 1, 0));
+}
+
+#[test]
+fn dropping_everything_detaches_and_returns_permits() {
+    let scratch = Scratch::new("detach");
+    let path = scratch.path("t");
+    let observer = open(&path).unwrap();
+    let watched = observer
+        .task("svc", &TaskConfig::new().max_concurrency(4))
+        .unwrap();
+    {
+        let table = open(&path).unwrap();
+        let task = table.task("svc", &TaskConfig::new()).unwrap();
+        let raw = task.acquire_raw(3).unwrap().unwrap();
+        let _ = raw; // never released: the handle goes away holding it
+        assert_eq!(watched.stats().in_flight, 3);
+    }
+    let s = watched.stats();
+    assert_eq!((s.in_flight, s.reclaimed, s.admitted), (0, 3, 3));
+    assert!(matches!(watched.acquire(4).unwrap(), Decision::Admitted(_)));
+}
