@@ -2,9 +2,15 @@
 //! nowhere else). `include/flowctrl.h` is the committed copy; tests/header.rs
 //! fails when it differs from this generation.
 
-use std::path::PathBuf;
-
 fn main() {
+    #[cfg(feature = "header")]
+    generate_header();
+}
+
+#[cfg(feature = "header")]
+fn generate_header() {
+    use std::path::PathBuf;
+
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("flowctrl.h");
     println!("cargo:rerun-if-changed=src/ffi");

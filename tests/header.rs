@@ -1,3 +1,4 @@
+#![cfg(feature = "header")]
 //! The committed C header must be exactly what cbindgen generates from the
 //! current source (build.rs writes a fresh one into OUT_DIR).
 //! `FLOWCTRL_BLESS_HEADER=1 cargo test --test header` updates the committed copy.
