@@ -29,16 +29,22 @@ impl Gcra {
         (new_tat <= horizon).then_some(new_tat)
     }
 
-    /// Takes `n` permits from `word` at `now`, or leaves it unchanged.
+    /// Takes `n` permits from `word`, or leaves it unchanged. Returns the
+    /// instant the permits were taken at.
+    ///
+    /// The clock is read *after* the word: a TAT written by another process
+    /// was computed from an earlier reading, so a reading of ours is never
+    /// older than the state it judges (a stale `now` would reject requests
+    /// the rate allows). When the compare-and-swap loses a race, both are
+    /// read again.
     #[inline]
-    pub fn try_take(&self, word: &AtomicU64, now: u64, n: u32) -> bool {
+    pub fn try_take(&self, word: &AtomicU64, n: u32, clock: impl Fn() -> u64) -> Option<u64> {
         let mut tat = word.load(Ordering::Relaxed);
         loop {
-            let Some(new_tat) = self.decide(tat, now, n) else {
-                return false;
-            };
+            let now = clock();
+            let new_tat = self.decide(tat, now, n)?;
             match word.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => return Some(now),
                 Err(current) => tat = current,
             }
         }
@@ -61,7 +67,7 @@ mod tests {
             let word = AtomicU64::new(0);
             let now = 1_000 * MS;
             let admitted = (0..burst + 10)
-                .filter(|_| g.try_take(&word, now, 1))
+                .filter(|_| g.try_take(&word, 1, || now).is_some())
                 .count();
             assert_eq!(admitted, burst as usize);
         }
@@ -76,7 +82,7 @@ mod tests {
         let word = AtomicU64::new(0);
         // Offered every 0.25 ms for one second: exactly one per millisecond passes.
         let admitted = (0..4_000u64)
-            .filter(|i| g.try_take(&word, 1_000 * MS + i * MS / 4, 1))
+            .filter(|i| g.try_take(&word, 1, || 1_000 * MS + i * MS / 4).is_some())
             .count();
         assert_eq!(admitted, 1_000);
     }
@@ -92,7 +98,7 @@ mod tests {
         let word = AtomicU64::new(0);
         let mut log = Vec::new();
         for t in (0..2_000 * MS).step_by((MS / 2) as usize) {
-            if g.try_take(&word, 1_000 * MS + t, 1) {
+            if g.try_take(&word, 1, || 1_000 * MS + t).is_some() {
                 log.push(t);
             }
         }
@@ -115,11 +121,11 @@ mod tests {
         };
         let word = AtomicU64::new(0);
         let now = 50 * MS;
-        assert!(g.try_take(&word, now, 3));
-        assert!(!g.try_take(&word, now, 2));
-        assert!(g.try_take(&word, now, 1));
-        assert!(!g.try_take(&word, now, 1));
-        assert!(g.try_take(&word, now + 2 * MS, 2));
+        assert!(g.try_take(&word, 3, || now).is_some());
+        assert!(!g.try_take(&word, 2, || now).is_some());
+        assert!(g.try_take(&word, 1, || now).is_some());
+        assert!(!g.try_take(&word, 1, || now).is_some());
+        assert!(g.try_take(&word, 2, || now + 2 * MS).is_some());
     }
 
     #[test]
@@ -146,7 +152,13 @@ mod tests {
         let now = 5_000;
         let admitted: usize = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
-                .map(|_| s.spawn(|| (0..1_000).filter(|_| g.try_take(&word, now, 1)).count()))
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..1_000)
+                            .filter(|_| g.try_take(&word, 1, || now).is_some())
+                            .count()
+                    })
+                })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).sum()
         });

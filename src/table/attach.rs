@@ -247,7 +247,6 @@ impl TableInner {
             add(&r.limited_global, take(&cell.limited_global));
             add(&r.limited_concurrency, take(&cell.limited_concurrency));
             add(&r.rtt_sum_ns, take(&cell.rtt_sum_ns));
-            add(&r.rtt_samples, take(&cell.rtt_samples));
         }
         self.attach_slot(index)
             .state

@@ -125,12 +125,11 @@ pub struct StatCell {
     pub released_ignored: AtomicU64,
     /// Permits of a dead process returned by the reaper (retired cell only).
     pub reclaimed: AtomicU64,
-    /// Sum of acquire→release round-trip times of success and dropped
-    /// releases, in nanoseconds; the adaptive limit learns from these.
+    /// Acquire→release round-trip times of permits released as success or
+    /// dropped, summed per permit, in nanoseconds; the adaptive limit learns
+    /// from these. Its sample count is `released_success + released_dropped`.
     pub rtt_sum_ns: AtomicU64,
-    /// Number of releases summed in `rtt_sum_ns`.
-    pub rtt_samples: AtomicU64,
-    _reserved: [u64; 6],
+    _reserved: [u64; 7],
 }
 
 pub const HEADER_SIZE: usize = 4096;

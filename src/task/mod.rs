@@ -164,23 +164,30 @@ impl Task {
         if n == 0 || (gcra.interval != 0 && n > gcra.burst) || (cap != 0 && n > cap) {
             return Err(self.unadmittable(n));
         }
-        let now = table.clock.now();
         let counted = cap != 0;
         if counted
             && !concurrency::try_take(&slot.in_flight, cap as u64, n as u64)
             // Maybe a dead process holds permits: look (rate-limited), retry once.
-            && !(table.maybe_reap(now) && concurrency::try_take(&slot.in_flight, cap as u64, n as u64))
+            && !(table.maybe_reap(table.clock.now())
+                && concurrency::try_take(&slot.in_flight, cap as u64, n as u64))
         {
             count(&cell.limited_concurrency, n as u64);
             return Ok(Err(Limited::Concurrency));
         }
-        if gcra.interval != 0 && !gcra.try_take(&slot.tat, now, n) {
-            if counted {
-                concurrency::give_back(&slot.in_flight, n as u64);
+        let now = if gcra.interval == 0 {
+            table.clock.now()
+        } else {
+            match gcra.try_take(&slot.tat, n, || table.clock.now()) {
+                Some(now) => now,
+                None => {
+                    if counted {
+                        concurrency::give_back(&slot.in_flight, n as u64);
+                    }
+                    count(&cell.limited_local, n as u64);
+                    return Ok(Err(Limited::Local));
+                }
             }
-            count(&cell.limited_local, n as u64);
-            return Ok(Err(Limited::Local));
-        }
+        };
         count(&cell.admitted, n as u64);
         Ok(Ok(RawPermit {
             acquired_at: now,
@@ -235,16 +242,15 @@ impl Task {
             Outcome::Success => &cell.released_success,
             Outcome::Dropped => &cell.released_dropped,
             Outcome::Ignored => {
-                count(&cell.released_ignored, n);
+                count_released(&cell.released_ignored, n);
                 return Ok(());
             }
         };
         let rtt = table
             .clock
             .ticks_to_ns(table.clock.now().saturating_sub(permit.acquired_at));
-        count(counter, n);
-        count(&cell.rtt_sum_ns, rtt);
-        count(&cell.rtt_samples, 1);
+        count(&cell.rtt_sum_ns, rtt.saturating_mul(n));
+        count_released(counter, n);
         Ok(())
     }
 
@@ -303,13 +309,29 @@ fn count(counter: &std::sync::atomic::AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
-/// Permits this process holds in a cell.
+/// Counts a release. Release ordering pairs with [`held`]: whoever sees a
+/// release counted also sees the admission it released.
+#[inline(always)]
+fn count_released(counter: &std::sync::atomic::AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Release);
+}
+
+/// A lower bound of the permits this process holds in a cell, safe against
+/// other threads acquiring and releasing meanwhile: releases are read before
+/// admissions, so a permit held throughout is always counted as held.
 #[inline]
 fn held(cell: &StatCell) -> u64 {
-    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    get(&cell.admitted).saturating_sub(
-        get(&cell.released_success) + get(&cell.released_dropped) + get(&cell.released_ignored),
-    )
+    let released = [
+        &cell.released_success,
+        &cell.released_dropped,
+        &cell.released_ignored,
+    ]
+    .map(|c| c.load(Ordering::Acquire))
+    .iter()
+    .sum::<u64>();
+    cell.admitted
+        .load(Ordering::Relaxed)
+        .saturating_sub(released)
 }
 
 impl<'a> Permit<'a> {

@@ -19,9 +19,10 @@ pub struct TaskStats {
     pub reclaimed: u64,
     /// Admitted and not yet released or reclaimed.
     pub in_flight: u64,
-    /// Sum of acquire→release times of success and dropped releases (ns).
+    /// Acquire→release times of permits released as success or dropped,
+    /// summed per permit (ns).
     pub rtt_sum_ns: u64,
-    /// Number of releases in `rtt_sum_ns`.
+    /// Permits summed in `rtt_sum_ns` (`released_success + released_dropped`).
     pub rtt_samples: u64,
 }
 
@@ -45,13 +46,13 @@ impl TaskStats {
         self.released_ignored += get(&cell.released_ignored);
         self.reclaimed += get(&cell.reclaimed);
         self.rtt_sum_ns += get(&cell.rtt_sum_ns);
-        self.rtt_samples += get(&cell.rtt_samples);
+        self.rtt_samples = self.released_success + self.released_dropped;
         self.in_flight = self.admitted.saturating_sub(
             self.released_success + self.released_dropped + self.released_ignored + self.reclaimed,
         );
     }
 
-    /// Mean acquire→release time of the sampled releases.
+    /// Mean acquire→release time of the permits released as success or dropped.
     pub fn mean_rtt(&self) -> Option<std::time::Duration> {
         (self.rtt_samples > 0)
             .then(|| std::time::Duration::from_nanos(self.rtt_sum_ns / self.rtt_samples))
