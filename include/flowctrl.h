@@ -175,8 +175,10 @@ typedef uint32_t fc_outcome;
 
 /**
  * A task's counters, in permits, summed over every process on the host.
+ * Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
+ * shares the name, which C allows for a tag but not for a typedef.
  */
-typedef struct fc_task_stats {
+struct fc_task_stats {
   uint64_t admitted;
   uint64_t limited_local;
   uint64_t limited_global;
@@ -194,7 +196,7 @@ typedef struct fc_task_stats {
    */
   uint64_t rtt_sum_ns;
   uint64_t rtt_samples;
-} fc_task_stats;
+};
 
 /**
  * The request completed; its round-trip time is a latency sample.

@@ -75,6 +75,8 @@ pub struct fc_permit {
 }
 
 /// A task's counters, in permits, summed over every process on the host.
+/// Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
+/// shares the name, which C allows for a tag but not for a typedef.
 #[repr(C)]
 pub struct fc_task_stats {
     pub admitted: u64,

@@ -1,0 +1,31 @@
+# Sourced by the other scripts: installs what is missing and prepares the
+# Python venv. Safe to run again; does nothing that is already done.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+# maturin's build hook runs the `maturin` of the venv by name.
+export PATH="$VENV/bin:$PATH"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+command -v cc >/dev/null && command -v c++ >/dev/null || apt_install build-essential
+command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
+
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" pytest pytest-timeout
+
+# Builds and installs the Python module from bindings/python into the venv.
+install_python_module() {
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
+        --force-reinstall --no-deps "$ROOT/bindings/python"
+}
