@@ -11,8 +11,16 @@
 //!   `FC_ERR_INTERNAL`;
 //! - values C passes in for Rust enums arrive as plain integers and are
 //!   checked, never transmuted.
+//!
+//! # Safety
+//!
+//! One contract for every function, stated here instead of on each: a
+//! pointer argument is NULL (answered with `FC_ERR_INVALID_ARGUMENT`) or
+//! valid for its type; a string is NUL-terminated; a handle comes from its
+//! constructor and is not used after its `_close`/`_free`.
 
 #![allow(non_camel_case_types)]
+#![allow(clippy::missing_safety_doc)]
 
 mod api;
 mod status;

@@ -122,9 +122,9 @@ mod tests {
         let word = AtomicU64::new(0);
         let now = 50 * MS;
         assert!(g.try_take(&word, 3, || now).is_some());
-        assert!(!g.try_take(&word, 2, || now).is_some());
+        assert!(g.try_take(&word, 2, || now).is_none());
         assert!(g.try_take(&word, 1, || now).is_some());
-        assert!(!g.try_take(&word, 1, || now).is_some());
+        assert!(g.try_take(&word, 1, || now).is_none());
         assert!(g.try_take(&word, 2, || now + 2 * MS).is_some());
     }
 
