@@ -282,8 +282,13 @@ fc_status fc_acquire(const struct fc_task *task, uint32_t n, struct fc_permit *p
 
 /**
  * Releases a permit with the request's outcome (`FC_OUTCOME_*`); the library
- * measures the round-trip time since `fc_acquire`. A permit of another task
- * or process, or one released already, answers `FC_ERR_INVALID_ARGUMENT`.
+ * measures the round-trip time since `fc_acquire`. A permit of another task,
+ * table or process (permits do not cross fork) answers
+ * `FC_ERR_INVALID_ARGUMENT`, and so does releasing more permits than this
+ * process holds of the task. Release each permit once: the permit is caller
+ * memory, so a second release while the process holds other permits of the
+ * task cannot be told from releasing one of those (it is then that permit's
+ * release which is refused).
  */
 fc_status fc_release(const struct fc_task *task,
                      const struct fc_permit *permit,

@@ -337,8 +337,13 @@ pub unsafe extern "C" fn fc_acquire(
 }
 
 /// Releases a permit with the request's outcome (`FC_OUTCOME_*`); the library
-/// measures the round-trip time since `fc_acquire`. A permit of another task
-/// or process, or one released already, answers `FC_ERR_INVALID_ARGUMENT`.
+/// measures the round-trip time since `fc_acquire`. A permit of another task,
+/// table or process (permits do not cross fork) answers
+/// `FC_ERR_INVALID_ARGUMENT`, and so does releasing more permits than this
+/// process holds of the task. Release each permit once: the permit is caller
+/// memory, so a second release while the process holds other permits of the
+/// task cannot be told from releasing one of those (it is then that permit's
+/// release which is refused).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_release(
     task: *const fc_task,

@@ -219,7 +219,11 @@ impl Task {
 
     /// Releases a permit from [`Task::acquire_raw`], recording its outcome and
     /// round-trip time. Refuses a permit of another task, table or process
-    /// (permits do not cross `fork`), and one released already.
+    /// (permits do not cross `fork`), and a release of more permits than this
+    /// process holds of the task — so a buggy caller can never return
+    /// concurrency that other processes hold. A raw permit carries no state of
+    /// its own: releasing one twice while holding others of the task is
+    /// accepted, and one of those is then refused.
     #[inline]
     pub fn release_raw(&self, permit: &RawPermit, outcome: Outcome) -> Result<()> {
         let table = &*self.table;

@@ -1,0 +1,1182 @@
+/*
+ * The C ABI test of flowctrl: every function of include/flowctrl.h, its
+ * statuses for good and bad input, threads, and fork.
+ *
+ *   abi_test <scratch-dir>
+ *
+ * Works in a fresh directory made under <scratch-dir>, prints one line per
+ * check and exits 1 at the first failure, leaving its files in place for
+ * inspection; on success it removes them. Run by tests/c_abi.rs (cargo test),
+ * linked once against libflowctrl.so and once against libflowctrl.a.
+ *
+ * Must compile with: gcc -std=c99 -Wall -Wextra -Werror -pedantic -pthread
+ */
+
+#define _XOPEN_SOURCE 700
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flowctrl.h"
+
+enum { PATH_LEN = 4096, MAX_FILES = 64 };
+
+#if defined(__GNUC__)
+#define PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define PRINTF_LIKE(fmt, args)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Reporting                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static unsigned g_checks;
+/* A forked child still running, killed if a check fails meanwhile. */
+static pid_t g_child = -1;
+
+static const char *status_name(uint32_t status)
+{
+    switch (status) {
+    case FC_OK: return "FC_OK";
+    case FC_LIMITED_LOCAL: return "FC_LIMITED_LOCAL";
+    case FC_LIMITED_GLOBAL: return "FC_LIMITED_GLOBAL";
+    case FC_LIMITED_CONCURRENCY: return "FC_LIMITED_CONCURRENCY";
+    case FC_ERR_INVALID_ARGUMENT: return "FC_ERR_INVALID_ARGUMENT";
+    case FC_ERR_INVALID_NAME: return "FC_ERR_INVALID_NAME";
+    case FC_ERR_TABLE_FULL: return "FC_ERR_TABLE_FULL";
+    case FC_ERR_TOO_MANY_PROCESSES: return "FC_ERR_TOO_MANY_PROCESSES";
+    case FC_ERR_CONFIG_MISMATCH: return "FC_ERR_CONFIG_MISMATCH";
+    case FC_ERR_INCOMPATIBLE: return "FC_ERR_INCOMPATIBLE";
+    case FC_ERR_CORRUPT: return "FC_ERR_CORRUPT";
+    case FC_ERR_IO: return "FC_ERR_IO";
+    case FC_ERR_PERMISSION: return "FC_ERR_PERMISSION";
+    case FC_ERR_INTERNAL: return "FC_ERR_INTERNAL";
+    default: return "(unknown status)";
+    }
+}
+
+static void section(const char *name)
+{
+    printf("\n# %s\n", name);
+}
+
+static void vreport(const char *verdict, const char *fmt, va_list ap)
+{
+    printf("%-5s ", verdict);
+    vprintf(fmt, ap);
+    printf("\n");
+}
+
+static PRINTF_LIKE(1, 2) void pass(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("ok", fmt, ap);
+    va_end(ap);
+    g_checks++;
+}
+
+/* Reports a failed check and exits; kills a child left running. */
+static PRINTF_LIKE(2, 3) void fail(int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("FAIL", fmt, ap);
+    va_end(ap);
+    printf("      (tests/c/abi_test.c:%d)\n", line);
+    if (g_child > 0) {
+        kill(g_child, SIGKILL);
+        waitpid(g_child, NULL, 0);
+    }
+    fflush(stdout);
+    exit(1);
+}
+
+/* CHECK(condition, "what is checked", args...) */
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (cond)                                                              \
+            pass(__VA_ARGS__);                                                 \
+        else                                                                   \
+            fail(__LINE__, __VA_ARGS__);                                       \
+    } while (0)
+
+/* CHECK_EQ(got, want, "what is compared") for integers, showing both. */
+#define CHECK_EQ(got, want, what)                                              \
+    check_eq((uint64_t)(got), (uint64_t)(want), (what), __LINE__)
+
+static void check_eq(uint64_t got, uint64_t want, const char *what, int line)
+{
+    if (got != want)
+        fail(line, "%s: %" PRIu64 ", expected %" PRIu64, what, got, want);
+    pass("%s == %" PRIu64, what, got);
+}
+
+/* A status obtained indirectly (from a child, a thread): no last error to check. */
+#define CHECK_STATUS(got, want, what)                                          \
+    check_status((uint32_t)(got), (uint32_t)(want), (what), __LINE__)
+
+static void check_status(uint32_t got, uint32_t want, const char *what, int line)
+{
+    if (got != want)
+        fail(line, "%s -> %s (%" PRIu32 "), expected %s", what, status_name(got),
+             got, status_name(want));
+    pass("%s -> %s", what, status_name(got));
+}
+
+/*
+ * EXPECT(call, status): the call answers exactly `status`; an error status
+ * must leave a non-empty reason in fc_last_error(), which is printed.
+ */
+#define EXPECT(call, want) expect((call), (want), #call, __LINE__)
+
+static void expect(fc_status got, fc_status want, const char *call, int line)
+{
+    const char *why = fc_last_error();
+    if (got != want && got >= FC_ERR_INVALID_ARGUMENT)
+        fail(line, "%s -> %s (%" PRIu32 "), expected %s: %s", call,
+             status_name(got), (uint32_t)got, status_name(want), why ? why : "(NULL)");
+    if (got != want)
+        fail(line, "%s -> %s (%" PRIu32 "), expected %s", call, status_name(got),
+             (uint32_t)got, status_name(want));
+    if (want < FC_ERR_INVALID_ARGUMENT) {
+        pass("%s -> %s", call, status_name(got));
+        return;
+    }
+    if (why == NULL || why[0] == '\0')
+        fail(line, "%s -> %s, but fc_last_error() is %s", call, status_name(got),
+             why ? "empty" : "NULL");
+    pass("%s -> %s: %s", call, status_name(got), why);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scratch files, time                                                       */
+/* ------------------------------------------------------------------------ */
+
+static char g_work[PATH_LEN];
+static char g_files[MAX_FILES][PATH_LEN];
+static int g_file_count;
+
+/* Writes <work dir>/<name> into `out` and remembers it for cleanup. */
+static void scratch_path(char out[PATH_LEN], const char *name)
+{
+    int len = snprintf(out, PATH_LEN, "%s/%s", g_work, name);
+    if (len < 0 || len >= PATH_LEN || g_file_count == MAX_FILES)
+        fail(__LINE__, "scratch path for %s", name);
+    memcpy(g_files[g_file_count++], out, (size_t)len + 1);
+}
+
+/* Removes every scratch file, then the work directory, which must be empty:
+ * the library leaves no temporary file behind. */
+static void cleanup(void)
+{
+    int i;
+    section("cleanup");
+    for (i = 0; i < g_file_count; i++)
+        CHECK(unlink(g_files[i]) == 0 || errno == ENOENT, "remove %s", g_files[i]);
+    if (rmdir(g_work) != 0)
+        fail(__LINE__, "remove %s: %s (files left behind?)", g_work, strerror(errno));
+    pass("remove %s: no stray files left", g_work);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, data, len) == (ssize_t)len && close(fd) == 0,
+          "write %zu bytes to %s", len, path);
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Waits for a child and returns its exit code, or -1 if it did not exit. */
+static int wait_exit_code(pid_t pid)
+{
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Library helpers that must succeed                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Fails unless `status` is FC_OK; otherwise reports `what` as passed. */
+#define REQUIRE_OK(status, ...) require_ok((status), __LINE__, __VA_ARGS__)
+
+static PRINTF_LIKE(3, 4) void require_ok(fc_status status, int line,
+                                         const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (status != FC_OK)
+        fail(line, "%s -> %s (%" PRIu32 "): %s", what, status_name(status),
+             (uint32_t)status, fc_last_error());
+    pass("%s", what);
+}
+
+static fc_table *open_table(const char *path, const fc_table_options *options)
+{
+    fc_table *table = NULL;
+    REQUIRE_OK(fc_table_open(path, options, &table), "open table %s", path);
+    return table;
+}
+
+static fc_task_config task_config(double local_rate, uint32_t burst,
+                                  uint32_t max_concurrency)
+{
+    fc_task_config config;
+    if (fc_task_config_init(&config) != FC_OK)
+        fail(__LINE__, "fc_task_config_init: %s", fc_last_error());
+    config.local_rate = local_rate;
+    config.burst = burst;
+    config.max_concurrency = max_concurrency;
+    return config;
+}
+
+static fc_task *register_task(const fc_table *table, const char *name,
+                              double local_rate, uint32_t burst,
+                              uint32_t max_concurrency)
+{
+    fc_task_config config = task_config(local_rate, burst, max_concurrency);
+    fc_task *task = NULL;
+    REQUIRE_OK(fc_task_register(table, name, &config, &task),
+               "register task \"%s\" (local_rate %g, burst %" PRIu32
+               ", max_concurrency %" PRIu32 ")",
+               name, local_rate, burst, max_concurrency);
+    return task;
+}
+
+/*
+ * Reads a task's counters. The struct is named by its tag: it shares its
+ * name with the function, and `struct fc_task_stats` is valid C and C++.
+ */
+static struct fc_task_stats stats_of(const fc_task *task)
+{
+    struct fc_task_stats stats;
+    if (fc_task_stats(task, &stats) != FC_OK)
+        fail(__LINE__, "fc_task_stats: %s", fc_last_error());
+    return stats;
+}
+
+static void check_mode(const char *path, mode_t want, const char *what)
+{
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && S_ISREG(st.st_mode), "%s is a regular file", path);
+    if ((st.st_mode & 07777) != want)
+        fail(__LINE__, "%s: mode %04o, expected %04o", what,
+             (unsigned)(st.st_mode & 07777), (unsigned)want);
+    pass("%s: mode %04o", what, (unsigned)want);
+}
+
+/* A table with default options at <work>/<name>, fully closed again. */
+static void make_table_file(char path[PATH_LEN], const char *name)
+{
+    scratch_path(path, name);
+    fc_table_close(open_table(path, NULL));
+}
+
+/* Any non-NULL address that the library must leave alone on failure. */
+static char g_sentinel;
+#define SENTINEL ((void *)&g_sentinel)
+
+/* ------------------------------------------------------------------------ */
+/* Version, status strings, struct layout                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_version_and_status_strings(void)
+{
+    static const uint32_t statuses[] = {
+        FC_OK, FC_LIMITED_LOCAL, FC_LIMITED_GLOBAL, FC_LIMITED_CONCURRENCY,
+        FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_NAME, FC_ERR_TABLE_FULL,
+        FC_ERR_TOO_MANY_PROCESSES, FC_ERR_CONFIG_MISMATCH, FC_ERR_INCOMPATIBLE,
+        FC_ERR_CORRUPT, FC_ERR_IO, FC_ERR_PERMISSION, FC_ERR_INTERNAL,
+    };
+    static const uint32_t unknown[] = { 4, 99, 109, 198, 200, 0xffffffffu };
+    const size_t count = sizeof statuses / sizeof statuses[0];
+    char expected[32];
+    const char *unknown_text = fc_status_str(unknown[0]);
+    size_t i, j;
+
+    section("version, status strings, struct layout");
+    snprintf(expected, sizeof expected, "%d.%d.%d", FC_VERSION_MAJOR,
+             FC_VERSION_MINOR, FC_VERSION_PATCH);
+    CHECK(fc_version() != NULL && strcmp(fc_version(), expected) == 0,
+          "fc_version() \"%s\" == FC_VERSION_* \"%s\"",
+          fc_version() ? fc_version() : "(NULL)", expected);
+
+    CHECK(unknown_text != NULL && unknown_text[0] != '\0',
+          "fc_status_str(%" PRIu32 ") is \"%s\"", unknown[0],
+          unknown_text ? unknown_text : "(NULL)");
+    for (i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *text = fc_status_str(unknown[i]);
+        CHECK(text != NULL && strcmp(text, unknown_text) == 0,
+              "fc_status_str(%" PRIu32 ") is the unknown-status text", unknown[i]);
+    }
+    for (i = 0; i < count; i++) {
+        const char *text = fc_status_str(statuses[i]);
+        CHECK(text != NULL && text[0] != '\0' && strcmp(text, unknown_text) != 0,
+              "fc_status_str(%s) is \"%s\"", status_name(statuses[i]),
+              text ? text : "(NULL)");
+        for (j = 0; j < i; j++)
+            if (strcmp(text, fc_status_str(statuses[j])) == 0)
+                fail(__LINE__, "%s and %s share the text \"%s\"",
+                     status_name(statuses[i]), status_name(statuses[j]), text);
+    }
+
+    /* The structs C allocates are ABI: a change here breaks every caller. */
+    CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
+    CHECK_EQ(sizeof(fc_table_options), 12, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(fc_task_config), 16, "sizeof(fc_task_config)");
+    CHECK_EQ(sizeof(fc_permit), 32, "sizeof(fc_permit)");
+    CHECK_EQ(sizeof(struct fc_task_stats), 88, "sizeof(struct fc_task_stats)");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening tables                                                            */
+/* ------------------------------------------------------------------------ */
+
+static void test_open_and_modes(void)
+{
+    char t1[PATH_LEN], t2[PATH_LEN];
+    fc_table_options options;
+    fc_table *first, *second;
+    mode_t old_umask;
+
+    section("opening tables, file modes");
+    memset(&options, 0xff, sizeof options);
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    CHECK_EQ(options.capacity, 1024, "default capacity");
+    CHECK_EQ(options.max_processes, 128, "default max_processes");
+    CHECK(options.mode == 0600, "default mode %04o", (unsigned)options.mode);
+
+    scratch_path(t1, "t1");
+    first = open_table(t1, &options);
+    check_mode(t1, 0600, "a new table with default options");
+    second = open_table(t1, &options);
+    CHECK(second != first, "a second handle on the same table while the first is open");
+    fc_table_close(second);
+    fc_table_close(first);
+    fc_table_close(open_table(t1, NULL));
+    pass("reopened %s after closing every handle", t1);
+
+    /* The mode applies exactly, whatever the umask. */
+    scratch_path(t2, "t2");
+    options.mode = 0640;
+    old_umask = umask(077);
+    fc_table_close(open_table(t2, &options));
+    umask(old_umask);
+    check_mode(t2, 0640, "a new table with options.mode 0640, under umask 077");
+
+    /* Options only apply to a new file. */
+    fc_table_close(open_table(t1, &options));
+    check_mode(t1, 0600, "an existing table reopened with options.mode 0640");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Registering tasks                                                         */
+/* ------------------------------------------------------------------------ */
+
+static void check_config(const fc_task *task, double local_rate, uint32_t burst,
+                         uint32_t max_concurrency)
+{
+    fc_task_config config;
+    EXPECT(fc_task_config_get(task, &config), FC_OK);
+    CHECK(config.local_rate == local_rate, "local_rate %g == %g", config.local_rate,
+          local_rate);
+    CHECK_EQ(config.burst, burst, "burst");
+    CHECK_EQ(config.max_concurrency, max_concurrency, "max_concurrency");
+}
+
+static void test_task_registration(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task, *attached, *same, *fresh;
+    fc_task *untouched = SENTINEL;
+    fc_task_config config, other, update;
+    fc_permit permit;
+
+    section("registering tasks");
+    scratch_path(path, "tasks");
+    table = open_table(path, NULL);
+
+    memset(&config, 0xff, sizeof config);
+    EXPECT(fc_task_config_init(&config), FC_OK);
+    CHECK(config.local_rate == 0.0 && config.burst == 1 && config.max_concurrency == 0,
+          "fc_task_config_init: no rate limit, burst 1, no cap");
+
+    config = task_config(250.5, 4, 8);
+    task = register_task(table, "api", 250.5, 4, 8);
+    check_config(task, 250.5, 4, 8);
+
+    other = task_config(250.5, 4, 9);
+    EXPECT(fc_task_register(table, "api", &other, &untouched), FC_ERR_CONFIG_MISMATCH);
+    CHECK(untouched == SENTINEL, "a failed registration leaves *out alone");
+
+    attached = NULL;
+    EXPECT(fc_task_register(table, "api", NULL, &attached), FC_OK);
+    check_config(attached, 250.5, 4, 8);
+    same = NULL;
+    EXPECT(fc_task_register(table, "api", &config, &same), FC_OK);
+
+    update = task_config(50, 2, 16);
+    EXPECT(fc_task_update(task, &update), FC_OK);
+    check_config(attached, 50, 2, 16);
+    EXPECT(fc_task_register(table, "api", &config, &untouched), FC_ERR_CONFIG_MISMATCH);
+
+    /* Bad configurations, at registration and update. */
+    other = task_config(-1, 1, 0);
+    EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    other = task_config(NAN, 1, 0);
+    EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    other = task_config(INFINITY, 1, 0);
+    EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    other = task_config(1e12, 1, 0); /* more than one permit per clock tick */
+    EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    other = task_config(10, 0, 0);
+    EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_update(task, &other), FC_ERR_INVALID_ARGUMENT);
+    other = task_config(-5, 1, 0);
+    EXPECT(fc_task_update(task, &other), FC_ERR_INVALID_ARGUMENT);
+    check_config(task, 50, 2, 16);
+    CHECK(untouched == SENTINEL, "failed registrations leave *out alone");
+
+    fresh = NULL;
+    EXPECT(fc_task_register(table, "fresh", NULL, &fresh), FC_OK);
+    check_config(fresh, 0, 1, 0);
+
+    /* A task keeps its table alive. */
+    fc_table_close(table);
+    EXPECT(fc_acquire(task, 1, &permit), FC_OK);
+    EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    pass("a task works after its table handle is closed");
+
+    fc_task_free(fresh);
+    fc_task_free(same);
+    fc_task_free(attached);
+    fc_task_free(task);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decisions and statistics                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_decisions_and_stats(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *capped, *rated;
+    fc_permit held[3], again, rejected, untouched, rate[2];
+    struct fc_task_stats stats;
+
+    section("decisions and statistics");
+    scratch_path(path, "decisions");
+    table = open_table(path, NULL);
+
+    capped = register_task(table, "capped", 0, 1, 3);
+    EXPECT(fc_acquire(capped, 1, &held[0]), FC_OK);
+    EXPECT(fc_acquire(capped, 1, &held[1]), FC_OK);
+    EXPECT(fc_acquire(capped, 1, &held[2]), FC_OK);
+    CHECK_EQ(stats_of(capped).in_flight, 3, "in_flight with three permits held");
+    memset(&rejected, 0xab, sizeof rejected);
+    memcpy(&untouched, &rejected, sizeof rejected);
+    EXPECT(fc_acquire(capped, 1, &rejected), FC_LIMITED_CONCURRENCY);
+    CHECK(memcmp(&rejected, &untouched, sizeof rejected) == 0,
+          "a rejected acquire leaves *permit alone");
+    sleep_ms(1);
+    EXPECT(fc_release(capped, &held[0], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_acquire(capped, 1, &again), FC_OK);
+    EXPECT(fc_release(capped, &held[1], FC_OUTCOME_DROPPED), FC_OK);
+    EXPECT(fc_release(capped, &held[2], FC_OUTCOME_IGNORED), FC_OK);
+    CHECK_EQ(stats_of(capped).in_flight, 1, "in_flight with one permit held");
+    EXPECT(fc_release(capped, &again, FC_OUTCOME_IGNORED), FC_OK);
+
+    stats = stats_of(capped);
+    CHECK_EQ(stats.admitted, 4, "capped: admitted");
+    CHECK_EQ(stats.limited_concurrency, 1, "capped: limited_concurrency");
+    CHECK_EQ(stats.limited_local, 0, "capped: limited_local");
+    CHECK_EQ(stats.limited_global, 0, "capped: limited_global");
+    CHECK_EQ(stats.released_success, 1, "capped: released_success");
+    CHECK_EQ(stats.released_dropped, 1, "capped: released_dropped");
+    CHECK_EQ(stats.released_ignored, 2, "capped: released_ignored");
+    CHECK_EQ(stats.reclaimed, 0, "capped: reclaimed");
+    CHECK_EQ(stats.in_flight, 0, "capped: in_flight");
+    CHECK_EQ(stats.rtt_samples, 2, "capped: rtt_samples (success and dropped)");
+    /* The success release came at least 1 ms after its acquire (minus a
+     * little slack for the calibration of the table's clock). */
+    CHECK(stats.rtt_sum_ns >= 900000, "capped: rtt_sum_ns %" PRIu64 " >= ~1 ms",
+          stats.rtt_sum_ns);
+
+    rated = register_task(table, "rated", 10, 2, 0);
+    EXPECT(fc_acquire(rated, 1, &rate[0]), FC_OK);
+    EXPECT(fc_acquire(rated, 1, &rate[1]), FC_OK);
+    EXPECT(fc_acquire(rated, 1, &rejected), FC_LIMITED_LOCAL);
+    stats = stats_of(rated);
+    CHECK_EQ(stats.admitted, 2, "rated: admitted");
+    CHECK_EQ(stats.limited_local, 1, "rated: limited_local");
+    CHECK_EQ(stats.limited_concurrency, 0, "rated: limited_concurrency");
+    CHECK_EQ(stats.in_flight, 2, "rated: in_flight");
+    EXPECT(fc_release(rated, &rate[0], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(rated, &rate[1], FC_OUTCOME_SUCCESS), FC_OK);
+    CHECK_EQ(stats_of(rated).in_flight, 0, "rated: in_flight after release");
+
+    fc_task_free(rated);
+    fc_task_free(capped);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* NULL pointers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void test_null_arguments(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task, *untouched_task = SENTINEL;
+    fc_table_options options;
+    fc_task_config config;
+    fc_permit permit;
+    struct fc_task_stats stats;
+
+    section("NULL pointers");
+    scratch_path(path, "null");
+    EXPECT(fc_table_options_init(NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_open(path, &options, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_open(path, NULL, NULL), FC_ERR_INVALID_ARGUMENT);
+    /* A NULL path means the host's default table: out is checked first, so
+     * this must fail without touching /dev/shm/flowctrl. */
+    EXPECT(fc_table_open(NULL, NULL, NULL), FC_ERR_INVALID_ARGUMENT);
+    CHECK(!file_exists(path), "no table created by the failed opens");
+    fc_table_close(NULL);
+    pass("fc_table_close(NULL) returns");
+
+    table = open_table(path, NULL);
+    EXPECT(fc_task_config_init(NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_init(&config), FC_OK);
+    EXPECT(fc_task_register(NULL, "t", &config, &untouched_task), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_register(table, NULL, &config, &untouched_task), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_register(table, "t", &config, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_register(NULL, NULL, NULL, NULL), FC_ERR_INVALID_ARGUMENT);
+    CHECK(untouched_task == SENTINEL, "failed registrations leave *out alone");
+    task = register_task(table, "t", 0, 1, 0);
+
+    EXPECT(fc_task_update(NULL, &config), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_update(task, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_get(NULL, &config), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_get(task, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire(NULL, 1, &permit), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire(task, 1, NULL), FC_ERR_INVALID_ARGUMENT);
+    CHECK_EQ(stats_of(task).admitted, 0, "nothing admitted by the failed acquires");
+    EXPECT(fc_acquire(task, 1, &permit), FC_OK);
+    EXPECT(fc_release(NULL, &permit, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_release(task, NULL, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_task_stats(NULL, &stats), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_stats(task, NULL), FC_ERR_INVALID_ARGUMENT);
+    fc_task_free(NULL);
+    pass("fc_task_free(NULL) returns");
+
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Task names                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void test_names(void)
+{
+    char path[PATH_LEN], longest[FC_NAME_MAX + 1], too_long[FC_NAME_MAX + 2];
+    fc_table *table;
+    fc_task *task = NULL, *untouched = SENTINEL;
+
+    section("task names");
+    scratch_path(path, "names");
+    table = open_table(path, NULL);
+    memset(longest, 'x', FC_NAME_MAX);
+    longest[FC_NAME_MAX] = '\0';
+    memset(too_long, 'y', FC_NAME_MAX + 1);
+    too_long[FC_NAME_MAX + 1] = '\0';
+
+    EXPECT(fc_task_register(table, NULL, NULL, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_register(table, "", NULL, &untouched), FC_ERR_INVALID_NAME);
+    EXPECT(fc_task_register(table, too_long, NULL, &untouched), FC_ERR_INVALID_NAME);
+    EXPECT(fc_task_register(table, "\xff\xfe", NULL, &untouched), FC_ERR_INVALID_NAME);
+    EXPECT(fc_task_register(table, "caf\xc3", NULL, &untouched), FC_ERR_INVALID_NAME);
+    EXPECT(fc_task_register(table, "a\tb", NULL, &untouched), FC_ERR_INVALID_NAME);
+    EXPECT(fc_task_register(table, "a\nb", NULL, &untouched), FC_ERR_INVALID_NAME);
+    EXPECT(fc_task_register(table, "a\x7f", NULL, &untouched), FC_ERR_INVALID_NAME);
+    CHECK(untouched == SENTINEL, "failed registrations leave *out alone");
+
+    EXPECT(fc_task_register(table, longest, NULL, &task), FC_OK);
+    fc_task_free(task);
+    EXPECT(fc_task_register(table, "caf\xc3\xa9 \xe2\x86\x92 backend", NULL, &task), FC_OK);
+    fc_task_free(task);
+    EXPECT(fc_task_register(table, "a", NULL, &task), FC_OK);
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bad n, bad permits, bad outcomes                                          */
+/* ------------------------------------------------------------------------ */
+
+static void test_bad_requests_and_permits(void)
+{
+    char path[PATH_LEN], other_path[PATH_LEN];
+    fc_table *table, *other_table;
+    fc_task *rated, *capped, *other, *twin;
+    fc_permit a, permit;
+
+    section("bad n, bad permits, bad outcomes");
+    scratch_path(path, "permits");
+    table = open_table(path, NULL);
+    rated = register_task(table, "rated", 10, 2, 0);
+    capped = register_task(table, "capped", 0, 1, 3);
+    other = register_task(table, "other", 0, 1, 3);
+
+    EXPECT(fc_acquire(rated, 0, &permit), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire(rated, 3, &permit), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire(capped, 0, &permit), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire(capped, 4, &permit), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire(capped, UINT32_MAX, &permit), FC_ERR_INVALID_ARGUMENT);
+    CHECK_EQ(stats_of(capped).admitted, 0, "nothing admitted by the refused acquires");
+    EXPECT(fc_acquire(rated, 2, &permit), FC_OK);
+    CHECK_EQ(permit.n, 2, "permit.n of an acquire of the whole burst");
+    EXPECT(fc_release(rated, &permit, FC_OUTCOME_IGNORED), FC_OK);
+    EXPECT(fc_acquire(capped, 3, &permit), FC_OK);
+    EXPECT(fc_release(capped, &permit, FC_OUTCOME_IGNORED), FC_OK);
+
+    /* A permit of another task, of another table, with a bad outcome. */
+    EXPECT(fc_acquire(capped, 1, &a), FC_OK);
+    EXPECT(fc_release(other, &a, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    CHECK_EQ(stats_of(other).in_flight, 0, "other task: in_flight untouched");
+    CHECK_EQ(stats_of(capped).in_flight, 1, "capped: the permit is still held");
+
+    scratch_path(other_path, "permits-twin");
+    other_table = open_table(other_path, NULL);
+    twin = register_task(other_table, "capped", 0, 1, 3); /* same slot index */
+    EXPECT(fc_release(twin, &a, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+
+    EXPECT(fc_release(capped, &a, 7), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_release(capped, &a, UINT32_MAX), FC_ERR_INVALID_ARGUMENT);
+    CHECK_EQ(stats_of(capped).in_flight, 1, "capped: still held after the refused releases");
+    memset(&permit, 0, sizeof permit);
+    EXPECT(fc_release(capped, &permit, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    permit = a;
+    permit.owner ^= 1;
+    EXPECT(fc_release(capped, &permit, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_release(capped, &a, FC_OUTCOME_DROPPED), FC_OK);
+    CHECK_EQ(stats_of(capped).in_flight, 0, "capped: in_flight after the real release");
+
+    fc_task_free(twin);
+    fc_table_close(other_table);
+    fc_task_free(other);
+    fc_task_free(capped);
+    fc_task_free(rated);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bad table files, options, paths                                           */
+/* ------------------------------------------------------------------------ */
+
+static void test_bad_files(void)
+{
+    char path[PATH_LEN];
+    unsigned char garbage[8192];
+    char magic[8];
+    uint32_t version;
+    struct stat st;
+    fc_table *untouched = SENTINEL;
+    int fd;
+
+    section("bad table files");
+    scratch_path(path, "garbage");
+    fd = open("/dev/urandom", O_RDONLY);
+    CHECK(fd >= 0 && read(fd, garbage, sizeof garbage) == (ssize_t)sizeof garbage,
+          "read %zu random bytes", sizeof garbage);
+    close(fd);
+    write_file(path, garbage, sizeof garbage);
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_CORRUPT);
+    CHECK(untouched == SENTINEL, "a failed open leaves *out alone");
+
+    scratch_path(path, "empty");
+    write_file(path, "", 0);
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_CORRUPT);
+
+    make_table_file(path, "truncated");
+    CHECK(stat(path, &st) == 0 && st.st_size > 0, "%s is %jd bytes", path,
+          (intmax_t)st.st_size);
+    CHECK(truncate(path, st.st_size / 2) == 0, "truncate it to %jd bytes",
+          (intmax_t)(st.st_size / 2));
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_CORRUPT);
+
+    make_table_file(path, "version999");
+    fd = open(path, O_RDWR);
+    CHECK(fd >= 0 && pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic &&
+              memcmp(magic, "FLOWCTRL", sizeof magic) == 0,
+          "the table starts with the magic \"FLOWCTRL\"");
+    CHECK(pread(fd, &version, sizeof version, 8) == (ssize_t)sizeof version &&
+              version == FC_LAYOUT_VERSION,
+          "layout_version at byte 8 is FC_LAYOUT_VERSION (%d)", FC_LAYOUT_VERSION);
+    version = 999;
+    CHECK(pwrite(fd, &version, sizeof version, 8) == (ssize_t)sizeof version &&
+              close(fd) == 0,
+          "overwrite layout_version with 999");
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_INCOMPATIBLE);
+    CHECK(untouched == SENTINEL, "failed opens leave *out alone");
+}
+
+static void test_bad_options_and_paths(void)
+{
+    char path[PATH_LEN], missing[PATH_LEN];
+    fc_table_options options;
+    fc_table *untouched = SENTINEL;
+
+    section("bad options and paths");
+    scratch_path(path, "options");
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    options.capacity = 0;
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    options.max_processes = 0;
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    options.mode = 0;
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    options.mode = 0400; /* owner cannot write */
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    options.mode = 04600; /* not only permission bits */
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    CHECK(!file_exists(path), "no table created with invalid options");
+
+    scratch_path(missing, "missing/table");
+    EXPECT(fc_table_open(missing, NULL, &untouched), FC_ERR_IO);
+    EXPECT(fc_table_open(g_work, NULL, &untouched), FC_ERR_IO); /* a directory */
+    CHECK(untouched == SENTINEL, "failed opens leave *out alone");
+}
+
+/*
+ * A table this process cannot open. Root bypasses file modes, so as root a
+ * child drops to uid 65534 ("nobody") and tries a 0600 table of root's.
+ */
+static void test_permission(void)
+{
+    char path[PATH_LEN];
+    fc_table *untouched = SENTINEL;
+    pid_t pid;
+    int code;
+
+    section("permission denied");
+    make_table_file(path, "private");
+    check_mode(path, 0600, "the table");
+    if (geteuid() != 0) {
+        CHECK(chmod(path, 0) == 0, "chmod 000 %s", path);
+        EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_PERMISSION);
+        CHECK(chmod(path, 0600) == 0, "chmod 600 %s", path);
+        return;
+    }
+    /* Let nobody reach the file, so that only its own mode stands in the way. */
+    CHECK(chmod(g_work, 0711) == 0, "chmod 711 %s", g_work);
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        struct stat st;
+        fc_table *table = NULL;
+        fc_status status;
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(251);
+        if (stat(path, &st) != 0)
+            _exit(252); /* a parent directory is not searchable */
+        status = fc_table_open(path, NULL, &table);
+        if (status >= FC_ERR_INVALID_ARGUMENT && fc_last_error()[0] == '\0')
+            _exit(250);
+        _exit((int)status);
+    }
+    code = wait_exit_code(pid);
+    CHECK(code != 250, "the child's error came with a reason in fc_last_error()");
+    CHECK(code != 251, "the child dropped to uid 65534 (setuid must work to test this as root)");
+    CHECK(code != 252, "the table is reachable for uid 65534 (scratch dir mode?)");
+    CHECK_STATUS(code, FC_ERR_PERMISSION, "uid 65534: fc_table_open(0600 table of root)");
+    CHECK(chmod(g_work, 0700) == 0, "chmod 700 %s", g_work);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Full tables                                                               */
+/* ------------------------------------------------------------------------ */
+
+static void test_full_tables(void)
+{
+    char path[PATH_LEN];
+    fc_table_options options;
+    fc_table *table, *untouched_table = SENTINEL;
+    fc_task *a, *b, *again, *untouched = SENTINEL;
+
+    section("full tables");
+    scratch_path(path, "capacity2");
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    options.capacity = 2;
+    table = open_table(path, &options);
+    a = register_task(table, "a", 0, 1, 0);
+    b = register_task(table, "b", 0, 1, 0);
+    EXPECT(fc_task_register(table, "c", NULL, &untouched), FC_ERR_TABLE_FULL);
+    CHECK(untouched == SENTINEL, "a failed registration leaves *out alone");
+    again = NULL;
+    EXPECT(fc_task_register(table, "a", NULL, &again), FC_OK);
+    fc_task_free(again);
+    fc_task_free(b);
+    fc_task_free(a);
+    fc_table_close(table);
+
+    /* Every handle attaches on its own: with one attachment slot, a second
+     * handle in the same process is one too many. */
+    scratch_path(path, "processes1");
+    EXPECT(fc_table_options_init(&options), FC_OK);
+    options.max_processes = 1;
+    table = open_table(path, &options);
+    EXPECT(fc_table_open(path, NULL, &untouched_table), FC_ERR_TOO_MANY_PROCESSES);
+    CHECK(untouched_table == SENTINEL, "a failed open leaves *out alone");
+    fc_table_close(table);
+    fc_table_close(open_table(path, NULL));
+    pass("the slot is free again once the first handle is closed");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum { THREADS = 4, PAIRS_PER_THREAD = 100000, THREAD_CAP = 2 };
+
+struct worker {
+    const fc_task *task;
+    pthread_t thread;
+    uint64_t pairs;          /* acquired and released */
+    uint64_t limited;        /* FC_LIMITED_CONCURRENCY answers */
+    uint32_t max_in_flight;  /* the most permits in flight this thread saw */
+    uint32_t error;          /* the first unexpected status, FC_OK if none */
+    char error_text[256];    /* what failed, with fc_last_error() */
+    int clean_last_error;    /* fc_last_error() was "" when the thread began */
+};
+
+/* Permits the workers hold, counted by them: incremented after an admitted
+ * acquire, decremented before its release, so never above the library's
+ * own count. */
+static uint32_t g_held;
+
+static void worker_failed(struct worker *w, const char *call, fc_status status)
+{
+    w->error = status;
+    snprintf(w->error_text, sizeof w->error_text,
+             "%s after %" PRIu64 " pairs: %s", call, w->pairs, fc_last_error());
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    w->clean_last_error = fc_last_error() != NULL && fc_last_error()[0] == '\0';
+    while (w->pairs < PAIRS_PER_THREAD) {
+        fc_permit permit;
+        uint32_t held;
+        fc_status status = fc_acquire(w->task, 1, &permit);
+        if (status == FC_LIMITED_CONCURRENCY) {
+            w->limited++;
+            continue;
+        }
+        if (status != FC_OK) {
+            worker_failed(w, "fc_acquire", status);
+            break;
+        }
+        held = __atomic_add_fetch(&g_held, 1, __ATOMIC_SEQ_CST);
+        if (held > w->max_in_flight)
+            w->max_in_flight = held;
+        __atomic_sub_fetch(&g_held, 1, __ATOMIC_SEQ_CST);
+        status = fc_release(w->task, &permit, FC_OUTCOME_SUCCESS);
+        if (status != FC_OK) {
+            worker_failed(w, "fc_release", status);
+            break;
+        }
+        w->pairs++;
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    struct worker workers[THREADS];
+    struct fc_task_stats stats;
+    uint64_t limited = 0;
+    uint32_t max_in_flight = 0;
+    int i;
+
+    section("threads");
+    scratch_path(path, "threads");
+    table = open_table(path, NULL);
+    task = register_task(table, "shared", 0, 1, THREAD_CAP);
+    memset(workers, 0, sizeof workers);
+    for (i = 0; i < THREADS; i++) {
+        workers[i].task = task;
+        CHECK(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) == 0,
+              "start worker %d", i);
+    }
+    for (i = 0; i < THREADS; i++) {
+        struct worker *w = &workers[i];
+        CHECK(pthread_join(w->thread, NULL) == 0, "join worker %d", i);
+        if (w->error != FC_OK)
+            fail(__LINE__, "worker %d: %s -> %s", i, w->error_text, status_name(w->error));
+        CHECK(w->clean_last_error, "worker %d: fc_last_error() is per thread (empty at start)", i);
+        CHECK_EQ(w->pairs, PAIRS_PER_THREAD, "worker: acquire/release pairs");
+        limited += w->limited;
+        if (w->max_in_flight > max_in_flight)
+            max_in_flight = w->max_in_flight;
+    }
+    CHECK(max_in_flight <= THREAD_CAP, "at most %d permits in flight at once (saw %" PRIu32 ")",
+          THREAD_CAP, max_in_flight);
+    stats = stats_of(task);
+    CHECK_EQ(stats.admitted, (uint64_t)THREADS * PAIRS_PER_THREAD, "admitted");
+    CHECK_EQ(stats.released_success, (uint64_t)THREADS * PAIRS_PER_THREAD, "released_success");
+    CHECK_EQ(stats.rtt_samples, (uint64_t)THREADS * PAIRS_PER_THREAD, "rtt_samples");
+    CHECK_EQ(stats.limited_concurrency, limited, "limited_concurrency == rejections the workers saw");
+    CHECK_EQ(stats.in_flight, 0, "in_flight once all threads are done");
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A pre-fork server: the master holds 2 of 10 permits, a worker forked from
+ * it takes the other 8 through the inherited handles and is SIGKILLed; the
+ * reaper must give its 8 back quickly, and the master's 2 must stay held.
+ */
+static void test_fork_reclaim(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    fc_permit mine[2], extra, theirs;
+    struct fc_task_stats stats;
+    fc_status status;
+    uint64_t start, elapsed_ns;
+    uint32_t child_status = FC_ERR_INTERNAL;
+    int ready[2], wstatus;
+    pid_t pid;
+
+    section("fork: a SIGKILLed worker's permits are reclaimed");
+    scratch_path(path, "prefork");
+    table = open_table(path, NULL);
+    task = register_task(table, "prefork", 0, 1, 10);
+    EXPECT(fc_acquire(task, 1, &mine[0]), FC_OK);
+    EXPECT(fc_acquire(task, 1, &mine[1]), FC_OK);
+    CHECK(pipe(ready) == 0, "pipe");
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int i;
+        close(ready[0]);
+        alarm(30); /* never outlive a parent that failed to kill us */
+        status = FC_OK;
+        for (i = 0; i < 8 && status == FC_OK; i++)
+            status = fc_acquire(task, 1, &theirs);
+        if (write(ready[1], &status, sizeof status) != (ssize_t)sizeof status)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    g_child = pid;
+    close(ready[1]);
+    CHECK(read(ready[0], &child_status, sizeof child_status) == (ssize_t)sizeof child_status,
+          "the child reported");
+    close(ready[0]);
+    CHECK_STATUS(child_status, FC_OK, "child: 8 x fc_acquire(task, 1) through the inherited handles");
+    CHECK_EQ(stats_of(task).in_flight, 10, "in_flight with the child's 8 and the parent's 2");
+    EXPECT(fc_acquire(task, 1, &extra), FC_LIMITED_CONCURRENCY);
+
+    CHECK(kill(pid, SIGKILL) == 0, "SIGKILL the child");
+    CHECK(waitpid(pid, &wstatus, 0) == pid && WIFSIGNALED(wstatus) &&
+              WTERMSIG(wstatus) == SIGKILL,
+          "the child died by SIGKILL");
+    g_child = -1;
+    start = monotonic_ns();
+    do {
+        status = fc_acquire(task, 8, &theirs);
+        elapsed_ns = monotonic_ns() - start;
+    } while (status == FC_LIMITED_CONCURRENCY && elapsed_ns < 2000000000u);
+    CHECK_STATUS(status, FC_OK, "fc_acquire(task, 8) after the child died");
+    CHECK(elapsed_ns <= 100000000u, "the child's 8 permits came back within 100 ms (%.1f ms)",
+          (double)elapsed_ns / 1e6);
+    stats = stats_of(task);
+    CHECK_EQ(stats.reclaimed, 8, "reclaimed");
+    CHECK_EQ(stats.in_flight, 10, "in_flight: the parent's 2 are still held, plus the new 8");
+    EXPECT(fc_release(task, &mine[0], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &mine[1], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &theirs, FC_OUTCOME_SUCCESS), FC_OK);
+    CHECK_EQ(stats_of(task).in_flight, 0, "in_flight after the parent released everything");
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* A permit acquired before fork cannot be released by the child. */
+static void test_permit_does_not_cross_fork(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    fc_permit permit;
+    pid_t pid;
+    int code;
+
+    section("fork: permits do not cross fork");
+    scratch_path(path, "crossfork");
+    table = open_table(path, NULL);
+    task = register_task(table, "crossfork", 0, 1, 4);
+    EXPECT(fc_acquire(task, 1, &permit), FC_OK);
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        fc_status status = fc_release(task, &permit, FC_OUTCOME_SUCCESS);
+        if (status >= FC_ERR_INVALID_ARGUMENT && fc_last_error()[0] == '\0')
+            _exit(250);
+        _exit((int)status);
+    }
+    code = wait_exit_code(pid);
+    CHECK(code != 250, "the child's error came with a reason in fc_last_error()");
+    CHECK_STATUS(code, FC_ERR_INVALID_ARGUMENT, "child: fc_release(parent's permit)");
+    CHECK_EQ(stats_of(task).in_flight, 1, "the parent still holds its permit");
+    EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    CHECK_EQ(stats_of(task).in_flight, 0, "in_flight after the parent's release");
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Releasing a permit twice                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_double_release(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    fc_permit a, b;
+    struct fc_task_stats stats;
+
+    section("releasing a permit twice");
+    scratch_path(path, "twice");
+    table = open_table(path, NULL);
+    task = register_task(table, "twice", 0, 1, 3);
+
+    /* With nothing else held... */
+    EXPECT(fc_acquire(task, 1, &a), FC_OK);
+    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    stats = stats_of(task);
+    CHECK_EQ(stats.in_flight, 0, "in_flight after the refused second release");
+    CHECK_EQ(stats.released_success, 1, "released_success after the refused second release");
+
+    /* ... and while another permit of the task is held: fc_permit is caller
+     * memory passed as const, so the library cannot mark it released, and a
+     * second release is indistinguishable from releasing the other permit.
+     * It is accepted; the other permit's release is then refused, and the
+     * totals stay consistent: never more released than admitted. */
+    EXPECT(fc_acquire(task, 1, &a), FC_OK);
+    EXPECT(fc_acquire(task, 1, &b), FC_OK);
+    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &b, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    stats = stats_of(task);
+    CHECK_EQ(stats.admitted, 3, "admitted after the double release");
+    CHECK_EQ(stats.released_success, 3, "released_success never exceeds admitted");
+    CHECK_EQ(stats.in_flight, 0, "in_flight once the process holds nothing");
+
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    int len;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <scratch-dir>\n", argv[0]);
+        return 2;
+    }
+    len = snprintf(g_work, sizeof g_work, "%s/abi_test.XXXXXX", argv[1]);
+    CHECK(len > 0 && len < (int)sizeof g_work && mkdtemp(g_work) != NULL,
+          "make a work directory under %s", argv[1]);
+    printf("flowctrl %s C ABI test in %s\n", fc_version(), g_work);
+
+    test_version_and_status_strings();
+    test_open_and_modes();
+    test_task_registration();
+    test_decisions_and_stats();
+    test_null_arguments();
+    test_names();
+    test_bad_requests_and_permits();
+    test_bad_files();
+    test_bad_options_and_paths();
+    test_permission();
+    test_full_tables();
+    test_fork_reclaim();
+    test_permit_does_not_cross_fork();
+    test_threads(); /* after the forks: never fork a process with threads */
+    test_double_release();
+    cleanup();
+
+    printf("\nall %u checks passed\n", g_checks);
+    return 0;
+}

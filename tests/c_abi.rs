@@ -1,0 +1,251 @@
+//! The C ABI as C and C++ programs see it: compiles `tests/c/abi_test.c`
+//! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`,
+//! links each once with `libflowctrl.so` and once with `libflowctrl.a` (cargo
+//! builds both with the lib, into `target/<profile>/deps`), and runs them.
+//!
+//! The compilers are `$CC` and `$CXX`, else `cc` and `c++`. A missing compiler
+//! fails the tests: the C ABI is part of the product, it is never skipped.
+//! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`.
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Longest a test program may run before it is killed as hung.
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// The header must compile cleanly under the strictest usual settings.
+const WARNINGS: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
+
+#[derive(Clone, Copy, Debug)]
+enum Language {
+    C,
+    Cxx,
+}
+
+impl Language {
+    fn source(self) -> &'static str {
+        match self {
+            Language::C => "abi_test.c",
+            Language::Cxx => "abi_test.cpp",
+        }
+    }
+
+    /// The environment variable naming the compiler, and the default.
+    fn compiler_var(self) -> (&'static str, &'static str) {
+        match self {
+            Language::C => ("CC", "cc"),
+            Language::Cxx => ("CXX", "c++"),
+        }
+    }
+
+    fn standard(self) -> &'static str {
+        match self {
+            Language::C => "-std=c99",
+            Language::Cxx => "-std=c++11",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Language::C => "c",
+            Language::Cxx => "cpp",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Linkage {
+    Shared,
+    Static,
+}
+
+impl Linkage {
+    fn name(self) -> &'static str {
+        match self {
+            Linkage::Shared => "shared",
+            Linkage::Static => "static",
+        }
+    }
+
+    /// Linker arguments for a program using flowctrl from `lib_dir`.
+    fn args(self, lib_dir: &Path) -> Vec<String> {
+        match self {
+            Linkage::Shared => vec![
+                format!("-L{}", lib_dir.display()),
+                "-lflowctrl".into(),
+                format!("-Wl,-rpath,{}", lib_dir.display()),
+            ],
+            // `rustc --print native-static-libs` lists -lgcc_s -lutil -lrt
+            // -lpthread -lm -ldl -lc. With glibc 2.34+ what the compiler
+            // driver links by default is enough (libc has threads and dlopen,
+            // libgcc_s comes as-needed); -lpthread -ldl -lm keep older glibc
+            // working, where those live in libraries of their own.
+            Linkage::Static => vec![
+                lib_dir.join("libflowctrl.a").display().to_string(),
+                "-lpthread".into(),
+                "-ldl".into(),
+                "-lm".into(),
+            ],
+        }
+    }
+}
+
+/// `target/<profile>/deps`: where this test runs from (as `c_abi-<hash>`),
+/// and where cargo put the libflowctrl.so and libflowctrl.a it built for this
+/// run. (`cargo build` also copies them up to `target/<profile>`, but `cargo
+/// test` does not, so the copies there may be missing or stale.)
+fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the test executable has a directory");
+    assert!(
+        deps.ends_with("deps"),
+        "expected the test to run from target/<profile>/deps, not {}",
+        exe.display()
+    );
+    deps.to_path_buf()
+}
+
+/// Compiles one test program and returns its path.
+fn compile(language: Language, linkage: Linkage, lib_dir: &Path) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for lib in ["libflowctrl.so", "libflowctrl.a"] {
+        let path = lib_dir.join(lib);
+        assert!(
+            path.is_file(),
+            "{} is missing: cargo builds it with the lib (crate-type cdylib and staticlib)",
+            path.display()
+        );
+    }
+    let build_dir = lib_dir.parent().expect("deps has a parent").join("c-tests");
+    std::fs::create_dir_all(&build_dir).expect("create the build directory");
+    let binary = build_dir.join(format!("abi_test_{}_{}", language.name(), linkage.name()));
+
+    // $CC may hold arguments too ("ccache gcc").
+    let (var, default) = language.compiler_var();
+    let compiler = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    let mut words = compiler.split_whitespace();
+    let program = words.next().unwrap_or(default);
+    let mut command = Command::new(program);
+    command
+        .args(words)
+        .arg(language.standard())
+        .args(WARNINGS)
+        .arg("-pthread")
+        .arg(format!("-I{}", manifest.join("include").display()))
+        .arg(manifest.join("tests/c").join(language.source()))
+        .arg("-o")
+        .arg(&binary)
+        .args(linkage.args(lib_dir));
+    let output = command.output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run the compiler `{compiler}` for {} ({e}): install it, \
+             or point ${var} at one",
+            language.source()
+        )
+    });
+    assert!(
+        output.status.success(),
+        "compiling {} failed ({}):\n{command:?}\n{}{}",
+        language.source(),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    binary
+}
+
+/// A fresh directory under the system's temporary directory.
+fn scratch_dir(tag: &str) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!(
+        "flowctrl-c-abi-{tag}-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&dir).expect("create the scratch directory");
+    // The permission check of abi_test.c runs a child as uid 65534, which
+    // must be able to reach the files in here.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
+        .expect("make the scratch directory searchable");
+    dir
+}
+
+/// Runs a test program on a scratch directory of its own and fails with its
+/// output unless it succeeds. The programs run one at a time: they measure
+/// time (a dead process's permits must come back within 100 ms) and use
+/// several threads, so they must not compete with each other for the CPUs.
+fn run(binary: &Path) {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+
+    let name = binary.file_name().unwrap().to_string_lossy().into_owned();
+    let scratch = scratch_dir(name.trim_start_matches("abi_test_"));
+    let log_path = binary.with_extension("log");
+    let log = File::create(&log_path).expect("create the log file");
+    let mut child = Command::new(binary)
+        .arg(&scratch)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone the log file"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the test program") {
+            break Some(status);
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    match status {
+        Some(status) if status.success() => {
+            println!("{output}");
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+        Some(status) => panic!(
+            "{name} failed ({status}); its files are in {}\n\n{output}",
+            scratch.display()
+        ),
+        None => panic!(
+            "{name} did not finish within {TIMEOUT:?} and was killed; its files are in {}\n\n{output}",
+            scratch.display()
+        ),
+    }
+}
+
+fn compile_and_run(language: Language, linkage: Linkage) {
+    let binary = compile(language, linkage, &deps_dir());
+    run(&binary);
+}
+
+#[test]
+fn c_with_shared_library() {
+    compile_and_run(Language::C, Linkage::Shared);
+}
+
+#[test]
+fn c_with_static_library() {
+    compile_and_run(Language::C, Linkage::Static);
+}
+
+#[test]
+fn cpp_with_shared_library() {
+    compile_and_run(Language::Cxx, Linkage::Shared);
+}
+
+#[test]
+fn cpp_with_static_library() {
+    compile_and_run(Language::Cxx, Linkage::Static);
+}
