@@ -13,8 +13,7 @@ cargo clippy -q --all-targets -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
 echo "== Rust, C and C++"
-cargo test --all-targets
-cargo test --doc
+cargo test
 
 echo "== Python"
 install_python_module
