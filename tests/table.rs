@@ -345,3 +345,45 @@ fn dropping_everything_detaches_and_returns_permits() {
     assert_eq!((s.in_flight, s.reclaimed, s.admitted), (0, 3, 3));
     assert!(matches!(watched.acquire(4).unwrap(), Decision::Admitted(_)));
 }
+
+#[test]
+fn a_permit_may_be_released_on_another_thread() {
+    let scratch = Scratch::new("threads");
+    let table = open(&scratch.path("t")).unwrap();
+    let task = table
+        .task("svc", &TaskConfig::new().max_concurrency(64))
+        .unwrap();
+    // Several threads acquire, another releases: each thread counts into its
+    // own statistics stripe, and a release finds the permit in any of them.
+    let permits: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..8)
+                        .map(|_| task.acquire_raw(1).unwrap().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(task.stats().in_flight, 48);
+    std::thread::spawn(move || {
+        for p in &permits {
+            task.release_raw(p, Outcome::Success).unwrap();
+        }
+        assert_eq!(
+            task.release_raw(&permits[0], Outcome::Success)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
+        let s = task.stats();
+        assert_eq!((s.admitted, s.released_success, s.in_flight), (48, 48, 0));
+    })
+    .join()
+    .unwrap();
+}

@@ -222,12 +222,34 @@ impl TableInner {
             if slot.state.load(Ordering::Acquire) != TASK_READY {
                 continue;
             }
-            let cell = self.cell(task, index);
-            let take = |c: &AtomicU64| c.swap(0, Ordering::Relaxed);
-            let admitted = take(&cell.admitted);
-            let success = take(&cell.released_success);
-            let dropped = take(&cell.released_dropped);
-            let ignored = take(&cell.released_ignored);
+            // The owner is gone (or is this process, detaching): nobody
+            // writes these cells now, so taking their values is exact.
+            let mut totals = [0u64; 8];
+            for cell in self.cells(task, index) {
+                let counters = [
+                    &cell.admitted,
+                    &cell.released_success,
+                    &cell.released_dropped,
+                    &cell.released_ignored,
+                    &cell.limited_local,
+                    &cell.limited_global,
+                    &cell.limited_concurrency,
+                    &cell.rtt_sum_ns,
+                ];
+                for (total, counter) in totals.iter_mut().zip(counters) {
+                    *total += counter.swap(0, Ordering::Relaxed);
+                }
+            }
+            let [
+                admitted,
+                success,
+                dropped,
+                ignored,
+                local,
+                global,
+                conc,
+                rtt,
+            ] = totals;
             let held = admitted.saturating_sub(success + dropped + ignored);
             if held > 0 {
                 concurrency::give_back(&slot.in_flight, held);
@@ -243,10 +265,10 @@ impl TableInner {
             add(&r.released_dropped, dropped);
             add(&r.released_ignored, ignored);
             add(&r.reclaimed, held);
-            add(&r.limited_local, take(&cell.limited_local));
-            add(&r.limited_global, take(&cell.limited_global));
-            add(&r.limited_concurrency, take(&cell.limited_concurrency));
-            add(&r.rtt_sum_ns, take(&cell.rtt_sum_ns));
+            add(&r.limited_local, local);
+            add(&r.limited_global, global);
+            add(&r.limited_concurrency, conc);
+            add(&r.rtt_sum_ns, rtt);
         }
         self.attach_slot(index)
             .state

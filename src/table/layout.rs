@@ -4,7 +4,7 @@
 //! read it. Anything that changes these structs bumps [`LAYOUT_VERSION`].
 //!
 //! ```text
-//! [ Header | TaskSlot × task_capacity | AttachSlot × attach_capacity | StatCell × task_capacity × attach_capacity ]
+//! [ Header | TaskSlot × tasks | AttachSlot × attachments | StatCell × tasks × attachments × STRIPES ]
 //! ```
 //!
 //! Statistic cells are grouped by task, so the cells of one task are
@@ -134,6 +134,10 @@ pub struct StatCell {
 
 pub const HEADER_SIZE: usize = 4096;
 
+/// Statistic cells per (task, attachment). Threads of one process count into
+/// different stripes, so they do not fight over one cache line.
+pub const STRIPES: u32 = 4;
+
 const _: () = {
     assert!(size_of::<Header>() == 128);
     assert!(size_of::<Header>() <= HEADER_SIZE);
@@ -168,13 +172,19 @@ impl Geometry {
 
     pub fn total_size(&self) -> usize {
         self.cells_offset()
-            + self.task_capacity as usize * self.attach_capacity as usize * size_of::<StatCell>()
+            + self.task_capacity as usize
+                * self.attach_capacity as usize
+                * STRIPES as usize
+                * size_of::<StatCell>()
     }
 
-    pub fn cell_offset(&self, task: u32, attach: u32) -> usize {
-        debug_assert!(task < self.task_capacity && attach < self.attach_capacity);
-        self.cells_offset()
-            + (task as usize * self.attach_capacity as usize + attach as usize)
-                * size_of::<StatCell>()
+    pub fn cell_offset(&self, task: u32, attach: u32, stripe: u32) -> usize {
+        debug_assert!(
+            task < self.task_capacity && attach < self.attach_capacity && stripe < STRIPES
+        );
+        let index = (task as usize * self.attach_capacity as usize + attach as usize)
+            * STRIPES as usize
+            + stripe as usize;
+        self.cells_offset() + index * size_of::<StatCell>()
     }
 }

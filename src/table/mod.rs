@@ -235,10 +235,24 @@ impl TableInner {
         }
     }
 
-    pub(crate) fn cell(&self, task: u32, attach: u32) -> &StatCell {
-        assert!(task < self.geometry.task_capacity && attach < self.geometry.attach_capacity);
+    pub(crate) fn cell(&self, task: u32, attach: u32, stripe: u32) -> &StatCell {
+        assert!(
+            task < self.geometry.task_capacity
+                && attach < self.geometry.attach_capacity
+                && stripe < STRIPES
+        );
         // SAFETY: in bounds of the validated mapping; StatCell is atomics and padding.
-        unsafe { &*(self.base().add(self.geometry.cell_offset(task, attach)) as *const StatCell) }
+        unsafe {
+            &*(self
+                .base()
+                .add(self.geometry.cell_offset(task, attach, stripe))
+                as *const StatCell)
+        }
+    }
+
+    /// Every stripe of an attachment's cells for a task.
+    pub(crate) fn cells(&self, task: u32, attach: u32) -> [&StatCell; STRIPES as usize] {
+        std::array::from_fn(|stripe| self.cell(task, attach, stripe as u32))
     }
 
     /// Finds the slot holding `name`, or claims an empty one and fills it with

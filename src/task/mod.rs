@@ -12,7 +12,7 @@ pub use stats::{ProcessStats, TaskStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::{concurrency, gcra::Gcra};
 use crate::table::TableInner;
-use crate::table::layout::StatCell;
+use crate::table::layout::{STRIPES, StatCell};
 
 /// Which limit turned a request away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -108,12 +108,11 @@ impl Task {
     /// host. The rate state carries over: a new rate applies from now on.
     pub fn update(&self, config: &TaskConfig) -> Result<()> {
         let config = config.validate(&self.table.clock)?;
+        let current = self.settings();
         let merged = TaskConfig {
-            local_rate: config.local_rate.or(Some(self.settings().local_rate)),
-            burst: config.burst.or(Some(self.settings().burst)),
-            max_concurrency: config
-                .max_concurrency
-                .or(Some(self.settings().max_concurrency)),
+            local_rate: config.local_rate.or(Some(current.local_rate)),
+            burst: config.burst.or(Some(current.burst)),
+            max_concurrency: config.max_concurrency.or(Some(current.max_concurrency)),
         };
         merged
             .or_defaults()
@@ -155,7 +154,7 @@ impl Task {
         let table = &*self.table;
         let slot = table.task_slot(self.index);
         let owner = table.owner()?;
-        let cell = table.cell(self.index, table.attach_index(owner));
+        let cell = table.cell(self.index, table.attach_index(owner), stripe());
         let cap = slot.max_concurrency.load(Ordering::Relaxed);
         let gcra = Gcra {
             interval: slot.interval.load(Ordering::Relaxed),
@@ -231,9 +230,12 @@ impl Task {
         if permit.task != self.index || permit.owner != owner || permit.n == 0 {
             return Err(self.foreign_permit(permit, owner));
         }
-        let cell = table.cell(self.index, table.attach_index(owner));
+        let attach = table.attach_index(owner);
+        let cell = table.cell(self.index, attach, stripe());
         let n = permit.n as u64;
-        if n > held(cell) {
+        // Usually the acquiring thread releases: its own stripe shows the
+        // permit held. Otherwise count over every stripe of this process.
+        if n > held(&[cell]) && n > held(&table.cells(self.index, attach)) {
             return Err(Error::invalid(format!(
                 "task {:?}: permit released twice (this process holds fewer than {n})",
                 self.name
@@ -279,7 +281,9 @@ impl Task {
         let mut total = TaskStats::default();
         total.add_cell(&table.task_slot(self.index).retired);
         for attach in 0..table.geometry.attach_capacity {
-            total.add_cell(table.cell(self.index, attach));
+            for cell in table.cells(self.index, attach) {
+                total.add_cell(cell);
+            }
         }
         total
     }
@@ -291,7 +295,9 @@ impl Task {
             .attachments()
             .map(|(attach, pid)| {
                 let mut stats = TaskStats::default();
-                stats.add_cell(table.cell(self.index, attach));
+                for cell in table.cells(self.index, attach) {
+                    stats.add_cell(cell);
+                }
                 ProcessStats { pid, stats }
             })
             .collect()
@@ -320,22 +326,38 @@ fn count_released(counter: &std::sync::atomic::AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Release);
 }
 
-/// A lower bound of the permits this process holds in a cell, safe against
-/// other threads acquiring and releasing meanwhile: releases are read before
-/// admissions, so a permit held throughout is always counted as held.
+/// A lower bound of the permits held in `cells`, safe against other threads
+/// acquiring and releasing meanwhile: all releases are read before any
+/// admission, so a permit held throughout is always counted as held.
 #[inline]
-fn held(cell: &StatCell) -> u64 {
-    let released = [
-        &cell.released_success,
-        &cell.released_dropped,
-        &cell.released_ignored,
-    ]
-    .map(|c| c.load(Ordering::Acquire))
-    .iter()
-    .sum::<u64>();
-    cell.admitted
-        .load(Ordering::Relaxed)
-        .saturating_sub(released)
+fn held(cells: &[&StatCell]) -> u64 {
+    let released: u64 = cells
+        .iter()
+        .flat_map(|c| {
+            [
+                &c.released_success,
+                &c.released_dropped,
+                &c.released_ignored,
+            ]
+        })
+        .map(|c| c.load(Ordering::Acquire))
+        .sum();
+    let admitted: u64 = cells
+        .iter()
+        .map(|c| c.admitted.load(Ordering::Relaxed))
+        .sum();
+    admitted.saturating_sub(released)
+}
+
+/// This thread's statistics stripe: threads take stripes in turn.
+#[inline]
+fn stripe() -> u32 {
+    use std::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    thread_local! {
+        static STRIPE: u32 = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.with(|s| *s)
 }
 
 impl<'a> Permit<'a> {

@@ -110,13 +110,12 @@ fn reason(why: Why) -> &'static str {
     }
 }
 
-fn limited(task: &str, why: Why) -> PyErr {
+fn limited(py: Python<'_>, task: &str, why: Why) -> PyErr {
     let reason = reason(why);
-    Python::attach(|py| {
-        let err = Limited::new_err(format!("task {task:?} limited by {reason}"));
-        let _ = err.value(py).setattr("reason", reason);
-        err
-    })
+    let err = Limited::new_err(format!("task {task:?} limited by {reason}"));
+    // Setting an attribute on a fresh exception instance cannot fail in practice.
+    let _ = err.value(py).setattr("reason", reason);
+    err
 }
 
 fn outcome(name: &str) -> PyResult<Outcome> {
@@ -225,10 +224,10 @@ impl Task {
 
     /// Returns a Permit (a context manager), or raises Limited.
     #[pyo3(signature = (n=1))]
-    fn acquire(&self, n: u32) -> PyResult<Permit> {
+    fn acquire(&self, py: Python<'_>, n: u32) -> PyResult<Permit> {
         match self.task.acquire_raw(n).map_err(to_py)? {
             Ok(raw) => Ok(self.permit(raw)),
-            Err(why) => Err(limited(self.task.name(), why)),
+            Err(why) => Err(limited(py, self.task.name(), why)),
         }
     }
 
