@@ -1,0 +1,88 @@
+"""Writes benches/RESULTS.md from the criterion estimates and the Python
+benchmark's JSON (argv[1]), with the machine, the date and each budget."""
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def median(group, name):
+    path = os.path.join(ROOT, "target", "criterion", group, name, "new", "estimates.json")
+    with open(path) as f:
+        return json.load(f)["median"]["point_estimate"]
+
+
+def machine():
+    model = "unknown CPU"
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            model = line.split(":", 1)[1].strip()
+    clock = open("/sys/devices/system/clocksource/clocksource0/current_clocksource").read().strip()
+    return f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, clocksource {clock}"
+
+
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        py = json.load(f)
+    fc_1 = median("one_thread", "flowctrl_acquire")
+    fc_pair_1 = median("one_thread", "flowctrl_acquire_release")
+    gov_1 = median("one_thread", "governor_check")
+    fc_2t = median("two_threads", "flowctrl_acquire_release")
+    gov_2t = median("two_threads", "governor_check")
+    fc_2p = median("two_processes", "flowctrl_acquire_release")
+    py_fc = py["flowctrl_try_acquire_release_ns"]
+    py_limits = py["limits_fixed_window_hit_ns"]
+    # In the 2-way cases each of the two workers makes one call per iteration:
+    # throughput = 2 calls per iteration time.
+    tput = lambda ns: 2e3 / ns  # millions of calls per second
+    rows = [
+        ("one thread", "flowctrl acquire (the decision)", fc_1, 1e3 / fc_1),
+        ("one thread", "flowctrl acquire + release", fc_pair_1, 1e3 / fc_pair_1),
+        ("one thread", "governor direct `check()`", gov_1, 1e3 / gov_1),
+        ("two threads, one task", "flowctrl acquire + release", fc_2t, tput(fc_2t)),
+        ("two threads, one limiter", "governor `check()`", gov_2t, tput(gov_2t)),
+        ("two processes, one task", "flowctrl acquire + release", fc_2p, tput(fc_2p)),
+        ("Python", "flowctrl `try_acquire()` + `release()`", py_fc, 1e3 / py_fc),
+        ("Python", "limits FixedWindowRateLimiter(MemoryStorage).hit", py_limits, 1e3 / py_limits),
+    ]
+    out = [
+        "# Benchmark results",
+        "",
+        f"Measured {datetime.date.today().isoformat()} on {machine()}.",
+        "Produced by `./scripts/bench.sh` (criterion medians; Python: median of 9 runs of",
+        "200,000 calls). The machine is a shared 2-core VM: read ratios, not absolutes.",
+        "Limits are set far above the loops' pace (1e9/s), so every call is admitted",
+        "and does its full work.",
+        "",
+        "| case | what | median ns per iteration | M calls/s (all workers) |",
+        "|---|---|---:|---:|",
+    ]
+    out += [f"| {c} | {w} | {ns:.1f} | {m:.1f} |" for c, w, ns, m in rows]
+    r1 = fc_1 / gov_1
+    r2 = tput(fc_2p) / tput(gov_2t)
+    r3 = py_limits / py_fc
+    out += [
+        "",
+        "## Budgets (issue 2)",
+        "",
+        "| budget | measured | verdict |",
+        "|---|---|---|",
+        f"| 1-thread decision ≤ 0.5 × governor `check()` | {r1:.2f} × ({fc_1:.1f} vs {gov_1:.1f} ns) | {verdict(r1 <= 0.5)} |",
+        f"| 2 processes ≥ 2 × governor's 2-thread throughput | {r2:.2f} × ({tput(fc_2p):.1f} vs {tput(gov_2t):.1f} M/s) | {verdict(r2 >= 2)} |",
+        f"| Python pair ≥ 10 × faster than `limits` | {r3:.1f} × ({py_fc:.0f} vs {py_limits:.0f} ns) | {verdict(r3 >= 10)} |",
+        "",
+    ]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
