@@ -387,3 +387,65 @@ fn a_permit_may_be_released_on_another_thread() {
     .join()
     .unwrap();
 }
+
+/// Every byte of the header and of a task slot overwritten with hostile
+/// values: opening and using the table answers or errs, and never crashes.
+#[test]
+fn damaged_tables_are_refused_or_survived_never_crash() {
+    let scratch = Scratch::new("damage");
+    let pristine_path = scratch.path("pristine");
+    let options = TableOptions {
+        capacity: 4,
+        max_processes: 4,
+        ..Default::default()
+    };
+    {
+        let table = Table::open(&pristine_path, &options).unwrap();
+        let task = table
+            .task(
+                "svc",
+                &TaskConfig::new()
+                    .local_rate(10.0)
+                    .burst(2)
+                    .max_concurrency(3),
+            )
+            .unwrap();
+        drop(task.acquire(1).unwrap());
+    }
+    let pristine = std::fs::read(&pristine_path).unwrap();
+    let header = 0..128;
+    let task_slots = 4096..4096 + 4 * 1024;
+    let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
+    for (i, offset) in header.chain(task_slots.step_by(3)).enumerate() {
+        for value in [0x00u8, 0xff, 0x7f, 0x80, (offset * 31 + i) as u8] {
+            let mut bytes = pristine.clone();
+            bytes[offset] = value;
+            let path = scratch.path("damaged");
+            std::fs::write(&path, &bytes).unwrap();
+            let outcome = match Table::open(&path, &options) {
+                Err(e) => {
+                    assert!(
+                        matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::Incompatible),
+                        "{e}"
+                    );
+                    "refused"
+                }
+                Ok(table) => match table.task("svc", &TaskConfig::new()) {
+                    Err(_) => "task refused",
+                    Ok(task) => {
+                        let _ = task
+                            .acquire(1)
+                            .map(|d| d.permit().map(|p| p.release(Outcome::Success)));
+                        let _ = task.stats();
+                        "survived"
+                    }
+                },
+            };
+            *outcomes.entry(outcome).or_default() += 1;
+        }
+    }
+    assert!(
+        outcomes["refused"] > 0 && outcomes["survived"] > 0,
+        "{outcomes:?}"
+    );
+}
