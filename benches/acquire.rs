@@ -152,12 +152,33 @@ fn two_processes(c: &mut Criterion) {
     let _ = std::fs::remove_file(path);
 }
 
+/// What any rate decision costs at least on this machine: one clock read and
+/// one compare-and-swap (governor's `check()` is exactly these two).
+fn floor(c: &mut Criterion) {
+    let clock = flowctrl::clock::Clock::detect();
+    let word = std::sync::atomic::AtomicU64::new(0);
+    let mut g = c.benchmark_group("floor");
+    g.bench_function("clock_read", |b| b.iter(|| black_box(clock.now())));
+    g.bench_function("compare_and_swap", |b| {
+        b.iter(|| {
+            let v = word.load(std::sync::atomic::Ordering::Relaxed);
+            black_box(word.compare_exchange(
+                v,
+                v + 1,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            ))
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(40);
-    targets = one_thread, two_threads, two_processes
+    targets = floor, one_thread, two_threads, two_processes
 }
 criterion_main!(benches);
