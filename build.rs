@@ -13,7 +13,8 @@ fn generate_header() {
 
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("flowctrl.h");
-    println!("cargo:rerun-if-changed=src/ffi");
+    // cbindgen reads the whole crate (a public constant anywhere is exported).
+    println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable");

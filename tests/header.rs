@@ -44,3 +44,19 @@ fn header_versions_match_the_crate() {
     );
     assert_eq!(define("FC_NAME_MAX"), "63");
 }
+
+#[test]
+fn header_exports_only_flowctrl_names() {
+    // cbindgen exports every public constant of the crate; internal ones must
+    // be excluded in cbindgen.toml, or they leak into C's namespace.
+    let header = include_str!(concat!(env!("OUT_DIR"), "/flowctrl.h"));
+    for line in header.lines() {
+        if let Some(rest) = line.strip_prefix("#define ") {
+            let name = rest.split_whitespace().next().unwrap_or_default();
+            assert!(
+                name.starts_with("FC_") || name == "FLOWCTRL_H",
+                "leaked: {line}"
+            );
+        }
+    }
+}
