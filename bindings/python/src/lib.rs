@@ -383,30 +383,23 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Table>()?;
     m.add_class::<Task>()?;
     m.add_class::<Permit>()?;
-    m.add("FlowctrlError", py.get_type::<FlowctrlError>())?;
-    m.add("Limited", py.get_type::<Limited>())?;
-    m.add(
-        "InvalidArgumentError",
-        py.get_type::<InvalidArgumentError>(),
-    )?;
-    m.add("InvalidNameError", py.get_type::<InvalidNameError>())?;
-    m.add("TableFullError", py.get_type::<TableFullError>())?;
-    m.add(
-        "TooManyProcessesError",
-        py.get_type::<TooManyProcessesError>(),
-    )?;
-    m.add("ConfigMismatchError", py.get_type::<ConfigMismatchError>())?;
-    m.add(
-        "IncompatibleTableError",
-        py.get_type::<IncompatibleTableError>(),
-    )?;
-    m.add("CorruptTableError", py.get_type::<CorruptTableError>())?;
-    m.add(
-        "TablePermissionError",
-        py.get_type::<TablePermissionError>(),
-    )?;
-    m.add("TableIOError", py.get_type::<TableIOError>())?;
-    m.add("InternalError", py.get_type::<InternalError>())?;
+    macro_rules! add_types {
+        ($($t:ident),* $(,)?) => { $( m.add(stringify!($t), py.get_type::<$t>())?; )* };
+    }
+    add_types!(
+        FlowctrlError,
+        Limited,
+        InvalidArgumentError,
+        InvalidNameError,
+        TableFullError,
+        TooManyProcessesError,
+        ConfigMismatchError,
+        IncompatibleTableError,
+        CorruptTableError,
+        TablePermissionError,
+        TableIOError,
+        InternalError,
+    );
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
     Ok(())
