@@ -25,7 +25,7 @@ compile_error!("flowctrl needs native 64-bit atomics: shared-memory counters can
 pub mod clock;
 mod error;
 pub mod ffi;
-pub mod limit;
+mod limit;
 pub mod table;
 mod task;
 

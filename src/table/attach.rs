@@ -62,7 +62,7 @@ impl Attachment {
 
 /// The start time of a live process (field 22 of `/proc/<pid>/stat`, in clock
 /// ticks since boot); `None` if it is gone or a zombie.
-pub fn process_start_time(pid: u32) -> Option<u64> {
+pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: parse after
     // its last ')'. Then: state (3), ppid (4), ... starttime (22).

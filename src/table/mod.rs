@@ -12,7 +12,7 @@ use std::time::Duration;
 use memmap2::MmapRaw;
 
 use attach::Attachment;
-pub use attach::process_start_time;
+use attach::process_start_time;
 use layout::*;
 
 use crate::clock::Clock;
