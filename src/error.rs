@@ -25,6 +25,9 @@ pub enum ErrorKind {
     Permission,
     /// Any other I/O failure.
     Io,
+    /// Another process held a claim (a task slot being registered, a
+    /// configuration being written) past the documented deadline.
+    Timeout,
     /// A bug in flowctrl (a caught panic, a broken invariant).
     Internal,
 }

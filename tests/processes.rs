@@ -154,7 +154,7 @@ fn a_forked_worker_is_its_own_attachment() {
     // The pre-fork pattern: the child keeps using the handles it inherited.
     let child = fork(|| {
         if task
-            .release_raw(&parent_raw, flowctrl::Outcome::Success)
+            .release_raw(&mut parent_raw.clone(), flowctrl::Outcome::Success)
             .is_ok()
         {
             return 2; // a permit must not cross fork

@@ -172,6 +172,7 @@ pub unsafe extern "C" fn fc_table_open(
                 capacity: o.capacity,
                 max_processes: o.max_processes,
                 mode: o.mode,
+                ..TableOptions::default()
             },
         };
         let path = (!path.is_null()).then(|| {
@@ -359,14 +360,14 @@ pub unsafe extern "C" fn fc_release(
             FC_OUTCOME_IGNORED => Outcome::Ignored,
             other => return Err(Error::invalid(format!("unknown outcome {other}"))),
         };
-        let raw = RawPermit {
+        let mut raw = RawPermit {
             acquired_at: p.acquired_at,
             owner: p.owner,
             task: p.task,
             n: p.n,
             flags: p.flags,
         };
-        task.task.release_raw(&raw, outcome)?;
+        task.task.release_raw(&mut raw, outcome)?;
         Ok(fc_status::FC_OK)
     })
 }

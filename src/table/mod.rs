@@ -37,6 +37,12 @@ pub struct TableOptions {
     pub max_processes: u32,
     /// File mode of a new table (default 0o600: only the owner's processes).
     pub mode: u32,
+    /// The uid an existing table must belong to; `None` = this process's
+    /// effective uid. Anyone who can write the file sets everyone's limits.
+    pub owner: Option<u32>,
+    /// Accept (and create) a table that group or others may write. Off by
+    /// default: such a table lets other users change or break the limits.
+    pub shared: bool,
 }
 
 impl Default for TableOptions {
@@ -45,6 +51,8 @@ impl Default for TableOptions {
             capacity: 1024,
             max_processes: 128,
             mode: 0o600,
+            owner: None,
+            shared: false,
         }
     }
 }

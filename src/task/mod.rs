@@ -224,7 +224,7 @@ impl Task {
     /// its own: releasing one twice while holding others of the task is
     /// accepted, and one of those is then refused.
     #[inline]
-    pub fn release_raw(&self, permit: &RawPermit, outcome: Outcome) -> Result<()> {
+    pub fn release_raw(&self, permit: &mut RawPermit, outcome: Outcome) -> Result<()> {
         let table = &*self.table;
         let owner = table.owner()?;
         if permit.task != self.index || permit.owner != owner || permit.n == 0 {
@@ -376,14 +376,14 @@ impl<'a> Permit<'a> {
     /// Releases the permit with the request's outcome.
     pub fn release(mut self, outcome: Outcome) -> Result<()> {
         self.released = true;
-        self.task.release_raw(&self.raw, outcome)
+        self.task.release_raw(&mut self.raw, outcome)
     }
 }
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
         if !self.released {
-            let _ = self.task.release_raw(&self.raw, Outcome::Ignored);
+            let _ = self.task.release_raw(&mut self.raw, Outcome::Ignored);
         }
     }
 }

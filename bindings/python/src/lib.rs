@@ -150,6 +150,7 @@ impl Table {
             capacity,
             max_processes,
             mode,
+            ..TableOptions::default()
         };
         // Opening may create and calibrate a table (~10 ms): let other threads run.
         let table = py
@@ -329,7 +330,8 @@ impl Permit {
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(InvalidArgumentError::new_err("permit already released"));
         }
-        self.task.release_raw(&self.raw, outcome).map_err(to_py)
+        let mut raw = self.raw;
+        self.task.release_raw(&mut raw, outcome).map_err(to_py)
     }
 
     #[getter]
@@ -372,7 +374,8 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if !self.released.swap(true, Ordering::AcqRel) {
-            let _ = self.task.release_raw(&self.raw, Outcome::Ignored);
+            let mut raw = self.raw;
+            let _ = self.task.release_raw(&mut raw, Outcome::Ignored);
         }
     }
 }
