@@ -4,3 +4,4 @@
 
 pub mod concurrency;
 pub mod gcra;
+pub mod ledger;
