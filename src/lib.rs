@@ -19,24 +19,30 @@
 //! # Ok::<(), flowctrl::Error>(())
 //! ```
 
-#[cfg(not(target_has_atomic = "64"))]
-compile_error!("flowctrl needs native 64-bit atomics: shared-memory counters cannot be emulated");
+#[cfg(not(all(target_has_atomic = "64", target_pointer_width = "64")))]
+compile_error!(
+    "flowctrl needs a 64-bit target with native 64-bit atomics: shared-memory counters cannot be emulated"
+);
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("flowctrl needs Linux: liveness rests on open-file-description locks");
 
 pub mod clock;
 mod error;
 pub mod ffi;
 mod limit;
+mod shm;
 pub mod table;
 mod task;
 
 pub use error::{Error, ErrorKind, Result};
-pub use table::{Table, TableOptions};
+pub use table::{Geometry, Table, TableCheck, TableOptions};
 pub use task::{
-    Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings,
-    TaskStats,
+    Consistency, Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig,
+    TaskSettings, TaskStats,
 };
 
 /// The crate version, as the C face reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The version of the table file layout this build reads and writes.
-pub const LAYOUT_VERSION: u32 = table::layout::LAYOUT_VERSION;
+pub const LAYOUT_VERSION: u32 = shm::layout::LAYOUT_VERSION;

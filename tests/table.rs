@@ -25,12 +25,24 @@ fn a_new_table_is_private_unless_asked_otherwise() {
     open(&private).unwrap();
     assert_eq!(mode_of(&private), 0o600);
     let shared = scratch.path("shared");
-    let options = TableOptions {
+    let group_writable = TableOptions {
         mode: 0o660,
         ..Default::default()
     };
+    // Others' write access is an explicit choice: refused unless shared.
+    assert_eq!(
+        Table::open(&shared, &group_writable).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    let options = TableOptions {
+        shared: true,
+        ..group_writable
+    };
     Table::open(&shared, &options).unwrap();
     assert_eq!(mode_of(&shared), 0o660);
+    // And an existing group-writable table is only opened as shared.
+    assert_eq!(open(&shared).unwrap_err().kind(), ErrorKind::Permission);
+    Table::open(&shared, &options).unwrap();
     let bad = TableOptions {
         mode: 0o044,
         ..Default::default()
@@ -304,20 +316,21 @@ fn impossible_requests_and_bad_permits_are_errors() {
     let raw = *permit.raw();
     assert_eq!(
         other
-            .release_raw(&raw, Outcome::Success)
+            .release_raw(&mut raw.clone(), Outcome::Success)
             .unwrap_err()
             .kind(),
         ErrorKind::InvalidArgument
     );
     permit.release(Outcome::Success).unwrap();
-    let err = task.release_raw(&raw, Outcome::Success).unwrap_err();
+    // A copy of the released permit: this process holds nothing any more.
+    let err = task.release_raw(&mut raw.clone(), Outcome::Success).unwrap_err();
     assert!(err.message().contains("twice"), "{err}");
     let forged = flowctrl::RawPermit {
         owner: raw.owner ^ 1,
         ..raw
     };
     assert_eq!(
-        task.release_raw(&forged, Outcome::Success)
+        task.release_raw(&mut forged.clone(), Outcome::Success)
             .unwrap_err()
             .kind(),
         ErrorKind::InvalidArgument
@@ -372,11 +385,12 @@ fn a_permit_may_be_released_on_another_thread() {
     });
     assert_eq!(task.stats().in_flight, 48);
     std::thread::spawn(move || {
-        for p in &permits {
+        let mut permits = permits;
+        for p in &mut permits {
             task.release_raw(p, Outcome::Success).unwrap();
         }
         assert_eq!(
-            task.release_raw(&permits[0], Outcome::Success)
+            task.release_raw(&mut permits[0], Outcome::Success)
                 .unwrap_err()
                 .kind(),
             ErrorKind::InvalidArgument

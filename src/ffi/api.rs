@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::status::{boundary, fc_status};
-use crate::table::layout::NAME_MAX;
+const NAME_MAX: usize = FC_NAME_MAX as usize;
 use crate::{
     Error, ErrorKind, Outcome, RawPermit, Table, TableOptions, Task, TaskConfig, TaskStats,
 };
@@ -72,6 +72,7 @@ pub struct fc_permit {
     pub n: u32,
     pub flags: u32,
     pub reserved: u32,
+    pub check: u64,
 }
 
 /// A task's counters, in permits, summed over every process on the host.
@@ -328,6 +329,7 @@ pub unsafe extern "C" fn fc_acquire(
                     n: raw.n,
                     flags: raw.flags,
                     reserved: 0,
+                    check: raw.check,
                 };
                 unsafe { put(permit, value) };
                 fc_status::FC_OK
@@ -366,6 +368,7 @@ pub unsafe extern "C" fn fc_release(
             task: p.task,
             n: p.n,
             flags: p.flags,
+            check: p.check,
         };
         task.task.release_raw(&mut raw, outcome)?;
         Ok(fc_status::FC_OK)

@@ -37,15 +37,31 @@ impl Gcra {
     /// older than the state it judges (a stale `now` would reject requests
     /// the rate allows). When the compare-and-swap loses a race, both are
     /// read again.
-    #[inline]
+    #[cfg(test)]
     pub fn try_take(&self, word: &AtomicU64, n: u32, clock: impl Fn() -> u64) -> Option<u64> {
-        let mut tat = word.load(Ordering::Relaxed);
+        let tat = word.load(Ordering::Relaxed);
+        self.take_from(word, tat, clock(), n, clock)
+    }
+
+    /// [`Gcra::try_take`] starting from a `tat` and `now` the caller read
+    /// already (in that order), e.g. to look before taking anything else.
+    #[inline]
+    pub fn take_from(
+        &self,
+        word: &AtomicU64,
+        mut tat: u64,
+        mut now: u64,
+        n: u32,
+        clock: impl Fn() -> u64,
+    ) -> Option<u64> {
         loop {
-            let now = clock();
             let new_tat = self.decide(tat, now, n)?;
             match word.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Some(now),
-                Err(current) => tat = current,
+                Err(current) => {
+                    tat = current;
+                    now = clock();
+                }
             }
         }
     }

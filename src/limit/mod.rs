@@ -1,7 +1,6 @@
-//! The lock-free admission checks. Each works on one atomic word in the task's
-//! slot: a pure decision function plus a compare-and-swap loop around it, so
-//! the arithmetic can be tested exhaustively apart from the atomics.
+//! The lock-free admission checks, on words of a task's slot: the GCRA rate
+//! (one word, a pure decision plus a compare-and-swap loop) and the
+//! crash-exact concurrency ledger.
 
-pub mod concurrency;
 pub mod gcra;
 pub mod ledger;

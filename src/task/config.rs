@@ -1,10 +1,19 @@
-//! What a task is configured with, and how that is kept in its slot.
+//! What a task is configured with, and how that is kept in its slot: two
+//! copies and a version, so every process reads one whole configuration
+//! without waiting, and writers (serialised by an owner-tagged lock) never
+//! show anyone half an update.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{Ordering, fence};
+use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
-use crate::table::layout::TaskSlot;
+use crate::limit::ledger::MAX_COUNT;
+use crate::shm::layout::TaskSlot;
+use crate::shm::{Owner, Shm};
+
+/// How long a writer waits for another live process's configuration write.
+pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The configuration asked for when registering or updating a task. Fields
 /// left `None` keep their current value (or the default for a new task) and
@@ -40,23 +49,12 @@ impl TaskConfig {
         self
     }
 
-    /// Checks every field that is set.
-    pub(crate) fn validate(&self, clock: &Clock) -> Result<Self> {
-        if let Some(rate) = self.local_rate {
-            interval_for(rate, clock)?;
-        }
-        if self.burst == Some(0) {
-            return Err(Error::invalid("burst must be at least 1"));
-        }
-        Ok(*self)
-    }
-
-    pub(crate) fn or_defaults(&self) -> TaskSettings {
-        let d = TaskSettings::default();
+    /// These fields over `base`'s.
+    pub(crate) fn over(&self, base: TaskSettings) -> TaskSettings {
         TaskSettings {
-            local_rate: self.local_rate.unwrap_or(d.local_rate),
-            burst: self.burst.unwrap_or(d.burst),
-            max_concurrency: self.max_concurrency.unwrap_or(d.max_concurrency),
+            local_rate: self.local_rate.unwrap_or(base.local_rate),
+            burst: self.burst.unwrap_or(base.burst),
+            max_concurrency: self.max_concurrency.unwrap_or(base.max_concurrency),
         }
     }
 }
@@ -79,24 +77,41 @@ impl Default for TaskSettings {
     }
 }
 
-impl TaskSettings {
-    pub(crate) fn load(slot: &TaskSlot) -> Self {
-        Self {
-            local_rate: f64::from_bits(slot.rate_bits.load(Ordering::Relaxed)),
-            burst: slot.burst.load(Ordering::Relaxed),
-            max_concurrency: slot.max_concurrency.load(Ordering::Relaxed),
-        }
-    }
+/// What the request path needs of the configuration, in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub interval: u64,
+    pub burst: u32,
+    pub cap: u32,
+}
 
-    /// Writes validated settings into a slot.
-    pub(crate) fn store(&self, slot: &TaskSlot, clock: &Clock) {
-        let interval = interval_for(self.local_rate, clock).unwrap_or(0);
-        slot.rate_bits
-            .store(self.local_rate.to_bits(), Ordering::Relaxed);
-        slot.burst.store(self.burst.max(1), Ordering::Relaxed);
-        slot.interval.store(interval, Ordering::Relaxed);
-        slot.max_concurrency
-            .store(self.max_concurrency, Ordering::Relaxed);
+impl TaskSettings {
+    /// Checks a whole configuration and turns it into clock ticks.
+    pub(crate) fn limits(&self, clock: &Clock) -> Result<Limits> {
+        if self.burst == 0 {
+            return Err(Error::invalid("burst must be at least 1"));
+        }
+        if self.max_concurrency as u64 > MAX_COUNT {
+            return Err(Error::invalid(format!(
+                "max_concurrency must be at most {MAX_COUNT}, not {}",
+                self.max_concurrency
+            )));
+        }
+        let interval = interval_for(self.local_rate, clock)?;
+        // The GCRA looks burst × interval ahead; past 2^62 ticks (decades)
+        // that would saturate and quietly admit everything.
+        if interval.checked_mul(self.burst as u64).is_none_or(|span| span > 1 << 62) {
+            return Err(Error::invalid(format!(
+                "local_rate {} with burst {} spans more than 2^62 clock ticks \
+                 (the burst would never refill): raise the rate or lower the burst",
+                self.local_rate, self.burst
+            )));
+        }
+        Ok(Limits {
+            interval,
+            burst: self.burst,
+            cap: self.max_concurrency,
+        })
     }
 
     /// The fields of `asked` that differ from these settings, described.
@@ -109,12 +124,91 @@ impl TaskSettings {
             out.push(format!("burst {} (asked {b})", self.burst));
         }
         if let Some(c) = asked.max_concurrency.filter(|c| *c != self.max_concurrency) {
-            out.push(format!(
-                "max_concurrency {} (asked {c})",
-                self.max_concurrency
-            ));
+            out.push(format!("max_concurrency {} (asked {c})", self.max_concurrency));
         }
         out
+    }
+}
+
+/// Reads the current copy: a consistent configuration. A reader retries only
+/// when a write completed while it read; a table someone keeps rewriting
+/// gets the last copy read after a bounded number of tries.
+#[inline]
+pub(crate) fn read(slot: &TaskSlot) -> (Limits, f64) {
+    let mut tries = 0;
+    loop {
+        let version = slot.config_version.load(Ordering::Acquire);
+        let copy = &slot.config[(version & 1) as usize];
+        let interval = copy.interval.load(Ordering::Relaxed);
+        let limits = copy.limits.load(Ordering::Relaxed);
+        let rate = copy.rate_bits.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        tries += 1;
+        if slot.config_version.load(Ordering::Relaxed) == version || tries >= 64 {
+            let limits = Limits {
+                interval,
+                burst: limits as u32,
+                cap: (limits >> 32) as u32,
+            };
+            return (limits, f64::from_bits(rate));
+        }
+    }
+}
+
+pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
+    let (limits, rate) = read(slot);
+    TaskSettings {
+        local_rate: rate,
+        burst: limits.burst,
+        max_concurrency: limits.cap,
+    }
+}
+
+/// Writes a configuration into the copy readers are not using, then makes it
+/// current. The caller holds the slot's configuration lock (or the slot is
+/// not published yet).
+pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
+    // Pairs with the readers' fence: a reader that sees any of these stores
+    // also sees the version bump that preceded this write.
+    fence(Ordering::Release);
+    let version = slot.config_version.load(Ordering::Relaxed);
+    let copy = &slot.config[((version + 1) & 1) as usize];
+    copy.interval.store(limits.interval, Ordering::Relaxed);
+    copy.rate_bits.store(rate.to_bits(), Ordering::Relaxed);
+    copy.limits
+        .store(limits.burst as u64 | (limits.cap as u64) << 32, Ordering::Relaxed);
+    slot.config_version
+        .store(version.wrapping_add(1), Ordering::Release);
+}
+
+/// Runs `body` holding the task's configuration lock. A lock held by a dead
+/// process is taken over; one held by a live process is waited for up to
+/// [`WRITE_DEADLINE`].
+pub(crate) fn with_lock<T>(shm: &Shm, slot: &TaskSlot, me: Owner, body: impl FnOnce() -> T) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        let current = slot.config_lock.load(Ordering::Acquire);
+        let free = current == 0 || (current != me.0 && !shm.owner_alive(Owner(current)));
+        if free
+            && slot
+                .config_lock
+                .compare_exchange(current, me.0, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            let result = body();
+            slot.config_lock.store(0, Ordering::Release);
+            return Ok(result);
+        }
+        if start.elapsed() > WRITE_DEADLINE {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the task's configuration has been locked by a live process for over {:?}",
+                    WRITE_DEADLINE
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 
@@ -157,9 +251,26 @@ mod tests {
     }
 
     #[test]
-    fn unset_fields_take_defaults_and_are_not_compared() {
-        let asked = TaskConfig::new().burst(5);
-        let settings = asked.or_defaults();
+    fn a_burst_that_would_saturate_the_horizon_is_refused() {
+        let clock = Clock::new(ClockKind::Tsc, 2_100_000_000);
+        let slow = TaskSettings {
+            local_rate: 1e-6,
+            burst: 10_000,
+            max_concurrency: 0,
+        };
+        assert_eq!(slow.limits(&clock).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        let fine = TaskSettings { burst: 1, ..slow };
+        assert!(fine.limits(&clock).is_ok());
+        let huge_cap = TaskSettings {
+            max_concurrency: u32::MAX,
+            ..TaskSettings::default()
+        };
+        assert!(huge_cap.limits(&clock).is_err());
+    }
+
+    #[test]
+    fn unset_fields_keep_the_base_and_are_not_compared() {
+        let settings = TaskConfig::new().burst(5).over(TaskSettings::default());
         assert_eq!(
             settings,
             TaskSettings {
@@ -170,9 +281,7 @@ mod tests {
         );
         assert!(settings.mismatches(&TaskConfig::new()).is_empty());
         assert_eq!(
-            settings
-                .mismatches(&TaskConfig::new().burst(6).local_rate(0.0))
-                .len(),
+            settings.mismatches(&TaskConfig::new().burst(6).local_rate(0.0)).len(),
             1
         );
     }

@@ -1,18 +1,28 @@
 //! Tasks: the unit a limit applies to, and the admit/release decisions.
 
 mod config;
+mod permit;
+mod reclaim;
+mod register;
 mod stats;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 pub use config::{TaskConfig, TaskSettings};
-pub use stats::{ProcessStats, TaskStats};
+pub use permit::{Permit, RawPermit};
+pub(crate) use reclaim::TaskReclaim;
+pub(crate) use register::{find_or_claim, slot_name, validate_name};
+pub use stats::{Consistency, ProcessStats, TaskStats};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::limit::{concurrency, gcra::Gcra};
-use crate::table::TableInner;
-use crate::table::layout::{STRIPES, StatCell};
+use crate::limit::gcra::Gcra;
+use crate::limit::ledger::{self, Update};
+use crate::shm::Shm;
+use crate::shm::layout::{Counter, LANES, Lane};
+use permit::{COUNTED, SPENT};
+use stats::{Sums, contribution, lane_ids};
 
 /// Which limit turned a request away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,41 +45,6 @@ pub enum Outcome {
     Ignored,
 }
 
-/// A permit as plain data, for faces that keep it in caller memory (C) or in
-/// an object of their own (Python). Rust code uses [`Permit`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawPermit {
-    /// Clock ticks at admission.
-    pub acquired_at: u64,
-    /// The attachment that holds it (see `table::attach`).
-    pub owner: u64,
-    /// The task's slot index.
-    pub task: u32,
-    pub n: u32,
-    /// Bit 0: it holds concurrency. Other bits are zero.
-    pub flags: u32,
-}
-
-/// [`RawPermit::flags`] bit: the permit holds `n` of the task's concurrency.
-pub(crate) const COUNTED: u32 = 1;
-
-/// A registered task. Cheap to clone; `Send + Sync`.
-#[derive(Clone)]
-pub struct Task {
-    table: Arc<TableInner>,
-    index: u32,
-    name: Arc<str>,
-}
-
-/// An admitted request. Release it with an outcome; dropping it releases it
-/// as [`Outcome::Ignored`].
-#[must_use = "a permit holds concurrency until it is released"]
-pub struct Permit<'a> {
-    task: &'a Task,
-    raw: RawPermit,
-    released: bool,
-}
-
 /// The answer to an acquire.
 #[must_use]
 pub enum Decision<'a> {
@@ -86,10 +61,22 @@ impl<'a> Decision<'a> {
     }
 }
 
+/// How long a thread waits when every ledger lane of its process is busy
+/// (more threads mid-op than lanes, one of them descheduled).
+const LANE_DEADLINE: Duration = Duration::from_secs(1);
+
+/// A registered task. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Task {
+    shm: Arc<Shm>,
+    index: u32,
+    name: Arc<str>,
+}
+
 impl Task {
-    pub(crate) fn new(table: Arc<TableInner>, index: u32, name: &str) -> Self {
+    pub(crate) fn new(shm: Arc<Shm>, index: u32, name: &str) -> Self {
         Self {
-            table,
+            shm,
             index,
             name: name.into(),
         }
@@ -101,23 +88,24 @@ impl Task {
 
     /// The configuration every process on the host applies now.
     pub fn settings(&self) -> TaskSettings {
-        TaskSettings::load(self.table.task_slot(self.index))
+        config::settings(self.shm.task_slot(self.index))
     }
 
     /// Changes the fields of `config` that are set, for every process on the
-    /// host. The rate state carries over: a new rate applies from now on.
+    /// host, as one unit: no acquire sees half of an update, and concurrent
+    /// updates of different fields both take effect. The rate state carries
+    /// over: a new rate applies from now on.
     pub fn update(&self, config: &TaskConfig) -> Result<()> {
-        let config = config.validate(&self.table.clock)?;
-        let current = self.settings();
-        let merged = TaskConfig {
-            local_rate: config.local_rate.or(Some(current.local_rate)),
-            burst: config.burst.or(Some(current.burst)),
-            max_concurrency: config.max_concurrency.or(Some(current.max_concurrency)),
-        };
-        merged
-            .or_defaults()
-            .store(self.table.task_slot(self.index), &self.table.clock);
-        Ok(())
+        let slot = self.shm.task_slot(self.index);
+        // Validate before taking the lock, against the current settings.
+        config.over(self.settings()).limits(&self.shm.clock)?;
+        let me = self.shm.owner()?;
+        config::with_lock(&self.shm, slot, me, || {
+            let settings = config.over(config::settings(slot));
+            let limits = settings.limits(&self.shm.clock)?;
+            config::write(slot, limits, settings.local_rate);
+            Ok(())
+        })?
     }
 
     pub(crate) fn check_matches(&self, asked: &TaskConfig) -> Result<()> {
@@ -138,63 +126,113 @@ impl Task {
     /// Asks for `n` permits.
     pub fn acquire(&self, n: u32) -> Result<Decision<'_>> {
         Ok(match self.acquire_raw(n)? {
-            Ok(raw) => Decision::Admitted(Permit {
-                task: self,
-                raw,
-                released: false,
-            }),
+            Ok(raw) => Decision::Admitted(Permit::new(self, raw)),
             Err(limited) => Decision::Limited(limited),
         })
     }
 
     /// [`Task::acquire`] for faces that keep the permit themselves; every
     /// admitted `RawPermit` must be given to [`Task::release_raw`] once.
+    ///
+    /// The rate is looked at first without taking anything, then the cap is
+    /// taken, then the rate: a rejection names the limit that refused, and
+    /// gives back exactly what an earlier check took. No system call, no
+    /// allocation.
     #[inline]
     pub fn acquire_raw(&self, n: u32) -> Result<Result<RawPermit, Limited>> {
-        let table = &*self.table;
-        let slot = table.task_slot(self.index);
-        let owner = table.owner()?;
-        let cell = table.cell(self.index, table.attach_index(owner), stripe());
-        let cap = slot.max_concurrency.load(Ordering::Relaxed);
-        let gcra = Gcra {
-            interval: slot.interval.load(Ordering::Relaxed),
-            burst: slot.burst.load(Ordering::Relaxed),
-        };
-        if n == 0 || (gcra.interval != 0 && n > gcra.burst) || (cap != 0 && n > cap) {
+        let shm = &*self.shm;
+        let owner = shm.owner()?;
+        let attach = owner.index().unwrap_or(0);
+        let slot = shm.task_slot(self.index);
+        let (limits, _) = config::read(slot);
+        if n == 0 || (limits.interval != 0 && n > limits.burst) || (limits.cap != 0 && n > limits.cap) {
             return Err(self.unadmittable(n));
         }
-        let counted = cap != 0;
-        if counted
-            && !concurrency::try_take(&slot.in_flight, cap as u64, n as u64)
-            // Maybe a dead process holds permits: look (rate-limited), retry once.
-            && !(table.maybe_reap(table.clock.now())
-                && concurrency::try_take(&slot.in_flight, cap as u64, n as u64))
-        {
-            count(&cell.limited_concurrency, n as u64);
+        let lane = preferred_lane();
+        let counters = self.lane(attach * LANES + lane);
+        let gcra = Gcra {
+            interval: limits.interval,
+            burst: limits.burst,
+        };
+        let (mut tat, mut now) = (0, 0);
+        if gcra.interval != 0 {
+            tat = slot.tat.load(Ordering::Relaxed);
+            now = shm.clock.now();
+            if gcra.decide(tat, now, n).is_none() {
+                count(counters, Counter::LimitedLocal, n as u64);
+                return Ok(Err(Limited::Local));
+            }
+        }
+        let counted = limits.cap != 0;
+        if counted && self.move_count(attach, lane, n as i32, Some(limits.cap as u64))? == Update::Refused {
+            count(counters, Counter::LimitedConcurrency, n as u64);
             return Ok(Err(Limited::Concurrency));
         }
-        let now = if gcra.interval == 0 {
-            table.clock.now()
+        if gcra.interval == 0 {
+            now = shm.clock.now();
         } else {
-            match gcra.try_take(&slot.tat, n, || table.clock.now()) {
-                Some(now) => now,
+            match gcra.take_from(&slot.tat, tat, now, n, || shm.clock.now()) {
+                Some(at) => now = at,
                 None => {
                     if counted {
-                        concurrency::give_back(&slot.in_flight, n as u64);
+                        self.move_count(attach, lane, -(n as i32), None)?;
                     }
-                    count(&cell.limited_local, n as u64);
+                    count(counters, Counter::LimitedLocal, n as u64);
                     return Ok(Err(Limited::Local));
                 }
             }
-        };
-        count(&cell.admitted, n as u64);
-        Ok(Ok(RawPermit {
-            acquired_at: now,
+        }
+        count(counters, Counter::Admitted, n as u64);
+        Ok(Ok(RawPermit::issue(
+            shm,
             owner,
-            task: self.index,
+            self.index,
             n,
-            flags: if counted { COUNTED } else { 0 },
-        }))
+            now,
+            if counted { COUNTED } else { 0 },
+        )))
+    }
+
+    /// Moves the task's concurrency count by `delta` through this thread's
+    /// lane of `attach`, or another lane of it when that one is busy.
+    #[inline]
+    fn move_count(&self, attach: u32, lane: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
+        let shm = &*self.shm;
+        let word = &shm.task_slot(self.index).in_flight;
+        let resolve = |id| self.ledger_lane(id);
+        let mut waited: Option<Instant> = None;
+        loop {
+            for i in 0..LANES {
+                let id = attach * LANES + (lane + i) % LANES;
+                let Some(mine) = self.ledger_lane(id) else {
+                    return Err(Error::new(ErrorKind::Internal, "attachment outside the table"));
+                };
+                match ledger::update(word, resolve, mine, delta, cap) {
+                    Update::Busy => continue,
+                    done => return Ok(done),
+                }
+            }
+            let since = *waited.get_or_insert_with(Instant::now);
+            if since.elapsed() > LANE_DEADLINE {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("task {:?}: every ledger lane of this process stayed busy", self.name),
+                ));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn lane(&self, id: u32) -> &Lane {
+        self.shm.lane(self.index, id).expect("own lane within the table")
+    }
+
+    fn ledger_lane(&self, id: u32) -> Option<ledger::Lane<'_>> {
+        self.shm.lane(self.index, id).map(|lane| ledger::Lane {
+            id,
+            ledger: &lane.ledger,
+            intent: &lane.intent,
+        })
     }
 
     #[cold]
@@ -203,10 +241,7 @@ impl Task {
         let why = if n == 0 {
             "n must be at least 1".to_string()
         } else if s.local_rate != 0.0 && n > s.burst {
-            format!(
-                "n = {n} is above the burst of {}: it could never be admitted",
-                s.burst
-            )
+            format!("n = {n} is above the burst of {}: it could never be admitted", s.burst)
         } else {
             format!(
                 "n = {n} is above max_concurrency {}: it could never be admitted",
@@ -217,90 +252,117 @@ impl Task {
     }
 
     /// Releases a permit from [`Task::acquire_raw`], recording its outcome and
-    /// round-trip time. Refuses a permit of another task, table or process
-    /// (permits do not cross `fork`), and a release of more permits than this
-    /// process holds of the task — so a buggy caller can never return
-    /// concurrency that other processes hold. A raw permit carries no state of
-    /// its own: releasing one twice while holding others of the task is
-    /// accepted, and one of those is then refused.
+    /// round-trip time, and marks it spent. Refused: a permit already spent,
+    /// one of another task, table or process (permits do not cross `fork`),
+    /// one whose fields were altered, and a release of more permits than this
+    /// process holds of the task (a copy of a spent permit).
     #[inline]
     pub fn release_raw(&self, permit: &mut RawPermit, outcome: Outcome) -> Result<()> {
-        let table = &*self.table;
-        let owner = table.owner()?;
-        if permit.task != self.index || permit.owner != owner || permit.n == 0 {
-            return Err(self.foreign_permit(permit, owner));
-        }
-        let attach = table.attach_index(owner);
-        let cell = table.cell(self.index, attach, stripe());
-        let n = permit.n as u64;
-        // Usually the acquiring thread releases: its own stripe shows the
-        // permit held. Otherwise count over every stripe of this process.
-        if n > held(&[cell]) && n > held(&table.cells(self.index, attach)) {
-            return Err(Error::invalid(format!(
-                "task {:?}: permit released twice (this process holds fewer than {n})",
-                self.name
-            )));
-        }
+        let shm = &*self.shm;
+        let owner = shm.owner()?;
+        permit.verify(shm, owner, self.index, &self.name)?;
+        let attach = owner.index().unwrap_or(0);
+        let lane = preferred_lane();
+        let n = permit.n;
         if permit.flags & COUNTED != 0 {
-            concurrency::give_back(&table.task_slot(self.index).in_flight, n);
-        }
-        let counter = match outcome {
-            Outcome::Success => &cell.released_success,
-            Outcome::Dropped => &cell.released_dropped,
-            Outcome::Ignored => {
-                count_released(&cell.released_ignored, n);
-                return Ok(());
+            if self.held_by(attach) < n as i64 {
+                return Err(Error::invalid(format!(
+                    "task {:?}: permit released twice (this process holds fewer than {n})",
+                    self.name
+                )));
             }
+            self.move_count(attach, lane, -(n as i32), None)?;
+        }
+        let counters = self.lane(attach * LANES + lane);
+        let counter = match outcome {
+            Outcome::Success => Counter::ReleasedSuccess,
+            Outcome::Dropped => Counter::ReleasedDropped,
+            Outcome::Ignored => Counter::ReleasedIgnored,
         };
-        let rtt = table
-            .clock
-            .ticks_to_ns(table.clock.now().saturating_sub(permit.acquired_at));
-        count(&cell.rtt_sum_ns, rtt.saturating_mul(n));
-        count_released(counter, n);
+        if outcome != Outcome::Ignored {
+            let rtt = shm.clock.ticks_to_ns(shm.clock.now().saturating_sub(permit.acquired_at));
+            count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
+        }
+        count(counters, counter, n as u64);
+        permit.flags |= SPENT;
         Ok(())
     }
 
-    #[cold]
-    fn foreign_permit(&self, permit: &RawPermit, owner: u64) -> Error {
-        let why = if permit.task != self.index {
-            "it was issued for another task"
-        } else if permit.owner != owner {
-            "it was issued to another process or table (permits do not cross fork)"
-        } else {
-            "it is empty (n = 0)"
-        };
-        Error::invalid(format!(
-            "task {:?}: cannot release this permit: {why}",
-            self.name
-        ))
+    /// What attachment `attach` holds of the task, by its ledgers.
+    fn held_by(&self, attach: u32) -> i64 {
+        lane_ids(attach)
+            .filter_map(|id| self.ledger_lane(id))
+            .map(|lane| ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64)
+            .sum()
     }
 
     /// The task's counters, summed over every process that ever used it.
     pub fn stats(&self) -> TaskStats {
-        let table = &*self.table;
-        let mut total = TaskStats::default();
-        total.add_cell(&table.task_slot(self.index).retired);
-        for attach in 0..table.geometry.attach_capacity {
-            for cell in table.cells(self.index, attach) {
-                total.add_cell(cell);
-            }
+        let shm = &*self.shm;
+        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
+        let mut sums = Sums::default();
+        let mut held = 0;
+        for attach in 0..shm.geometry.attach_capacity {
+            let lanes = self.lanes_of(attach);
+            lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+            held += contribution(word, lanes);
         }
-        total
+        sums.into_stats(ledger::word_count(word), held)
     }
 
-    /// The counters of each process attached now (pids as the table sees them).
+    fn lanes_of(&self, attach: u32) -> impl Iterator<Item = (u32, &Lane)> + Clone {
+        lane_ids(attach).filter_map(|id| Some((id, self.shm.lane(self.index, id)?)))
+    }
+
+    /// The counters of each attachment live now, since it attached; its
+    /// `in_flight` and `held` are what its ledgers hold.
     pub fn stats_by_process(&self) -> Vec<ProcessStats> {
-        let table = &*self.table;
-        table
-            .attachments()
-            .map(|(attach, pid)| {
-                let mut stats = TaskStats::default();
-                for cell in table.cells(self.index, attach) {
-                    stats.add_cell(cell);
-                }
-                ProcessStats { pid, stats }
+        let shm = &*self.shm;
+        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
+        shm.attachments()
+            .map(|(slot, pid)| {
+                let mut sums = Sums::default();
+                let lanes = self.lanes_of(slot);
+                lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+                let held = contribution(word, lanes);
+                let base = shm.baseline(self.index, slot);
+                let base = Sums {
+                    counters: std::array::from_fn(|i| base.counters[i].load(Ordering::Relaxed)),
+                    reclaimed: base.reclaimed.load(Ordering::Relaxed),
+                };
+                let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
+                ProcessStats { pid, slot, stats }
             })
             .collect()
+    }
+
+    /// Compares the shared concurrency count with the sum of every ledger at
+    /// one instant (the word did not move while the ledgers were read).
+    /// Retries while traffic keeps moving it; a [`ErrorKind::Timeout`] error
+    /// if it never holds still for a whole read.
+    pub fn check(&self) -> Result<Consistency> {
+        let shm = &*self.shm;
+        let word = &shm.task_slot(self.index).in_flight;
+        let began = Instant::now();
+        loop {
+            let before = word.load(Ordering::Acquire);
+            let held = (0..shm.geometry.attach_capacity)
+                .map(|attach| contribution(before, self.lanes_of(attach)))
+                .sum();
+            if word.load(Ordering::Acquire) == before {
+                return Ok(Consistency {
+                    in_flight: ledger::word_count(before),
+                    held,
+                });
+            }
+            if began.elapsed() > Duration::from_secs(1) {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("task {:?} kept changing for 1 s: no instant to compare at", self.name),
+                ));
+            }
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -313,86 +375,20 @@ impl std::fmt::Debug for Task {
     }
 }
 
-/// Counts into this process's own cell: an uncontended atomic add.
+/// Counts into a lane of this process: an uncontended atomic add.
 #[inline(always)]
-fn count(counter: &std::sync::atomic::AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
+fn count(lane: &Lane, counter: Counter, n: u64) {
+    lane.counters[counter as usize].fetch_add(n, Ordering::Relaxed);
 }
 
-/// Counts a release. Release ordering pairs with [`held`]: whoever sees a
-/// release counted also sees the admission it released.
-#[inline(always)]
-fn count_released(counter: &std::sync::atomic::AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Release);
-}
-
-/// A lower bound of the permits held in `cells`, safe against other threads
-/// acquiring and releasing meanwhile: all releases are read before any
-/// admission, so a permit held throughout is always counted as held.
+/// This thread's lane: threads take lanes in turn.
 #[inline]
-fn held(cells: &[&StatCell]) -> u64 {
-    let released: u64 = cells
-        .iter()
-        .flat_map(|c| {
-            [
-                &c.released_success,
-                &c.released_dropped,
-                &c.released_ignored,
-            ]
-        })
-        .map(|c| c.load(Ordering::Acquire))
-        .sum();
-    let admitted: u64 = cells
-        .iter()
-        .map(|c| c.admitted.load(Ordering::Relaxed))
-        .sum();
-    admitted.saturating_sub(released)
-}
-
-/// This thread's statistics stripe: threads take stripes in turn.
-#[inline]
-fn stripe() -> u32 {
+fn preferred_lane() -> u32 {
     use std::sync::atomic::AtomicU32;
     static NEXT: AtomicU32 = AtomicU32::new(0);
     thread_local! {
-        static STRIPE: u32 = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        static LANE: u32 = NEXT.fetch_add(1, Ordering::Relaxed) % LANES;
     }
-    STRIPE.with(|s| *s)
-}
-
-impl<'a> Permit<'a> {
-    pub fn n(&self) -> u32 {
-        self.raw.n
-    }
-
-    pub fn raw(&self) -> &RawPermit {
-        &self.raw
-    }
-
-    pub fn task(&self) -> &'a Task {
-        self.task
-    }
-
-    /// Releases the permit with the request's outcome.
-    pub fn release(mut self, outcome: Outcome) -> Result<()> {
-        self.released = true;
-        self.task.release_raw(&mut self.raw, outcome)
-    }
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        if !self.released {
-            let _ = self.task.release_raw(&mut self.raw, Outcome::Ignored);
-        }
-    }
-}
-
-impl std::fmt::Debug for Permit<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Permit")
-            .field("task", &self.task.name)
-            .field("n", &self.raw.n)
-            .finish()
-    }
+    // No destructor: usable during thread-local destruction too.
+    LANE.try_with(|l| *l).unwrap_or(0)
 }

@@ -1,9 +1,11 @@
-//! Reading a task's counters: the sum of every attachment's cell and of the
-//! totals retired from attachments that have gone away.
+//! Reading a task's counters and checking its concurrency count against the
+//! ledgers. Counters are monotonic per lane and summed with wrapping
+//! arithmetic: a damaged or hostile table gives odd numbers, never a panic.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use crate::table::layout::StatCell;
+use crate::limit::ledger;
+use crate::shm::layout::{COUNTERS, Counter, LANES, Lane};
 
 /// Counters of one task, in permits unless named otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -17,8 +19,11 @@ pub struct TaskStats {
     pub released_ignored: u64,
     /// Permits of processes that died holding them, given back by the reaper.
     pub reclaimed: u64,
-    /// Admitted and not yet released or reclaimed.
+    /// The host's concurrency count: permits counted against the cap now.
     pub in_flight: u64,
+    /// What the ledgers of the processes say they hold. Equal to `in_flight`
+    /// when nothing is in motion; [`crate::Task::check`] compares them exactly.
+    pub held: i64,
     /// Acquire→release times of permits released as success or dropped,
     /// summed per permit (ns).
     pub rtt_sum_ns: u64,
@@ -26,32 +31,131 @@ pub struct TaskStats {
     pub rtt_samples: u64,
 }
 
-/// One attached process's share of a task's counters.
+/// One attachment's share of a task's counters since it attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessStats {
+    /// The pid the process saw itself as (its own pid namespace).
     pub pid: u32,
+    /// The attachment slot: two handles of one process are two attachments.
+    pub slot: u32,
     pub stats: TaskStats,
 }
 
-impl TaskStats {
-    /// Adds a cell's counters.
-    pub(crate) fn add_cell(&mut self, cell: &StatCell) {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        self.admitted += get(&cell.admitted);
-        self.limited_local += get(&cell.limited_local);
-        self.limited_global += get(&cell.limited_global);
-        self.limited_concurrency += get(&cell.limited_concurrency);
-        self.released_success += get(&cell.released_success);
-        self.released_dropped += get(&cell.released_dropped);
-        self.released_ignored += get(&cell.released_ignored);
-        self.reclaimed += get(&cell.reclaimed);
-        self.rtt_sum_ns += get(&cell.rtt_sum_ns);
-        self.rtt_samples = self.released_success + self.released_dropped;
-        self.in_flight = self.admitted.saturating_sub(
-            self.released_success + self.released_dropped + self.released_ignored + self.reclaimed,
-        );
+/// The concurrency count against the ledgers, read at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Consistency {
+    /// The shared count the cap is checked against.
+    pub in_flight: u64,
+    /// The sum of every process's ledger (including an op in motion whose
+    /// shared half has happened).
+    pub held: i64,
+}
+
+impl Consistency {
+    /// `in_flight - held`: 0 when the count is exact; positive = capacity
+    /// leaked, negative = capacity handed out twice.
+    pub fn drift(&self) -> i64 {
+        self.in_flight as i64 - self.held
+    }
+}
+
+/// Counter sums of some lanes, indexed by [`Counter`].
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Sums {
+    pub counters: [u64; COUNTERS],
+    pub reclaimed: u64,
+}
+
+impl Sums {
+    pub fn add_lane(&mut self, lane: &Lane) {
+        for (sum, c) in self.counters.iter_mut().zip(&lane.counters) {
+            *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
+        }
+        self.reclaimed = self
+            .reclaimed
+            .wrapping_add(reclaimed_total(lane.reclaimed.load(Ordering::Relaxed)));
     }
 
+    pub fn minus(mut self, base: &Sums) -> Self {
+        for (c, b) in self.counters.iter_mut().zip(&base.counters) {
+            *c = c.wrapping_sub(*b);
+        }
+        self.reclaimed = self.reclaimed.wrapping_sub(base.reclaimed);
+        self
+    }
+
+    pub fn into_stats(self, in_flight: u64, held: i64) -> TaskStats {
+        let c = |k: Counter| self.counters[k as usize];
+        TaskStats {
+            admitted: c(Counter::Admitted),
+            limited_local: c(Counter::LimitedLocal),
+            limited_global: c(Counter::LimitedGlobal),
+            limited_concurrency: c(Counter::LimitedConcurrency),
+            released_success: c(Counter::ReleasedSuccess),
+            released_dropped: c(Counter::ReleasedDropped),
+            released_ignored: c(Counter::ReleasedIgnored),
+            reclaimed: self.reclaimed & RECLAIMED_MASK,
+            in_flight,
+            held,
+            rtt_sum_ns: c(Counter::RttSumNs),
+            rtt_samples: c(Counter::ReleasedSuccess).wrapping_add(c(Counter::ReleasedDropped)),
+        }
+    }
+}
+
+/// `Lane::reclaimed`: drain seq in the top 24 bits, a 40-bit wrapping total.
+const RECLAIMED_BITS: u32 = 40;
+const RECLAIMED_MASK: u64 = (1 << RECLAIMED_BITS) - 1;
+
+fn reclaimed_total(word: u64) -> u64 {
+    word & RECLAIMED_MASK
+}
+
+/// Adds `held` to a lane's reclaimed count once per drain `seq`: a reaper
+/// that dies after this and before the drain lands repeats it with the same
+/// seq, and the count does not move twice.
+pub(crate) fn record_reclaimed(lane: &Lane, seq: u64, held: i32) {
+    let word = &lane.reclaimed;
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        if current >> RECLAIMED_BITS == seq {
+            return;
+        }
+        let total = reclaimed_total(current).wrapping_add(held as i64 as u64) & RECLAIMED_MASK;
+        match word.compare_exchange_weak(
+            current,
+            (seq << RECLAIMED_BITS) | total,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// What the lanes of one attachment contribute to the shared word `word`.
+pub(crate) fn contribution<'a>(word: u64, lanes: impl Iterator<Item = (u32, &'a Lane)>) -> i64 {
+    lanes
+        .map(|(id, lane)| {
+            ledger::contribution(
+                word,
+                ledger::Lane {
+                    id,
+                    ledger: &lane.ledger,
+                    intent: &lane.intent,
+                },
+            )
+        })
+        .sum()
+}
+
+/// Lane ids of attachment `attach`.
+pub(crate) fn lane_ids(attach: u32) -> std::ops::Range<u32> {
+    attach * LANES..(attach + 1) * LANES
+}
+
+impl TaskStats {
     /// Mean acquire→release time of the permits released as success or dropped.
     pub fn mean_rtt(&self) -> Option<std::time::Duration> {
         (self.rtt_samples > 0)

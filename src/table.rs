@@ -1,0 +1,217 @@
+//! The public handle of a table: opening it, registering tasks, reaping and
+//! checking. The file and attachments are `shm`'s; tasks are `task`'s.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind, Result};
+use crate::shm::layout::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
+use crate::shm::{OpenSpec, Shm};
+use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
+
+pub use crate::shm::layout::Geometry;
+
+/// Where a table lives when no path is given.
+pub const DEFAULT_DIR: &str = "/dev/shm";
+/// The file name of the default table.
+pub const DEFAULT_NAME: &str = "flowctrl";
+
+/// How to open or create a table. Geometry and mode only apply when the file
+/// does not exist yet; an existing table keeps what it was created with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableOptions {
+    /// Number of task slots (default 256).
+    pub capacity: u32,
+    /// Number of attachments (processes, or table handles) at once (default 64).
+    pub max_processes: u32,
+    /// File mode of a new table (default 0o600: only the owner's processes).
+    pub mode: u32,
+    /// The uid an existing table must belong to; `None` = this process's
+    /// effective uid. Anyone who can write the file sets everyone's limits.
+    pub owner: Option<u32>,
+    /// Accept (and create) a table that group or others may write. Off by
+    /// default: such a table lets other users change or break the limits.
+    pub shared: bool,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self {
+            capacity: 256,
+            max_processes: 64,
+            mode: 0o600,
+            owner: None,
+            shared: false,
+        }
+    }
+}
+
+impl TableOptions {
+    fn spec(&self) -> Result<OpenSpec> {
+        if !(1..=MAX_TASK_CAPACITY).contains(&self.capacity) {
+            return Err(Error::invalid(format!(
+                "capacity must be 1..={MAX_TASK_CAPACITY}, not {}",
+                self.capacity
+            )));
+        }
+        if !(1..=MAX_ATTACH_CAPACITY).contains(&self.max_processes) {
+            return Err(Error::invalid(format!(
+                "max_processes must be 1..={MAX_ATTACH_CAPACITY}, not {}",
+                self.max_processes
+            )));
+        }
+        if self.mode & !0o777 != 0 || self.mode & 0o600 != 0o600 {
+            return Err(Error::invalid(format!(
+                "mode {:#o} must be permission bits including owner read and write (0o600)",
+                self.mode
+            )));
+        }
+        if self.mode & 0o022 != 0 && !self.shared {
+            return Err(Error::invalid(format!(
+                "mode {:#o} lets group or others write the table: ask for a shared table",
+                self.mode
+            )));
+        }
+        Ok(OpenSpec {
+            geometry: Geometry {
+                task_capacity: self.capacity,
+                attach_capacity: self.max_processes,
+            },
+            mode: self.mode,
+            // SAFETY: geteuid cannot fail.
+            owner: self.owner.unwrap_or_else(|| unsafe { libc::geteuid() }),
+            shared: self.shared,
+        })
+    }
+}
+
+/// Resolves the path a user gave: none → `/dev/shm/flowctrl`, a bare name →
+/// `/dev/shm/<name>`, anything with a `/` → itself.
+pub fn resolve_path(path: Option<&Path>) -> PathBuf {
+    match path {
+        None => Path::new(DEFAULT_DIR).join(DEFAULT_NAME),
+        Some(p) if p.components().count() == 1 && !p.has_root() && p != Path::new(".") => {
+            Path::new(DEFAULT_DIR).join(p)
+        }
+        Some(p) => p.to_path_buf(),
+    }
+}
+
+/// A handle to a table. Cheap to clone; every clone and every [`Task`] made
+/// from it share one mapping and one attachment per process.
+#[derive(Clone)]
+pub struct Table {
+    shm: Arc<Shm>,
+}
+
+/// What [`Table::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableCheck {
+    /// The path no longer names the file this handle maps (deleted or
+    /// replaced): processes opening it now get another table.
+    pub replaced: bool,
+    /// Tasks whose concurrency count differs from their ledgers: (name, drift).
+    pub drift: Vec<(String, i64)>,
+    /// Tasks that never held still long enough to be compared.
+    pub unchecked: Vec<String>,
+}
+
+impl TableCheck {
+    pub fn is_ok(&self) -> bool {
+        !self.replaced && self.drift.is_empty()
+    }
+}
+
+impl Table {
+    /// Opens the table at `path` (see [`resolve_path`]), creating it if it does
+    /// not exist, and attaches this handle to it.
+    pub fn open(path: impl AsRef<Path>, options: &TableOptions) -> Result<Self> {
+        let spec = options.spec()?;
+        let path = resolve_path(Some(path.as_ref()));
+        Ok(Self {
+            shm: Shm::open(&path, spec, &TaskReclaim)?,
+        })
+    }
+
+    /// Opens the default table, `/dev/shm/flowctrl`.
+    pub fn open_default(options: &TableOptions) -> Result<Self> {
+        Self::open(resolve_path(None), options)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.shm.path()
+    }
+
+    /// Number of task slots.
+    pub fn capacity(&self) -> u32 {
+        self.shm.geometry.task_capacity
+    }
+
+    /// Number of attachment slots.
+    pub fn max_processes(&self) -> u32 {
+        self.shm.geometry.attach_capacity
+    }
+
+    /// The clock decisions are taken against.
+    pub fn clock(&self) -> Clock {
+        self.shm.clock
+    }
+
+    /// Registers the task `name`, or attaches to it if any process on the host
+    /// registered it already. The first registration sets the configuration:
+    /// a later one that names a different value for any field it sets fails
+    /// with [`ErrorKind::ConfigMismatch`] (fields left unset are not
+    /// compared); [`Task::update`] changes a task's configuration on purpose.
+    /// Waits up to 2 s for another live process registering a task in the
+    /// same slot, then fails with [`ErrorKind::Timeout`].
+    pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
+        task::validate_name(name)?;
+        let settings = config.over(TaskSettings::default());
+        let index = task::find_or_claim(&self.shm, name, settings)?;
+        let task = Task::new(self.shm.clone(), index, name);
+        task.check_matches(config)?;
+        Ok(task)
+    }
+
+    /// Looks for dead processes now and gives back what they held; returns
+    /// how many were found. Each attached process also does this in a
+    /// background thread (host-wide at most every 10 ms), so calling it is
+    /// rarely needed.
+    pub fn reap(&self) -> usize {
+        self.shm.reap()
+    }
+
+    /// Checks the table: that the path still names this file, and that every
+    /// task's concurrency count equals what the processes' ledgers hold.
+    pub fn check(&self) -> TableCheck {
+        let mut report = TableCheck {
+            replaced: self.shm.replaced(),
+            ..TableCheck::default()
+        };
+        for index in 0..self.capacity() {
+            let slot = self.shm.task_slot(index);
+            if slot.state.load(std::sync::atomic::Ordering::Acquire) != TASK_READY {
+                continue;
+            }
+            let name = task::slot_name(slot).unwrap_or_else(|| format!("#{index}"));
+            match Task::new(self.shm.clone(), index, &name).check() {
+                Ok(c) if c.drift() != 0 => report.drift.push((name, c.drift())),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Timeout => report.unchecked.push(name),
+                Err(_) => report.unchecked.push(name),
+            }
+        }
+        report
+    }
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("path", &self.path())
+            .field("capacity", &self.capacity())
+            .field("max_processes", &self.max_processes())
+            .finish()
+    }
+}
