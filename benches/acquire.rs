@@ -19,12 +19,19 @@ const RATE: f64 = 1e9;
 /// vCPU time-stamp counters of this kind of VM disagree never reject a call.
 const BURST: u32 = 1_000_000;
 
-fn task(tag: &str) -> (Task, std::path::PathBuf) {
+/// A cap no loop reaches either: the capped cases pay the full ledger
+/// transaction on acquire and on release.
+const CAP: u32 = 1_000_000;
+
+/// The table's two tasks: rate only, and rate with a cap.
+fn tasks(tag: &str) -> (Task, Task, std::path::PathBuf) {
     let path = std::env::temp_dir().join(format!("flowctrl-bench-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let table = Table::open(&path, &TableOptions::default()).unwrap();
     let config = TaskConfig::new().local_rate(RATE).burst(BURST);
-    (table.task("bench", &config).unwrap(), path)
+    let task = table.task("bench", &config).unwrap();
+    let capped = table.task("capped", &config.max_concurrency(CAP)).unwrap();
+    (task, capped, path)
 }
 
 fn governor() -> governor::DefaultDirectRateLimiter {
@@ -34,18 +41,19 @@ fn governor() -> governor::DefaultDirectRateLimiter {
 
 #[inline(always)]
 fn pair(task: &Task) {
-    let permit = task.acquire_raw(1).unwrap().unwrap();
-    task.release_raw(&permit, Outcome::Success).unwrap();
+    let mut permit = task.acquire_raw(1).unwrap().unwrap();
+    task.release_raw(&mut permit, Outcome::Success).unwrap();
 }
 
 fn one_thread(c: &mut Criterion) {
-    let (task, path) = task("1t");
+    let (task, capped, path) = tasks("1t");
     let limiter = governor();
     let mut g = c.benchmark_group("one_thread");
     g.bench_function("flowctrl_acquire", |b| {
         b.iter(|| black_box(task.acquire_raw(1).unwrap().is_ok()))
     });
     g.bench_function("flowctrl_acquire_release", |b| b.iter(|| pair(&task)));
+    g.bench_function("flowctrl_capped_acquire_release", |b| b.iter(|| pair(&capped)));
     g.bench_function("governor_check", |b| {
         b.iter(|| black_box(limiter.check().is_ok()))
     });
@@ -74,7 +82,7 @@ fn two_threads_time(iters: u64, work: impl Fn() + Sync) -> Duration {
 }
 
 fn two_threads(c: &mut Criterion) {
-    let (task, path) = task("2t");
+    let (task, _, path) = tasks("2t");
     let limiter = governor();
     let mut g = c.benchmark_group("two_threads");
     g.bench_function("flowctrl_acquire_release", |b| {
@@ -94,7 +102,7 @@ fn two_threads(c: &mut Criterion) {
 /// Wall time for `iters` pairs made by each of two forked processes at once,
 /// each attached to the same table and task. The children start together on
 /// a shared CLOCK_MONOTONIC instant and report their own loop time.
-fn two_processes_time(path: &std::path::Path, iters: u64) -> Duration {
+fn two_processes_time(path: &std::path::Path, name: &str, iters: u64) -> Duration {
     let start_at = monotonic_ns() + 20_000_000;
     let mut pipes = Vec::new();
     for _ in 0..2 {
@@ -104,7 +112,7 @@ fn two_processes_time(path: &std::path::Path, iters: u64) -> Duration {
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             let table = Table::open(path, &TableOptions::default()).unwrap();
-            let task = table.task("bench", &TaskConfig::new()).unwrap();
+            let task = table.task(name, &TaskConfig::new()).unwrap();
             pair(&task);
             while monotonic_ns() < start_at {}
             let t0 = Instant::now();
@@ -143,10 +151,13 @@ fn monotonic_ns() -> u64 {
 }
 
 fn two_processes(c: &mut Criterion) {
-    let (_task, path) = task("2p");
+    let (_task, _capped, path) = tasks("2p");
     let mut g = c.benchmark_group("two_processes");
     g.bench_function("flowctrl_acquire_release", |b| {
-        b.iter_custom(|iters| two_processes_time(&path, iters))
+        b.iter_custom(|iters| two_processes_time(&path, "bench", iters))
+    });
+    g.bench_function("flowctrl_capped_acquire_release", |b| {
+        b.iter_custom(|iters| two_processes_time(&path, "capped", iters))
     });
     g.finish();
     let _ = std::fs::remove_file(path);

@@ -5,11 +5,15 @@
 //! table chooses the clock once and records it in the header; every opener
 //! uses what the header says.
 //!
-//! Where the kernel itself trusts the TSC (x86_64 with clocksource `tsc`, which
-//! the kernel only selects when the counter is invariant and synchronised
-//! across cores) the clock is `rdtsc`: ~7 ns instead of ~23 ns for
-//! `clock_gettime`, on a path that reads the clock on every acquire and
-//! release. Elsewhere it is `CLOCK_MONOTONIC` in nanoseconds.
+//! Where the kernel itself uses the TSC as its clocksource (x86_64 with
+//! clocksource `tsc`, which the kernel selects only after checking that the
+//! counter is invariant) the clock is `rdtsc`, cheaper than `clock_gettime`
+//! (measured on our 2-core VMs: ~10 ns against ~23 ns) on a path that reads
+//! the clock on every acquire and release. Elsewhere it is `CLOCK_MONOTONIC`
+//! in nanoseconds. The TSCs of two CPUs may still disagree by a few
+//! microseconds (measured on a VM: up to ~3.6 µs); decisions tolerate that
+//! (the GCRA reads the clock after its word), but rates above ~100 k/s with
+//! a burst of 1 can see it.
 
 use std::time::Duration;
 
