@@ -52,13 +52,19 @@ def test_limited_carries_the_reason(table):
     with pytest.raises(flowctrl.Limited) as e:
         rated.acquire()
     assert e.value.reason == "local"
-    assert isinstance(e.value, flowctrl.FlowctrlError)
+    # A rejection is a decision, not an error: FlowctrlError handlers let it by.
+    assert not isinstance(e.value, flowctrl.FlowctrlError)
+    with pytest.raises(flowctrl.Limited):
+        try:
+            rated.acquire()
+        except flowctrl.FlowctrlError:
+            pytest.fail("except FlowctrlError caught a rejection")
     capped = table.task("capped", max_concurrency=1)
     with capped.acquire():
         with pytest.raises(flowctrl.Limited) as e:
             capped.acquire()
         assert e.value.reason == "concurrency"
-    assert rated.stats()["limited_local"] == 1
+    assert rated.stats()["limited_local"] == 2
 
 
 def test_unreleased_permit_is_released_as_ignored_when_collected(table):
