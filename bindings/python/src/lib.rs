@@ -248,8 +248,9 @@ struct Task {
 }
 
 impl Task {
+    /// The core task, unless its Table was closed.
     #[inline]
-    fn task(&self) -> PyResult<&flowctrl::Task> {
+    fn live(&self) -> PyResult<&flowctrl::Task> {
         if self.closed.load(Ordering::Acquire) {
             return Err(TableClosedError::new_err(format!(
                 "task {:?}: its table is closed",
@@ -274,7 +275,7 @@ impl Task {
     #[pyo3(signature = (n=1))]
     fn try_acquire(&self, n: u32) -> PyResult<Option<Permit>> {
         Ok(self
-            .task()?
+            .live()?
             .acquire_raw(n)
             .map_err(to_py)?
             .ok()
@@ -284,7 +285,7 @@ impl Task {
     /// Returns a Permit (a context manager), or raises Limited.
     #[pyo3(signature = (n=1))]
     fn acquire(&self, n: u32) -> PyResult<Permit> {
-        match self.task()?.acquire_raw(n).map_err(to_py)? {
+        match self.live()?.acquire_raw(n).map_err(to_py)? {
             Ok(raw) => Ok(self.permit(raw)),
             Err(why) => Err(limited(self.task.name(), why)),
         }
@@ -304,12 +305,12 @@ impl Task {
             burst,
             max_concurrency,
         };
-        let task = self.task()?;
+        let task = self.live()?;
         py.detach(|| task.update(&config)).map_err(to_py)
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let task = self.task()?;
+        let task = self.live()?;
         // Sums over every process slot of the table.
         let stats = py.detach(|| task.stats());
         stats_dict(py, &stats)
@@ -317,7 +318,7 @@ impl Task {
 
     /// Statistics of each attached process: {pid: stats}.
     fn stats_by_process<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let task = self.task()?;
+        let task = self.live()?;
         let rows = py.detach(|| task.stats_by_process());
         let out = PyDict::new(py);
         for row in rows {
@@ -333,7 +334,7 @@ impl Task {
 
     #[getter]
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.task()?.settings();
+        let s = self.live()?.settings();
         let d = PyDict::new(py);
         d.set_item("local_rate", s.local_rate)?;
         d.set_item("burst", s.burst)?;
