@@ -1,89 +1,45 @@
 //! The Python face of flowctrl. Thin by rule: convert arguments, call the Rust
 //! API, convert results. Decisions never touch the interpreter's state beyond
-//! the objects returned, so the GIL is held only for the conversions.
+//! the objects returned, so the GIL is held only for the conversions — and is
+//! let go (`py.detach`) around every call that can wait or scan: opening a
+//! table, registering a task (it may wait for another process's claim),
+//! reaping, updating and reading statistics. Acquire and release keep it:
+//! they take tens of nanoseconds, less than a GIL round trip.
+//!
+//! The exception classes are plain Python (`flowctrl/_errors.py`) so that they
+//! pickle by name and mix in the built-in exceptions; this module imports them
+//! to raise them.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use flowctrl::{
     ErrorKind, Limited as Why, Outcome, RawPermit, TableOptions, TaskConfig, TaskStats,
 };
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-create_exception!(
-    _flowctrl,
-    FlowctrlError,
-    PyException,
-    "Base of every flowctrl error."
-);
-create_exception!(
-    _flowctrl,
-    Limited,
-    FlowctrlError,
-    "A request was rejected; `reason` says by which limit."
-);
-create_exception!(
-    _flowctrl,
-    InvalidArgumentError,
-    FlowctrlError,
-    "An argument is out of range or does not fit the task."
-);
-create_exception!(
-    _flowctrl,
-    InvalidNameError,
-    InvalidArgumentError,
-    "A task name is empty, over 63 bytes or not printable."
-);
-create_exception!(
-    _flowctrl,
-    TableFullError,
-    FlowctrlError,
-    "Every task slot of the table is taken."
-);
-create_exception!(
-    _flowctrl,
-    TooManyProcessesError,
-    FlowctrlError,
-    "Every attachment slot is held by a live process."
-);
-create_exception!(
-    _flowctrl,
-    ConfigMismatchError,
-    FlowctrlError,
-    "The task is registered with another configuration."
-);
-create_exception!(
-    _flowctrl,
-    IncompatibleTableError,
-    FlowctrlError,
-    "The file is a flowctrl table of another layout version."
-);
-create_exception!(
-    _flowctrl,
-    CorruptTableError,
-    FlowctrlError,
-    "The file is not a flowctrl table, or is truncated or damaged."
-);
-create_exception!(
-    _flowctrl,
-    TablePermissionError,
-    FlowctrlError,
-    "The operating system refused access to the table."
-);
-create_exception!(
-    _flowctrl,
-    TableIOError,
-    FlowctrlError,
-    "An I/O error other than a permission problem."
-);
-create_exception!(
-    _flowctrl,
-    InternalError,
-    FlowctrlError,
-    "A bug in flowctrl."
-);
+/// The exception classes of `flowctrl._errors`, imported once on first use.
+mod errors {
+    use pyo3::import_exception;
+
+    import_exception!(flowctrl._errors, Limited);
+    import_exception!(flowctrl._errors, InvalidArgumentError);
+    import_exception!(flowctrl._errors, InvalidNameError);
+    import_exception!(flowctrl._errors, ConfigMismatchError);
+    import_exception!(flowctrl._errors, TableClosedError);
+    import_exception!(flowctrl._errors, TableFullError);
+    import_exception!(flowctrl._errors, TooManyProcessesError);
+    import_exception!(flowctrl._errors, IncompatibleTableError);
+    import_exception!(flowctrl._errors, CorruptTableError);
+    import_exception!(flowctrl._errors, TablePermissionError);
+    import_exception!(flowctrl._errors, TableIOError);
+    import_exception!(flowctrl._errors, FlowctrlTimeoutError);
+    import_exception!(flowctrl._errors, InternalError);
+}
+
+use errors::*;
 
 /// The one mapping of the crate's error to Python exceptions.
 fn to_py(e: flowctrl::Error) -> PyErr {
@@ -98,24 +54,25 @@ fn to_py(e: flowctrl::Error) -> PyErr {
         ErrorKind::Corrupt => CorruptTableError::new_err(msg),
         ErrorKind::Permission => TablePermissionError::new_err(msg),
         ErrorKind::Io => TableIOError::new_err(msg),
-        _ => InternalError::new_err(msg),
+        ErrorKind::Timeout => FlowctrlTimeoutError::new_err(msg),
+        ErrorKind::Internal => InternalError::new_err(msg),
+        // A kind newer than this face: still an error, never a crash.
+        other => InternalError::new_err(format!("{other:?}: {msg}")),
     }
 }
 
-fn reason(why: Why) -> &'static str {
+fn reason(why: Why) -> String {
     match why {
-        Why::Local => "local",
-        Why::Concurrency => "concurrency",
-        _ => "unknown",
+        Why::Local => "local".to_owned(),
+        Why::Concurrency => "concurrency".to_owned(),
+        // A limit newer than this face (`Global` → "global").
+        other => format!("{other:?}").to_lowercase(),
     }
 }
 
-fn limited(py: Python<'_>, task: &str, why: Why) -> PyErr {
+fn limited(task: &str, why: Why) -> PyErr {
     let reason = reason(why);
-    let err = Limited::new_err(format!("task {task:?} limited by {reason}"));
-    // Setting an attribute on a fresh exception instance cannot fail in practice.
-    let _ = err.value(py).setattr("reason", reason);
-    err
+    Limited::new_err((format!("task {task:?} limited by {reason}"), reason))
 }
 
 fn outcome(name: &str) -> PyResult<Outcome> {
@@ -129,10 +86,41 @@ fn outcome(name: &str) -> PyResult<Outcome> {
     }
 }
 
+/// Nothing here panics while holding a lock, but a poisoned lock must not
+/// turn into a second panic either: the data is plain and stays valid.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A shared-memory task table, attached by every process on the host.
+///
+/// `close()` (or leaving a `with` block) drops this handle; Tasks made from
+/// the table then refuse use too (TableClosedError), while their Permits can
+/// still be released so held concurrency goes back to the host. The process
+/// detaches from the table once no Task or Permit of it is left.
 #[pyclass(frozen, module = "flowctrl")]
 struct Table {
-    table: flowctrl::Table,
+    /// None once closed.
+    table: Mutex<Option<flowctrl::Table>>,
+    /// Shared with every Task made from this table.
+    closed: Arc<AtomicBool>,
+    path: PathBuf,
+    capacity: u32,
+    max_processes: u32,
+}
+
+impl Table {
+    /// A handle for one call; cheap (a reference count), and never holds the
+    /// lock while the call runs, so `close` never waits for a slow call.
+    fn handle(&self) -> PyResult<flowctrl::Table> {
+        lock(&self.table)
+            .clone()
+            .ok_or_else(|| closed_table(&self.path))
+    }
+}
+
+fn closed_table(path: &std::path::Path) -> PyErr {
+    TableClosedError::new_err(format!("table {path:?} is closed"))
 }
 
 #[pymethods]
@@ -141,7 +129,7 @@ impl Table {
     #[pyo3(signature = (path=None, *, capacity=1024, mode=0o600, max_processes=128))]
     fn new(
         py: Python<'_>,
-        path: Option<std::path::PathBuf>,
+        path: Option<PathBuf>,
         capacity: u32,
         mode: u32,
         max_processes: u32,
@@ -159,12 +147,19 @@ impl Table {
                 None => flowctrl::Table::open_default(&options),
             })
             .map_err(to_py)?;
-        Ok(Self { table })
+        Ok(Self {
+            path: table.path().to_path_buf(),
+            capacity: table.capacity(),
+            max_processes: table.max_processes(),
+            table: Mutex::new(Some(table)),
+            closed: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None))]
     fn task(
         &self,
+        py: Python<'_>,
         name: &str,
         local_rate: Option<f64>,
         burst: Option<u32>,
@@ -175,32 +170,72 @@ impl Table {
             burst,
             max_concurrency,
         };
-        let task = self.table.task(name, &config).map_err(to_py)?;
-        Ok(Task { task })
+        let table = self.handle()?;
+        // Registering may wait for another process that is filling the slot.
+        let task = py
+            .detach(move || table.task(name, &config))
+            .map_err(to_py)?;
+        Ok(Task {
+            task,
+            closed: self.closed.clone(),
+        })
+    }
+
+    /// Looks for dead processes now; True if any held slots were reclaimed.
+    fn reap(&self, py: Python<'_>) -> PyResult<bool> {
+        let table = self.handle()?;
+        Ok(py.detach(move || table.reap()))
+    }
+
+    /// Drops this handle; idempotent. Later use raises TableClosedError.
+    fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::Release);
+        let table = lock(&self.table).take();
+        // The last handle detaches this process from the table.
+        py.detach(move || drop(table));
     }
 
     #[getter]
-    fn path(&self) -> std::path::PathBuf {
-        self.table.path().to_path_buf()
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
     }
 
     #[getter]
     fn capacity(&self) -> u32 {
-        self.table.capacity()
+        self.capacity
     }
 
     #[getter]
     fn max_processes(&self) -> u32 {
-        self.table.max_processes()
+        self.max_processes
     }
 
-    /// Looks for dead processes now; True if any held slots were reclaimed.
-    fn reap(&self) -> bool {
-        self.table.reap()
+    fn __enter__(slf: Py<Self>) -> PyResult<Py<Self>> {
+        if slf.get().closed() {
+            return Err(closed_table(&slf.get().path));
+        }
+        Ok(slf)
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py);
     }
 
     fn __repr__(&self) -> String {
-        format!("<flowctrl.Table {:?}>", self.table.path())
+        let closed = if self.closed() { " closed" } else { "" };
+        format!("<flowctrl.Table {:?}{closed}>", self.path)
     }
 }
 
@@ -208,6 +243,30 @@ impl Table {
 #[pyclass(frozen, module = "flowctrl")]
 struct Task {
     task: flowctrl::Task,
+    /// Its table's flag: a Task of a closed Table refuses use.
+    closed: Arc<AtomicBool>,
+}
+
+impl Task {
+    /// The core task, unless its Table was closed.
+    #[inline]
+    fn live(&self) -> PyResult<&flowctrl::Task> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(TableClosedError::new_err(format!(
+                "task {:?}: its table is closed",
+                self.task.name()
+            )));
+        }
+        Ok(&self.task)
+    }
+
+    fn permit(&self, raw: RawPermit) -> Permit {
+        Permit {
+            task: self.task.clone(),
+            n: raw.n,
+            raw: Mutex::new(Some(raw)),
+        }
+    }
 }
 
 #[pymethods]
@@ -216,7 +275,7 @@ impl Task {
     #[pyo3(signature = (n=1))]
     fn try_acquire(&self, n: u32) -> PyResult<Option<Permit>> {
         Ok(self
-            .task
+            .live()?
             .acquire_raw(n)
             .map_err(to_py)?
             .ok()
@@ -225,10 +284,10 @@ impl Task {
 
     /// Returns a Permit (a context manager), or raises Limited.
     #[pyo3(signature = (n=1))]
-    fn acquire(&self, py: Python<'_>, n: u32) -> PyResult<Permit> {
-        match self.task.acquire_raw(n).map_err(to_py)? {
+    fn acquire(&self, n: u32) -> PyResult<Permit> {
+        match self.live()?.acquire_raw(n).map_err(to_py)? {
             Ok(raw) => Ok(self.permit(raw)),
-            Err(why) => Err(limited(py, self.task.name(), why)),
+            Err(why) => Err(limited(self.task.name(), why)),
         }
     }
 
@@ -236,6 +295,7 @@ impl Task {
     #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None))]
     fn update(
         &self,
+        py: Python<'_>,
         local_rate: Option<f64>,
         burst: Option<u32>,
         max_concurrency: Option<u32>,
@@ -245,17 +305,23 @@ impl Task {
             burst,
             max_concurrency,
         };
-        self.task.update(&config).map_err(to_py)
+        let task = self.live()?;
+        py.detach(|| task.update(&config)).map_err(to_py)
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.task.stats())
+        let task = self.live()?;
+        // Sums over every process slot of the table.
+        let stats = py.detach(|| task.stats());
+        stats_dict(py, &stats)
     }
 
     /// Statistics of each attached process: {pid: stats}.
     fn stats_by_process<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let task = self.live()?;
+        let rows = py.detach(|| task.stats_by_process());
         let out = PyDict::new(py);
-        for row in self.task.stats_by_process() {
+        for row in rows {
             out.set_item(row.pid, stats_dict(py, &row.stats)?)?;
         }
         Ok(out)
@@ -268,7 +334,7 @@ impl Task {
 
     #[getter]
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.task.settings();
+        let s = self.live()?.settings();
         let d = PyDict::new(py);
         d.set_item("local_rate", s.local_rate)?;
         d.set_item("burst", s.burst)?;
@@ -278,16 +344,6 @@ impl Task {
 
     fn __repr__(&self) -> String {
         format!("<flowctrl.Task {:?}>", self.task.name())
-    }
-}
-
-impl Task {
-    fn permit(&self, raw: RawPermit) -> Permit {
-        Permit {
-            task: self.task.clone(),
-            raw,
-            released: AtomicBool::new(false),
-        }
     }
 }
 
@@ -314,67 +370,83 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
 
 /// Admission for `n` permits. Release it once; as a context manager it is
 /// released on exit, as "dropped" if the block raised, else "success". A
-/// permit dropped unreleased is released as "ignored".
+/// permit dropped unreleased is released as "ignored". It stays releasable
+/// after its Table is closed, so the concurrency it holds goes back.
 #[pyclass(frozen, module = "flowctrl")]
 struct Permit {
     task: flowctrl::Task,
-    raw: RawPermit,
-    released: AtomicBool,
+    n: u32,
+    /// None once released. Released under the lock, so two threads cannot
+    /// both release it, and cleared only when the release succeeded.
+    raw: Mutex<Option<RawPermit>>,
+}
+
+impl Permit {
+    /// Releases the permit unless it was released already; tells which.
+    fn release_once(&self, outcome: Outcome) -> PyResult<bool> {
+        let mut slot = lock(&self.raw);
+        let Some(raw) = slot.as_mut() else {
+            return Ok(false);
+        };
+        self.task.release_raw(raw, outcome).map_err(to_py)?;
+        *slot = None;
+        Ok(true)
+    }
 }
 
 #[pymethods]
 impl Permit {
     #[pyo3(signature = (outcome="success"))]
     fn release(&self, outcome: &str) -> PyResult<()> {
-        let outcome = self::outcome(outcome)?;
-        if self.released.swap(true, Ordering::AcqRel) {
-            return Err(InvalidArgumentError::new_err("permit already released"));
+        if self.release_once(self::outcome(outcome)?)? {
+            Ok(())
+        } else {
+            Err(InvalidArgumentError::new_err(format!(
+                "task {:?}: permit already released",
+                self.task.name()
+            )))
         }
-        let mut raw = self.raw;
-        self.task.release_raw(&mut raw, outcome).map_err(to_py)
     }
 
     #[getter]
     fn n(&self) -> u32 {
-        self.raw.n
+        self.n
     }
 
     #[getter]
     fn released(&self) -> bool {
-        self.released.load(Ordering::Acquire)
+        lock(&self.raw).is_none()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
+    /// Releases the permit unless the block released it already.
     fn __exit__(
         &self,
-        exc_type: Option<Bound<'_, PyAny>>,
-        _exc: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        if !self.released.load(Ordering::Acquire) {
-            let outcome = if exc_type.is_some_and(|t| !t.is_none()) {
-                "dropped"
-            } else {
-                "success"
-            };
-            self.release(outcome)?;
-        }
-        Ok(false)
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let _ = (exc_value, traceback);
+        let outcome = if exc_type.is_none() {
+            Outcome::Success
+        } else {
+            Outcome::Dropped
+        };
+        self.release_once(outcome).map(drop)
     }
 
     fn __repr__(&self) -> String {
-        format!("<flowctrl.Permit {:?} n={}>", self.task.name(), self.raw.n)
+        format!("<flowctrl.Permit {:?} n={}>", self.task.name(), self.n)
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if !self.released.swap(true, Ordering::AcqRel) {
-            let mut raw = self.raw;
+        let slot = self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(mut raw) = slot.take() {
             let _ = self.task.release_raw(&mut raw, Outcome::Ignored);
         }
     }
@@ -382,27 +454,9 @@ impl Drop for Permit {
 
 #[pymodule(gil_used = false)]
 fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
     m.add_class::<Table>()?;
     m.add_class::<Task>()?;
     m.add_class::<Permit>()?;
-    macro_rules! add_types {
-        ($($t:ident),* $(,)?) => { $( m.add(stringify!($t), py.get_type::<$t>())?; )* };
-    }
-    add_types!(
-        FlowctrlError,
-        Limited,
-        InvalidArgumentError,
-        InvalidNameError,
-        TableFullError,
-        TooManyProcessesError,
-        ConfigMismatchError,
-        IncompatibleTableError,
-        CorruptTableError,
-        TablePermissionError,
-        TableIOError,
-        InternalError,
-    );
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
     Ok(())

@@ -52,13 +52,19 @@ def test_limited_carries_the_reason(table):
     with pytest.raises(flowctrl.Limited) as e:
         rated.acquire()
     assert e.value.reason == "local"
-    assert isinstance(e.value, flowctrl.FlowctrlError)
+    # A rejection is a decision, not an error: FlowctrlError handlers let it by.
+    assert not isinstance(e.value, flowctrl.FlowctrlError)
+    with pytest.raises(flowctrl.Limited):
+        try:
+            rated.acquire()
+        except flowctrl.FlowctrlError:
+            pytest.fail("except FlowctrlError caught a rejection")
     capped = table.task("capped", max_concurrency=1)
     with capped.acquire():
         with pytest.raises(flowctrl.Limited) as e:
             capped.acquire()
         assert e.value.reason == "concurrency"
-    assert rated.stats()["limited_local"] == 1
+    assert rated.stats()["limited_local"] == 2
 
 
 def test_unreleased_permit_is_released_as_ignored_when_collected(table):
@@ -150,8 +156,8 @@ def test_permission_denied(tmp_path):
             if os.geteuid() == 0:
                 os.setuid(65534)
             flowctrl.Table(path)
-        except flowctrl.TablePermissionError:
-            code = 0
+        except flowctrl.TablePermissionError as e:
+            code = 0 if isinstance(e, PermissionError) else 4
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -184,6 +190,74 @@ def test_threads_never_exceed_the_cap(table):
         t.join()
     assert peak <= 3
     assert task.stats()["in_flight"] == 0
+
+
+def test_a_permit_is_released_once_whatever_the_threads(table):
+    task = table.task("race", max_concurrency=64)
+    for _ in range(50):
+        # Others held too, so the core's own check (this process holds fewer
+        # than n) cannot be what stops the second release.
+        held = [task.acquire() for _ in range(8)]
+        target = held[0]
+        barrier = threading.Barrier(4)
+        results = []
+
+        def release():
+            barrier.wait()
+            try:
+                target.release()
+                results.append("released")
+            except flowctrl.InvalidArgumentError as e:
+                assert "already released" in str(e)
+                results.append("refused")
+
+        threads = [threading.Thread(target=release) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == ["refused"] * 3 + ["released"]
+        assert target.released
+        for p in held[1:]:
+            p.release()
+    s = task.stats()
+    assert s["in_flight"] == 0
+    assert s["admitted"] == s["released_success"] == 50 * 8
+
+
+def test_leaving_with_after_an_explicit_release_is_quiet(table):
+    task = table.task("svc", max_concurrency=1)
+    with task.acquire() as p:
+        p.release("ignored")
+    assert p.released and task.stats()["released_ignored"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_release_leaves_the_permit_unreleased(tmp_path):
+    task = flowctrl.Table(tmp_path / "t").task("api", max_concurrency=1)
+    permit = task.acquire()
+    pid = os.fork()
+    if pid == 0:  # the permit did not cross fork: releasing it here fails
+        code = 1
+        try:
+            for _ in range(2):
+                try:
+                    permit.release()
+                    code = 2
+                    break
+                except flowctrl.InvalidArgumentError as e:
+                    if "already released" in str(e) or permit.released:
+                        code = 3  # a failed release marked it released
+                        break
+            else:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not permit.released
+    permit.release()
+    assert permit.released and task.stats()["in_flight"] == 0
 
 
 # --- many processes --------------------------------------------------------

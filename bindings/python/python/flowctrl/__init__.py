@@ -5,47 +5,83 @@ table and takes admit/reject decisions from the same atomic counters::
 
     import flowctrl
 
-    table = flowctrl.Table("/dev/shm/my-service")
-    task = table.task("backend", local_rate=1000, max_concurrency=64)
-    try:
-        with task.acquire():
-            call_backend()          # released as "success", or "dropped" if it raises
-    except flowctrl.Limited as e:
-        reject(e.reason)            # "local" or "concurrency"
+    with flowctrl.Table("/dev/shm/my-service") as table:
+        task = table.task("backend", local_rate=1000, max_concurrency=64)
+        try:
+            with task.acquire():
+                call_backend()      # released as "success", or "dropped" if it raises
+        except flowctrl.Limited as e:
+            reject(e.reason)        # "local", "global" or "concurrency"
+
+A rejection raises ``Limited`` (``try_acquire`` returns None instead). It is a
+decision, not an error, so it is *not* a ``FlowctrlError``: ``except
+flowctrl.FlowctrlError`` catches failures only. Each error also derives from
+the built-in exception that fits:
+
+==========================  ==================================================
+``InvalidArgumentError``    ``ValueError`` (``InvalidNameError`` below it)
+``ConfigMismatchError``     ``ValueError``
+``TableClosedError``        ``ValueError``, as for a closed file
+``TablePermissionError``    ``PermissionError``
+``TableIOError``            ``OSError``
+``CorruptTableError``       ``OSError``
+``IncompatibleTableError``  ``OSError``
+``TableFullError``          ``OSError`` (no task slot left, like ``ENOSPC``)
+``TooManyProcessesError``   ``OSError`` (no process slot left, like ``EMFILE``)
+``FlowctrlTimeoutError``    ``TimeoutError``: another process held a claim
+``InternalError``           ``RuntimeError``: a bug in flowctrl
+==========================  ==================================================
+
+All exceptions pickle, so they cross ``multiprocessing`` intact (``Limited``
+keeps its ``reason``).
+
+``Table.close()`` (or leaving ``with``) drops the handle; afterwards the table
+and every Task made from it raise ``TableClosedError``. Permits already taken
+can still be released, so their concurrency returns to the host; the process
+detaches from the table when no Task or Permit of it is left.
 """
 
-from ._flowctrl import (
-    LAYOUT_VERSION,
+from ._errors import (
     ConfigMismatchError,
     CorruptTableError,
     FlowctrlError,
+    FlowctrlTimeoutError,
     IncompatibleTableError,
     InternalError,
     InvalidArgumentError,
     InvalidNameError,
     Limited,
-    Permit,
-    Table,
+    TableClosedError,
     TableFullError,
     TableIOError,
     TablePermissionError,
-    Task,
     TooManyProcessesError,
+)
+from ._flowctrl import (
+    LAYOUT_VERSION,
+    Permit,
+    Table,
+    Task,
     __version__,
 )
+from ._types import Settings, Stats
 
 __all__ = [
     "LAYOUT_VERSION",
     "ConfigMismatchError",
     "CorruptTableError",
     "FlowctrlError",
+    "FlowctrlTimeoutError",
     "IncompatibleTableError",
     "InternalError",
     "InvalidArgumentError",
     "InvalidNameError",
     "Limited",
     "Permit",
+    "Settings",
+    "Stats",
     "Table",
+    "TableClosedError",
     "TableFullError",
     "TableIOError",
     "TablePermissionError",

@@ -1,62 +1,39 @@
+# The extension module. The exceptions it raises are defined in
+# flowctrl/_errors.py, the dict types it returns in flowctrl/_types.py.
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Optional, TypedDict, Union
+from typing import Literal, Optional, Union, final
+
+from ._types import Settings, Stats
+
+__all__ = ["Table", "Task", "Permit", "__version__", "LAYOUT_VERSION"]
 
 __version__: str
 LAYOUT_VERSION: int
 
-Outcome = Literal["success", "dropped", "ignored"]
-
-class Stats(TypedDict):
-    admitted: int
-    limited_local: int
-    limited_global: int
-    limited_concurrency: int
-    released_success: int
-    released_dropped: int
-    released_ignored: int
-    reclaimed: int
-    in_flight: int
-    rtt_sum_ns: int
-    rtt_samples: int
-
-class Settings(TypedDict):
-    local_rate: float
-    burst: int
-    max_concurrency: int
-
-class FlowctrlError(Exception): ...
-
-class Limited(FlowctrlError):
-    reason: Literal["local", "global", "concurrency"]
-
-class InvalidArgumentError(FlowctrlError): ...
-class InvalidNameError(InvalidArgumentError): ...
-class TableFullError(FlowctrlError): ...
-class TooManyProcessesError(FlowctrlError): ...
-class ConfigMismatchError(FlowctrlError): ...
-class IncompatibleTableError(FlowctrlError): ...
-class CorruptTableError(FlowctrlError): ...
-class TablePermissionError(FlowctrlError): ...
-class TableIOError(FlowctrlError): ...
-class InternalError(FlowctrlError): ...
-
+@final
 class Table:
     """A shared-memory task table; created if missing (mode 0600 by default).
 
     ``path`` None means /dev/shm/flowctrl; a bare name means /dev/shm/<name>.
     ``capacity``, ``mode`` and ``max_processes`` apply only to a new table.
+
+    ``close()``, or leaving a ``with`` block, drops this handle: the table and
+    every Task made from it then raise TableClosedError (``path``,
+    ``capacity``, ``max_processes`` and ``closed`` stay readable). Permits
+    already taken can still be released. The process detaches from the
+    table once no Task or Permit of it is left.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: Optional[Union[str, PathLike[str]]] = None,
         *,
         capacity: int = 1024,
         mode: int = 0o600,
         max_processes: int = 128,
-    ) -> None: ...
+    ) -> Table: ...
     def task(
         self,
         name: str,
@@ -70,16 +47,38 @@ class Table:
         The first registration wins; naming a different value for a field
         raises ConfigMismatchError (fields left None are not compared).
         """
+    def reap(self) -> bool:
+        """Looks for dead processes now; True if any held slots were reclaimed."""
+    def close(self) -> None:
+        """Drops this handle; idempotent. Later use raises TableClosedError."""
+    @property
+    def closed(self) -> bool: ...
     @property
     def path(self) -> Path: ...
     @property
     def capacity(self) -> int: ...
     @property
     def max_processes(self) -> int: ...
-    def reap(self) -> bool: ...
+    def __enter__(self) -> Table:
+        """Returns the table; raises TableClosedError if it is closed."""
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        """Closes the table."""
 
+@final
 class Task:
-    def try_acquire(self, n: int = 1) -> Optional[Permit]: ...
+    """A task registered in a table. Made by Table.task().
+
+    Every method but ``name`` raises TableClosedError once its Table is
+    closed.
+    """
+
+    def try_acquire(self, n: int = 1) -> Optional[Permit]:
+        """Returns a Permit, or None when a limit rejects the request."""
     def acquire(self, n: int = 1) -> Permit:
         """Returns a Permit (usable as a context manager) or raises Limited."""
     def update(
@@ -88,16 +87,35 @@ class Task:
         local_rate: Optional[float] = None,
         burst: Optional[int] = None,
         max_concurrency: Optional[int] = None,
-    ) -> None: ...
+    ) -> None:
+        """Changes the given fields of the configuration for the whole host."""
     def stats(self) -> Stats: ...
-    def stats_by_process(self) -> dict[int, Stats]: ...
+    def stats_by_process(self) -> dict[int, Stats]:
+        """Statistics of each attached process: {pid: stats}."""
     @property
     def name(self) -> str: ...
     @property
     def settings(self) -> Settings: ...
 
+@final
 class Permit:
-    def release(self, outcome: Outcome = "success") -> None: ...
+    """Admission for ``n`` permits. Release it once.
+
+    As a context manager it is released on exit (unless released already):
+    as "dropped" if the block raised, else "success". A permit collected
+    unreleased is released as "ignored". Releasing it twice, from any thread,
+    raises InvalidArgumentError; a release that failed leaves it unreleased.
+    """
+
+    def release(
+        self, outcome: Literal["success", "dropped", "ignored"] = "success"
+    ) -> None:
+        """Releases the permit with how the request ended.
+
+        Raises InvalidArgumentError if it was released already, or if the
+        release is refused (a permit inherited across fork, for one); a
+        refused release leaves the permit unreleased.
+        """
     @property
     def n(self) -> int: ...
     @property
@@ -106,6 +124,6 @@ class Permit:
     def __exit__(
         self,
         exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None: ...

@@ -1,0 +1,89 @@
+"""The GIL is let go around calls that can wait or scan, and kept around
+acquire and release (cheaper than a GIL round trip)."""
+
+import sys
+import threading
+import time
+
+import pytest
+
+import flowctrl
+
+
+class GilWatcher:
+    """A thread that counts each time it gets the GIL.
+
+    With a switch interval of 100 s the interpreter never takes the GIL from
+    a running thread, so while the main thread runs, the count moves only
+    when the main thread lets the GIL go itself.
+    """
+
+    def __init__(self):
+        self.count = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop:
+            self.count += 1
+            time.sleep(0.0002)  # lets the GIL go, then waits to get it back
+
+    def __enter__(self):
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(100.0)
+        self._thread.start()
+        while self.count < 2:
+            time.sleep(0.001)
+        return self
+
+    def __exit__(self, *exc):
+        self._stop = True
+        self._thread.join(30)
+        sys.setswitchinterval(self._interval)
+        assert not self._thread.is_alive()
+
+    def others_ran_during(self, op, seconds):
+        """Runs `op` over and over for at most `seconds`: did the watcher run?"""
+        start = self.count
+        deadline = time.monotonic() + seconds
+        while self.count - start < 3 and time.monotonic() < deadline:
+            op()
+        return self.count - start >= 3
+
+
+@pytest.fixture
+def table(tmp_path):
+    # Many process slots: a statistics read sums over all of them.
+    return flowctrl.Table(tmp_path / "t", capacity=8, max_processes=1024)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "call", ["open", "task", "reap", "update", "stats", "stats_by_process"]
+)
+def test_waiting_and_scanning_calls_let_the_gil_go(table, call):
+    task = table.task("api", max_concurrency=4)
+    op = {
+        "open": lambda: flowctrl.Table(table.path),
+        "task": lambda: table.task("api"),
+        "reap": table.reap,
+        "update": lambda: task.update(max_concurrency=4),
+        "stats": task.stats,
+        "stats_by_process": task.stats_by_process,
+    }[call]
+    with GilWatcher() as watcher:
+        assert watcher.others_ran_during(op, seconds=10), f"{call} holds the GIL"
+
+
+@pytest.mark.timeout(60)
+def test_acquire_and_release_keep_the_gil(table):
+    """Also shows the watcher can tell: here it must not run at all."""
+    task = table.task("api", max_concurrency=4)
+
+    def op():
+        task.try_acquire().release()
+        with task.acquire():
+            pass
+
+    with GilWatcher() as watcher:
+        assert not watcher.others_ran_during(op, seconds=0.3)
