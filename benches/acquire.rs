@@ -53,7 +53,9 @@ fn one_thread(c: &mut Criterion) {
         b.iter(|| black_box(task.acquire_raw(1).unwrap().is_ok()))
     });
     g.bench_function("flowctrl_acquire_release", |b| b.iter(|| pair(&task)));
-    g.bench_function("flowctrl_capped_acquire_release", |b| b.iter(|| pair(&capped)));
+    g.bench_function("flowctrl_capped_acquire_release", |b| {
+        b.iter(|| pair(&capped))
+    });
     g.bench_function("governor_check", |b| {
         b.iter(|| black_box(limiter.check().is_ok()))
     });

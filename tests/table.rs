@@ -323,7 +323,9 @@ fn impossible_requests_and_bad_permits_are_errors() {
     );
     permit.release(Outcome::Success).unwrap();
     // A copy of the released permit: this process holds nothing any more.
-    let err = task.release_raw(&mut raw.clone(), Outcome::Success).unwrap_err();
+    let err = task
+        .release_raw(&mut raw.clone(), Outcome::Success)
+        .unwrap_err();
     assert!(err.message().contains("twice"), "{err}");
     let forged = flowctrl::RawPermit {
         owner: raw.owner ^ 1,

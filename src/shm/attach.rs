@@ -25,9 +25,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::Shm;
 use super::fork::{self, LOST};
 use super::layout::*;
-use super::Shm;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How often at most the table is swept for dead processes, host-wide.
@@ -106,7 +106,9 @@ impl Shm {
         self.ensure_fd()?;
         let owner = self.claim()?;
         self.attachment.owner.store(owner.0, Ordering::Relaxed);
-        self.attachment.generation.store(generation, Ordering::Release);
+        self.attachment
+            .generation
+            .store(generation, Ordering::Release);
         self.sweep(owner.index());
         self.start_reaper();
         Ok(owner)
@@ -131,7 +133,10 @@ impl Shm {
         if (meta.dev(), meta.ino()) != self.identity {
             return Err(Error::new(
                 ErrorKind::Io,
-                format!("table {} was replaced since it was opened", self.path.display()),
+                format!(
+                    "table {} was replaced since it was opened",
+                    self.path.display()
+                ),
             ));
         }
         let fd = file.into_raw_fd();
@@ -348,7 +353,9 @@ impl Shm {
                 }
             });
         if let Err(e) = spawned {
-            log::warn!("flowctrl: no reaper thread ({e}); dead processes are reaped on attach only");
+            log::warn!(
+                "flowctrl: no reaper thread ({e}); dead processes are reaped on attach only"
+            );
         }
     }
 }

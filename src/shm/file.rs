@@ -70,12 +70,20 @@ pub(crate) fn open_or_create(
                     ),
                 ));
             }
-            Err(e) => return Err(Error::io(format!("cannot open table {}", path.display()), e)),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("cannot open table {}", path.display()),
+                    e,
+                ));
+            }
         }
     }
     Err(Error::new(
         ErrorKind::Io,
-        format!("table {} keeps disappearing while being opened", path.display()),
+        format!(
+            "table {} keeps disappearing while being opened",
+            path.display()
+        ),
     ))
 }
 
@@ -85,7 +93,8 @@ fn c_path(path: &Path) -> Result<CString> {
 }
 
 fn open_nofollow(path: &Path) -> io::Result<File> {
-    let c = c_path(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))?;
+    let c = c_path(path)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))?;
     // SAFETY: a valid C string; the descriptor is owned by the File below.
     let fd = unsafe {
         libc::open(
@@ -126,14 +135,18 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
     set(&h.task_capacity, geometry.task_capacity);
     set(&h.attach_capacity, geometry.attach_capacity);
     set(&h.clock_kind, clock.kind() as u32);
-    h.ticks_per_sec.store(clock.ticks_per_sec(), Ordering::Relaxed);
+    h.ticks_per_sec
+        .store(clock.ticks_per_sec(), Ordering::Relaxed);
     h.total_size.store(size as u64, Ordering::Relaxed);
     h.table_id.store(table_id, Ordering::Relaxed);
     h.magic.store(MAGIC, Ordering::Release);
     // The umask must not narrow (or widen) what the caller asked for.
     // SAFETY: plain fchmod on our descriptor.
     if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
-        return Err(Error::io(format!("cannot set mode of table {shown}"), io::Error::last_os_error()));
+        return Err(Error::io(
+            format!("cannot set mode of table {shown}"),
+            io::Error::last_os_error(),
+        ));
     }
     let published = match &temp {
         None => link_unnamed(&file, path),
@@ -160,14 +173,26 @@ fn unnamed_file(path: &Path) -> Result<(File, Option<std::path::PathBuf>)> {
     };
     let c = c_path(dir)?;
     // SAFETY: a valid C string; the descriptor is owned by the File below.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
     if fd >= 0 {
         // SAFETY: a fresh descriptor.
         return Ok((unsafe { File::from_raw_fd(fd) }, None));
     }
     let err = io::Error::last_os_error();
-    if !matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)) {
-        return Err(Error::io(format!("cannot create table {}", path.display()), err));
+    if !matches!(
+        err.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    ) {
+        return Err(Error::io(
+            format!("cannot create table {}", path.display()),
+            err,
+        ));
     }
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{}.{:016x}.tmp", std::process::id(), random_u64()));
@@ -184,7 +209,8 @@ fn unnamed_file(path: &Path) -> Result<(File, Option<std::path::PathBuf>)> {
 /// Gives an `O_TMPFILE` its name. Through /proc where it is mounted, else
 /// with `AT_EMPTY_PATH` (which needs CAP_DAC_READ_SEARCH).
 fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
-    let target = c_path(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))?;
+    let target = c_path(path)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))?;
     let proc_path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap_or_default();
     // SAFETY: valid C strings and descriptors.
     let r = unsafe {
@@ -205,9 +231,19 @@ fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
     }
     // SAFETY: as above.
     let r = unsafe {
-        libc::linkat(file.as_raw_fd(), c"".as_ptr(), libc::AT_FDCWD, target.as_ptr(), libc::AT_EMPTY_PATH)
+        libc::linkat(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
     };
-    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Reserves `size` bytes of backing store, so a full /dev/shm is an error
@@ -236,7 +272,10 @@ fn reserve(file: &File, size: usize, path: &Path) -> Result<()> {
 fn check_trust(path: &Path, meta: &std::fs::Metadata, trust: Trust) -> Result<()> {
     let shown = path.display();
     if !meta.file_type().is_file() {
-        return Err(Error::new(ErrorKind::Permission, format!("{shown} is not a regular file")));
+        return Err(Error::new(
+            ErrorKind::Permission,
+            format!("{shown} is not a regular file"),
+        ));
     }
     if meta.uid() != trust.owner {
         return Err(Error::new(
@@ -266,7 +305,9 @@ fn check_trust(path: &Path, meta: &std::fs::Metadata, trust: Trust) -> Result<()
 /// anything else is trusted.
 fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
     let shown = path.display();
-    let meta = file.metadata().map_err(|e| Error::io(format!("cannot stat table {shown}"), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot stat table {shown}"), e))?;
     check_trust(path, &meta, trust)?;
     let len = meta.len();
     if len < HEADER_SIZE as u64 {
@@ -280,19 +321,27 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
     let get = |f: &std::sync::atomic::AtomicU32| f.load(Ordering::Relaxed);
     let get64 = |f: &AtomicU64| f.load(Ordering::Relaxed);
     if h.magic.load(Ordering::Acquire) != MAGIC {
-        return Err(Error::corrupt(format!("{shown} is not a flowctrl table (bad magic)")));
+        return Err(Error::corrupt(format!(
+            "{shown} is not a flowctrl table (bad magic)"
+        )));
     }
     let version = get(&h.layout_version);
     if version != LAYOUT_VERSION {
         return Err(Error::new(
             ErrorKind::Incompatible,
-            format!("{shown} has table layout version {version}; this flowctrl speaks version {LAYOUT_VERSION}"),
+            format!(
+                "{shown} has table layout version {version}; this flowctrl speaks version {LAYOUT_VERSION}"
+            ),
         ));
     }
     let sizes = [
         (get(&h.header_size), size_of::<Header>(), "header"),
         (get(&h.task_slot_size), size_of::<TaskSlot>(), "task slot"),
-        (get(&h.attach_slot_size), size_of::<AttachSlot>(), "attachment slot"),
+        (
+            get(&h.attach_slot_size),
+            size_of::<AttachSlot>(),
+            "attachment slot",
+        ),
         (get(&h.lane_size), size_of::<Lane>(), "lane"),
         (get(&h.baseline_size), size_of::<Baseline>(), "baseline"),
     ];
@@ -323,7 +372,9 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
         )));
     }
     if len < total {
-        return Err(Error::corrupt(format!("{shown} is {len} bytes but the table needs {total} (truncated)")));
+        return Err(Error::corrupt(format!(
+            "{shown} is {len} bytes but the table needs {total} (truncated)"
+        )));
     }
     let kind = get(&h.clock_kind);
     let ticks = get64(&h.ticks_per_sec);

@@ -14,8 +14,8 @@ use std::sync::{Arc, Weak};
 
 use memmap2::MmapRaw;
 
-pub(crate) use attach::Owner;
 use attach::Attachment;
+pub(crate) use attach::Owner;
 pub(crate) use file::random_u64;
 use fork::{ForkSafeLock, TrackedFd};
 use layout::*;

@@ -100,7 +100,10 @@ impl TaskSettings {
         let interval = interval_for(self.local_rate, clock)?;
         // The GCRA looks burst × interval ahead; past 2^62 ticks (decades)
         // that would saturate and quietly admit everything.
-        if interval.checked_mul(self.burst as u64).is_none_or(|span| span > 1 << 62) {
+        if interval
+            .checked_mul(self.burst as u64)
+            .is_none_or(|span| span > 1 << 62)
+        {
             return Err(Error::invalid(format!(
                 "local_rate {} with burst {} spans more than 2^62 clock ticks \
                  (the burst would never refill): raise the rate or lower the burst",
@@ -124,7 +127,10 @@ impl TaskSettings {
             out.push(format!("burst {} (asked {b})", self.burst));
         }
         if let Some(c) = asked.max_concurrency.filter(|c| *c != self.max_concurrency) {
-            out.push(format!("max_concurrency {} (asked {c})", self.max_concurrency));
+            out.push(format!(
+                "max_concurrency {} (asked {c})",
+                self.max_concurrency
+            ));
         }
         out
     }
@@ -175,8 +181,10 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
     let copy = &slot.config[((version + 1) & 1) as usize];
     copy.interval.store(limits.interval, Ordering::Relaxed);
     copy.rate_bits.store(rate.to_bits(), Ordering::Relaxed);
-    copy.limits
-        .store(limits.burst as u64 | (limits.cap as u64) << 32, Ordering::Relaxed);
+    copy.limits.store(
+        limits.burst as u64 | (limits.cap as u64) << 32,
+        Ordering::Relaxed,
+    );
     slot.config_version
         .store(version.wrapping_add(1), Ordering::Release);
 }
@@ -184,7 +192,12 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
 /// Runs `body` holding the task's configuration lock. A lock held by a dead
 /// process is taken over; one held by a live process is waited for up to
 /// [`WRITE_DEADLINE`].
-pub(crate) fn with_lock<T>(shm: &Shm, slot: &TaskSlot, me: Owner, body: impl FnOnce() -> T) -> Result<T> {
+pub(crate) fn with_lock<T>(
+    shm: &Shm,
+    slot: &TaskSlot,
+    me: Owner,
+    body: impl FnOnce() -> T,
+) -> Result<T> {
     let start = Instant::now();
     loop {
         let current = slot.config_lock.load(Ordering::Acquire);
@@ -258,7 +271,10 @@ mod tests {
             burst: 10_000,
             max_concurrency: 0,
         };
-        assert_eq!(slow.limits(&clock).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            slow.limits(&clock).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         let fine = TaskSettings { burst: 1, ..slow };
         assert!(fine.limits(&clock).is_ok());
         let huge_cap = TaskSettings {
@@ -281,7 +297,9 @@ mod tests {
         );
         assert!(settings.mismatches(&TaskConfig::new()).is_empty());
         assert_eq!(
-            settings.mismatches(&TaskConfig::new().burst(6).local_rate(0.0)).len(),
+            settings
+                .mismatches(&TaskConfig::new().burst(6).local_rate(0.0))
+                .len(),
             1
         );
     }

@@ -145,7 +145,10 @@ impl Task {
         let attach = owner.index().unwrap_or(0);
         let slot = shm.task_slot(self.index);
         let (limits, _) = config::read(slot);
-        if n == 0 || (limits.interval != 0 && n > limits.burst) || (limits.cap != 0 && n > limits.cap) {
+        if n == 0
+            || (limits.interval != 0 && n > limits.burst)
+            || (limits.cap != 0 && n > limits.cap)
+        {
             return Err(self.unadmittable(n));
         }
         let lane = preferred_lane();
@@ -164,7 +167,9 @@ impl Task {
             }
         }
         let counted = limits.cap != 0;
-        if counted && self.move_count(attach, lane, n as i32, Some(limits.cap as u64))? == Update::Refused {
+        if counted
+            && self.move_count(attach, lane, n as i32, Some(limits.cap as u64))? == Update::Refused
+        {
             count(counters, Counter::LimitedConcurrency, n as u64);
             return Ok(Err(Limited::Concurrency));
         }
@@ -205,7 +210,10 @@ impl Task {
             for i in 0..LANES {
                 let id = attach * LANES + (lane + i) % LANES;
                 let Some(mine) = self.ledger_lane(id) else {
-                    return Err(Error::new(ErrorKind::Internal, "attachment outside the table"));
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        "attachment outside the table",
+                    ));
                 };
                 match ledger::update(word, resolve, mine, delta, cap) {
                     Update::Busy => continue,
@@ -216,7 +224,10 @@ impl Task {
             if since.elapsed() > LANE_DEADLINE {
                 return Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("task {:?}: every ledger lane of this process stayed busy", self.name),
+                    format!(
+                        "task {:?}: every ledger lane of this process stayed busy",
+                        self.name
+                    ),
                 ));
             }
             std::thread::yield_now();
@@ -224,7 +235,9 @@ impl Task {
     }
 
     fn lane(&self, id: u32) -> &Lane {
-        self.shm.lane(self.index, id).expect("own lane within the table")
+        self.shm
+            .lane(self.index, id)
+            .expect("own lane within the table")
     }
 
     fn ledger_lane(&self, id: u32) -> Option<ledger::Lane<'_>> {
@@ -241,7 +254,10 @@ impl Task {
         let why = if n == 0 {
             "n must be at least 1".to_string()
         } else if s.local_rate != 0.0 && n > s.burst {
-            format!("n = {n} is above the burst of {}: it could never be admitted", s.burst)
+            format!(
+                "n = {n} is above the burst of {}: it could never be admitted",
+                s.burst
+            )
         } else {
             format!(
                 "n = {n} is above max_concurrency {}: it could never be admitted",
@@ -280,7 +296,9 @@ impl Task {
             Outcome::Ignored => Counter::ReleasedIgnored,
         };
         if outcome != Outcome::Ignored {
-            let rtt = shm.clock.ticks_to_ns(shm.clock.now().saturating_sub(permit.acquired_at));
+            let rtt = shm
+                .clock
+                .ticks_to_ns(shm.clock.now().saturating_sub(permit.acquired_at));
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
         }
         count(counters, counter, n as u64);
@@ -358,7 +376,10 @@ impl Task {
             if began.elapsed() > Duration::from_secs(1) {
                 return Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("task {:?} kept changing for 1 s: no instant to compare at", self.name),
+                    format!(
+                        "task {:?} kept changing for 1 s: no instant to compare at",
+                        self.name
+                    ),
                 ));
             }
             std::thread::yield_now();

@@ -73,12 +73,17 @@ impl RawPermit {
             "it was issued to another process or table handle (permits do not cross fork)"
         } else if self.task != task {
             "it was issued for another task"
-        } else if self.n == 0 || self.flags & !COUNTED != 0 || self.check != self.mac(shm.permit_key) {
+        } else if self.n == 0
+            || self.flags & !COUNTED != 0
+            || self.check != self.mac(shm.permit_key)
+        {
             "its fields were altered"
         } else {
             return Ok(());
         };
-        Err(Error::invalid(format!("task {name:?}: cannot release this permit: {why}")))
+        Err(Error::invalid(format!(
+            "task {name:?}: cannot release this permit: {why}"
+        )))
     }
 }
 

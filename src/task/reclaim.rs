@@ -37,7 +37,9 @@ impl Reclaim for TaskReclaim {
             let mut order: Vec<_> = lanes.iter().collect();
             order.sort_by_key(negative_first);
             for (lane, raw) in order {
-                ledger::drain(word, resolve, *lane, |seq, held| record_reclaimed(raw, seq, held));
+                ledger::drain(word, resolve, *lane, |seq, held| {
+                    record_reclaimed(raw, seq, held)
+                });
             }
         }
     }

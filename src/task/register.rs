@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::config::{self, TaskSettings};
 use crate::error::{Error, ErrorKind, Result};
-use crate::shm::layout::{NAME_MAX, NAME_WORDS, TASK_CLAIMING, TASK_EMPTY, TASK_KIND, TASK_READY, TaskSlot};
+use crate::shm::layout::{
+    NAME_MAX, NAME_WORDS, TASK_CLAIMING, TASK_EMPTY, TASK_KIND, TASK_READY, TaskSlot,
+};
 use crate::shm::{Owner, Shm};
 
 /// How long registration waits for another live process filling a slot.
@@ -22,7 +24,10 @@ const CLAIM_DEADLINE: Duration = Duration::from_secs(2);
 pub fn validate_name(name: &str) -> Result<()> {
     let invalid = |why: String| Err(Error::new(ErrorKind::InvalidName, why));
     if name.is_empty() || name.len() > NAME_MAX {
-        return invalid(format!("task name must be 1..={NAME_MAX} bytes, not {}", name.len()));
+        return invalid(format!(
+            "task name must be 1..={NAME_MAX} bytes, not {}",
+            name.len()
+        ));
     }
     if let Some(c) = name.chars().find(|c| c.is_control() || is_invisible(*c)) {
         return invalid(format!(
@@ -56,8 +61,9 @@ fn name_words(name: &str) -> [u64; NAME_WORDS] {
 
 /// FNV-1a: spreads names over the slots; collisions probe linearly.
 fn hash(name: &str) -> u64 {
-    name.bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn holds(slot: &TaskSlot, name: &str, words: &[u64; NAME_WORDS]) -> bool {
@@ -152,13 +158,24 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Re
 
 fn claim(slot: &TaskSlot, seen: u64, me: Owner) -> bool {
     slot.state
-        .compare_exchange(seen, TASK_CLAIMING | me.0, Ordering::Acquire, Ordering::Relaxed)
+        .compare_exchange(
+            seen,
+            TASK_CLAIMING | me.0,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
         .is_ok()
 }
 
 /// Fills a claimed slot and publishes it. Nobody reads an unpublished slot's
 /// configuration, so it is written without the configuration lock.
-fn publish(slot: &TaskSlot, name: &str, words: &[u64; NAME_WORDS], limits: config::Limits, rate: f64) {
+fn publish(
+    slot: &TaskSlot,
+    name: &str,
+    words: &[u64; NAME_WORDS],
+    limits: config::Limits,
+    rate: f64,
+) {
     for (w, v) in slot.name.iter().zip(words) {
         w.store(*v, Ordering::Relaxed);
     }
@@ -178,8 +195,16 @@ mod tests {
             assert!(validate_name(good).is_ok(), "{good}");
         }
         for bad in [
-            "", " ", "\u{3000}", "a\u{202E}b", "a\u{200B}", "\u{FEFF}x", "x\ny", "x\u{7f}",
-            "x\u{2066}", "x\u{E0041}",
+            "",
+            " ",
+            "\u{3000}",
+            "a\u{202E}b",
+            "a\u{200B}",
+            "\u{FEFF}x",
+            "x\ny",
+            "x\u{7f}",
+            "x\u{2066}",
+            "x\u{E0041}",
         ] {
             let err = validate_name(bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}");

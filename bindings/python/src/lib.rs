@@ -126,19 +126,22 @@ fn closed_table(path: &std::path::Path) -> PyErr {
 #[pymethods]
 impl Table {
     #[new]
-    #[pyo3(signature = (path=None, *, capacity=1024, mode=0o600, max_processes=128))]
+    #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false))]
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
         capacity: u32,
         mode: u32,
         max_processes: u32,
+        owner: Option<u32>,
+        shared: bool,
     ) -> PyResult<Self> {
         let options = TableOptions {
             capacity,
             max_processes,
             mode,
-            ..TableOptions::default()
+            owner,
+            shared,
         };
         // Opening may create and calibrate a table (~10 ms): let other threads run.
         let table = py
@@ -181,10 +184,27 @@ impl Table {
         })
     }
 
-    /// Looks for dead processes now; True if any held slots were reclaimed.
-    fn reap(&self, py: Python<'_>) -> PyResult<bool> {
+    /// Looks for dead processes now; the number found (their permits are back).
+    fn reap(&self, py: Python<'_>) -> PyResult<usize> {
         let table = self.handle()?;
         Ok(py.detach(move || table.reap()))
+    }
+
+    /// Checks the table: {"replaced": the path no longer names this file,
+    /// "drift": {task: in_flight - held} for tasks whose count is off,
+    /// "unchecked": [tasks that never held still long enough]}.
+    fn check<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let table = self.handle()?;
+        let report = py.detach(move || table.check());
+        let d = PyDict::new(py);
+        d.set_item("replaced", report.replaced)?;
+        let drift = PyDict::new(py);
+        for (name, by) in &report.drift {
+            drift.set_item(name, by)?;
+        }
+        d.set_item("drift", drift)?;
+        d.set_item("unchecked", report.unchecked)?;
+        Ok(d)
     }
 
     /// Drops this handle; idempotent. Later use raises TableClosedError.
@@ -316,15 +336,31 @@ impl Task {
         stats_dict(py, &stats)
     }
 
-    /// Statistics of each attached process: {pid: stats}.
-    fn stats_by_process<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// Statistics of each attachment live now (each open table handle of a
+    /// process is one): a list of stats dicts with "pid" and "slot".
+    fn stats_by_process<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let task = self.live()?;
         let rows = py.detach(|| task.stats_by_process());
-        let out = PyDict::new(py);
-        for row in rows {
-            out.set_item(row.pid, stats_dict(py, &row.stats)?)?;
-        }
-        Ok(out)
+        rows.iter()
+            .map(|row| {
+                let d = stats_dict(py, &row.stats)?;
+                d.set_item("pid", row.pid)?;
+                d.set_item("slot", row.slot)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Compares the host's concurrency count with what every process's
+    /// ledger holds, at one instant: {"in_flight", "held", "drift"}.
+    fn check<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let task = self.live()?;
+        let c = py.detach(|| task.check()).map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("in_flight", c.in_flight)?;
+        d.set_item("held", c.held)?;
+        d.set_item("drift", c.drift())?;
+        Ok(d)
     }
 
     #[getter]
@@ -365,6 +401,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
     for (k, v) in fields {
         d.set_item(k, v)?;
     }
+    d.set_item("held", s.held)?;
     Ok(d)
 }
 

@@ -21,7 +21,7 @@ def test_close_is_idempotent_and_later_use_is_refused(tmp_path):
     # Like a closed file: a ValueError, and its description stays readable.
     with pytest.raises(ValueError):
         table.reap()
-    assert (table.path, table.capacity, table.max_processes) == (path, 8, 128)
+    assert (table.path, table.capacity, table.max_processes) == (path, 8, 64)
     # Tasks of a closed table refuse use too; only the name stays.
     for use in (
         task.try_acquire,

@@ -21,7 +21,7 @@ def test_table_file_is_private_and_reopens(tmp_path):
     path = tmp_path / "t"
     t = flowctrl.Table(path)
     assert (os.stat(path).st_mode & 0o777) == 0o600
-    assert t.capacity == 1024 and t.max_processes == 128
+    assert t.capacity == 256 and t.max_processes == 64
     shared = flowctrl.Table(tmp_path / "s", mode=0o640, capacity=8)
     assert (os.stat(tmp_path / "s").st_mode & 0o777) == 0o640
     assert flowctrl.Table(tmp_path / "s").capacity == 8
@@ -290,7 +290,9 @@ def test_multiprocessing_workers_share_one_host_rate(tmp_path, method):
         shares = pool.starmap(_hammer, [(path, start, start + seconds)] * 4)
     expected = RATE * seconds + BURST
     assert all(s > 0 for s in shares), shares
-    assert abs(sum(shares) - expected) <= expected * 0.02, (shares, expected)
+    # Never above the host's rate. Below it only when every worker was off
+    # the CPU for longer than the burst lasts (a loaded 2-core machine).
+    assert expected * 0.8 <= sum(shares) <= expected * 1.02, (shares, expected)
     assert task.stats()["admitted"] == sum(shares)
 
 
@@ -343,15 +345,17 @@ def test_pre_fork_worker_is_its_own_attachment(tmp_path):
         finally:
             os._exit(code)
     assert os.read(r, 1) == b"1"
-    rows = task.stats_by_process()
+    rows = {row["pid"]: row for row in task.stats_by_process()}
     assert rows[pid]["in_flight"] == 8
     assert rows[os.getpid()]["in_flight"] == 2
+    assert task.check() == {"in_flight": 10, "held": 10, "drift": 0}
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     killed = time.monotonic()
     while (again := task.try_acquire(8)) is None:
         assert time.monotonic() - killed < 0.1
     s = task.stats()
-    assert (s["in_flight"], s["reclaimed"]) == (10, 8)
+    assert (s["in_flight"], s["held"], s["reclaimed"]) == (10, 10, 8)
+    assert table.check() == {"replaced": False, "drift": {}, "unchecked": []}
     again.release()
     parents.release()

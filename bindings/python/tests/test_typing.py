@@ -50,11 +50,13 @@ USE = """
             if p is not None:
                 p.release("dropped")
             stats: flowctrl.Stats = task.stats()
-            rows: dict[int, flowctrl.Stats] = task.stats_by_process()
+            rows: list[flowctrl.ProcessStats] = task.stats_by_process()
+            consistent: flowctrl.Consistency = task.check()
+            report: flowctrl.TableCheck = table.check()
             settings: flowctrl.Settings = task.settings
             closed: bool = table.closed
         table.close()
-        return stats["admitted"] + len(rows) + settings["burst"]
+        return stats["admitted"] + len(rows) + settings["burst"] + consistent["drift"] + len(report["drift"])
 
     # __exit__ returns None: the blocks cannot swallow an exception, so
     # nothing is missing after them.

@@ -64,7 +64,7 @@ from ._flowctrl import (
     Task,
     __version__,
 )
-from ._types import Settings, Stats
+from ._types import Consistency, ProcessStats, Settings, Stats, TableCheck
 
 __all__ = [
     "LAYOUT_VERSION",
@@ -80,6 +80,9 @@ __all__ = [
     "Permit",
     "Settings",
     "Stats",
+    "ProcessStats",
+    "Consistency",
+    "TableCheck",
     "Table",
     "TableClosedError",
     "TableFullError",

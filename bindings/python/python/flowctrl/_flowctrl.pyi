@@ -5,7 +5,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Optional, Union, final
 
-from ._types import Settings, Stats
+from ._types import Consistency, ProcessStats, Settings, Stats, TableCheck
 
 __all__ = ["Table", "Task", "Permit", "__version__", "LAYOUT_VERSION"]
 
@@ -18,6 +18,10 @@ class Table:
 
     ``path`` None means /dev/shm/flowctrl; a bare name means /dev/shm/<name>.
     ``capacity``, ``mode`` and ``max_processes`` apply only to a new table.
+    An existing table is opened only if it is a regular file (not a symlink)
+    owned by ``owner`` (default: this process's effective uid) and, unless
+    ``shared``, not writable by group or others: whoever can write the file
+    sets everyone's limits (TablePermissionError otherwise).
 
     ``close()``, or leaving a ``with`` block, drops this handle: the table and
     every Task made from it then raise TableClosedError (``path``,
@@ -30,9 +34,11 @@ class Table:
         cls,
         path: Optional[Union[str, PathLike[str]]] = None,
         *,
-        capacity: int = 1024,
+        capacity: int = 256,
         mode: int = 0o600,
-        max_processes: int = 128,
+        max_processes: int = 64,
+        owner: Optional[int] = None,
+        shared: bool = False,
     ) -> Table: ...
     def task(
         self,
@@ -47,8 +53,10 @@ class Table:
         The first registration wins; naming a different value for a field
         raises ConfigMismatchError (fields left None are not compared).
         """
-    def reap(self) -> bool:
-        """Looks for dead processes now; True if any held slots were reclaimed."""
+    def reap(self) -> int:
+        """Looks for dead processes now; the number found (their permits are back)."""
+    def check(self) -> TableCheck:
+        """Whether the path still names this table, and tasks whose count drifted."""
     def close(self) -> None:
         """Drops this handle; idempotent. Later use raises TableClosedError."""
     @property
@@ -90,8 +98,10 @@ class Task:
     ) -> None:
         """Changes the given fields of the configuration for the whole host."""
     def stats(self) -> Stats: ...
-    def stats_by_process(self) -> dict[int, Stats]:
-        """Statistics of each attached process: {pid: stats}."""
+    def stats_by_process(self) -> list[ProcessStats]:
+        """Statistics of each attachment live now, with its pid and slot."""
+    def check(self) -> Consistency:
+        """The concurrency count against every process's ledger, at one instant."""
     @property
     def name(self) -> str: ...
     @property

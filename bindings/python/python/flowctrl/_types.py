@@ -19,8 +19,32 @@ class Stats(TypedDict):
     released_ignored: int
     reclaimed: int
     in_flight: int
+    held: int
     rtt_sum_ns: int
     rtt_samples: int
+
+
+class ProcessStats(Stats):
+    """Task.stats_by_process(): one attachment's counters since it attached."""
+
+    pid: int
+    slot: int
+
+
+class Consistency(TypedDict):
+    """Task.check(): the concurrency count against the ledgers, at one instant."""
+
+    in_flight: int
+    held: int
+    drift: int
+
+
+class TableCheck(TypedDict):
+    """Table.check(): what is wrong with the table, if anything."""
+
+    replaced: bool
+    drift: dict[str, int]
+    unchecked: list[str]
 
 
 class Settings(TypedDict):
