@@ -18,13 +18,14 @@ def main() -> None:
     table = flowctrl.Table(args.table)
     task = table.task(args.task)
     limit = task.settings["local_rate"]
-    previous = {pid: s for pid, s in task.stats_by_process().items()}
+    by_pid = lambda: {row["pid"]: row for row in task.stats_by_process()}  # noqa: E731
+    previous = by_pid()
     end = time.monotonic() + args.seconds
     tick = 0
     while time.monotonic() < end:
         time.sleep(1.0)
         tick += 1
-        current = task.stats_by_process()
+        current = by_pid()
         rows = []
         total_admitted = total_limited = 0
         for pid, s in sorted(current.items()):
