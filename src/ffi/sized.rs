@@ -131,3 +131,124 @@ pub(crate) unsafe fn init_sized<T: SizedStruct>(
     Out { ptr, len }.write(&T::defaults());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in that grew: v1 was `size` and `a` (8 bytes).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Grown {
+        size: u32,
+        a: u32,
+        b: u64,
+    }
+
+    // SAFETY: repr(C), size first, integers only, no padding (16 bytes).
+    unsafe impl SizedStruct for Grown {
+        const NAME: &'static str = "grown";
+        const INIT: &'static str = "grown_init";
+        const MIN_SIZE: usize = 8;
+        fn defaults() -> Self {
+            Self {
+                size: 16,
+                a: 1,
+                b: 2,
+            }
+        }
+    }
+
+    /// The struct's memory with a canary after it.
+    #[repr(C)]
+    struct Guarded {
+        value: Grown,
+        canary: [u8; 16],
+    }
+
+    fn guarded(size: u32) -> Guarded {
+        Guarded {
+            value: Grown { size, a: 10, b: 20 },
+            canary: [0xc5; 16],
+        }
+    }
+
+    #[test]
+    fn a_smaller_struct_is_read_over_the_defaults() {
+        let g = guarded(8);
+        let read = unsafe { read_sized(&g.value, "x") }.unwrap();
+        assert_eq!(
+            read,
+            Grown {
+                size: 8,
+                a: 10,
+                b: 2
+            }
+        );
+        let g = guarded(16);
+        assert_eq!(unsafe { read_sized(&g.value, "x") }.unwrap(), g.value);
+        let g = guarded(4000);
+        assert_eq!(unsafe { read_sized(&g.value, "x") }.unwrap(), g.value);
+    }
+
+    #[test]
+    fn sizes_no_version_has_are_refused() {
+        for size in [0, 4, 7, 4097, u32::MAX] {
+            let mut g = guarded(size);
+            let e = unsafe { read_sized(&g.value, "x") }.unwrap_err();
+            assert!(e.message().contains("grown_init"), "{e}");
+            assert!(unsafe { Out::new(&mut g.value, "x") }.is_err());
+            assert!(unsafe { init_sized(&mut g.value, size as usize, "x") }.is_err());
+            assert_eq!(
+                g.value,
+                guarded(size).value,
+                "nothing written for size {size}"
+            );
+        }
+        assert!(unsafe { read_sized(std::ptr::null::<Grown>(), "x") }.is_err());
+    }
+
+    #[test]
+    fn writes_stay_within_the_callers_size_and_keep_it() {
+        let mut g = guarded(8);
+        let out = unsafe { Out::new(&mut g.value, "x") }.unwrap();
+        out.write(&Grown {
+            size: 16,
+            a: 7,
+            b: 9,
+        });
+        assert_eq!(
+            g.value,
+            Grown {
+                size: 8,
+                a: 7,
+                b: 20
+            }
+        );
+        assert_eq!(g.canary, [0xc5; 16]);
+
+        let mut g = guarded(99);
+        unsafe { init_sized(&mut g.value, 8, "x") }.unwrap();
+        assert_eq!(
+            g.value,
+            Grown {
+                size: 8,
+                a: 1,
+                b: 20
+            }
+        );
+        unsafe { init_sized(&mut g.value, 32, "x") }.unwrap();
+        assert_eq!(
+            g.value,
+            Grown {
+                size: 32,
+                a: 1,
+                b: 2
+            }
+        );
+        assert_eq!(
+            g.canary, [0xc5; 16],
+            "nothing past the library's own struct"
+        );
+    }
+}

@@ -195,3 +195,42 @@ pub(crate) fn boundary(body: impl FnOnce() -> Result<fc_status, Error>) -> fc_st
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(buf: &[u8; LAST_ERROR_CAP]) -> &str {
+        let end = buf.iter().position(|b| *b == 0).expect("NUL-terminated");
+        std::str::from_utf8(&buf[..end]).expect("UTF-8")
+    }
+
+    #[test]
+    fn reasons_are_cut_on_a_character_boundary() {
+        assert_eq!(text(&truncated("short")), "short");
+        assert_eq!(text(&truncated("a\0b")), "a\\0b");
+        let long = "é".repeat(LAST_ERROR_CAP);
+        let cut = truncated(&long);
+        let shown = text(&cut);
+        assert!(
+            shown.ends_with("...") && shown.len() < LAST_ERROR_CAP,
+            "{}",
+            shown.len()
+        );
+        assert!(shown.trim_end_matches("...").chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn the_last_error_is_per_thread_and_never_null() {
+        let status = fail(&Error::new(ErrorKind::Timeout, "slow"));
+        assert_eq!(status, fc_status::FC_ERR_TIMEOUT);
+        let here = unsafe { std::ffi::CStr::from_ptr(fc_last_error()) };
+        assert_eq!(here.to_str().unwrap(), "slow");
+        std::thread::spawn(|| {
+            let there = unsafe { std::ffi::CStr::from_ptr(fc_last_error()) };
+            assert_eq!(there.to_bytes(), b"");
+        })
+        .join()
+        .unwrap();
+    }
+}
