@@ -347,9 +347,9 @@ pub unsafe extern "C" fn fc_table_options_init(
 /// `/dev/shm/<name>`. `options` NULL = the defaults; it is only read.
 ///
 /// Refused with `FC_ERR_PERMISSION`: a symbolic link at the path (never
-/// followed), a path that is not a regular file, a table owned by another
+/// followed), a special file (a FIFO, a device), a table owned by another
 /// uid than `owner_uid`, and one that group or others may write unless
-/// `shared` is 1.
+/// `shared` is 1. A directory is `FC_ERR_IO`.
 ///
 /// Attaching sweeps the table for dead processes once and starts a
 /// background thread in this process ("flowctrl-reaper") that sweeps it

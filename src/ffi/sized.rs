@@ -32,7 +32,8 @@ pub(crate) unsafe trait SizedStruct: Copy {
     const NAME: &'static str;
     /// The function that fills it, for error messages.
     const INIT: &'static str;
-    /// The size of its smallest version, which every caller has.
+    /// The size of its smallest version, which every caller has: at least
+    /// its `size` field, at most the whole struct.
     const MIN_SIZE: usize;
     /// What a field the caller does not have is taken to be.
     fn defaults() -> Self;
@@ -41,6 +42,7 @@ pub(crate) unsafe trait SizedStruct: Copy {
 /// How many bytes of the caller's struct the library may touch, given the
 /// `size` it claims; refuses a size no version of the struct has.
 fn usable<T: SizedStruct>(size: usize) -> Result<usize, Error> {
+    const { assert!(T::MIN_SIZE >= size_of::<u32>() && T::MIN_SIZE <= size_of::<T>()) };
     if size < T::MIN_SIZE {
         return Err(Error::invalid(format!(
             "{}: size {size} is smaller than the struct has ever been ({} bytes): \

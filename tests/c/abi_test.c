@@ -1026,6 +1026,8 @@ static void test_threads(void)
     struct fc_task_stats stats;
     uint64_t limited = 0;
     uint32_t max_in_flight = 0;
+    unsigned checked = 0, timed_out = 0;
+    int64_t drift = -1;
     int i;
 
     section("threads");
@@ -1038,6 +1040,22 @@ static void test_threads(void)
         CHECK(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) == 0,
               "start worker %d", i);
     }
+    /* fc_task_check under traffic: it finds an instant to compare at (no
+     * drift then), or says it found none. */
+    for (i = 0; i < 20; i++) {
+        int64_t moving = -1;
+        fc_status status = fc_task_check(task, &moving);
+        if (status == FC_OK && moving != 0)
+            fail(__LINE__, "fc_task_check under traffic: drift %" PRId64, moving);
+        if (status != FC_OK && status != FC_ERR_TIMEOUT)
+            fail(__LINE__, "fc_task_check under traffic -> %s: %s", status_name(status),
+                 fc_last_error());
+        if (status == FC_OK)
+            checked++;
+        else
+            timed_out++;
+    }
+    pass("fc_task_check under traffic: %u with no drift, %u timed out", checked, timed_out);
     for (i = 0; i < THREADS; i++) {
         struct worker *w = &workers[i];
         CHECK(pthread_join(w->thread, NULL) == 0, "join worker %d", i);
@@ -1057,6 +1075,9 @@ static void test_threads(void)
     CHECK_EQ(stats.rtt_samples, (uint64_t)THREADS * PAIRS_PER_THREAD, "rtt_samples");
     CHECK_EQ(stats.limited_concurrency, limited, "limited_concurrency == rejections the workers saw");
     CHECK_EQ(stats.in_flight, 0, "in_flight once all threads are done");
+    CHECK_EQ(stats.held, 0, "held once all threads are done");
+    EXPECT(fc_task_check(task, &drift), FC_OK);
+    CHECK_EQ(drift, 0, "drift once all threads are done");
     fc_task_free(task);
     fc_table_close(table);
 }
@@ -1736,6 +1757,11 @@ static void test_untrusted_tables(void)
     EXPECT(fc_table_open(dangling, NULL, &untouched), FC_ERR_PERMISSION);
     CHECK(!file_exists(nowhere), "nothing created through the dangling link");
     CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode), "the link is left as it was");
+
+    /* Nor is a special file. */
+    scratch_path(path, "fifo");
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_PERMISSION);
 
     /* A table others may write is refused unless shared is asked for. */
     make_table_file(path, "writable");
