@@ -13,17 +13,24 @@ fn generate_header() {
 
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("flowctrl.h");
-    // cbindgen reads the whole crate (a public constant anywhere is exported).
-    println!("cargo:rerun-if-changed=src");
+    // cbindgen reads only the C face, src/ffi and its submodules: the core's
+    // public constants and types are not C's business, and a core change
+    // cannot leak into the header.
+    println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable");
-    match cbindgen::generate_with_config(&crate_dir, config) {
+    let generated = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(crate_dir.join("src/ffi/mod.rs"))
+        .generate();
+    match generated {
         Ok(bindings) => {
             let mut text = Vec::new();
             bindings.write(&mut text);
             let text = String::from_utf8(text).expect("cbindgen writes UTF-8");
-            std::fs::write(&out, untypedef_stats(&text)).expect("OUT_DIR is writable");
+            let text = parenthesize_negative_defines(&untypedef_stats(&text));
+            std::fs::write(&out, text).expect("OUT_DIR is writable");
         }
         // A syntax error in the crate is reported by rustc, better than here.
         Err(e) => println!("cargo:warning=cbindgen could not generate the header: {e}"),
@@ -43,4 +50,24 @@ fn untypedef_stats(header: &str) -> String {
         "cbindgen output changed: revisit untypedef_stats"
     );
     fixed
+}
+
+/// cbindgen writes `#define FC_RATE_UNSET -1.0`, which `x-FC_RATE_UNSET`
+/// turns into `x--1.0`: a negative value gets the parentheses it needs.
+#[cfg(feature = "header")]
+fn parenthesize_negative_defines(header: &str) -> String {
+    let mut out = String::with_capacity(header.len() + 16);
+    for line in header.lines() {
+        match line
+            .strip_prefix("#define ")
+            .and_then(|rest| rest.split_once(" -"))
+        {
+            Some((name, value)) if !value.contains(' ') => {
+                out.push_str(&format!("#define {name} (-{value})"));
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }

@@ -9,6 +9,14 @@
  * FC_LIMITED_* (1..99) are decisions, not errors; errors are >= 100 and
  * fc_last_error() gives the reason. Outputs are written only on FC_OK. Handles
  * (fc_table, fc_task) are thread-safe and freed by their _close/_free call.
+ *
+ * Structs that grow: fc_table_options, fc_task_config and struct
+ * fc_task_stats start with `uint32_t size`, set by their _init function from
+ * the sizeof the caller passes. The library reads and writes only the first
+ * `size` bytes, so a program built against this header keeps working with
+ * later libraries whose structs have more fields at their end. fc_permit is
+ * fixed at 64 bytes for good. The 0.1 release had no size fields: programs
+ * built against the 0.1 header must be rebuilt, once.
  */
 
 #ifndef FLOWCTRL_H
@@ -21,7 +29,7 @@
 /**
  * Layout version of the table file this library reads and writes.
  */
-#define FC_LAYOUT_VERSION 1
+#define FC_LAYOUT_VERSION 2
 
 #define FC_VERSION_MAJOR 0
 
@@ -33,6 +41,17 @@
  * The longest task name, in bytes (without the terminating NUL).
  */
 #define FC_NAME_MAX 63
+
+/**
+ * An integer field of `fc_task_config` or `fc_table_options` left unset.
+ */
+#define FC_UNSET 4294967295
+
+/**
+ * `fc_task_config.local_rate` left unset (exactly this value; any other
+ * negative rate is refused).
+ */
+#define FC_RATE_UNSET (-1.0)
 
 /**
  * The result of every fallible `fc_*` function. The numbers are stable.
@@ -91,9 +110,18 @@ enum fc_status
    */
   FC_ERR_IO = 107,
   /**
-   * The operating system refused access.
+   * The operating system refused access, or the table is not to be
+   * trusted: a symbolic link, not a regular file, owned by another uid,
+   * or writable by group or others without `shared`.
    */
   FC_ERR_PERMISSION = 108,
+  /**
+   * Another process held a claim (a task slot being registered, a
+   * configuration being written) past its deadline (2 s), a task's count
+   * never held still for `fc_task_check` (1 s), or every ledger lane of
+   * this process stayed busy for 1 s.
+   */
+  FC_ERR_TIMEOUT = 109,
   /**
    * A bug in flowctrl; `fc_last_error()` tells more.
    */
@@ -108,56 +136,105 @@ typedef uint32_t fc_status;
 #endif // __cplusplus
 
 /**
- * An open table. Thread-safe: one handle may be used from any number of
- * threads. Forked children may keep using it (each gets its own attachment).
+ * An open table: this process's mapping of it and its attachment to it.
+ * Thread-safe: one handle may be used from any number of threads at once.
+ * A forked child may keep using the handles it inherited: its first call
+ * through one attaches the child on its own.
  */
 typedef struct fc_table fc_table;
 
 /**
- * A registered task. Thread-safe, like `fc_table`; it keeps its table alive.
+ * A registered task. Thread-safe, like `fc_table`; it keeps its table
+ * mapped and attached (closing the table handle first is fine).
  */
 typedef struct fc_task fc_task;
 
 /**
- * Options for creating a table; fill with `fc_table_options_init` first.
- * They apply only when the file does not exist yet.
+ * Options for opening or creating a table. Fill it with
+ * `fc_table_options_init(&options, sizeof options)`, then change fields.
+ * `capacity`, `max_processes` and `mode` apply only when the file does not
+ * exist yet; `owner_uid` and `shared` decide whether an existing one is
+ * trusted.
+ *
+ * It grows at its end in later versions: the library reads only the first
+ * `size` bytes, and fields past them take their defaults. Accepted sizes:
+ * 16 (the fields through `mode`) to 4096.
  */
 typedef struct fc_table_options {
   /**
-   * Task slots (default 1024).
+   * `sizeof` the struct as the caller compiled it; set by
+   * `fc_table_options_init`.
+   */
+  uint32_t size;
+  /**
+   * Task slots (default 256).
    */
   uint32_t capacity;
   /**
-   * Processes attached at once (default 128).
+   * Attachments at once: processes, or table handles (default 64).
    */
   uint32_t max_processes;
   /**
-   * File mode of a new table (default 0600).
+   * File mode of a new table (default 0600). Group or other write bits
+   * need `shared`.
    */
   uint32_t mode;
+  /**
+   * The uid an existing table must belong to; `FC_UNSET` (the default) =
+   * this process's effective uid. A table of another owner is refused
+   * with `FC_ERR_PERMISSION`: whoever can write it sets everyone's limits.
+   */
+  uint32_t owner_uid;
+  /**
+   * 1 = accept (and allow creating) a table that group or others may
+   * write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
+   */
+  uint32_t shared;
 } fc_table_options;
 
 /**
- * A task's configuration; fill with `fc_task_config_init` first.
+ * A task's configuration. Fill it with
+ * `fc_task_config_init(&config, sizeof config)`, which leaves every field
+ * unset, then set the fields you mean. Registering compares only the set
+ * fields with an existing task's; updating changes only the set fields.
+ *
+ * It grows at its end in later versions: the library reads only the first
+ * `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
  */
 typedef struct fc_task_config {
   /**
-   * Requests per second for the host, fractional allowed; 0 = no limit.
+   * `sizeof` the struct as the caller compiled it; set by
+   * `fc_task_config_init`.
    */
-  double local_rate;
+  uint32_t size;
   /**
-   * Permits that may be taken at once above the smooth rate (>= 1).
+   * Permits that may be taken at once above the smooth rate (>= 1;
+   * default 1). `FC_UNSET` = unset.
    */
   uint32_t burst;
   /**
-   * Permits in flight on the host at most; 0 = no cap.
+   * Requests per second for the host, fractional allowed; 0 = no limit
+   * (the default). `FC_RATE_UNSET` = unset.
+   */
+  double local_rate;
+  /**
+   * Permits in flight on the host at most; 0 = no cap (the default).
+   * `FC_UNSET` = unset.
    */
   uint32_t max_concurrency;
+  /**
+   * Must be 0 (room for a later field); anything else is refused.
+   */
+  uint32_t reserved;
 } fc_task_config;
 
 /**
- * An admitted request, in caller memory (no allocation per request). Opaque:
- * pass it back to `fc_release` unchanged, from the same process.
+ * An admitted request, in caller memory: no allocation per request and no
+ * init call. Its size is 64 bytes and never changes (the reserved words are
+ * room for later versions). Opaque: pass it to `fc_release` as
+ * `fc_acquire` filled it, in the same process; `fc_release` marks it
+ * released. A released, altered, foreign or inherited-across-fork permit is
+ * refused.
  */
 typedef struct fc_permit {
   uint64_t acquired_at;
@@ -165,7 +242,9 @@ typedef struct fc_permit {
   uint32_t task;
   uint32_t n;
   uint32_t flags;
-  uint32_t reserved;
+  uint32_t reserved0;
+  uint64_t check;
+  uint64_t reserved[3];
 } fc_permit;
 
 /**
@@ -175,10 +254,26 @@ typedef uint32_t fc_outcome;
 
 /**
  * A task's counters, in permits, summed over every process on the host.
+ * Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
+ * `fc_task_stats` may refill it any number of times.
+ *
+ * It grows at its end in later versions: the library writes only the first
+ * `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
+ * 4096.
+ *
  * Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
  * shares the name, which C allows for a tag but not for a typedef.
  */
 struct fc_task_stats {
+  /**
+   * `sizeof` the struct as the caller compiled it; set by
+   * `fc_task_stats_init`.
+   */
+  uint32_t size;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved;
   uint64_t admitted;
   uint64_t limited_local;
   uint64_t limited_global;
@@ -190,12 +285,21 @@ struct fc_task_stats {
    * Permits of dead processes given back by the reaper.
    */
   uint64_t reclaimed;
+  /**
+   * The host's concurrency count: permits counted against the cap now
+   * (permits of a task without a cap are not counted).
+   */
   uint64_t in_flight;
   /**
    * Sum of acquire-to-release times of success and dropped releases (ns).
    */
   uint64_t rtt_sum_ns;
   uint64_t rtt_samples;
+  /**
+   * What the processes' ledgers say they hold: equal to `in_flight` when
+   * nothing is in motion (`fc_task_check` compares them at one instant).
+   */
+  int64_t held;
 };
 
 /**
@@ -218,38 +322,66 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Fills `options` with the defaults.
+ * Fills `*options`, a struct of `size` bytes (pass `sizeof *options`), with
+ * its size and the defaults. Touches no other memory; thread-safe.
  */
-fc_status fc_table_options_init(struct fc_table_options *options);
+fc_status fc_table_options_init(struct fc_table_options *options, size_t size);
 
 /**
  * Opens the table at `path`, creating it if missing, and attaches this
- * process. `path` NULL = `/dev/shm/flowctrl`; a bare name = `/dev/shm/<name>`.
- * `options` NULL = defaults. On `FC_OK`, `*out` is a new handle that the
- * caller frees with `fc_table_close`.
+ * process to it. `path` NULL = `/dev/shm/flowctrl`; a bare name =
+ * `/dev/shm/<name>`. `options` NULL = the defaults; it is only read.
+ *
+ * Refused with `FC_ERR_PERMISSION`: a symbolic link at the path (never
+ * followed), a special file (a FIFO, a device), a table owned by another
+ * uid than `owner_uid`, and one that group or others may write unless
+ * `shared` is 1. A directory is `FC_ERR_IO`.
+ *
+ * Attaching sweeps the table for dead processes once and starts a
+ * background thread in this process ("flowctrl-reaper") that sweeps it
+ * every ~20 ms while the handle or one of its tasks lives.
+ *
+ * On `FC_OK`, `*out` is a new handle, owned by the caller and freed with
+ * `fc_table_close`. Thread-safe.
  */
 fc_status fc_table_open(const char *path,
                         const struct fc_table_options *options,
                         struct fc_table **out);
 
 /**
- * Frees a table handle (NULL is ignored). Tasks registered through it stay
- * valid; this process detaches once the table and all its tasks are freed,
- * giving back any permits it still holds.
+ * Frees a table handle (NULL is ignored); the handle must not be used
+ * after, and no other thread may be using it. Tasks registered through it
+ * stay valid: this process detaches once the table handle and all its
+ * tasks are freed, giving back any permits it still holds through them.
  */
 void fc_table_close(struct fc_table *table);
 
 /**
- * Fills `config` with the defaults: no rate limit, burst 1, no cap.
+ * Sweeps the table for dead processes now and gives back what they held;
+ * `*reaped` = how many were found. Rarely needed: each attached process
+ * does this in a background thread. Thread-safe; makes system calls (one
+ * lock probe per attachment slot in use).
  */
-fc_status fc_task_config_init(struct fc_task_config *config);
+fc_status fc_table_reap(const struct fc_table *table, uint32_t *reaped);
 
 /**
- * Registers the task `name` host-wide, or attaches to it if registered
- * already. With a `config`, the first registration wins and a different one
- * answers `FC_ERR_CONFIG_MISMATCH` (use `fc_task_update` to change it); with
- * `config` NULL, an existing task is taken as it is and a new one gets the
- * defaults. On `FC_OK`, `*out` is a new handle freed with `fc_task_free`.
+ * Fills `*config`, a struct of `size` bytes (pass `sizeof *config`), with
+ * its size and every field unset (`FC_RATE_UNSET`, `FC_UNSET`). Touches no
+ * other memory; thread-safe.
+ */
+fc_status fc_task_config_init(struct fc_task_config *config, size_t size);
+
+/**
+ * Registers the task `name` host-wide, or attaches to it if any process
+ * registered it already. A new task takes the set fields of `config` and
+ * the defaults for the others (no rate limit, burst 1, no cap). An existing
+ * task is compared on the set fields only: one that differs answers
+ * `FC_ERR_CONFIG_MISMATCH` (`fc_task_update` changes a configuration on
+ * purpose). `config` NULL = every field unset; it is only read.
+ *
+ * Waits up to 2 s for another live process registering a task in the same
+ * slot, then answers `FC_ERR_TIMEOUT`. On `FC_OK`, `*out` is a new handle,
+ * owned by the caller and freed with `fc_task_free`. Thread-safe.
  */
 fc_status fc_task_register(const struct fc_table *table,
                            const char *name,
@@ -257,47 +389,99 @@ fc_status fc_task_register(const struct fc_table *table,
                            struct fc_task **out);
 
 /**
- * Changes a task's configuration for every process on the host.
+ * Changes the set fields of `config` for every process on the host, as
+ * one unit; unset fields keep their current values. `config` is only read.
+ * Waits up to 2 s for another live process writing the task's
+ * configuration, then answers `FC_ERR_TIMEOUT`. Thread-safe.
+ *
+ * Permits already held keep what they hold: a permit acquired while the
+ * task had no cap is not counted against a cap set later, and its release
+ * does not lower the count of the permits acquired since.
  */
 fc_status fc_task_update(const struct fc_task *task, const struct fc_task_config *config);
 
 /**
- * Reads the configuration every process on the host applies now.
+ * Fills `*out` with the configuration every process on the host applies
+ * now: every field set. `*out` must have been filled by
+ * `fc_task_config_init` (its `size` is read); only its first `size` bytes
+ * are written. Thread-safe.
  */
 fc_status fc_task_config_get(const struct fc_task *task, struct fc_task_config *out);
 
 /**
- * Frees a task handle (NULL is ignored). Permits acquired through it must be
- * released before.
+ * Frees a task handle (NULL is ignored); the handle must not be used
+ * after, and no other thread may be using it. Its permits stay held: they
+ * can still be released through another handle of the same task registered
+ * through the same table handle, and are given back when this process
+ * detaches from the table or dies.
  */
 void fc_task_free(struct fc_task *task);
 
 /**
- * Asks for `n` permits: concurrency is checked first, then the local rate.
- * `FC_OK` = admitted, `*permit` filled (release it with `fc_release`);
- * `FC_LIMITED_*` = rejected, nothing held; n = 0 or n above the burst or the
- * cap = `FC_ERR_INVALID_ARGUMENT`. No allocation, no system call.
+ * Asks for `n` permits. The rate is looked at first without taking
+ * anything, then the concurrency cap is taken, then the rate: a rejection
+ * names the limit that refused and holds nothing. `FC_OK` = admitted,
+ * `*permit` filled (release it with `fc_release`); `FC_LIMITED_*` =
+ * rejected, `*permit` untouched. `n` = 0, above the burst (with a rate) or
+ * above the cap = `FC_ERR_INVALID_ARGUMENT`.
+ *
+ * Cost: no allocation and no system call, with two exceptions. The first
+ * call through a handle in a process forked since the handle was opened
+ * attaches that process (system calls and a sweep for dead processes,
+ * once). And when more threads of this process than it has ledger lanes
+ * (4) are inside `fc_acquire`/`fc_release` of the task at once and one of
+ * them is descheduled, a thread yields (`sched_yield`) until a lane frees,
+ * for at most 1 s, then answers `FC_ERR_TIMEOUT`. The clock is read with
+ * `rdtsc`, or `clock_gettime` through the vDSO. Dead processes are never
+ * reaped here.
+ *
+ * Thread-safe: any number of threads may acquire from one task at once.
  */
 fc_status fc_acquire(const struct fc_task *task, uint32_t n, struct fc_permit *permit);
 
 /**
- * Releases a permit with the request's outcome (`FC_OUTCOME_*`); the library
- * measures the round-trip time since `fc_acquire`. A permit of another task,
- * table or process (permits do not cross fork) answers
- * `FC_ERR_INVALID_ARGUMENT`, and so does releasing more permits than this
- * process holds of the task. Release each permit once: the permit is caller
- * memory, so a second release while the process holds other permits of the
- * task cannot be told from releasing one of those (it is then that permit's
- * release which is refused).
+ * Releases a permit with the request's outcome (`FC_OUTCOME_*`) and marks
+ * `*permit` released; the library measures the round-trip time since
+ * `fc_acquire`. Same cost as `fc_acquire`.
+ *
+ * Refused with `FC_ERR_INVALID_ARGUMENT`, nothing given back: a permit
+ * released already, one of another task, table handle or process (permits
+ * do not cross fork), one whose bytes were altered, and an unknown outcome.
+ * The mark is in the caller's memory: a copy of a permit taken before its
+ * release is not marked, and is refused only when this process holds fewer
+ * permits of the task than it names (if the process holds others, one of
+ * those is released in its place, and is then refused itself; for a task
+ * without a cap, nothing is held and the copy is counted as one more
+ * release). Release each permit once, through the `fc_permit` `fc_acquire`
+ * filled.
+ *
+ * Thread-safe: any thread may release a permit any thread acquired, but
+ * two threads must not pass the same `fc_permit` at once (a data race in
+ * the caller's memory).
  */
-fc_status fc_release(const struct fc_task *task,
-                     const struct fc_permit *permit,
-                     fc_outcome outcome);
+fc_status fc_release(const struct fc_task *task, struct fc_permit *permit, fc_outcome outcome);
 
 /**
- * Reads a task's counters, summed over every process on the host.
+ * Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its
+ * size and zeros. Touches no other memory; thread-safe.
+ */
+fc_status fc_task_stats_init(struct fc_task_stats *stats, size_t size);
+
+/**
+ * Reads a task's counters, summed over every process on the host. `*out`
+ * must have been filled by `fc_task_stats_init` (its `size` is read); only
+ * its first `size` bytes are written. Thread-safe; no system call.
  */
 fc_status fc_task_stats(const struct fc_task *task, struct fc_task_stats *out);
+
+/**
+ * Compares the task's concurrency count with what the processes' ledgers
+ * hold, at one instant: `*drift` = count - held, 0 when the count is exact
+ * (positive = capacity leaked, negative = handed out twice). Retries while
+ * traffic keeps moving the count; `FC_ERR_TIMEOUT` if it never holds still
+ * for 1 s. For monitoring, not the request path. Thread-safe.
+ */
+fc_status fc_task_check(const struct fc_task *task, int64_t *drift);
 
 /**
  * The library version, e.g. "0.1.0". Static; do not free.
@@ -311,9 +495,10 @@ const char *fc_version(void);
 const char *fc_status_str(uint32_t status);
 
 /**
- * The reason for the last error returned on this thread, NUL-terminated
- * (empty if none yet). Valid until the next failing `fc_*` call on this
- * thread; do not free.
+ * The reason for the last error returned on this thread, NUL-terminated:
+ * empty if there was none yet, cut at 1023 bytes. Never NULL; do not free.
+ * Valid until the next failing `fc_*` call on this thread or the thread's
+ * end. Callable at any time, in thread-local destructors too.
  */
 const char *fc_last_error(void);
 

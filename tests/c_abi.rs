@@ -1,7 +1,11 @@
 //! The C ABI as C and C++ programs see it: compiles `tests/c/abi_test.c`
-//! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`,
-//! links each once with `libflowctrl.so` and once with `libflowctrl.a` (cargo
-//! builds both with the lib, into `target/<profile>/deps`), and runs them.
+//! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`, and
+//! `tests/c/compat_v1.c` against the frozen `tests/c/compat_v1.h` (a program
+//! built against the smallest version of the sized structs), links each once
+//! with `libflowctrl.so` and once with `libflowctrl.a` (cargo builds both
+//! with the lib, into `target/<profile>/deps`), and runs them. Then runs them
+//! all again under AddressSanitizer and UBSan (`scripts/c-sanitizers.sh`),
+//! when the compiler can build sanitized programs.
 //!
 //! The compilers are `$CC` and `$CXX`, else `cc` and `c++`. A missing compiler
 //! fails the tests: the C ABI is part of the product, it is never skipped.
@@ -11,7 +15,7 @@ use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest a test program may run before it is killed as hung.
@@ -25,14 +29,52 @@ enum Language {
     Cxx,
 }
 
-impl Language {
+/// A test program: its source in `tests/c/`, and the header directory it is
+/// compiled against.
+#[derive(Clone, Copy, Debug)]
+enum Program {
+    /// `abi_test.c` against `include/flowctrl.h`.
+    C,
+    /// `abi_test.cpp` against `include/flowctrl.h`.
+    Cxx,
+    /// `compat_v1.c` against the frozen `tests/c/compat_v1.h`.
+    CompatV1,
+}
+
+impl Program {
     fn source(self) -> &'static str {
         match self {
-            Language::C => "abi_test.c",
-            Language::Cxx => "abi_test.cpp",
+            Program::C => "abi_test.c",
+            Program::Cxx => "abi_test.cpp",
+            Program::CompatV1 => "compat_v1.c",
         }
     }
 
+    fn language(self) -> Language {
+        match self {
+            Program::Cxx => Language::Cxx,
+            Program::C | Program::CompatV1 => Language::C,
+        }
+    }
+
+    /// The directory of the header it includes.
+    fn include_dir(self) -> &'static str {
+        match self {
+            Program::C | Program::Cxx => "include",
+            Program::CompatV1 => "tests/c",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Program::C => "abi_test_c",
+            Program::Cxx => "abi_test_cpp",
+            Program::CompatV1 => "compat_v1",
+        }
+    }
+}
+
+impl Language {
     /// The environment variable naming the compiler, and the default.
     fn compiler_var(self) -> (&'static str, &'static str) {
         match self {
@@ -45,13 +87,6 @@ impl Language {
         match self {
             Language::C => "-std=c99",
             Language::Cxx => "-std=c++11",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Language::C => "c",
-            Language::Cxx => "cpp",
         }
     }
 }
@@ -109,7 +144,8 @@ fn deps_dir() -> PathBuf {
 }
 
 /// Compiles one test program and returns its path.
-fn compile(language: Language, linkage: Linkage, lib_dir: &Path) -> PathBuf {
+fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
+    let language = program.language();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     for lib in ["libflowctrl.so", "libflowctrl.a"] {
         let path = lib_dir.join(lib);
@@ -121,21 +157,23 @@ fn compile(language: Language, linkage: Linkage, lib_dir: &Path) -> PathBuf {
     }
     let build_dir = lib_dir.parent().expect("deps has a parent").join("c-tests");
     std::fs::create_dir_all(&build_dir).expect("create the build directory");
-    let binary = build_dir.join(format!("abi_test_{}_{}", language.name(), linkage.name()));
+    let binary = build_dir.join(format!("{}_{}", program.name(), linkage.name()));
 
     // $CC may hold arguments too ("ccache gcc").
     let (var, default) = language.compiler_var();
     let compiler = std::env::var(var).unwrap_or_else(|_| default.to_string());
     let mut words = compiler.split_whitespace();
-    let program = words.next().unwrap_or(default);
-    let mut command = Command::new(program);
+    let mut command = Command::new(words.next().unwrap_or(default));
     command
         .args(words)
         .arg(language.standard())
         .args(WARNINGS)
         .arg("-pthread")
-        .arg(format!("-I{}", manifest.join("include").display()))
-        .arg(manifest.join("tests/c").join(language.source()))
+        .arg(format!(
+            "-I{}",
+            manifest.join(program.include_dir()).display()
+        ))
+        .arg(manifest.join("tests/c").join(program.source()))
         .arg("-o")
         .arg(&binary)
         .args(linkage.args(lib_dir));
@@ -143,13 +181,13 @@ fn compile(language: Language, linkage: Linkage, lib_dir: &Path) -> PathBuf {
         panic!(
             "cannot run the compiler `{compiler}` for {} ({e}): install it, \
              or point ${var} at one",
-            language.source()
+            program.source()
         )
     });
     assert!(
         output.status.success(),
         "compiling {} failed ({}):\n{command:?}\n{}{}",
-        language.source(),
+        program.source(),
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
@@ -176,13 +214,9 @@ fn scratch_dir(tag: &str) -> PathBuf {
 }
 
 /// Runs a test program on a scratch directory of its own and fails with its
-/// output unless it succeeds. The programs run one at a time: they measure
-/// time (a dead process's permits must come back within 100 ms) and use
-/// several threads, so they must not compete with each other for the CPUs.
+/// output unless it succeeds; one at a time (see [`one_at_a_time`]).
 fn run(binary: &Path) {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-
+    let _turn = one_at_a_time();
     let name = binary.file_name().unwrap().to_string_lossy().into_owned();
     let scratch = scratch_dir(name.trim_start_matches("abi_test_"));
     let log_path = binary.with_extension("log");
@@ -225,27 +259,103 @@ fn run(binary: &Path) {
     }
 }
 
-fn compile_and_run(language: Language, linkage: Linkage) {
-    let binary = compile(language, linkage, &deps_dir());
+/// The test programs run one at a time: they measure time (a dead process's
+/// permits must come back within 100 ms) and use several threads, so they
+/// must not compete with each other for the CPUs.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn compile_and_run(program: Program, linkage: Linkage) {
+    let binary = compile(program, linkage, &deps_dir());
     run(&binary);
 }
 
 #[test]
 fn c_with_shared_library() {
-    compile_and_run(Language::C, Linkage::Shared);
+    compile_and_run(Program::C, Linkage::Shared);
 }
 
 #[test]
 fn c_with_static_library() {
-    compile_and_run(Language::C, Linkage::Static);
+    compile_and_run(Program::C, Linkage::Static);
 }
 
 #[test]
 fn cpp_with_shared_library() {
-    compile_and_run(Language::Cxx, Linkage::Shared);
+    compile_and_run(Program::Cxx, Linkage::Shared);
 }
 
 #[test]
 fn cpp_with_static_library() {
-    compile_and_run(Language::Cxx, Linkage::Static);
+    compile_and_run(Program::Cxx, Linkage::Static);
+}
+
+#[test]
+fn compat_v1_with_shared_library() {
+    compile_and_run(Program::CompatV1, Linkage::Shared);
+}
+
+#[test]
+fn compat_v1_with_static_library() {
+    compile_and_run(Program::CompatV1, Linkage::Static);
+}
+
+/// Exit status of `scripts/c-sanitizers.sh` when the compiler cannot build
+/// or run sanitized programs (automake's "skipped").
+const SKIPPED: i32 = 77;
+
+/// The same programs built with `-fsanitize=address,undefined` against
+/// `libflowctrl.so`, by `scripts/c-sanitizers.sh` (which runs standalone
+/// too). Skipped, with the reason printed, when the compiler cannot build
+/// and run a sanitized program here.
+#[test]
+fn programs_under_asan_and_ubsan() {
+    let _turn = one_at_a_time();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let deps = deps_dir();
+    let out = deps
+        .parent()
+        .expect("deps has a parent")
+        .join("c-tests-sanitized");
+    std::fs::create_dir_all(&out).expect("create the sanitizer build directory");
+    let log_path = out.join("c-sanitizers.log");
+    let log = File::create(&log_path).expect("create the log file");
+    let mut child = Command::new("bash")
+        .arg(manifest.join("scripts/c-sanitizers.sh"))
+        .arg("--lib-dir")
+        .arg(&deps)
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone the log file"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run scripts/c-sanitizers.sh with bash: {e}"));
+    // The script bounds each program's run itself; this bounds the whole.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the script") {
+            break status;
+        }
+        if started.elapsed() > 4 * TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "scripts/c-sanitizers.sh did not finish within {:?}",
+                4 * TIMEOUT
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    match status.code() {
+        Some(0) => println!("{output}"),
+        Some(SKIPPED) => println!("SKIPPED: not run under sanitizers:\n{output}"),
+        _ => panic!(
+            "scripts/c-sanitizers.sh failed ({status}); logs in {}\n\n{output}",
+            out.display()
+        ),
+    }
 }

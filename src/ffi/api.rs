@@ -4,19 +4,29 @@ use std::ffi::{CStr, OsStr, c_char};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use super::sized::{Out, SizedStruct, init_sized, read_sized};
 use super::status::{boundary, fc_status};
+use crate::{Error, ErrorKind, Outcome, RawPermit, Table, TableOptions, Task, TaskConfig};
+
 const NAME_MAX: usize = FC_NAME_MAX as usize;
-use crate::{
-    Error, ErrorKind, Outcome, RawPermit, Table, TableOptions, Task, TaskConfig, TaskStats,
-};
 
 /// Layout version of the table file this library reads and writes.
-pub const FC_LAYOUT_VERSION: u32 = 1;
+pub const FC_LAYOUT_VERSION: u32 = 2;
+const _: () = assert!(
+    FC_LAYOUT_VERSION == crate::LAYOUT_VERSION,
+    "the core's LAYOUT_VERSION changed: update FC_LAYOUT_VERSION"
+);
 pub const FC_VERSION_MAJOR: u32 = 0;
 pub const FC_VERSION_MINOR: u32 = 1;
 pub const FC_VERSION_PATCH: u32 = 0;
 /// The longest task name, in bytes (without the terminating NUL).
 pub const FC_NAME_MAX: u32 = 63;
+
+/// An integer field of `fc_task_config` or `fc_table_options` left unset.
+pub const FC_UNSET: u32 = 0xFFFF_FFFF;
+/// `fc_task_config.local_rate` left unset (exactly this value; any other
+/// negative rate is refused).
+pub const FC_RATE_UNSET: f64 = -1.0;
 
 /// How a request ended, passed to `fc_release`.
 pub type fc_outcome = u32;
@@ -27,59 +37,114 @@ pub const FC_OUTCOME_DROPPED: fc_outcome = 1;
 /// It ended before a meaningful round-trip time existed (no sample).
 pub const FC_OUTCOME_IGNORED: fc_outcome = 2;
 
-/// An open table. Thread-safe: one handle may be used from any number of
-/// threads. Forked children may keep using it (each gets its own attachment).
+/// An open table: this process's mapping of it and its attachment to it.
+/// Thread-safe: one handle may be used from any number of threads at once.
+/// A forked child may keep using the handles it inherited: its first call
+/// through one attaches the child on its own.
 pub struct fc_table {
     table: Table,
 }
 
-/// A registered task. Thread-safe, like `fc_table`; it keeps its table alive.
+/// A registered task. Thread-safe, like `fc_table`; it keeps its table
+/// mapped and attached (closing the table handle first is fine).
 pub struct fc_task {
     task: Task,
 }
 
-/// Options for creating a table; fill with `fc_table_options_init` first.
-/// They apply only when the file does not exist yet.
+/// Options for opening or creating a table. Fill it with
+/// `fc_table_options_init(&options, sizeof options)`, then change fields.
+/// `capacity`, `max_processes` and `mode` apply only when the file does not
+/// exist yet; `owner_uid` and `shared` decide whether an existing one is
+/// trusted.
+///
+/// It grows at its end in later versions: the library reads only the first
+/// `size` bytes, and fields past them take their defaults. Accepted sizes:
+/// 16 (the fields through `mode`) to 4096.
 #[repr(C)]
+#[derive(Clone, Copy, Debug)]
 pub struct fc_table_options {
-    /// Task slots (default 1024).
+    /// `sizeof` the struct as the caller compiled it; set by
+    /// `fc_table_options_init`.
+    pub size: u32,
+    /// Task slots (default 256).
     pub capacity: u32,
-    /// Processes attached at once (default 128).
+    /// Attachments at once: processes, or table handles (default 64).
     pub max_processes: u32,
-    /// File mode of a new table (default 0600).
+    /// File mode of a new table (default 0600). Group or other write bits
+    /// need `shared`.
     pub mode: u32,
+    /// The uid an existing table must belong to; `FC_UNSET` (the default) =
+    /// this process's effective uid. A table of another owner is refused
+    /// with `FC_ERR_PERMISSION`: whoever can write it sets everyone's limits.
+    pub owner_uid: u32,
+    /// 1 = accept (and allow creating) a table that group or others may
+    /// write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
+    pub shared: u32,
 }
 
-/// A task's configuration; fill with `fc_task_config_init` first.
+/// A task's configuration. Fill it with
+/// `fc_task_config_init(&config, sizeof config)`, which leaves every field
+/// unset, then set the fields you mean. Registering compares only the set
+/// fields with an existing task's; updating changes only the set fields.
+///
+/// It grows at its end in later versions: the library reads only the first
+/// `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
 #[repr(C)]
+#[derive(Clone, Copy, Debug)]
 pub struct fc_task_config {
-    /// Requests per second for the host, fractional allowed; 0 = no limit.
-    pub local_rate: f64,
-    /// Permits that may be taken at once above the smooth rate (>= 1).
+    /// `sizeof` the struct as the caller compiled it; set by
+    /// `fc_task_config_init`.
+    pub size: u32,
+    /// Permits that may be taken at once above the smooth rate (>= 1;
+    /// default 1). `FC_UNSET` = unset.
     pub burst: u32,
-    /// Permits in flight on the host at most; 0 = no cap.
+    /// Requests per second for the host, fractional allowed; 0 = no limit
+    /// (the default). `FC_RATE_UNSET` = unset.
+    pub local_rate: f64,
+    /// Permits in flight on the host at most; 0 = no cap (the default).
+    /// `FC_UNSET` = unset.
     pub max_concurrency: u32,
+    /// Must be 0 (room for a later field); anything else is refused.
+    pub reserved: u32,
 }
 
-/// An admitted request, in caller memory (no allocation per request). Opaque:
-/// pass it back to `fc_release` unchanged, from the same process.
+/// An admitted request, in caller memory: no allocation per request and no
+/// init call. Its size is 64 bytes and never changes (the reserved words are
+/// room for later versions). Opaque: pass it to `fc_release` as
+/// `fc_acquire` filled it, in the same process; `fc_release` marks it
+/// released. A released, altered, foreign or inherited-across-fork permit is
+/// refused.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct fc_permit {
     pub acquired_at: u64,
     pub owner: u64,
     pub task: u32,
     pub n: u32,
     pub flags: u32,
-    pub reserved: u32,
+    pub reserved0: u32,
     pub check: u64,
+    pub reserved: [u64; 3],
 }
 
 /// A task's counters, in permits, summed over every process on the host.
+/// Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
+/// `fc_task_stats` may refill it any number of times.
+///
+/// It grows at its end in later versions: the library writes only the first
+/// `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
+/// 4096.
+///
 /// Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
 /// shares the name, which C allows for a tag but not for a typedef.
 #[repr(C)]
+#[derive(Clone, Copy, Debug)]
 pub struct fc_task_stats {
+    /// `sizeof` the struct as the caller compiled it; set by
+    /// `fc_task_stats_init`.
+    pub size: u32,
+    /// Written as 0.
+    pub reserved: u32,
     pub admitted: u64,
     pub limited_local: u64,
     pub limited_global: u64,
@@ -89,13 +154,86 @@ pub struct fc_task_stats {
     pub released_ignored: u64,
     /// Permits of dead processes given back by the reaper.
     pub reclaimed: u64,
+    /// The host's concurrency count: permits counted against the cap now
+    /// (permits of a task without a cap are not counted).
     pub in_flight: u64,
     /// Sum of acquire-to-release times of success and dropped releases (ns).
     pub rtt_sum_ns: u64,
     pub rtt_samples: u64,
+    /// What the processes' ledgers say they hold: equal to `in_flight` when
+    /// nothing is in motion (`fc_task_check` compares them at one instant).
+    pub held: i64,
 }
 
-fn null(what: &str) -> Error {
+// The sizes are ABI: the C tests check the same numbers from the header.
+const _: () = {
+    assert!(size_of::<fc_table_options>() == 24);
+    assert!(size_of::<fc_task_config>() == 24);
+    assert!(size_of::<fc_task_stats>() == 104);
+    assert!(size_of::<fc_permit>() == 64);
+};
+
+// SAFETY: repr(C), `size: u32` first, integers and floats only, no padding
+// (the sizes above are the sums of the fields).
+unsafe impl SizedStruct for fc_table_options {
+    const NAME: &'static str = "fc_table_options";
+    const INIT: &'static str = "fc_table_options_init";
+    const MIN_SIZE: usize = 16;
+    fn defaults() -> Self {
+        let d = TableOptions::default();
+        Self {
+            size: size_of::<Self>() as u32,
+            capacity: d.capacity,
+            max_processes: d.max_processes,
+            mode: d.mode,
+            owner_uid: d.owner.unwrap_or(FC_UNSET),
+            shared: d.shared as u32,
+        }
+    }
+}
+
+// SAFETY: as above.
+unsafe impl SizedStruct for fc_task_config {
+    const NAME: &'static str = "fc_task_config";
+    const INIT: &'static str = "fc_task_config_init";
+    const MIN_SIZE: usize = 24;
+    fn defaults() -> Self {
+        Self {
+            size: size_of::<Self>() as u32,
+            burst: FC_UNSET,
+            local_rate: FC_RATE_UNSET,
+            max_concurrency: FC_UNSET,
+            reserved: 0,
+        }
+    }
+}
+
+// SAFETY: as above.
+unsafe impl SizedStruct for fc_task_stats {
+    const NAME: &'static str = "struct fc_task_stats";
+    const INIT: &'static str = "fc_task_stats_init";
+    const MIN_SIZE: usize = 96;
+    fn defaults() -> Self {
+        Self {
+            size: size_of::<Self>() as u32,
+            reserved: 0,
+            admitted: 0,
+            limited_local: 0,
+            limited_global: 0,
+            limited_concurrency: 0,
+            released_success: 0,
+            released_dropped: 0,
+            released_ignored: 0,
+            reclaimed: 0,
+            in_flight: 0,
+            rtt_sum_ns: 0,
+            rtt_samples: 0,
+            held: 0,
+        }
+    }
+}
+
+pub(super) fn null(what: &str) -> Error {
     Error::invalid(format!("{what} is NULL"))
 }
 
@@ -103,6 +241,20 @@ fn null(what: &str) -> Error {
 unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {
     // SAFETY: the caller passes a pointer that is NULL or valid.
     unsafe { ptr.as_ref() }.ok_or_else(|| null(what))
+}
+
+/// Checks an out-pointer before any work is done.
+fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
+    if ptr.is_null() {
+        return Err(null(what));
+    }
+    Ok(ptr)
+}
+
+/// Writes `value` to `out` (checked non-NULL before any work was done).
+unsafe fn put<T>(out: *mut T, value: T) {
+    // SAFETY: checked non-NULL by the caller; C owns the memory.
+    unsafe { out.write(value) }
 }
 
 /// Reads a task name: NUL-terminated within FC_NAME_MAX bytes, UTF-8.
@@ -129,34 +281,82 @@ unsafe fn name_arg<'a>(name: *const c_char) -> Result<&'a str, Error> {
     })
 }
 
-/// Writes `value` to `out` (checked non-NULL before any work is done).
-unsafe fn put<T>(out: *mut T, value: T) {
-    // SAFETY: checked non-NULL by the caller; C owns the memory.
-    unsafe { out.write(value) }
+/// `FC_UNSET` → `None`.
+fn set(value: u32) -> Option<u32> {
+    (value != FC_UNSET).then_some(value)
 }
 
-/// Fills `options` with the defaults.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fc_table_options_init(options: *mut fc_table_options) -> fc_status {
-    boundary(|| {
-        if options.is_null() {
-            return Err(null("options"));
+// The core may add fields to its option structs: they keep their defaults.
+#[allow(clippy::needless_update)]
+fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
+    let shared = match o.shared {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(Error::invalid(format!(
+                "fc_table_options.shared must be 0 or 1, not {other}"
+            )));
         }
-        let d = TableOptions::default();
-        let value = fc_table_options {
-            capacity: d.capacity,
-            max_processes: d.max_processes,
-            mode: d.mode,
-        };
-        unsafe { put(options, value) };
+    };
+    Ok(TableOptions {
+        capacity: o.capacity,
+        max_processes: o.max_processes,
+        mode: o.mode,
+        owner: set(o.owner_uid),
+        shared,
+        ..TableOptions::default()
+    })
+}
+
+#[allow(clippy::needless_update)]
+fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
+    if c.reserved != 0 {
+        return Err(Error::invalid(format!(
+            "fc_task_config.reserved must be 0, not {}",
+            c.reserved
+        )));
+    }
+    let rate_set = c.local_rate.to_bits() != FC_RATE_UNSET.to_bits();
+    Ok(TaskConfig {
+        local_rate: rate_set.then_some(c.local_rate),
+        burst: set(c.burst),
+        max_concurrency: set(c.max_concurrency),
+        ..TaskConfig::default()
+    })
+}
+
+fn task_of(handle: &fc_task) -> &Task {
+    &handle.task
+}
+
+/// Fills `*options`, a struct of `size` bytes (pass `sizeof *options`), with
+/// its size and the defaults. Touches no other memory; thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_table_options_init(
+    options: *mut fc_table_options,
+    size: usize,
+) -> fc_status {
+    boundary(|| {
+        unsafe { init_sized(options, size, "options") }?;
         Ok(fc_status::FC_OK)
     })
 }
 
 /// Opens the table at `path`, creating it if missing, and attaches this
-/// process. `path` NULL = `/dev/shm/flowctrl`; a bare name = `/dev/shm/<name>`.
-/// `options` NULL = defaults. On `FC_OK`, `*out` is a new handle that the
-/// caller frees with `fc_table_close`.
+/// process to it. `path` NULL = `/dev/shm/flowctrl`; a bare name =
+/// `/dev/shm/<name>`. `options` NULL = the defaults; it is only read.
+///
+/// Refused with `FC_ERR_PERMISSION`: a symbolic link at the path (never
+/// followed), a special file (a FIFO, a device), a table owned by another
+/// uid than `owner_uid`, and one that group or others may write unless
+/// `shared` is 1. A directory is `FC_ERR_IO`.
+///
+/// Attaching sweeps the table for dead processes once and starts a
+/// background thread in this process ("flowctrl-reaper") that sweeps it
+/// every ~20 ms while the handle or one of its tasks lives.
+///
+/// On `FC_OK`, `*out` is a new handle, owned by the caller and freed with
+/// `fc_table_close`. Thread-safe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_table_open(
     path: *const c_char,
@@ -164,20 +364,15 @@ pub unsafe extern "C" fn fc_table_open(
     out: *mut *mut fc_table,
 ) -> fc_status {
     boundary(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        let options = match unsafe { options.as_ref() } {
-            None => TableOptions::default(),
-            Some(o) => TableOptions {
-                capacity: o.capacity,
-                max_processes: o.max_processes,
-                mode: o.mode,
-                ..TableOptions::default()
-            },
+        let out = out_arg(out, "out")?;
+        let options = if options.is_null() {
+            TableOptions::default()
+        } else {
+            options_of(&unsafe { read_sized(options, "options") }?)?
         };
         let path = (!path.is_null()).then(|| {
             Path::new(OsStr::from_bytes(
+                // SAFETY: non-NULL and NUL-terminated per the contract.
                 unsafe { CStr::from_ptr(path) }.to_bytes(),
             ))
         });
@@ -190,50 +385,60 @@ pub unsafe extern "C" fn fc_table_open(
     })
 }
 
-/// Frees a table handle (NULL is ignored). Tasks registered through it stay
-/// valid; this process detaches once the table and all its tasks are freed,
-/// giving back any permits it still holds.
+/// Frees a table handle (NULL is ignored); the handle must not be used
+/// after, and no other thread may be using it. Tasks registered through it
+/// stay valid: this process detaches once the table handle and all its
+/// tasks are freed, giving back any permits it still holds through them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_table_close(table: *mut fc_table) {
     if !table.is_null() {
-        // SAFETY: the handle came from fc_table_open and is freed once.
         boundary(|| {
+            // SAFETY: the handle came from fc_table_open and is freed once.
             drop(unsafe { Box::from_raw(table) });
             Ok(fc_status::FC_OK)
         });
     }
 }
 
-/// Fills `config` with the defaults: no rate limit, burst 1, no cap.
+/// Sweeps the table for dead processes now and gives back what they held;
+/// `*reaped` = how many were found. Rarely needed: each attached process
+/// does this in a background thread. Thread-safe; makes system calls (one
+/// lock probe per attachment slot in use).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fc_task_config_init(config: *mut fc_task_config) -> fc_status {
+pub unsafe extern "C" fn fc_table_reap(table: *const fc_table, reaped: *mut u32) -> fc_status {
     boundary(|| {
-        if config.is_null() {
-            return Err(null("config"));
-        }
-        let d = crate::TaskSettings::default();
-        let value = fc_task_config {
-            local_rate: d.local_rate,
-            burst: d.burst,
-            max_concurrency: d.max_concurrency,
-        };
-        unsafe { put(config, value) };
+        let table = unsafe { arg(table, "table") }?;
+        let reaped = out_arg(reaped, "reaped")?;
+        let found = table.table.reap();
+        unsafe { put(reaped, u32::try_from(found).unwrap_or(u32::MAX)) };
         Ok(fc_status::FC_OK)
     })
 }
 
-fn config_of(c: &fc_task_config) -> TaskConfig {
-    TaskConfig::new()
-        .local_rate(c.local_rate)
-        .burst(c.burst)
-        .max_concurrency(c.max_concurrency)
+/// Fills `*config`, a struct of `size` bytes (pass `sizeof *config`), with
+/// its size and every field unset (`FC_RATE_UNSET`, `FC_UNSET`). Touches no
+/// other memory; thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_task_config_init(
+    config: *mut fc_task_config,
+    size: usize,
+) -> fc_status {
+    boundary(|| {
+        unsafe { init_sized(config, size, "config") }?;
+        Ok(fc_status::FC_OK)
+    })
 }
 
-/// Registers the task `name` host-wide, or attaches to it if registered
-/// already. With a `config`, the first registration wins and a different one
-/// answers `FC_ERR_CONFIG_MISMATCH` (use `fc_task_update` to change it); with
-/// `config` NULL, an existing task is taken as it is and a new one gets the
-/// defaults. On `FC_OK`, `*out` is a new handle freed with `fc_task_free`.
+/// Registers the task `name` host-wide, or attaches to it if any process
+/// registered it already. A new task takes the set fields of `config` and
+/// the defaults for the others (no rate limit, burst 1, no cap). An existing
+/// task is compared on the set fields only: one that differs answers
+/// `FC_ERR_CONFIG_MISMATCH` (`fc_task_update` changes a configuration on
+/// purpose). `config` NULL = every field unset; it is only read.
+///
+/// Waits up to 2 s for another live process registering a task in the same
+/// slot, then answers `FC_ERR_TIMEOUT`. On `FC_OK`, `*out` is a new handle,
+/// owned by the caller and freed with `fc_task_free`. Thread-safe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_register(
     table: *const fc_table,
@@ -243,20 +448,27 @@ pub unsafe extern "C" fn fc_task_register(
 ) -> fc_status {
     boundary(|| {
         let table = unsafe { arg(table, "table") }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
+        let out = out_arg(out, "out")?;
         let name = unsafe { name_arg(name) }?;
-        let config = unsafe { config.as_ref() }
-            .map(config_of)
-            .unwrap_or_default();
+        let config = if config.is_null() {
+            TaskConfig::default()
+        } else {
+            config_of(&unsafe { read_sized(config, "config") }?)?
+        };
         let task = table.table.task(name, &config)?;
         unsafe { put(out, Box::into_raw(Box::new(fc_task { task }))) };
         Ok(fc_status::FC_OK)
     })
 }
 
-/// Changes a task's configuration for every process on the host.
+/// Changes the set fields of `config` for every process on the host, as
+/// one unit; unset fields keep their current values. `config` is only read.
+/// Waits up to 2 s for another live process writing the task's
+/// configuration, then answers `FC_ERR_TIMEOUT`. Thread-safe.
+///
+/// Permits already held keep what they hold: a permit acquired while the
+/// task had no cap is not counted against a cap set later, and its release
+/// does not lower the count of the permits acquired since.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_update(
     task: *const fc_task,
@@ -264,13 +476,16 @@ pub unsafe extern "C" fn fc_task_update(
 ) -> fc_status {
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
-        let config = unsafe { arg(config, "config") }?;
-        task.task.update(&config_of(config))?;
+        let config = config_of(&unsafe { read_sized(config, "config") }?)?;
+        task_of(task).update(&config)?;
         Ok(fc_status::FC_OK)
     })
 }
 
-/// Reads the configuration every process on the host applies now.
+/// Fills `*out` with the configuration every process on the host applies
+/// now: every field set. `*out` must have been filled by
+/// `fc_task_config_init` (its `size` is read); only its first `size` bytes
+/// are written. Thread-safe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_config_get(
     task: *const fc_task,
@@ -278,37 +493,53 @@ pub unsafe extern "C" fn fc_task_config_get(
 ) -> fc_status {
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        let s = task.task.settings();
-        let value = fc_task_config {
-            local_rate: s.local_rate,
+        let out = unsafe { Out::new(out, "out") }?;
+        let s = task_of(task).settings();
+        out.write(&fc_task_config {
+            size: size_of::<fc_task_config>() as u32,
             burst: s.burst,
+            local_rate: s.local_rate,
             max_concurrency: s.max_concurrency,
-        };
-        unsafe { put(out, value) };
+            reserved: 0,
+        });
         Ok(fc_status::FC_OK)
     })
 }
 
-/// Frees a task handle (NULL is ignored). Permits acquired through it must be
-/// released before.
+/// Frees a task handle (NULL is ignored); the handle must not be used
+/// after, and no other thread may be using it. Its permits stay held: they
+/// can still be released through another handle of the same task registered
+/// through the same table handle, and are given back when this process
+/// detaches from the table or dies.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_free(task: *mut fc_task) {
     if !task.is_null() {
-        // SAFETY: the handle came from fc_task_register and is freed once.
         boundary(|| {
+            // SAFETY: the handle came from fc_task_register and is freed once.
             drop(unsafe { Box::from_raw(task) });
             Ok(fc_status::FC_OK)
         });
     }
 }
 
-/// Asks for `n` permits: concurrency is checked first, then the local rate.
-/// `FC_OK` = admitted, `*permit` filled (release it with `fc_release`);
-/// `FC_LIMITED_*` = rejected, nothing held; n = 0 or n above the burst or the
-/// cap = `FC_ERR_INVALID_ARGUMENT`. No allocation, no system call.
+/// Asks for `n` permits. The rate is looked at first without taking
+/// anything, then the concurrency cap is taken, then the rate: a rejection
+/// names the limit that refused and holds nothing. `FC_OK` = admitted,
+/// `*permit` filled (release it with `fc_release`); `FC_LIMITED_*` =
+/// rejected, `*permit` untouched. `n` = 0, above the burst (with a rate) or
+/// above the cap = `FC_ERR_INVALID_ARGUMENT`.
+///
+/// Cost: no allocation and no system call, with two exceptions. The first
+/// call through a handle in a process forked since the handle was opened
+/// attaches that process (system calls and a sweep for dead processes,
+/// once). And when more threads of this process than it has ledger lanes
+/// (4) are inside `fc_acquire`/`fc_release` of the task at once and one of
+/// them is descheduled, a thread yields (`sched_yield`) until a lane frees,
+/// for at most 1 s, then answers `FC_ERR_TIMEOUT`. The clock is read with
+/// `rdtsc`, or `clock_gettime` through the vDSO. Dead processes are never
+/// reaped here.
+///
+/// Thread-safe: any number of threads may acquire from one task at once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_acquire(
     task: *const fc_task,
@@ -317,10 +548,8 @@ pub unsafe extern "C" fn fc_acquire(
 ) -> fc_status {
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
-        if permit.is_null() {
-            return Err(null("permit"));
-        }
-        Ok(match task.task.acquire_raw(n)? {
+        let permit = out_arg(permit, "permit")?;
+        Ok(match task_of(task).acquire_raw(n)? {
             Ok(raw) => {
                 let value = fc_permit {
                     acquired_at: raw.acquired_at,
@@ -328,8 +557,9 @@ pub unsafe extern "C" fn fc_acquire(
                     task: raw.task,
                     n: raw.n,
                     flags: raw.flags,
-                    reserved: 0,
+                    reserved0: 0,
                     check: raw.check,
+                    reserved: [0; 3],
                 };
                 unsafe { put(permit, value) };
                 fc_status::FC_OK
@@ -339,29 +569,46 @@ pub unsafe extern "C" fn fc_acquire(
     })
 }
 
-/// Releases a permit with the request's outcome (`FC_OUTCOME_*`); the library
-/// measures the round-trip time since `fc_acquire`. A permit of another task,
-/// table or process (permits do not cross fork) answers
-/// `FC_ERR_INVALID_ARGUMENT`, and so does releasing more permits than this
-/// process holds of the task. Release each permit once: the permit is caller
-/// memory, so a second release while the process holds other permits of the
-/// task cannot be told from releasing one of those (it is then that permit's
-/// release which is refused).
+/// Releases a permit with the request's outcome (`FC_OUTCOME_*`) and marks
+/// `*permit` released; the library measures the round-trip time since
+/// `fc_acquire`. Same cost as `fc_acquire`.
+///
+/// Refused with `FC_ERR_INVALID_ARGUMENT`, nothing given back: a permit
+/// released already, one of another task, table handle or process (permits
+/// do not cross fork), one whose bytes were altered, and an unknown outcome.
+/// The mark is in the caller's memory: a copy of a permit taken before its
+/// release is not marked, and is refused only when this process holds fewer
+/// permits of the task than it names (if the process holds others, one of
+/// those is released in its place, and is then refused itself; for a task
+/// without a cap, nothing is held and the copy is counted as one more
+/// release). Release each permit once, through the `fc_permit` `fc_acquire`
+/// filled.
+///
+/// Thread-safe: any thread may release a permit any thread acquired, but
+/// two threads must not pass the same `fc_permit` at once (a data race in
+/// the caller's memory).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_release(
     task: *const fc_task,
-    permit: *const fc_permit,
+    permit: *mut fc_permit,
     outcome: fc_outcome,
 ) -> fc_status {
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
-        let p = unsafe { arg(permit, "permit") }?;
+        // SAFETY: NULL or valid per the contract; C owns the memory.
+        let p = unsafe { permit.as_mut() }.ok_or_else(|| null("permit"))?;
         let outcome = match outcome {
             FC_OUTCOME_SUCCESS => Outcome::Success,
             FC_OUTCOME_DROPPED => Outcome::Dropped,
             FC_OUTCOME_IGNORED => Outcome::Ignored,
             other => return Err(Error::invalid(format!("unknown outcome {other}"))),
         };
+        if p.reserved0 != 0 || p.reserved != [0; 3] {
+            return Err(Error::invalid(format!(
+                "task {:?}: cannot release this permit: its reserved words were altered",
+                task_of(task).name()
+            )));
+        }
         let mut raw = RawPermit {
             acquired_at: p.acquired_at,
             owner: p.owner,
@@ -370,21 +617,35 @@ pub unsafe extern "C" fn fc_release(
             flags: p.flags,
             check: p.check,
         };
-        task.task.release_raw(&mut raw, outcome)?;
+        task_of(task).release_raw(&mut raw, outcome)?;
+        // The mark of a spent permit, in the caller's memory.
+        p.flags = raw.flags;
         Ok(fc_status::FC_OK)
     })
 }
 
-/// Reads a task's counters, summed over every process on the host.
+/// Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its
+/// size and zeros. Touches no other memory; thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_task_stats_init(stats: *mut fc_task_stats, size: usize) -> fc_status {
+    boundary(|| {
+        unsafe { init_sized(stats, size, "stats") }?;
+        Ok(fc_status::FC_OK)
+    })
+}
+
+/// Reads a task's counters, summed over every process on the host. `*out`
+/// must have been filled by `fc_task_stats_init` (its `size` is read); only
+/// its first `size` bytes are written. Thread-safe; no system call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_stats) -> fc_status {
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        let s: TaskStats = task.task.stats();
-        let value = fc_task_stats {
+        let out = unsafe { Out::new(out, "out") }?;
+        let s = task_of(task).stats();
+        out.write(&fc_task_stats {
+            size: size_of::<fc_task_stats>() as u32,
+            reserved: 0,
             admitted: s.admitted,
             limited_local: s.limited_local,
             limited_global: s.limited_global,
@@ -396,8 +657,24 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             in_flight: s.in_flight,
             rtt_sum_ns: s.rtt_sum_ns,
             rtt_samples: s.rtt_samples,
-        };
-        unsafe { put(out, value) };
+            held: s.held,
+        });
+        Ok(fc_status::FC_OK)
+    })
+}
+
+/// Compares the task's concurrency count with what the processes' ledgers
+/// hold, at one instant: `*drift` = count - held, 0 when the count is exact
+/// (positive = capacity leaked, negative = handed out twice). Retries while
+/// traffic keeps moving the count; `FC_ERR_TIMEOUT` if it never holds still
+/// for 1 s. For monitoring, not the request path. Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_task_check(task: *const fc_task, drift: *mut i64) -> fc_status {
+    boundary(|| {
+        let task = unsafe { arg(task, "task") }?;
+        let drift = out_arg(drift, "drift")?;
+        let consistency = task_of(task).check()?;
+        unsafe { put(drift, consistency.drift()) };
         Ok(fc_status::FC_OK)
     })
 }

@@ -1,4 +1,6 @@
 //! The C face: `include/flowctrl.h`, generated from this module by cbindgen.
+//! Not part of the Rust API (hidden from its docs): the module is public only
+//! so that cbindgen and the linker see the `fc_*` functions.
 //!
 //! Thin by rule: each function checks its pointers, converts arguments, calls
 //! the Rust API and converts the result. Conventions:
@@ -10,19 +12,27 @@
 //! - no panic crosses the boundary: one is caught and answered with
 //!   `FC_ERR_INTERNAL`;
 //! - values C passes in for Rust enums arrive as plain integers and are
-//!   checked, never transmuted.
+//!   checked, never transmuted;
+//! - the structs C allocates and passes in or out start with their own
+//!   `size` and grow only at their end (see `sized`); `fc_permit` is the
+//!   exception, fixed at 64 bytes for good;
+//! - `fc_last_error()` works at any time, in thread-local destructors too.
 //!
 //! # Safety
 //!
 //! One contract for every function, stated here instead of on each: a
 //! pointer argument is NULL (answered with `FC_ERR_INVALID_ARGUMENT`) or
-//! valid for its type; a string is NUL-terminated; a handle comes from its
-//! constructor and is not used after its `_close`/`_free`.
+//! valid for its type — for a struct with a `size` field, for the `size`
+//! bytes it claims, as its `_init` function set it; a string is
+//! NUL-terminated; a handle comes from its constructor and is not used after
+//! its `_close`/`_free`.
 
+#![doc(hidden)]
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
 mod api;
+mod sized;
 mod status;
 
 pub use api::*;

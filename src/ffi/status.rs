@@ -1,7 +1,7 @@
 //! Status codes, the thread-local last error, and the panic boundary.
 
-use std::cell::RefCell;
-use std::ffi::{CString, c_char};
+use std::cell::Cell;
+use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::{Error, ErrorKind, Limited};
@@ -34,8 +34,15 @@ pub enum fc_status {
     FC_ERR_CORRUPT = 106,
     /// An I/O error other than a permission problem.
     FC_ERR_IO = 107,
-    /// The operating system refused access.
+    /// The operating system refused access, or the table is not to be
+    /// trusted: a symbolic link, not a regular file, owned by another uid,
+    /// or writable by group or others without `shared`.
     FC_ERR_PERMISSION = 108,
+    /// Another process held a claim (a task slot being registered, a
+    /// configuration being written) past its deadline (2 s), a task's count
+    /// never held still for `fc_task_check` (1 s), or every ledger lane of
+    /// this process stayed busy for 1 s.
+    FC_ERR_TIMEOUT = 109,
     /// A bug in flowctrl; `fc_last_error()` tells more.
     FC_ERR_INTERNAL = 199,
 }
@@ -52,6 +59,7 @@ impl From<&Error> for fc_status {
             ErrorKind::Corrupt => Self::FC_ERR_CORRUPT,
             ErrorKind::Io => Self::FC_ERR_IO,
             ErrorKind::Permission => Self::FC_ERR_PERMISSION,
+            ErrorKind::Timeout => Self::FC_ERR_TIMEOUT,
             _ => Self::FC_ERR_INTERNAL,
         }
     }
@@ -95,6 +103,7 @@ const STATUS_TEXT: &[(fc_status, &str)] = &[
     (fc_status::FC_ERR_CORRUPT, "corrupt or truncated table\0"),
     (fc_status::FC_ERR_IO, "I/O error\0"),
     (fc_status::FC_ERR_PERMISSION, "permission denied\0"),
+    (fc_status::FC_ERR_TIMEOUT, "timed out\0"),
     (fc_status::FC_ERR_INTERNAL, "internal error\0"),
 ];
 
@@ -110,22 +119,59 @@ pub extern "C" fn fc_status_str(status: u32) -> *const c_char {
         .cast()
 }
 
+/// Room for the last error's reason, NUL included; longer ones are cut.
+const LAST_ERROR_CAP: usize = 1024;
+
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// A plain byte array, so the thread-local has no destructor: it stays
+    /// usable while the thread's other thread-locals are destroyed (a C++
+    /// `thread_local` whose destructor releases a permit, say).
+    static LAST_ERROR: Cell<[u8; LAST_ERROR_CAP]> = const { Cell::new([0; LAST_ERROR_CAP]) };
 }
 
-/// The reason for the last error returned on this thread, NUL-terminated
-/// (empty if none yet). Valid until the next failing `fc_*` call on this
-/// thread; do not free.
+/// What `fc_last_error` answers if this thread's reason cannot be reached.
+const UNAVAILABLE: &CStr = c"(flowctrl: the reason is not available on this thread any more)";
+
+/// The reason for the last error returned on this thread, NUL-terminated:
+/// empty if there was none yet, cut at 1023 bytes. Never NULL; do not free.
+/// Valid until the next failing `fc_*` call on this thread or the thread's
+/// end. Callable at any time, in thread-local destructors too.
 #[unsafe(no_mangle)]
 pub extern "C" fn fc_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.as_ptr().cast::<c_char>().cast_const())
+        .unwrap_or(UNAVAILABLE.as_ptr())
 }
 
+/// Records `e`'s reason for `fc_last_error` and answers its status. Never
+/// panics and never allocates.
 pub(crate) fn fail(e: &Error) -> fc_status {
-    let text = CString::new(e.message().replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|slot| *slot.borrow_mut() = text);
+    let _ = LAST_ERROR.try_with(|slot| slot.set(truncated(e.message())));
     e.into()
+}
+
+/// `message` as a NUL-terminated C string in a fixed buffer: NULs shown as
+/// `\0`, cut on a character boundary with "..." when too long.
+fn truncated(message: &str) -> [u8; LAST_ERROR_CAP] {
+    const ELLIPSIS: &[u8] = b"...";
+    let mut buf = [0u8; LAST_ERROR_CAP];
+    let mut len = 0;
+    let mut utf8 = [0u8; 4];
+    for c in message.chars() {
+        let bytes: &[u8] = if c == '\0' {
+            b"\\0"
+        } else {
+            c.encode_utf8(&mut utf8).as_bytes()
+        };
+        // Keep room for the ellipsis and the NUL.
+        if len + bytes.len() > LAST_ERROR_CAP - 1 - ELLIPSIS.len() {
+            buf[len..len + ELLIPSIS.len()].copy_from_slice(ELLIPSIS);
+            return buf;
+        }
+        buf[len..len + bytes.len()].copy_from_slice(bytes);
+        len += bytes.len();
+    }
+    buf
 }
 
 /// Runs the body of an exported function: errors become their status (with
@@ -147,5 +193,44 @@ pub(crate) fn boundary(body: impl FnOnce() -> Result<fc_status, Error>) -> fc_st
                 format!("flowctrl panicked: {what}"),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(buf: &[u8; LAST_ERROR_CAP]) -> &str {
+        let end = buf.iter().position(|b| *b == 0).expect("NUL-terminated");
+        std::str::from_utf8(&buf[..end]).expect("UTF-8")
+    }
+
+    #[test]
+    fn reasons_are_cut_on_a_character_boundary() {
+        assert_eq!(text(&truncated("short")), "short");
+        assert_eq!(text(&truncated("a\0b")), "a\\0b");
+        let long = "é".repeat(LAST_ERROR_CAP);
+        let cut = truncated(&long);
+        let shown = text(&cut);
+        assert!(
+            shown.ends_with("...") && shown.len() < LAST_ERROR_CAP,
+            "{}",
+            shown.len()
+        );
+        assert!(shown.trim_end_matches("...").chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn the_last_error_is_per_thread_and_never_null() {
+        let status = fail(&Error::new(ErrorKind::Timeout, "slow"));
+        assert_eq!(status, fc_status::FC_ERR_TIMEOUT);
+        let here = unsafe { std::ffi::CStr::from_ptr(fc_last_error()) };
+        assert_eq!(here.to_str().unwrap(), "slow");
+        std::thread::spawn(|| {
+            let there = unsafe { std::ffi::CStr::from_ptr(fc_last_error()) };
+            assert_eq!(there.to_bytes(), b"");
+        })
+        .join()
+        .unwrap();
     }
 }

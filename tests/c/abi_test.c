@@ -64,6 +64,7 @@ static const char *status_name(uint32_t status)
     case FC_ERR_CORRUPT: return "FC_ERR_CORRUPT";
     case FC_ERR_IO: return "FC_ERR_IO";
     case FC_ERR_PERMISSION: return "FC_ERR_PERMISSION";
+    case FC_ERR_TIMEOUT: return "FC_ERR_TIMEOUT";
     case FC_ERR_INTERNAL: return "FC_ERR_INTERNAL";
     default: return "(unknown status)";
     }
@@ -259,12 +260,19 @@ static fc_table *open_table(const char *path, const fc_table_options *options)
     return table;
 }
 
+/* A configuration with every field unset. */
+static fc_task_config unset_config(void)
+{
+    fc_task_config config;
+    if (fc_task_config_init(&config, sizeof config) != FC_OK)
+        fail(__LINE__, "fc_task_config_init: %s", fc_last_error());
+    return config;
+}
+
 static fc_task_config task_config(double local_rate, uint32_t burst,
                                   uint32_t max_concurrency)
 {
-    fc_task_config config;
-    if (fc_task_config_init(&config) != FC_OK)
-        fail(__LINE__, "fc_task_config_init: %s", fc_last_error());
+    fc_task_config config = unset_config();
     config.local_rate = local_rate;
     config.burst = burst;
     config.max_concurrency = max_concurrency;
@@ -291,6 +299,8 @@ static fc_task *register_task(const fc_table *table, const char *name,
 static struct fc_task_stats stats_of(const fc_task *task)
 {
     struct fc_task_stats stats;
+    if (fc_task_stats_init(&stats, sizeof stats) != FC_OK)
+        fail(__LINE__, "fc_task_stats_init: %s", fc_last_error());
     if (fc_task_stats(task, &stats) != FC_OK)
         fail(__LINE__, "fc_task_stats: %s", fc_last_error());
     return stats;
@@ -327,9 +337,10 @@ static void test_version_and_status_strings(void)
         FC_OK, FC_LIMITED_LOCAL, FC_LIMITED_GLOBAL, FC_LIMITED_CONCURRENCY,
         FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_NAME, FC_ERR_TABLE_FULL,
         FC_ERR_TOO_MANY_PROCESSES, FC_ERR_CONFIG_MISMATCH, FC_ERR_INCOMPATIBLE,
-        FC_ERR_CORRUPT, FC_ERR_IO, FC_ERR_PERMISSION, FC_ERR_INTERNAL,
+        FC_ERR_CORRUPT, FC_ERR_IO, FC_ERR_PERMISSION, FC_ERR_TIMEOUT,
+        FC_ERR_INTERNAL,
     };
-    static const uint32_t unknown[] = { 4, 99, 109, 198, 200, 0xffffffffu };
+    static const uint32_t unknown[] = { 4, 99, 110, 198, 200, 0xffffffffu };
     const size_t count = sizeof statuses / sizeof statuses[0];
     char expected[32];
     const char *unknown_text = fc_status_str(unknown[0]);
@@ -361,12 +372,20 @@ static void test_version_and_status_strings(void)
                      status_name(statuses[i]), status_name(statuses[j]), text);
     }
 
-    /* The structs C allocates are ABI: a change here breaks every caller. */
+    /* The structs C allocates are ABI: the sized ones only ever grow at
+     * their end (tests/c/compat_v1.c runs their smallest versions), and
+     * fc_permit never changes. */
     CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
-    CHECK_EQ(sizeof(fc_table_options), 12, "sizeof(fc_table_options)");
-    CHECK_EQ(sizeof(fc_task_config), 16, "sizeof(fc_task_config)");
-    CHECK_EQ(sizeof(fc_permit), 32, "sizeof(fc_permit)");
-    CHECK_EQ(sizeof(struct fc_task_stats), 88, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(sizeof(fc_table_options), 24, "sizeof(fc_table_options)");
+    CHECK_EQ(offsetof(fc_table_options, size), 0, "fc_table_options.size comes first");
+    CHECK_EQ(sizeof(fc_task_config), 24, "sizeof(fc_task_config)");
+    CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
+    CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
+    CHECK_EQ(sizeof(struct fc_task_stats), 104, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(offsetof(struct fc_task_stats, size), 0, "fc_task_stats.size comes first");
+    CHECK(FC_RATE_UNSET < 0 && 1.0-FC_RATE_UNSET == 2.0,
+          "FC_RATE_UNSET is negative and safe in an expression");
+    CHECK_EQ(FC_UNSET, UINT32_MAX, "FC_UNSET");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -382,10 +401,13 @@ static void test_open_and_modes(void)
 
     section("opening tables, file modes");
     memset(&options, 0xff, sizeof options);
-    EXPECT(fc_table_options_init(&options), FC_OK);
-    CHECK_EQ(options.capacity, 1024, "default capacity");
-    CHECK_EQ(options.max_processes, 128, "default max_processes");
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
+    CHECK_EQ(options.size, sizeof options, "options.size");
+    CHECK_EQ(options.capacity, 256, "default capacity");
+    CHECK_EQ(options.max_processes, 64, "default max_processes");
     CHECK(options.mode == 0600, "default mode %04o", (unsigned)options.mode);
+    CHECK_EQ(options.owner_uid, FC_UNSET, "default owner_uid: the caller's euid");
+    CHECK_EQ(options.shared, 0, "default shared");
 
     scratch_path(t1, "t1");
     first = open_table(t1, &options);
@@ -417,7 +439,7 @@ static void test_open_and_modes(void)
 static void check_config(const fc_task *task, double local_rate, uint32_t burst,
                          uint32_t max_concurrency)
 {
-    fc_task_config config;
+    fc_task_config config = unset_config();
     EXPECT(fc_task_config_get(task, &config), FC_OK);
     CHECK(config.local_rate == local_rate, "local_rate %g == %g", config.local_rate,
           local_rate);
@@ -438,10 +460,12 @@ static void test_task_registration(void)
     scratch_path(path, "tasks");
     table = open_table(path, NULL);
 
-    memset(&config, 0xff, sizeof config);
-    EXPECT(fc_task_config_init(&config), FC_OK);
-    CHECK(config.local_rate == 0.0 && config.burst == 1 && config.max_concurrency == 0,
-          "fc_task_config_init: no rate limit, burst 1, no cap");
+    memset(&config, 0xab, sizeof config);
+    EXPECT(fc_task_config_init(&config, sizeof config), FC_OK);
+    CHECK(config.size == sizeof config && config.local_rate == FC_RATE_UNSET &&
+              config.burst == FC_UNSET && config.max_concurrency == FC_UNSET &&
+              config.reserved == 0,
+          "fc_task_config_init: its size, every field unset");
 
     config = task_config(250.5, 4, 8);
     task = register_task(table, "api", 250.5, 4, 8);
@@ -463,7 +487,7 @@ static void test_task_registration(void)
     EXPECT(fc_task_register(table, "api", &config, &untouched), FC_ERR_CONFIG_MISMATCH);
 
     /* Bad configurations, at registration and update. */
-    other = task_config(-1, 1, 0);
+    other = task_config(-2, 1, 0); /* negative, but not FC_RATE_UNSET */
     EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
     other = task_config(NAN, 1, 0);
     EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
@@ -478,6 +502,12 @@ static void test_task_registration(void)
     EXPECT(fc_task_update(task, &other), FC_ERR_INVALID_ARGUMENT);
     check_config(task, 50, 2, 16);
     CHECK(untouched == SENTINEL, "failed registrations leave *out alone");
+
+    other = task_config(10, 1, 0);
+    other.reserved = 1;
+    EXPECT(fc_task_register(table, "bad", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_update(task, &other), FC_ERR_INVALID_ARGUMENT);
+    check_config(task, 50, 2, 16);
 
     fresh = NULL;
     EXPECT(fc_task_register(table, "fresh", NULL, &fresh), FC_OK);
@@ -515,7 +545,9 @@ static void test_decisions_and_stats(void)
     EXPECT(fc_acquire(capped, 1, &held[0]), FC_OK);
     EXPECT(fc_acquire(capped, 1, &held[1]), FC_OK);
     EXPECT(fc_acquire(capped, 1, &held[2]), FC_OK);
-    CHECK_EQ(stats_of(capped).in_flight, 3, "in_flight with three permits held");
+    stats = stats_of(capped);
+    CHECK_EQ(stats.in_flight, 3, "in_flight with three permits held");
+    CHECK_EQ(stats.held, 3, "held with three permits held");
     memset(&rejected, 0xab, sizeof rejected);
     memcpy(&untouched, &rejected, sizeof rejected);
     EXPECT(fc_acquire(capped, 1, &rejected), FC_LIMITED_CONCURRENCY);
@@ -553,10 +585,12 @@ static void test_decisions_and_stats(void)
     CHECK_EQ(stats.admitted, 2, "rated: admitted");
     CHECK_EQ(stats.limited_local, 1, "rated: limited_local");
     CHECK_EQ(stats.limited_concurrency, 0, "rated: limited_concurrency");
-    CHECK_EQ(stats.in_flight, 2, "rated: in_flight");
+    CHECK_EQ(stats.in_flight, 0, "rated: in_flight (only a cap counts permits in flight)");
     EXPECT(fc_release(rated, &rate[0], FC_OUTCOME_SUCCESS), FC_OK);
     EXPECT(fc_release(rated, &rate[1], FC_OUTCOME_SUCCESS), FC_OK);
-    CHECK_EQ(stats_of(rated).in_flight, 0, "rated: in_flight after release");
+    stats = stats_of(rated);
+    CHECK_EQ(stats.released_success, 2, "rated: released_success");
+    CHECK_EQ(stats.in_flight, 0, "rated: in_flight after release");
 
     fc_task_free(rated);
     fc_task_free(capped);
@@ -576,11 +610,13 @@ static void test_null_arguments(void)
     fc_task_config config;
     fc_permit permit;
     struct fc_task_stats stats;
+    uint32_t reaped;
+    int64_t drift;
 
     section("NULL pointers");
     scratch_path(path, "null");
-    EXPECT(fc_table_options_init(NULL), FC_ERR_INVALID_ARGUMENT);
-    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_options_init(NULL, sizeof options), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
     EXPECT(fc_table_open(path, &options, NULL), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_table_open(path, NULL, NULL), FC_ERR_INVALID_ARGUMENT);
     /* A NULL path means the host's default table: out is checked first, so
@@ -591,8 +627,10 @@ static void test_null_arguments(void)
     pass("fc_table_close(NULL) returns");
 
     table = open_table(path, NULL);
-    EXPECT(fc_task_config_init(NULL), FC_ERR_INVALID_ARGUMENT);
-    EXPECT(fc_task_config_init(&config), FC_OK);
+    EXPECT(fc_table_reap(NULL, &reaped), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_reap(table, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_init(NULL, sizeof config), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_init(&config, sizeof config), FC_OK);
     EXPECT(fc_task_register(NULL, "t", &config, &untouched_task), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_task_register(table, NULL, &config, &untouched_task), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_task_register(table, "t", &config, NULL), FC_ERR_INVALID_ARGUMENT);
@@ -611,8 +649,12 @@ static void test_null_arguments(void)
     EXPECT(fc_release(NULL, &permit, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_release(task, NULL, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_task_stats_init(NULL, sizeof stats), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_stats_init(&stats, sizeof stats), FC_OK);
     EXPECT(fc_task_stats(NULL, &stats), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_task_stats(task, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_check(NULL, &drift), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_check(task, NULL), FC_ERR_INVALID_ARGUMENT);
     fc_task_free(NULL);
     pass("fc_task_free(NULL) returns");
 
@@ -703,9 +745,35 @@ static void test_bad_requests_and_permits(void)
     CHECK_EQ(stats_of(capped).in_flight, 1, "capped: still held after the refused releases");
     memset(&permit, 0, sizeof permit);
     EXPECT(fc_release(capped, &permit, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
-    permit = a;
-    permit.owner ^= 1;
-    EXPECT(fc_release(capped, &permit, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+
+    /* A permit altered in caller memory is refused: one byte of each field. */
+    {
+        static const struct {
+            size_t offset;
+            const char *field;
+        } fields[] = {
+            { offsetof(fc_permit, acquired_at), "acquired_at" },
+            { offsetof(fc_permit, owner), "owner" },
+            { offsetof(fc_permit, task), "task" },
+            { offsetof(fc_permit, n), "n" },
+            { offsetof(fc_permit, flags), "flags" },
+            { offsetof(fc_permit, reserved0), "reserved0" },
+            { offsetof(fc_permit, check), "check" },
+            { offsetof(fc_permit, check) + 7, "check (its last byte)" },
+            { offsetof(fc_permit, reserved), "reserved[0]" },
+            { offsetof(fc_permit, reserved) + 2 * sizeof(uint64_t), "reserved[2]" },
+        };
+        size_t i;
+        for (i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+            permit = a;
+            ((unsigned char *)&permit)[fields[i].offset] ^= 1;
+            if (fc_release(capped, &permit, FC_OUTCOME_SUCCESS) != FC_ERR_INVALID_ARGUMENT)
+                fail(__LINE__, "a permit with a bit of %s flipped was not refused", fields[i].field);
+            CHECK(fc_last_error()[0] != '\0', "a permit with a bit of %s flipped is refused: %s",
+                  fields[i].field, fc_last_error());
+        }
+    }
+    CHECK_EQ(stats_of(capped).in_flight, 1, "capped: still held after the altered permits");
     EXPECT(fc_release(capped, &a, FC_OUTCOME_DROPPED), FC_OK);
     CHECK_EQ(stats_of(capped).in_flight, 0, "capped: in_flight after the real release");
 
@@ -776,13 +844,18 @@ static void test_bad_options_and_paths(void)
 
     section("bad options and paths");
     scratch_path(path, "options");
-    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
     options.capacity = 0;
     EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
-    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
     options.max_processes = 0;
     EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
-    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
+    options.shared = 2;
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
+    options.mode = 0660; /* group-writable, without shared */
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
     options.mode = 0;
     EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
     options.mode = 0400; /* owner cannot write */
@@ -827,6 +900,7 @@ static void test_permission(void)
         struct stat st;
         fc_table *table = NULL;
         fc_status status;
+        alarm(30); /* never hang the test */
         if (setgid(65534) != 0 || setuid(65534) != 0)
             _exit(251);
         if (stat(path, &st) != 0)
@@ -857,7 +931,7 @@ static void test_full_tables(void)
 
     section("full tables");
     scratch_path(path, "capacity2");
-    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
     options.capacity = 2;
     table = open_table(path, &options);
     a = register_task(table, "a", 0, 1, 0);
@@ -874,7 +948,7 @@ static void test_full_tables(void)
     /* Every handle attaches on its own: with one attachment slot, a second
      * handle in the same process is one too many. */
     scratch_path(path, "processes1");
-    EXPECT(fc_table_options_init(&options), FC_OK);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
     options.max_processes = 1;
     table = open_table(path, &options);
     EXPECT(fc_table_open(path, NULL, &untouched_table), FC_ERR_TOO_MANY_PROCESSES);
@@ -952,6 +1026,8 @@ static void test_threads(void)
     struct fc_task_stats stats;
     uint64_t limited = 0;
     uint32_t max_in_flight = 0;
+    unsigned checked = 0, timed_out = 0;
+    int64_t drift = -1;
     int i;
 
     section("threads");
@@ -964,6 +1040,22 @@ static void test_threads(void)
         CHECK(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) == 0,
               "start worker %d", i);
     }
+    /* fc_task_check under traffic: it finds an instant to compare at (no
+     * drift then), or says it found none. */
+    for (i = 0; i < 20; i++) {
+        int64_t moving = -1;
+        fc_status status = fc_task_check(task, &moving);
+        if (status == FC_OK && moving != 0)
+            fail(__LINE__, "fc_task_check under traffic: drift %" PRId64, moving);
+        if (status != FC_OK && status != FC_ERR_TIMEOUT)
+            fail(__LINE__, "fc_task_check under traffic -> %s: %s", status_name(status),
+                 fc_last_error());
+        if (status == FC_OK)
+            checked++;
+        else
+            timed_out++;
+    }
+    pass("fc_task_check under traffic: %u with no drift, %u timed out", checked, timed_out);
     for (i = 0; i < THREADS; i++) {
         struct worker *w = &workers[i];
         CHECK(pthread_join(w->thread, NULL) == 0, "join worker %d", i);
@@ -983,6 +1075,9 @@ static void test_threads(void)
     CHECK_EQ(stats.rtt_samples, (uint64_t)THREADS * PAIRS_PER_THREAD, "rtt_samples");
     CHECK_EQ(stats.limited_concurrency, limited, "limited_concurrency == rejections the workers saw");
     CHECK_EQ(stats.in_flight, 0, "in_flight once all threads are done");
+    CHECK_EQ(stats.held, 0, "held once all threads are done");
+    EXPECT(fc_task_check(task, &drift), FC_OK);
+    CHECK_EQ(drift, 0, "drift once all threads are done");
     fc_task_free(task);
     fc_table_close(table);
 }
@@ -1085,7 +1180,9 @@ static void test_permit_does_not_cross_fork(void)
     if (pid < 0)
         fail(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
-        fc_status status = fc_release(task, &permit, FC_OUTCOME_SUCCESS);
+        fc_status status;
+        alarm(30); /* never hang the test */
+        status = fc_release(task, &permit, FC_OUTCOME_SUCCESS);
         if (status >= FC_ERR_INVALID_ARGUMENT && fc_last_error()[0] == '\0')
             _exit(250);
         _exit((int)status);
@@ -1104,12 +1201,44 @@ static void test_permit_does_not_cross_fork(void)
 /* Releasing a permit twice                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Releases a permit on a thread of its own. */
+struct release_job {
+    const fc_task *task;
+    fc_permit *permit;
+    fc_status status;
+    char reason[256];
+};
+
+static void *release_main(void *arg)
+{
+    struct release_job *job = arg;
+    job->status = fc_release(job->task, job->permit, FC_OUTCOME_SUCCESS);
+    snprintf(job->reason, sizeof job->reason, "%s", fc_last_error());
+    return NULL;
+}
+
+static fc_status release_on_thread(const fc_task *task, fc_permit *permit)
+{
+    struct release_job job;
+    pthread_t thread;
+    memset(&job, 0, sizeof job);
+    job.task = task;
+    job.permit = permit;
+    job.status = FC_ERR_INTERNAL;
+    CHECK(pthread_create(&thread, NULL, release_main, &job) == 0 &&
+              pthread_join(thread, NULL) == 0,
+          "release on another thread");
+    if (job.status >= FC_ERR_INVALID_ARGUMENT)
+        printf("      (that thread's fc_last_error(): %s)\n", job.reason);
+    return job.status;
+}
+
 static void test_double_release(void)
 {
     char path[PATH_LEN];
     fc_table *table;
     fc_task *task;
-    fc_permit a, b;
+    fc_permit a, b, copy;
     struct fc_task_stats stats;
 
     section("releasing a permit twice");
@@ -1117,31 +1246,554 @@ static void test_double_release(void)
     table = open_table(path, NULL);
     task = register_task(table, "twice", 0, 1, 3);
 
-    /* With nothing else held... */
-    EXPECT(fc_acquire(task, 1, &a), FC_OK);
-    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
-    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
-    stats = stats_of(task);
-    CHECK_EQ(stats.in_flight, 0, "in_flight after the refused second release");
-    CHECK_EQ(stats.released_success, 1, "released_success after the refused second release");
-
-    /* ... and while another permit of the task is held: fc_permit is caller
-     * memory passed as const, so the library cannot mark it released, and a
-     * second release is indistinguishable from releasing the other permit.
-     * It is accepted; the other permit's release is then refused, and the
-     * totals stay consistent: never more released than admitted. */
+    /* fc_release marks the permit it was given: a second release of the
+     * same memory is refused, even while other permits of the task are
+     * held, from this thread and from another. */
     EXPECT(fc_acquire(task, 1, &a), FC_OK);
     EXPECT(fc_acquire(task, 1, &b), FC_OK);
     EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(release_on_thread(task, &a), FC_ERR_INVALID_ARGUMENT,
+                 "the released permit again, from another thread");
+    stats = stats_of(task);
+    CHECK_EQ(stats.in_flight, 1, "in_flight: b is still held");
+    CHECK_EQ(stats.released_success, 1, "released_success after the refused releases");
+    CHECK_STATUS(release_on_thread(task, &b), FC_OK, "b, released on another thread");
+    EXPECT(fc_release(task, &b, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    CHECK_EQ(stats_of(task).in_flight, 0, "in_flight once both are released");
+
+    /* The mark cannot reach a copy taken before the release: the copy is
+     * refused when the process holds fewer permits than it names... */
+    EXPECT(fc_acquire(task, 1, &a), FC_OK);
+    copy = a;
     EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &copy, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+
+    /* ... and otherwise takes another permit's place, whose release is then
+     * refused: the totals stay consistent, never more released than admitted. */
+    EXPECT(fc_acquire(task, 1, &a), FC_OK);
+    EXPECT(fc_acquire(task, 1, &b), FC_OK);
+    copy = a;
+    EXPECT(fc_release(task, &a, FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &copy, FC_OUTCOME_SUCCESS), FC_OK);
     EXPECT(fc_release(task, &b, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
     stats = stats_of(task);
-    CHECK_EQ(stats.admitted, 3, "admitted after the double release");
-    CHECK_EQ(stats.released_success, 3, "released_success never exceeds admitted");
+    CHECK_EQ(stats.admitted, 5, "admitted");
+    CHECK_EQ(stats.released_success, 5, "released_success never exceeds admitted");
     CHECK_EQ(stats.in_flight, 0, "in_flight once the process holds nothing");
+    CHECK_EQ(stats.held, 0, "held once the process holds nothing");
 
     fc_task_free(task);
     fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Structs that grow                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int all_bytes(const void *p, size_t len, unsigned char value)
+{
+    const unsigned char *bytes = p;
+    size_t i;
+    for (i = 0; i < len; i++)
+        if (bytes[i] != value)
+            return 0;
+    return 1;
+}
+
+/*
+ * A size below the smallest version, above 4096, or never set is refused
+ * with a reason; a struct larger than this header's (a caller built against
+ * a newer one) has its tail neither read nor written. The smallest versions
+ * themselves are run by tests/c/compat_v1.c.
+ */
+static void test_sized_structs(void)
+{
+    char path[PATH_LEN], other_path[PATH_LEN];
+    fc_table_options options;
+    fc_task_config config;
+    struct fc_task_stats stats, before;
+    fc_table *table, *untouched_table = SENTINEL;
+    fc_task *task, *untouched = SENTINEL;
+    fc_permit permit;
+    struct {
+        struct fc_task_stats stats;
+        unsigned char newer[40];
+    } big_stats;
+    struct {
+        fc_task_config config;
+        unsigned char newer[40];
+    } big_config;
+    struct {
+        fc_table_options options;
+        unsigned char newer[40];
+    } big_options;
+
+    section("structs that grow: sizes");
+    scratch_path(path, "sized");
+    scratch_path(other_path, "sized-other");
+    EXPECT(fc_table_options_init(&options, 0), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options, 15), FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "fc_table_options_init") != NULL,
+          "the reason names the init function");
+    EXPECT(fc_table_options_init(&options, 4097), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_table_options_init(&options, 16), FC_OK);
+    EXPECT(fc_task_config_init(&config, 23), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_init(&config, 4097), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_stats_init(&stats, 95), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_stats_init(&stats, 4097), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_stats_init(&stats, 96), FC_OK);
+
+    table = open_table(path, NULL);
+    task = register_task(table, "sized", 0, 1, 4);
+
+    /* Structs whose size was never set. */
+    memset(&options, 0, sizeof options);
+    EXPECT(fc_table_open(other_path, &options, &untouched_table), FC_ERR_INVALID_ARGUMENT);
+    CHECK(!file_exists(other_path) && untouched_table == SENTINEL,
+          "no table opened with options of size 0");
+    memset(&config, 0, sizeof config);
+    EXPECT(fc_task_register(table, "sized", &config, &untouched), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_update(task, &config), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_config_get(task, &config), FC_ERR_INVALID_ARGUMENT);
+    CHECK(all_bytes(&config, sizeof config, 0), "a refused fc_task_config_get writes nothing");
+    memset(&stats, 0xff, sizeof stats);
+    memcpy(&before, &stats, sizeof stats);
+    EXPECT(fc_task_stats(task, &stats), FC_ERR_INVALID_ARGUMENT);
+    CHECK(memcmp(&stats, &before, sizeof stats) == 0, "a refused fc_task_stats writes nothing");
+    CHECK(untouched == SENTINEL, "failed registrations leave *out alone");
+
+    /* Larger structs, from a newer header: their tails are left alone. */
+    EXPECT(fc_acquire(task, 1, &permit), FC_OK);
+    memset(&big_stats, 0x5a, sizeof big_stats);
+    EXPECT(fc_task_stats_init(&big_stats.stats, sizeof big_stats), FC_OK);
+    CHECK_EQ(big_stats.stats.size, sizeof big_stats, "big stats: size as given");
+    CHECK(all_bytes(big_stats.newer, sizeof big_stats.newer, 0x5a),
+          "fc_task_stats_init leaves the unknown tail alone");
+    EXPECT(fc_task_stats(task, &big_stats.stats), FC_OK);
+    CHECK_EQ(big_stats.stats.size, sizeof big_stats, "fc_task_stats keeps the caller's size");
+    CHECK_EQ(big_stats.stats.in_flight, 1, "big stats: in_flight");
+    CHECK_EQ(big_stats.stats.held, 1, "big stats: held");
+    CHECK(all_bytes(big_stats.newer, sizeof big_stats.newer, 0x5a),
+          "fc_task_stats leaves the unknown tail alone");
+    EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+
+    memset(&big_config, 0x5a, sizeof big_config);
+    EXPECT(fc_task_config_init(&big_config.config, sizeof big_config), FC_OK);
+    CHECK(all_bytes(big_config.newer, sizeof big_config.newer, 0x5a),
+          "fc_task_config_init leaves the unknown tail alone");
+    big_config.config.max_concurrency = 4;
+    EXPECT(fc_task_register(table, "sized", &big_config.config, &untouched), FC_OK);
+    fc_task_free(untouched);
+    EXPECT(fc_task_update(task, &big_config.config), FC_OK);
+    EXPECT(fc_task_config_get(task, &big_config.config), FC_OK);
+    CHECK(big_config.config.burst == 1 && big_config.config.local_rate == 0 &&
+              big_config.config.max_concurrency == 4,
+          "fc_task_config_get into a big struct");
+    CHECK(all_bytes(big_config.newer, sizeof big_config.newer, 0x5a),
+          "fc_task_config_get leaves the unknown tail alone");
+
+    memset(&big_options, 0x5a, sizeof big_options);
+    EXPECT(fc_table_options_init(&big_options.options, sizeof big_options), FC_OK);
+    CHECK(all_bytes(big_options.newer, sizeof big_options.newer, 0x5a),
+          "fc_table_options_init leaves the unknown tail alone");
+    fc_table_close(open_table(other_path, &big_options.options));
+    pass("a table opened with big options (their tail not read)");
+
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Unset fields                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void test_unset_fields(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task, *other, *fresh, *untouched = SENTINEL;
+    fc_task_config config;
+    pid_t pid;
+    int code;
+
+    section("unset fields: compared and changed only when set");
+    scratch_path(path, "unset");
+
+    /* Another process registers the task with every field set. */
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        fc_table *t = NULL;
+        fc_task *k = NULL;
+        fc_task_config c;
+        fc_status status;
+        alarm(30); /* never hang the test */
+        status = fc_table_open(path, NULL, &t);
+        if (status == FC_OK)
+            status = fc_task_config_init(&c, sizeof c);
+        c.local_rate = 100;
+        c.burst = 5;
+        c.max_concurrency = 4;
+        if (status == FC_OK)
+            status = fc_task_register(t, "shared", &c, &k);
+        fc_task_free(k);
+        fc_table_close(t);
+        _exit((int)status);
+    }
+    code = wait_exit_code(pid);
+    CHECK_STATUS(code, FC_OK, "another process: register \"shared\" (100/s, burst 5, cap 4)");
+
+    /* A worker that sets only local_rate attaches to it. */
+    table = open_table(path, NULL);
+    config = unset_config();
+    config.local_rate = 100;
+    task = NULL;
+    EXPECT(fc_task_register(table, "shared", &config, &task), FC_OK);
+    check_config(task, 100, 5, 4);
+    config = unset_config();
+    config.max_concurrency = 4;
+    other = NULL;
+    EXPECT(fc_task_register(table, "shared", &config, &other), FC_OK);
+    fc_task_free(other);
+    config = unset_config();
+    other = NULL;
+    EXPECT(fc_task_register(table, "shared", &config, &other), FC_OK);
+    fc_task_free(other);
+    config = unset_config();
+    config.local_rate = 50;
+    EXPECT(fc_task_register(table, "shared", &config, &untouched), FC_ERR_CONFIG_MISMATCH);
+    config = unset_config();
+    config.max_concurrency = 3;
+    EXPECT(fc_task_register(table, "shared", &config, &untouched), FC_ERR_CONFIG_MISMATCH);
+    CHECK(untouched == SENTINEL, "failed registrations leave *out alone");
+
+    /* An update changes the set fields only. */
+    config = unset_config();
+    config.max_concurrency = 6;
+    EXPECT(fc_task_update(task, &config), FC_OK);
+    check_config(task, 100, 5, 6);
+    config = unset_config();
+    config.local_rate = 0;
+    EXPECT(fc_task_update(task, &config), FC_OK);
+    check_config(task, 0, 5, 6);
+    config = unset_config();
+    EXPECT(fc_task_update(task, &config), FC_OK);
+    check_config(task, 0, 5, 6);
+
+    /* A new task takes the defaults for what is unset. */
+    config = unset_config();
+    config.burst = 3;
+    fresh = NULL;
+    EXPECT(fc_task_register(table, "fresh", &config, &fresh), FC_OK);
+    check_config(fresh, 0, 3, 0);
+
+    fc_task_free(fresh);
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/*
+ * Permits taken while the task had no cap hold no concurrency: setting a cap
+ * later does not count them, and releasing them does not lower the count of
+ * the permits taken since.
+ */
+static void test_cap_set_later(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    fc_task_config config;
+    fc_permit uncapped[2], capped, rejected;
+    struct fc_task_stats stats;
+    int64_t drift = -1;
+
+    section("permits taken without a cap are not given to a cap set later");
+    scratch_path(path, "later");
+    table = open_table(path, NULL);
+    task = register_task(table, "later", 0, 1, 0);
+    EXPECT(fc_acquire(task, 1, &uncapped[0]), FC_OK);
+    EXPECT(fc_acquire(task, 1, &uncapped[1]), FC_OK);
+    CHECK_EQ(stats_of(task).in_flight, 0, "in_flight: nothing counted without a cap");
+
+    config = unset_config();
+    config.max_concurrency = 1;
+    EXPECT(fc_task_update(task, &config), FC_OK);
+    EXPECT(fc_acquire(task, 1, &capped), FC_OK);
+    EXPECT(fc_acquire(task, 1, &rejected), FC_LIMITED_CONCURRENCY);
+    EXPECT(fc_release(task, &uncapped[0], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &uncapped[1], FC_OUTCOME_SUCCESS), FC_OK);
+    stats = stats_of(task);
+    CHECK_EQ(stats.in_flight, 1, "in_flight: the capped permit, after the others' release");
+    CHECK_EQ(stats.held, 1, "held");
+    EXPECT(fc_acquire(task, 1, &rejected), FC_LIMITED_CONCURRENCY);
+    EXPECT(fc_task_check(task, &drift), FC_OK);
+    CHECK_EQ(drift, 0, "fc_task_check: no drift");
+    EXPECT(fc_release(task, &capped, FC_OUTCOME_SUCCESS), FC_OK);
+    CHECK_EQ(stats_of(task).in_flight, 0, "in_flight after the capped permit's release");
+    EXPECT(fc_acquire(task, 1, &capped), FC_OK);
+    EXPECT(fc_release(task, &capped, FC_OUTCOME_SUCCESS), FC_OK);
+
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fc_task_check, fc_table_reap                                              */
+/* ------------------------------------------------------------------------ */
+
+static void test_check_and_reap(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    fc_permit mine, theirs;
+    fc_status status, child_status = FC_ERR_INTERNAL;
+    struct fc_task_stats stats;
+    int64_t drift = -1;
+    uint32_t reaped = 12345;
+    int ready[2], wstatus;
+    pid_t pid;
+
+    section("fc_task_check, fc_table_reap");
+    scratch_path(path, "reap");
+    table = open_table(path, NULL);
+    task = register_task(table, "reap", 0, 1, 4);
+    EXPECT(fc_acquire(task, 1, &mine), FC_OK);
+    EXPECT(fc_task_check(task, &drift), FC_OK);
+    CHECK_EQ(drift, 0, "drift with one permit held");
+    EXPECT(fc_table_reap(table, &reaped), FC_OK);
+    CHECK_EQ(reaped, 0, "nothing to reap");
+
+    CHECK(pipe(ready) == 0, "pipe");
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(ready[0]);
+        alarm(30); /* never outlive a parent that failed to kill us */
+        status = fc_acquire(task, 2, &theirs);
+        if (write(ready[1], &status, sizeof status) != (ssize_t)sizeof status)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    g_child = pid;
+    close(ready[1]);
+    CHECK(read(ready[0], &child_status, sizeof child_status) == (ssize_t)sizeof child_status,
+          "the child reported");
+    close(ready[0]);
+    CHECK_STATUS(child_status, FC_OK, "child: fc_acquire(task, 2)");
+    CHECK(kill(pid, SIGKILL) == 0, "SIGKILL the child");
+    CHECK(waitpid(pid, &wstatus, 0) == pid && WIFSIGNALED(wstatus) &&
+              WTERMSIG(wstatus) == SIGKILL,
+          "the child died by SIGKILL");
+    g_child = -1;
+    /* This handle's background reaper and fc_table_reap take turns: once
+     * the call returns, the dead child's permits are back, whoever found it. */
+    EXPECT(fc_table_reap(table, &reaped), FC_OK);
+    CHECK(reaped <= 1, "fc_table_reap found %" PRIu32 " dead process(es)", reaped);
+    stats = stats_of(task);
+    CHECK_EQ(stats.in_flight, 1, "in_flight once fc_table_reap returned: only mine");
+    CHECK_EQ(stats.reclaimed, 2, "reclaimed");
+    EXPECT(fc_task_check(task, &drift), FC_OK);
+    CHECK_EQ(drift, 0, "drift after the reap");
+    EXPECT(fc_release(task, &mine, FC_OUTCOME_SUCCESS), FC_OK);
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A process whose main thread exited                                        */
+/* ------------------------------------------------------------------------ */
+
+struct holder {
+    const char *path;
+    int ready, go; /* pipe ends */
+};
+
+/* The holder's worker: takes both permits of a capped task, reports, waits
+ * for the word, releases, and ends the process with the outcome. */
+static void *holder_main(void *arg)
+{
+    struct holder *h = arg;
+    fc_table *table = NULL;
+    fc_task *task = NULL;
+    fc_permit permits[2];
+    fc_status status;
+    char word;
+
+    status = fc_table_open(h->path, NULL, &table);
+    if (status == FC_OK)
+        status = fc_task_register(table, "mainexit", NULL, &task);
+    if (status == FC_OK)
+        status = fc_acquire(task, 1, &permits[0]);
+    if (status == FC_OK)
+        status = fc_acquire(task, 1, &permits[1]);
+    if (write(h->ready, &status, sizeof status) != (ssize_t)sizeof status || status != FC_OK)
+        _exit(status == FC_OK ? 1 : (int)status);
+    if (read(h->go, &word, 1) != 1)
+        _exit(2);
+    status = fc_release(task, &permits[0], FC_OUTCOME_SUCCESS);
+    if (status == FC_OK)
+        status = fc_release(task, &permits[1], FC_OUTCOME_SUCCESS);
+    fc_task_free(task);
+    fc_table_close(table);
+    _exit((int)status);
+}
+
+/* The state letter of a process's main thread, from /proc/<pid>/stat. */
+static char main_thread_state(pid_t pid)
+{
+    char path[64], text[512], *paren;
+    FILE *f;
+    size_t len;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return '?';
+    len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    paren = strrchr(text, ')');
+    return paren != NULL && paren[1] == ' ' ? paren[2] : '?';
+}
+
+/*
+ * A process whose main thread called pthread_exit lives on in its other
+ * threads: its permits must stay held (liveness is the kernel's file lock,
+ * not the state of the main thread).
+ */
+static void test_main_thread_exited(void)
+{
+    char path[PATH_LEN];
+    fc_table *table;
+    fc_task *task;
+    fc_permit permit;
+    fc_status child_status = FC_ERR_INTERNAL;
+    struct fc_task_stats stats;
+    uint32_t reaped = 12345;
+    int ready[2], go[2], code;
+    pid_t pid;
+
+    section("a process whose main thread exited keeps its permits");
+    scratch_path(path, "mainexit");
+    table = open_table(path, NULL);
+    task = register_task(table, "mainexit", 0, 1, 2);
+    CHECK(pipe(ready) == 0 && pipe(go) == 0, "pipes");
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        static struct holder h;
+        pthread_t worker;
+        alarm(30); /* never hang the test */
+        close(ready[0]);
+        close(go[1]);
+        h.path = path;
+        h.ready = ready[1];
+        h.go = go[0];
+        if (pthread_create(&worker, NULL, holder_main, &h) != 0)
+            _exit(3);
+        pthread_exit(NULL); /* the main thread ends; the worker goes on */
+    }
+    g_child = pid;
+    close(ready[1]);
+    close(go[0]);
+    CHECK(read(ready[0], &child_status, sizeof child_status) == (ssize_t)sizeof child_status,
+          "the child's worker reported");
+    CHECK_STATUS(child_status, FC_OK, "child's worker: both permits of the cap acquired");
+    sleep_ms(150);
+    CHECK(main_thread_state(pid) == 'Z',
+          "the child's main thread has exited (state %c), its worker runs on",
+          main_thread_state(pid));
+    EXPECT(fc_table_reap(table, &reaped), FC_OK);
+    CHECK_EQ(reaped, 0, "fc_table_reap finds no dead process");
+    EXPECT(fc_acquire(task, 1, &permit), FC_LIMITED_CONCURRENCY);
+    stats = stats_of(task);
+    CHECK_EQ(stats.in_flight, 2, "in_flight: the child's 2, after 150 ms");
+    CHECK_EQ(stats.reclaimed, 0, "reclaimed: nothing taken from the living child");
+    CHECK(write(go[1], "g", 1) == 1, "tell the child's worker to release");
+    close(go[1]);
+    close(ready[0]);
+    code = wait_exit_code(pid);
+    g_child = -1;
+    CHECK_STATUS(code, FC_OK, "child's worker: released both and exited");
+    stats = stats_of(task);
+    CHECK_EQ(stats.in_flight, 0, "in_flight after the child's releases");
+    CHECK_EQ(stats.released_success, 2, "released_success: by the child, not reclaimed");
+    CHECK_EQ(stats.reclaimed, 0, "reclaimed");
+    EXPECT(fc_acquire(task, 2, &permit), FC_OK);
+    EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    fc_task_free(task);
+    fc_table_close(table);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tables that are not to be trusted                                         */
+/* ------------------------------------------------------------------------ */
+
+static void test_untrusted_tables(void)
+{
+    char path[PATH_LEN], link_path[PATH_LEN], dangling[PATH_LEN], nowhere[PATH_LEN];
+    fc_table_options options;
+    fc_table *untouched = SENTINEL;
+    struct stat st;
+
+    section("tables that are not to be trusted");
+
+    /* A symbolic link at the path is never followed. */
+    make_table_file(path, "trusted");
+    scratch_path(link_path, "link");
+    CHECK(symlink(path, link_path) == 0, "symlink %s -> %s", link_path, path);
+    EXPECT(fc_table_open(link_path, NULL, &untouched), FC_ERR_PERMISSION);
+    scratch_path(dangling, "dangling");
+    scratch_path(nowhere, "nowhere"); /* never created */
+    CHECK(symlink(nowhere, dangling) == 0, "symlink %s -> %s (missing)", dangling, nowhere);
+    EXPECT(fc_table_open(dangling, NULL, &untouched), FC_ERR_PERMISSION);
+    CHECK(!file_exists(nowhere), "nothing created through the dangling link");
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode), "the link is left as it was");
+
+    /* Nor is a special file. */
+    scratch_path(path, "fifo");
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_PERMISSION);
+
+    /* A table others may write is refused unless shared is asked for. */
+    make_table_file(path, "writable");
+    CHECK(chmod(path, 0666) == 0, "chmod 666 %s", path);
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_PERMISSION);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
+    options.shared = 1;
+    fc_table_close(open_table(path, &options));
+    pass("opened with shared = 1");
+
+    scratch_path(path, "shared");
+    options.mode = 0660;
+    fc_table_close(open_table(path, &options));
+    check_mode(path, 0660, "a new shared table with mode 0660");
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_PERMISSION);
+
+    /* A table of another owner: a squatter's, as far as we know. */
+    if (geteuid() != 0) {
+        printf("skip  a table owned by another uid: needs root to chown one\n");
+        CHECK(untouched == SENTINEL, "failed opens leave *out alone");
+        return;
+    }
+    make_table_file(path, "squatted");
+    CHECK(chown(path, 65534, 65534) == 0, "chown 65534:65534 %s", path);
+    EXPECT(fc_table_open(path, NULL, &untouched), FC_ERR_PERMISSION);
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
+    options.owner_uid = 0;
+    EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_PERMISSION);
+    options.owner_uid = 65534;
+    fc_table_close(open_table(path, &options));
+    pass("opened with owner_uid = 65534");
+    CHECK(untouched == SENTINEL, "failed opens leave *out alone");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1170,9 +1822,15 @@ int main(int argc, char **argv)
     test_bad_files();
     test_bad_options_and_paths();
     test_permission();
+    test_untrusted_tables();
     test_full_tables();
+    test_sized_structs();
+    test_unset_fields();
+    test_cap_set_later();
     test_fork_reclaim();
     test_permit_does_not_cross_fork();
+    test_check_and_reap();
+    test_main_thread_exited();
     test_threads(); /* after the forks: never fork a process with threads */
     test_double_release();
     cleanup();

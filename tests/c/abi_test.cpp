@@ -15,6 +15,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -27,6 +28,7 @@
 
 static_assert(sizeof(fc_status) == sizeof(uint32_t), "fc_status is a uint32_t");
 static_assert(std::is_standard_layout<fc_permit>::value, "fc_permit is plain data");
+static_assert(sizeof(fc_permit) == 64, "fc_permit is 64 bytes for good");
 
 namespace flowctrl {
 
@@ -137,6 +139,7 @@ public:
     struct fc_task_stats stats() const
     {
         struct fc_task_stats stats;
+        check("fc_task_stats_init", fc_task_stats_init(&stats, sizeof stats));
         check("fc_task_stats", ::fc_task_stats(handle_, &stats));
         return stats;
     }
@@ -144,6 +147,7 @@ public:
     fc_task_config config() const
     {
         fc_task_config config;
+        check("fc_task_config_init", fc_task_config_init(&config, sizeof config));
         check("fc_task_config_get", fc_task_config_get(handle_, &config));
         return config;
     }
@@ -182,7 +186,7 @@ static void check_eq(uint64_t got, uint64_t want, const std::string &what, int l
 static fc_task_config task_config(double local_rate, uint32_t burst, uint32_t max_concurrency)
 {
     fc_task_config config;
-    flowctrl::check("fc_task_config_init", fc_task_config_init(&config));
+    flowctrl::check("fc_task_config_init", fc_task_config_init(&config, sizeof config));
     config.local_rate = local_rate;
     config.burst = burst;
     config.max_concurrency = max_concurrency;
@@ -203,6 +207,117 @@ static void expect_error(const std::string &what, fc_status want, Body body)
     check(false, what + " throws", __LINE__);
 }
 
+// ---------------------------------------------------------------------------
+// Releasing from a thread_local destructor
+//
+// A C++ thread_local that holds a permit releases it when its thread ends,
+// while the thread's thread-locals are being destroyed, flowctrl's own among
+// them, in an order nobody controls. The release, a failing call after it
+// and fc_last_error() must all work there; an abort would end the process.
+
+struct DestructorReport {
+    fc_status release = FC_ERR_INTERNAL;        // the permit's release
+    fc_status again = FC_ERR_INTERNAL;          // releasing it a second time
+    bool reason = false;                        // fc_last_error() was non-empty
+    fc_status bad_acquire = FC_ERR_INTERNAL;    // fc_acquire(NULL, ...)
+    bool ran = false;
+};
+
+// Owns a table, a task and a permit of the thread it lives in; gives them
+// all back in its destructor, recording what the calls answered.
+class ThreadHolder {
+public:
+    void take(const std::string &path, DestructorReport *report)
+    {
+        report_ = report;
+        flowctrl::check("fc_table_open", fc_table_open(path.c_str(), nullptr, &table_));
+        fc_task_config config = task_config(FC_RATE_UNSET, FC_UNSET, 1);
+        flowctrl::check("fc_task_register", fc_task_register(table_, "tls", &config, &task_));
+        flowctrl::check("fc_acquire", fc_acquire(task_, 1, &permit_));
+    }
+
+    ~ThreadHolder()
+    {
+        if (report_ == nullptr)
+            return;
+        report_->release = fc_release(task_, &permit_, FC_OUTCOME_SUCCESS);
+        report_->again = fc_release(task_, &permit_, FC_OUTCOME_SUCCESS);
+        const char *why = fc_last_error();
+        report_->reason = why != nullptr && why[0] != '\0';
+        report_->bad_acquire = fc_acquire(nullptr, 1, nullptr);
+        report_->reason = report_->reason && fc_last_error() != nullptr;
+        fc_task_free(task_);
+        fc_table_close(table_);
+        report_->ran = true;
+    }
+
+private:
+    DestructorReport *report_ = nullptr;
+    fc_table *table_ = nullptr;
+    fc_task *task_ = nullptr;
+    fc_permit permit_{};
+};
+
+thread_local ThreadHolder t_holder;
+static DestructorReport g_main_report;
+
+static void check_report(const DestructorReport &r, const std::string &who, int line)
+{
+    check(r.ran, who + ": the thread_local's destructor ran", line);
+    check(r.release == FC_OK, who + ": release in the destructor: " + fc_status_str(r.release), line);
+    check(r.again == FC_ERR_INVALID_ARGUMENT,
+          who + ": a second release there is refused: " + fc_status_str(r.again), line);
+    check(r.bad_acquire == FC_ERR_INVALID_ARGUMENT,
+          who + ": fc_acquire(NULL) there: " + fc_status_str(r.bad_acquire), line);
+    check(r.reason, who + ": fc_last_error() there is a reason, never NULL", line);
+}
+
+static void test_thread_local_destructors(const std::string &dir)
+{
+    const std::string path = dir + "/tls-table";
+    DestructorReport first, last;
+
+    std::printf("\n# releasing from thread_local destructors\n");
+    // The holder is constructed before flowctrl's thread-locals are first
+    // touched on the thread (so it is destroyed after them)...
+    std::thread a([&] {
+        t_holder.take(path, &first);
+        (void)fc_acquire(nullptr, 1, nullptr);
+    });
+    a.join();
+    check_report(first, "holder made first", __LINE__);
+    // ... and after them (so it is destroyed before them).
+    std::thread b([&] {
+        (void)fc_acquire(nullptr, 1, nullptr);
+        (void)fc_last_error();
+        t_holder.take(path, &last);
+    });
+    b.join();
+    check_report(last, "holder made last", __LINE__);
+
+    flowctrl::Table table(path);
+    fc_task_config config = task_config(FC_RATE_UNSET, FC_UNSET, FC_UNSET);
+    flowctrl::Task task(table, "tls", &config);
+    struct fc_task_stats stats = task.stats();
+    CHECK_EQ(stats.released_success, 2, "released_success: both destructors' releases");
+    CHECK_EQ(stats.in_flight, 0, "in_flight once both threads ended");
+}
+
+// The main thread's holder is destroyed by exit(); it can only report by the
+// exit status.
+static void check_main_holder_at_exit()
+{
+    const DestructorReport &r = g_main_report;
+    if (!r.ran || r.release != FC_OK || r.again != FC_ERR_INVALID_ARGUMENT ||
+        r.bad_acquire != FC_ERR_INVALID_ARGUMENT || !r.reason) {
+        std::printf("FAIL  the main thread's thread_local destructor: release %u, again %u, "
+                    "bad acquire %u, reason %d\n",
+                    (unsigned)r.release, (unsigned)r.again, (unsigned)r.bad_acquire, (int)r.reason);
+        std::fflush(stdout);
+        _exit(1);
+    }
+}
+
 static void run(const std::string &dir)
 {
     const std::string path = dir + "/cpp-table";
@@ -219,6 +334,9 @@ static void run(const std::string &dir)
         CHECK(table.get() != nullptr, "open " + path);
         fc_task_config config = task_config(1000, 4, 2);
         flowctrl::Task task(table, "cpp", &config);
+        fc_task_config only_rate = task_config(1000, FC_UNSET, FC_UNSET);
+        flowctrl::Task same(table, "cpp", &only_rate);
+        CHECK(same.config().max_concurrency == 2, "registering with only local_rate set");
         CHECK(task.config().max_concurrency == 2 && task.config().burst == 4 &&
                   task.config().local_rate == 1000,
               "fc_task_config_get returns the registered configuration");
@@ -256,6 +374,9 @@ static void run(const std::string &dir)
                      [&] { flowctrl::Table bad(dir + "/missing/table"); });
     }
     CHECK(unlink(path.c_str()) == 0, "remove " + path);
+
+    test_thread_local_destructors(dir);
+    CHECK(unlink((dir + "/tls-table").c_str()) == 0, "remove " + dir + "/tls-table");
 }
 
 int main(int argc, char **argv)
@@ -274,11 +395,18 @@ int main(int argc, char **argv)
     dir = buffer.data();
     try {
         run(dir);
+        // The main thread's holder lives until exit(), which destroys it and
+        // then runs check_main_holder_at_exit. Its table stays mapped after
+        // the file is removed.
+        const std::string path = dir + "/main-tls-table";
+        t_holder.take(path, &g_main_report);
+        CHECK(unlink(path.c_str()) == 0, "remove " + path + " (the main thread's holder keeps it)");
+        CHECK(std::atexit(check_main_holder_at_exit) == 0, "atexit");
     } catch (const std::exception &e) {
         std::printf("FAIL  unexpected exception: %s\n", e.what());
         return 1;
     }
     CHECK(rmdir(dir.c_str()) == 0, "remove " + dir + " (no stray files left)");
-    std::printf("\nall %u checks passed\n", checks);
+    std::printf("\nall %u checks passed (the main thread's holder is checked at exit)\n", checks);
     return 0;
 }
