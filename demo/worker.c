@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
     fc_table *table = NULL;
     fc_task *task = NULL;
     fc_task_config config;
-    fc_task_config_init(&config);
+    fc_task_config_init(&config, sizeof config);
     config.local_rate = atof(argv[4]);
     config.burst = (uint32_t)atoi(argv[5]);
     if (fc_table_open(argv[1], NULL, &table) != FC_OK ||

@@ -33,7 +33,7 @@
 
 #define FC_VERSION_MAJOR 0
 
-#define FC_VERSION_MINOR 1
+#define FC_VERSION_MINOR 2
 
 #define FC_VERSION_PATCH 0
 

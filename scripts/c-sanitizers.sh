@@ -51,6 +51,9 @@ read -r -a cxx <<<"${CXX:-c++}"
 sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
 warnings=(-Wall -Wextra -Werror -pedantic)
 link=(-L"$lib_dir" -lflowctrl -Wl,-rpath,"$lib_dir")
+# The rpath names the library to test; an inherited LD_LIBRARY_PATH (cargo
+# sets one) could put a stale copy first.
+unset LD_LIBRARY_PATH
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 

@@ -221,7 +221,10 @@ fn run(binary: &Path) {
     let scratch = scratch_dir(name.trim_start_matches("abi_test_"));
     let log_path = binary.with_extension("log");
     let log = File::create(&log_path).expect("create the log file");
+    // cargo's LD_LIBRARY_PATH lists target/<profile> before deps: a stale
+    // libflowctrl.so there would win over the rpath to the one just built.
     let mut child = Command::new(binary)
+        .env_remove("LD_LIBRARY_PATH")
         .arg(&scratch)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone the log file"))

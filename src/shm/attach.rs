@@ -338,7 +338,7 @@ impl Shm {
             .stack_size(64 * 1024)
             .spawn(move || {
                 let mut watched = std::time::Instant::now();
-                let jitter = (super::random_u64() % 5) as u64;
+                let jitter = super::random_u64() % 5;
                 loop {
                     std::thread::sleep(REAPER_PERIOD + Duration::from_millis(jitter));
                     let Some(shm) = me.upgrade() else { return };
