@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the loom model of the ledger protocol (src/limit/ledger.rs,
+# `mod loom_model`): every interleaving of the real update/settle/drain within
+# each model's preemption bound, on loom's atomics. About a minute on 2 cores
+# once built. Arguments go to the test binary, e.g. `--ignored` runs the model
+# that shows the drain-order weakness; LOOM_MAX_PREEMPTIONS=n overrides every
+# model's bound (deeper bounds take far longer).
+#
+# The loom build lives in its own target dir: RUSTFLAGS="--cfg loom" would
+# otherwise throw away the normal build's artifacts and the other way round.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export RUSTFLAGS="${RUSTFLAGS:-} --cfg loom"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/loom"
+cargo test --release --lib loom_model -- "$@"
