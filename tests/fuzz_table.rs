@@ -4,15 +4,16 @@
 //! configuration, ledgers and intents, the in-flight word, counters, name
 //! lengths, attachment states — and then each case is opened and used in a
 //! forked child: register, acquire, release (twice), stats, check, reap,
-//! stats by process, update, a second handle. A case may be refused or answer
-//! errors; it must never panic, crash (SIGBUS, SIGSEGV, abort) or hang (the
-//! child has a 5 s alarm).
+//! stats by process, update, a second handle; in one case of four a second
+//! process uses the table meanwhile and is SIGKILLed and reaped. A case may
+//! be refused or answer errors; it must never panic, crash (SIGBUS, SIGSEGV,
+//! abort) or hang (the child has a 5 s alarm).
 //!
 //! `FLOWCTRL_FUZZ_CASES` (default 200) or `FLOWCTRL_FUZZ_MINUTES` sets the
 //! length of a run, `FLOWCTRL_FUZZ_JOBS` (default 4) the cases run at once,
 //! `FLOWCTRL_FUZZ_SEED` replays a run, `FLOWCTRL_FUZZ_REPLAY=<case seed>` one
-//! case (with its mutations printed). Failing cases are saved under
-//! `target/tmp/fuzz-findings/`. `scripts/fuzz.sh` runs it for minutes.
+//! case (with its mutations printed). The first failing cases of each kind are
+//! saved under `target/tmp/fuzz-findings/`. `scripts/fuzz.sh` runs it for minutes.
 
 mod common;
 
@@ -488,12 +489,14 @@ const RAN: i32 = 0;
 const STOPPED_AT_TIMEOUT: i32 = 50;
 const INTERNAL_ERROR: i32 = 51;
 const PANICKED: i32 = 101;
+const SECOND_PANICKED: i32 = 102;
+const SECOND_CRASHED: i32 = 103;
 
 /// Uses whatever opens. Runs in a forked child with a 5 s alarm: every wait
 /// the library has is bounded (2 s for a claim or a configuration lock, 1 s
 /// for busy lanes or a moving count), and the case stops at the first one
 /// that expires, so a case that outlives the alarm hangs.
-fn run_case(path: &Path) -> i32 {
+fn run_case(path: &Path, concurrent: bool) -> i32 {
     let panic_note = note_path(path);
     let note = |text: &str| {
         let _ = std::fs::write(note_path(path), text);
@@ -517,6 +520,9 @@ fn run_case(path: &Path) -> i32 {
         Ok(t) => t,
         Err(e) => return kind_code(e.kind()),
     };
+    // A second process using the table at the same time, SIGKILLed at the
+    // end wherever it is, then reaped.
+    let second = concurrent.then(|| SecondProcess(fork_guarded(|| second_process(path))));
     let mut internal = false;
     // The case ends at a Timeout error (bounded waits add up otherwise).
     macro_rules! look {
@@ -580,8 +586,73 @@ fn run_case(path: &Path) -> i32 {
         }
         second.reap();
     }
+    if let Some(second) = second {
+        let exit = second.end();
+        table.reap();
+        for name in NAMES {
+            if let Some(task) = look!(
+                "task after the second process",
+                table.task(name, &TaskConfig::new())
+            ) {
+                let _ = task.stats();
+                look!("check after the second process", task.check());
+            }
+        }
+        match exit {
+            Exit::Code(PANICKED) => return SECOND_PANICKED,
+            Exit::Code(_) => {}
+            Exit::Signal(libc::SIGKILL) => {}
+            Exit::Signal(sig) => {
+                note(&format!("second process ended by signal {sig}"));
+                return SECOND_CRASHED;
+            }
+            Exit::TimedOut => return SECOND_CRASHED,
+        }
+    }
     drop(table);
     if internal { INTERNAL_ERROR } else { RAN }
+}
+
+/// A forked process racing the case's own operations.
+struct SecondProcess(libc::pid_t);
+
+impl SecondProcess {
+    /// SIGKILLs it and says how it ended (SIGKILL if it was still running).
+    fn end(self) -> Exit {
+        let pid = self.0;
+        std::mem::forget(self);
+        signal(pid, libc::SIGKILL);
+        wait_timeout(pid, Duration::from_secs(2))
+    }
+}
+
+impl Drop for SecondProcess {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGKILL);
+        let _ = wait_timeout(self.0, Duration::from_secs(2));
+    }
+}
+
+fn second_process(path: &Path) -> i32 {
+    let Ok(table) = Table::open(path, &options()) else {
+        return 0;
+    };
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_millis(30) {
+        for name in NAMES {
+            let Ok(task) = table.task(name, &TaskConfig::new()) else {
+                continue;
+            };
+            match task.acquire_raw(1) {
+                Ok(Ok(mut p)) => {
+                    let _ = task.release_raw(&mut p, Outcome::Success);
+                }
+                Err(e) if e.kind() == ErrorKind::Timeout => return 0,
+                _ => {}
+            }
+        }
+    }
+    0
 }
 
 /// Where a case child leaves a note on how it ended (panic, Timeout).
@@ -630,6 +701,8 @@ fn write_case(path: &Path, bytes: &[u8]) {
 
 struct Case {
     seed: u64,
+    /// A second process uses the table during the case.
+    concurrent: bool,
     mutations: Vec<Mutation>,
     bytes: Vec<u8>,
 }
@@ -643,13 +716,20 @@ fn make_case(seed: u64, pristine: &[u8], g: &Geometry) -> Case {
     }
     Case {
         seed,
+        concurrent: rng.one_in(4),
         mutations,
         bytes,
     }
 }
 
 fn describe(case: &Case) -> String {
-    case.mutations
+    let second = if case.concurrent {
+        " (with a second process)"
+    } else {
+        ""
+    };
+    let mutations = case
+        .mutations
         .iter()
         .map(|m| {
             format!(
@@ -658,7 +738,8 @@ fn describe(case: &Case) -> String {
             )
         })
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    format!("{mutations}{second}")
 }
 
 fn classify(exit: Exit) -> (&'static str, bool) {
@@ -670,6 +751,8 @@ fn classify(exit: Exit) -> (&'static str, bool) {
         Exit::Code(16) => ("refused: Corrupt", false),
         Exit::Code(c) if (10..30).contains(&c) => ("refused: other kind", false),
         Exit::Code(PANICKED) => ("PANIC", true),
+        Exit::Code(SECOND_PANICKED) => ("PANIC (in a second process)", true),
+        Exit::Code(SECOND_CRASHED) => ("CRASH or HANG (in a second process)", true),
         Exit::Signal(libc::SIGALRM) | Exit::TimedOut => ("HANG (no answer in 5 s)", true),
         Exit::Signal(_) => ("CRASH (signal)", true),
         Exit::Code(_) => ("UNEXPECTED exit code", true),
@@ -695,7 +778,7 @@ fn damaged_tables_never_panic_crash_or_hang() {
         eprintln!("case {seed:#x}: {}", describe(&case));
         let path = scratch.path("replay");
         write_case(&path, &case.bytes);
-        let exit = run_in_child(Duration::from_secs(10), || run_case(&path));
+        let exit = run_in_child(Duration::from_secs(10), || run_case(&path, case.concurrent));
         eprintln!("case {seed:#x}: {exit:?} = {}", classify(exit).0);
         assert!(!classify(exit).1);
         return;
@@ -738,7 +821,8 @@ fn damaged_tables_never_panic_crash_or_hang() {
             let case = make_case(master.next_u64(), &pristine, &g);
             let path = free_files.pop().unwrap();
             write_case(&path, &case.bytes);
-            let pid = fork_guarded(|| run_case(&path));
+            let concurrent = case.concurrent;
+            let pid = fork_guarded(|| run_case(&path, concurrent));
             children.add(pid);
             running.push((pid, case, path, Instant::now()));
             started_cases += 1;
@@ -772,9 +856,13 @@ fn damaged_tables_never_panic_crash_or_hang() {
                 *notes.entry(note_kind(&note)).or_default() += 1;
             }
             if bad {
-                let _ = std::fs::create_dir_all(&findings_dir);
+                let kind = format!("{class} {}", note_kind(&note));
+                let seen = findings.get(&kind).map_or(0, |f| f.0);
                 let saved = findings_dir.join(format!("{:016x}.table", case.seed));
-                let _ = std::fs::copy(&path, &saved);
+                if seen < 5 {
+                    let _ = std::fs::create_dir_all(&findings_dir);
+                    let _ = std::fs::copy(&path, &saved);
+                }
                 let text = format!(
                     "{class}: {exit:?} {note} — case {:#x} (replay: FLOWCTRL_FUZZ_REPLAY={:#x}; \
                      table saved as {}): {}",

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use flowctrl::{Limited, Outcome, Table, TableOptions, Task, TaskConfig};
+use flowctrl::{Limited, Outcome, RawPermit, Table, TableOptions, Task, TaskConfig};
 
 /// The storms measure latencies: they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -62,8 +62,8 @@ fn storm_worker() {
     }
 }
 
-/// Loops acquire(1)/release on the task from a few threads, sometimes
-/// holding the permit briefly, until the stop file appears.
+/// Loops acquire/release on the task from a few threads, until the stop file
+/// appears.
 fn worker() -> ! {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| die(2, format!("{name} unset")));
     let path = PathBuf::from(env("FLOWCTRL_STORM_PATH"));
@@ -75,30 +75,63 @@ fn worker() -> ! {
         .task(TASK, &storm_config())
         .unwrap_or_else(|e| die(2, format!("task: {e}")));
     let stop = AtomicBool::new(false);
+    // Permits handed from one thread to another, which releases them (on its
+    // own ledger lane: the acquirer's lane keeps +n, the releaser's goes -n).
+    let piles: [Mutex<Vec<RawPermit>>; THREADS_PER_WORKER] = Default::default();
     std::thread::scope(|s| {
         for t in 0..THREADS_PER_WORKER {
-            let (task, stop, stop_file) = (&task, &stop, &stop_file);
-            s.spawn(move || work(task, Rng::new(seed ^ ((t as u64) << 56)), stop, stop_file));
+            let (task, stop, stop_file, piles) = (&task, &stop, &stop_file, &piles);
+            let rng = Rng::new(seed ^ ((t as u64) << 56));
+            s.spawn(move || work(task, rng, stop, stop_file, t, piles));
         }
     });
+    for pile in &piles {
+        for mut permit in pile.lock().unwrap().drain(..) {
+            if let Err(e) = task.release_raw(&mut permit, Outcome::Success) {
+                die(4, format!("release of a handed-over permit at exit: {e}"));
+            }
+        }
+    }
     drop(task);
     drop(table);
     // SAFETY: ends this process (the test harness has nothing left to do).
     unsafe { libc::_exit(0) }
 }
 
-fn work(task: &Task, mut rng: Rng, stop: &AtomicBool, stop_file: &Path) {
+/// The loop of one worker thread: mostly acquire(1) and release at once;
+/// sometimes acquire(2), hold a while, or hand the permit to the other thread.
+fn work(
+    task: &Task,
+    mut rng: Rng,
+    stop: &AtomicBool,
+    stop_file: &Path,
+    me: usize,
+    piles: &[Mutex<Vec<RawPermit>>; THREADS_PER_WORKER],
+) {
     for i in 0u64.. {
         if i % 256 == 0 && (stop.load(Ordering::Relaxed) || stop_file.exists()) {
             stop.store(true, Ordering::Relaxed);
             return;
         }
-        match task.acquire_raw(1) {
+        let handed = piles[me].lock().unwrap().pop();
+        if let Some(mut permit) = handed
+            && let Err(e) = task.release_raw(&mut permit, Outcome::Dropped)
+        {
+            die(4, format!("release of a handed-over permit: {e}"));
+        }
+        let n = if rng.one_in(16) { 2 } else { 1 };
+        match task.acquire_raw(n) {
             Ok(Ok(mut permit)) => {
                 let r = rng.below(64);
-                if r == 0 {
+                if r < 4 {
+                    piles[(me + 1) % THREADS_PER_WORKER]
+                        .lock()
+                        .unwrap()
+                        .push(permit);
+                    continue;
+                } else if r < 5 {
                     std::thread::sleep(Duration::from_micros(20 + rng.below(400)));
-                } else if r < 8 {
+                } else if r < 12 {
                     for _ in 0..rng.below(2000) {
                         std::hint::spin_loop();
                     }

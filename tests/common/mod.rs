@@ -561,9 +561,18 @@ impl RawTable {
     /// tag names that op. Meaningful only while nothing moves the words.
     pub fn drift(&self, task: usize) -> i64 {
         use layout::*;
-        let word = self.get(self.task(task) + T_IN_FLIGHT);
-        let count = (word & COUNT_MASK) as i64;
-        count - self.held(task, word)
+        let at = self.task(task) + T_IN_FLIGHT;
+        // As `Task::check`: at an instant the word did not move (a reaper
+        // may still be finishing a drain).
+        for _ in 0..10_000 {
+            let word = self.get(at);
+            let held = self.held(task, word);
+            if self.get(at) == word {
+                return (word & COUNT_MASK) as i64 - held;
+            }
+            std::thread::yield_now();
+        }
+        panic!("the in-flight word of task slot {task} never held still");
     }
 
     /// Σ over every lane of `task`, as in [`RawTable::drift`].
