@@ -123,3 +123,505 @@ pub fn sleep_until(instant: Duration) {
         std::thread::sleep(instant - now);
     }
 }
+
+// ---- helpers for the storm, regression and fuzz tests ---------------------
+
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+/// How a child process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal ended it.
+    Signal(i32),
+    /// It did not end in time; it was SIGKILLed and reaped.
+    TimedOut,
+}
+
+impl Exit {
+    fn from_status(status: i32) -> Self {
+        if libc::WIFEXITED(status) {
+            Exit::Code(libc::WEXITSTATUS(status))
+        } else {
+            Exit::Signal(libc::WTERMSIG(status))
+        }
+    }
+
+    pub fn killed_by(self, signal: i32) -> bool {
+        self == Exit::Signal(signal)
+    }
+}
+
+/// Reaps `pid` if it has ended (`WNOHANG`).
+pub fn try_wait(pid: libc::pid_t) -> Option<Exit> {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    assert!(r >= 0, "waitpid {pid}: {}", std::io::Error::last_os_error());
+    (r == pid).then(|| Exit::from_status(status))
+}
+
+/// Waits for a child for at most `timeout`; past it, SIGKILLs and reaps it.
+pub fn wait_timeout(pid: libc::pid_t, timeout: Duration) -> Exit {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if let Some(exit) = try_wait(pid) {
+            return exit;
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: signalling and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Exit::TimedOut;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// Waits until a child is stopped (after SIGSTOP). `Err` with how it ended if
+/// it ended instead, or `Err(TimedOut)` (it is then still running).
+pub fn wait_stopped(pid: libc::pid_t, timeout: Duration) -> Result<(), Exit> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+        assert!(r >= 0, "waitpid {pid}: {}", std::io::Error::last_os_error());
+        if r == pid {
+            if libc::WIFSTOPPED(status) {
+                return Ok(());
+            }
+            return Err(Exit::from_status(status));
+        }
+        if Instant::now() >= deadline {
+            return Err(Exit::TimedOut);
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Sends a signal, ignoring a child that is gone already.
+pub fn signal(pid: libc::pid_t, sig: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Forks a child that is SIGKILLed when the forking thread ends (a test that
+/// panics leaves no process behind), runs `body` and `_exit`s with its value
+/// (101 on a panic).
+pub fn fork_guarded(body: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    fork(move || {
+        // SAFETY: prctl with valid arguments; getppid has no preconditions.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(99);
+            }
+        }
+        body()
+    })
+}
+
+/// Forks `body` in a child and waits for it at most `timeout`.
+pub fn run_in_child(timeout: Duration, body: impl FnOnce() -> i32) -> Exit {
+    let pid = fork_guarded(body);
+    wait_timeout(pid, timeout)
+}
+
+/// SIGKILLs and reaps every child still listed when dropped, so a failing
+/// test leaves no process behind.
+#[derive(Default)]
+pub struct KillOnDrop(pub Vec<libc::pid_t>);
+
+impl KillOnDrop {
+    pub fn add(&mut self, pid: libc::pid_t) {
+        self.0.push(pid);
+    }
+
+    /// The child was reaped by the test: forget it.
+    pub fn forget(&mut self, pid: libc::pid_t) {
+        self.0.retain(|p| *p != pid);
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: signalling and reaping our own children.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+impl Pipe {
+    /// Waits at most `timeout` for a byte; `None` on timeout or a closed pipe.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<u8> {
+        let mut fd = libc::pollfd {
+            fd: self.read,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut fd, 1, ms) };
+        if r != 1 {
+            return None;
+        }
+        let mut byte = 0u8;
+        // SAFETY: reading one byte into a valid buffer.
+        let n = unsafe { libc::read(self.read, (&mut byte as *mut u8).cast(), 1) };
+        (n == 1).then_some(byte)
+    }
+
+    pub fn close(self) {
+        // SAFETY: closing our own descriptors.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
+}
+
+/// Writes to stderr with one system call and no lock: usable in a forked
+/// child of a multi-threaded test, where std's stderr lock may be held by a
+/// thread that does not exist there.
+pub fn raw_eprint(message: &str) {
+    let mut text = message.to_string();
+    text.push('\n');
+    // SAFETY: writing a valid buffer to fd 2.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+}
+
+/// A small deterministic generator (splitmix64): a failing run is replayed
+/// from the seed it printed.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `1/n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// The seed named by the environment variable `var` (decimal or 0x-hex), or a
+/// fresh one.
+pub fn seed_from_env(var: &str) -> u64 {
+    if let Ok(text) = std::env::var(var) {
+        let text = text.trim();
+        let parsed = match text.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => text.parse(),
+        };
+        return parsed.unwrap_or_else(|_| panic!("{var}={text:?} is not a number"));
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    Rng::new(nanos ^ ((std::process::id() as u64) << 32)).next_u64()
+}
+
+/// A numeric environment variable, or `default`.
+pub fn env_number(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}={text:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Percentile (0..=100) of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+// ---- the table file, read and written from outside the library -------------
+//
+// Mirrors `src/shm/layout.rs` (layout version 2): a header page, task slots
+// of 1024 bytes, attachment slots of 64, lanes of 128 (ledger, intent,
+// reclaimed, then counters), baselines of 128.
+
+pub mod layout {
+    pub const HEADER_SIZE: usize = 4096;
+    pub const TASK_SLOT: usize = 1024;
+    pub const ATTACH_SLOT: usize = 64;
+    pub const LANE: usize = 128;
+    pub const BASELINE: usize = 128;
+    pub const LANES: usize = 4;
+
+    // Header fields.
+    pub const H_MAGIC: usize = 0;
+    pub const H_VERSION: usize = 8;
+    pub const H_TASK_CAPACITY: usize = 32;
+    pub const H_ATTACH_CAPACITY: usize = 36;
+    pub const H_CLOCK_KIND: usize = 40;
+    pub const H_TICKS: usize = 48;
+    pub const H_TOTAL_SIZE: usize = 56;
+    pub const H_TABLE_ID: usize = 64;
+    pub const H_LAST_REAP: usize = 128;
+
+    // Task slot fields.
+    pub const T_STATE: usize = 0;
+    pub const T_NAME_LEN: usize = 8;
+    pub const T_CONFIG_LOCK: usize = 16;
+    pub const T_NAME: usize = 64;
+    pub const T_CONFIG_VERSION: usize = 128;
+    /// Two copies of (interval, rate bits, burst | cap << 32).
+    pub const T_CONFIG: usize = 136;
+    pub const T_TAT: usize = 192;
+    pub const T_IN_FLIGHT: usize = 256;
+
+    // Attachment slot fields.
+    pub const A_STATE: usize = 0;
+    pub const A_PID: usize = 8;
+
+    // Lane fields.
+    pub const L_LEDGER: usize = 0;
+    pub const L_INTENT: usize = 8;
+    pub const L_RECLAIMED: usize = 16;
+    pub const L_COUNTERS: usize = 64;
+
+    pub const TASK_CLAIMING: u64 = 1 << 62;
+    pub const TASK_READY: u64 = 2 << 62;
+    pub const ATTACH_LIVE: u64 = 1;
+    pub const BUSY: u64 = 1 << 63;
+    pub const COUNT_BITS: u32 = 24;
+    pub const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+    pub const SEQ_MASK: u64 = (1 << 24) - 1;
+
+    /// An attachment claim as task states and locks name it.
+    pub fn owner(slot: u32, epoch: u64) -> u64 {
+        (epoch << 16) | (slot as u64 + 1)
+    }
+}
+
+/// A table file mapped by the test itself, to read the words the library
+/// keeps and to write the ones a crash or a hostile writer would leave.
+pub struct RawTable {
+    map: memmap2::MmapRaw,
+    pub task_capacity: usize,
+    pub attach_capacity: usize,
+}
+
+impl RawTable {
+    pub fn open(path: &Path) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let map = memmap2::MmapOptions::new().map_raw(&file).unwrap();
+        let mut raw = Self {
+            map,
+            task_capacity: 0,
+            attach_capacity: 0,
+        };
+        raw.task_capacity = raw.u32_at(layout::H_TASK_CAPACITY) as usize;
+        raw.attach_capacity = raw.u32_at(layout::H_ATTACH_CAPACITY) as usize;
+        raw
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn word(&self, offset: usize) -> &AtomicU64 {
+        assert!(
+            offset.is_multiple_of(8) && offset + 8 <= self.map.len(),
+            "offset {offset}"
+        );
+        // SAFETY: in bounds, aligned, and the mapping lives as long as self.
+        unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    pub fn get(&self, offset: usize) -> u64 {
+        self.word(offset).load(Ordering::SeqCst)
+    }
+
+    pub fn set(&self, offset: usize, value: u64) {
+        self.word(offset).store(value, Ordering::SeqCst)
+    }
+
+    fn u32_at(&self, offset: usize) -> u32 {
+        let w = self.get(offset & !7);
+        if offset.is_multiple_of(8) {
+            w as u32
+        } else {
+            (w >> 32) as u32
+        }
+    }
+
+    pub fn task(&self, task: usize) -> usize {
+        layout::HEADER_SIZE + task * layout::TASK_SLOT
+    }
+
+    pub fn attach(&self, slot: usize) -> usize {
+        self.task(self.task_capacity) + slot * layout::ATTACH_SLOT
+    }
+
+    pub fn lanes_offset(&self) -> usize {
+        self.attach(self.attach_capacity)
+    }
+
+    /// Lane `id` (attachment × LANES + lane) of `task`.
+    pub fn lane(&self, task: usize, id: usize) -> usize {
+        self.lanes_offset() + (task * self.attach_capacity * layout::LANES + id) * layout::LANE
+    }
+
+    pub fn baselines_offset(&self) -> usize {
+        self.lane(self.task_capacity, 0)
+    }
+
+    pub fn baseline(&self, task: usize, slot: usize) -> usize {
+        self.baselines_offset() + (task * self.attach_capacity + slot) * layout::BASELINE
+    }
+
+    pub fn total_size(&self) -> usize {
+        self.baseline(self.task_capacity, 0)
+    }
+
+    /// The task slot holding `name`, if any is READY with it.
+    pub fn find_task(&self, name: &str) -> Option<usize> {
+        (0..self.task_capacity).find(|&t| {
+            let base = self.task(t);
+            if self.get(base + layout::T_STATE) != layout::TASK_READY
+                || self.get(base + layout::T_NAME_LEN) != name.len() as u64
+            {
+                return false;
+            }
+            let bytes: Vec<u8> = (0..8)
+                .flat_map(|i| self.get(base + layout::T_NAME + 8 * i).to_le_bytes())
+                .take(name.len())
+                .collect();
+            bytes == name.as_bytes()
+        })
+    }
+
+    /// Attachment slots marked live: (slot, epoch, pid).
+    pub fn live_attachments(&self) -> Vec<(u32, u64, u64)> {
+        (0..self.attach_capacity)
+            .filter_map(|a| {
+                let state = self.get(self.attach(a) + layout::A_STATE);
+                let pid = self.get(self.attach(a) + layout::A_PID);
+                (state & layout::ATTACH_LIVE != 0).then_some((a as u32, state >> 1, pid))
+            })
+            .collect()
+    }
+
+    /// The live slot and epoch of the process `pid`.
+    pub fn slot_of(&self, pid: libc::pid_t) -> Option<(u32, u64)> {
+        self.live_attachments()
+            .into_iter()
+            .find(|(_, _, p)| *p == pid as u64)
+            .map(|(slot, epoch, _)| (slot, epoch))
+    }
+
+    /// The concurrency count of `task` minus what its ledgers say, computed
+    /// here from the raw words (an oracle independent of the library): a
+    /// lane contributes its held count plus its op in flight if the word's
+    /// tag names that op. Meaningful only while nothing moves the words.
+    pub fn drift(&self, task: usize) -> i64 {
+        use layout::*;
+        let at = self.task(task) + T_IN_FLIGHT;
+        // As `Task::check`: at an instant the word did not move (a reaper
+        // may still be finishing a drain).
+        for _ in 0..10_000 {
+            let word = self.get(at);
+            let held = self.held(task, word);
+            if self.get(at) == word {
+                return (word & COUNT_MASK) as i64 - held;
+            }
+            std::thread::yield_now();
+        }
+        panic!("the in-flight word of task slot {task} never held still");
+    }
+
+    /// Σ over every lane of `task`, as in [`RawTable::drift`].
+    pub fn held(&self, task: usize, word: u64) -> i64 {
+        use layout::*;
+        let tag = word >> COUNT_BITS;
+        (0..self.attach_capacity * LANES)
+            .map(|id| {
+                let lane = self.lane(task, id);
+                let ledger = self.get(lane + L_LEDGER);
+                let mut held = ledger as u32 as i32 as i64;
+                let next = (((ledger >> 32) & SEQ_MASK) + 1) & SEQ_MASK;
+                if ledger & BUSY != 0 && tag == ((id as u64 + 1) << 24 | next) {
+                    let intent = self.get(lane + L_INTENT);
+                    if (intent >> 32) & SEQ_MASK == next {
+                        held += intent as u32 as i32 as i64;
+                    }
+                }
+                held
+            })
+            .sum()
+    }
+
+    /// Non-zero or busy lanes of `task`, for failure reports.
+    pub fn describe_lanes(&self, task: usize) -> String {
+        use layout::*;
+        let word = self.get(self.task(task) + T_IN_FLIGHT);
+        let mut out = format!(
+            "in_flight word {word:#x} (count {}, tag lane {:?} seq {})",
+            word & COUNT_MASK,
+            ((word >> COUNT_BITS) >> 24).checked_sub(1),
+            (word >> COUNT_BITS) & SEQ_MASK
+        );
+        for id in 0..self.attach_capacity * LANES {
+            let lane = self.lane(task, id);
+            let ledger = self.get(lane + L_LEDGER);
+            if ledger as u32 != 0 || ledger & BUSY != 0 {
+                let intent = self.get(lane + L_INTENT);
+                out += &format!(
+                    "\n  lane {id} (slot {}): held {} seq {} busy {} | intent seq {} delta {}",
+                    id / LANES,
+                    ledger as u32 as i32,
+                    (ledger >> 32) & SEQ_MASK,
+                    ledger & BUSY != 0,
+                    (intent >> 32) & SEQ_MASK,
+                    intent as u32 as i32
+                );
+            }
+        }
+        out
+    }
+}
