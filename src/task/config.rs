@@ -178,7 +178,7 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
     // also sees the version bump that preceded this write.
     fence(Ordering::Release);
     let version = slot.config_version.load(Ordering::Relaxed);
-    let copy = &slot.config[((version + 1) & 1) as usize];
+    let copy = &slot.config[(version.wrapping_add(1) & 1) as usize];
     copy.interval.store(limits.interval, Ordering::Relaxed);
     copy.rate_bits.store(rate.to_bits(), Ordering::Relaxed);
     copy.limits.store(
