@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: Rust unit and integration tests (with multi-process tests
-# and the C/C++ programs compiled against include/flowctrl.h, linked both
-# shared and static), style checks, and the Python module's pytest suite.
+# Runs every test: style checks; Rust unit and integration tests (multi-process
+# tests, a kill storm of 150 SIGKILLs, regression tests, fuzzed table files,
+# and the C/C++ programs compiled against include/flowctrl.h, linked shared
+# and static and once under ASan+UBSan); the loom model of the concurrency
+# ledger; and the Python module's pytest suite with mypy's stubtest.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
@@ -12,8 +14,11 @@ cargo fmt --all -- --check
 cargo clippy -q --all-targets -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
-echo "== Rust, C and C++"
+echo "== Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
 cargo test
+
+echo "== loom model of the concurrency ledger"
+./scripts/loom.sh
 
 echo "== Python"
 install_python_module

@@ -29,8 +29,10 @@ impl Reclaim for TaskReclaim {
             for (lane, _) in &lanes {
                 ledger::settle(word, resolve, *lane);
             }
-            // Lanes that gave back more than they took first: the count only
-            // ever errs on the side of the cap while the drain is under way.
+            // Lanes that gave back more than they took first. A process's net
+            // holding is never negative, so the count then never has to dip
+            // below what the living hold — where it would clamp at zero and
+            // lose a permit for good (the loom model shows it does otherwise).
             let negative_first = |(lane, _): &&(ledger::Lane<'_>, &Lane)| {
                 ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) >= 0
             };
