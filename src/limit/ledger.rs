@@ -673,6 +673,47 @@ mod loom_model {
         });
     }
 
+    /// (e) Two threads of one process share lane 0 and take turns on it
+    /// (Busy while the other is mid-op, retried), each taking 1 under a cap
+    /// of 1 and giving it back, while lane 1 does the same: the handover of
+    /// a lane between its threads loses nothing, and a landed op of the lane
+    /// (which its next op's tag check skips) is always applied first.
+    #[test]
+    fn loom_model_threads_take_turns_on_a_lane() {
+        model(2, || {
+            let t = Table::new(2);
+            let holders = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = [0u32, 0, 1]
+                .into_iter()
+                .map(|id| {
+                    let (t, holders) = (t.clone(), holders.clone());
+                    thread::spawn(move || {
+                        let turn = |delta, cap| loop {
+                            let r = update(&t.word, |i| t.lane(i), t.lane(id).unwrap(), delta, cap);
+                            if r != Update::Busy {
+                                return r;
+                            }
+                            thread::yield_now();
+                        };
+                        if turn(1, Some(1)) == Update::Applied {
+                            let inside = holders.fetch_add(1, Ordering::Relaxed) + 1;
+                            assert_eq!(inside, 1, "two holders under a cap of 1");
+                            holders.fetch_sub(1, Ordering::Relaxed);
+                            assert_eq!(turn(-1, None), Update::Applied);
+                        }
+                    })
+                })
+                .collect();
+            for h in threads {
+                h.join().unwrap();
+            }
+            t.assert_exact("end");
+            t.assert_idle();
+            assert_eq!(t.count(), 0);
+            assert_eq!((t.held(0), t.held(1)), (0, 0));
+        });
+    }
+
     /// (a') A refused op leaves its delta in the lane's intent word under the
     /// seq the lane's next op reuses: lane 1 is refused +2 under a cap of 2
     /// while lane 0 holds 1, then takes +1 on the same seq, while lane 0
