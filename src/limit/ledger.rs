@@ -12,7 +12,9 @@
 //! 2. **intent** — `(seq, delta)` is written to the lane's intent word;
 //! 3. **land** — the shared word moves by `delta` *and* records the tag
 //!    `(lane, seq)` of the op that moved it, in one compare-and-swap;
-//! 4. **apply** — the ledger word takes `held + delta`, `seq`, not BUSY.
+//! 4. **apply** — the ledger word takes `held + delta`, `seq`, not BUSY;
+//! 5. **untag** — if the word has not moved since, its tag is cleared: the
+//!    next process to move it then has nothing to look up in this lane.
 //!
 //! The rule that makes it exact: **before anyone overwrites a tag, the op it
 //! names is applied** (the overwriter *helps*: it performs step 4 for the
@@ -207,7 +209,7 @@ pub fn update<'a, W: Word + 'a>(
     let my_tag = make_tag(lane.id, seq);
     // 3. land
     let mut current = word.load(Ordering::Acquire);
-    loop {
+    let landed = loop {
         let t = tag(current);
         if t != 0 && tag_lane(t) != Some(lane.id) {
             // Ops of this lane before ours are applied: we began on a lane
@@ -223,15 +225,25 @@ pub fn update<'a, W: Word + 'a>(
         }
         let next = c.max(0) as u64 | (my_tag << COUNT_BITS);
         match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => break,
+            Ok(_) => break next,
             Err(actual) => current = actual,
         }
-    }
+    };
     // 4. apply (a helper may have done it already: then this fails, harmlessly)
     let applied = make_ledger(held(before).wrapping_add(delta), seq);
     let _ = lane
         .ledger
         .compare_exchange(busy, applied, Ordering::Release, Ordering::Relaxed);
+    // 5. untag, if nobody has landed since: the op is applied, so the word
+    // need not name it, and the next process to move the word has nothing
+    // to look up in this lane (whose cache line would then travel to it and
+    // back). If the word moved meanwhile, its new tag replaced ours anyway.
+    let _ = word.compare_exchange(
+        landed,
+        landed & MAX_COUNT,
+        Ordering::Release,
+        Ordering::Relaxed,
+    );
     Update::Applied
 }
 
