@@ -465,3 +465,56 @@ fn damaged_tables_are_refused_or_survived_never_crash() {
         "{outcomes:?}"
     );
 }
+
+/// `check` under traffic that returns the count to the same value over and
+/// over (acquired on one thread's lane, released on another's): a word that
+/// merely looks unchanged is no proof of an instant, so `check` must never
+/// report a drift that is not there.
+#[test]
+fn check_under_traffic_never_reports_a_false_drift() {
+    let scratch = Scratch::new("check-traffic");
+    let table = open(&scratch.path("t")).unwrap();
+    let task = table
+        .task("busy", &TaskConfig::new().max_concurrency(64))
+        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<flowctrl::RawPermit>(16);
+        let producer = s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(p) = task.acquire_raw(1).unwrap() {
+                    if tx.send(p).is_err() {
+                        break;
+                    }
+                }
+            }
+            drop(tx);
+        });
+        let consumer = s.spawn(|| {
+            for mut p in rx {
+                task.release_raw(&mut p, Outcome::Success).unwrap();
+            }
+        });
+        let mut checks = 0;
+        let mut drifts = Vec::new();
+        let began = std::time::Instant::now();
+        while began.elapsed() < std::time::Duration::from_millis(700) {
+            if let Ok(c) = task.check() {
+                if c.drift() != 0 {
+                    drifts.push(c);
+                }
+                checks += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            drifts.is_empty(),
+            "{} of {checks} checks drifted: {drifts:?}",
+            drifts.len()
+        );
+        producer.join().unwrap();
+        consumer.join().unwrap();
+        assert!(checks > 0, "no check found an instant in 700 ms");
+    });
+    assert_eq!(task.check().unwrap().drift(), 0);
+}

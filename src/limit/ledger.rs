@@ -325,9 +325,17 @@ pub fn drain<'a, W: Word + 'a>(
 /// landed — what the lane contributes to the shared word right now.
 pub fn contribution<W: Word>(word: u64, lane: Lane<'_, W>) -> i64 {
     let ledger = lane.ledger.load(Ordering::Acquire);
+    contribution_of(word, lane.id, ledger, || {
+        lane.intent.load(Ordering::Acquire)
+    })
+}
+
+/// [`contribution`] from words read already: the shared word, and lane `id`'s
+/// ledger word (its intent word is read only if it matters).
+pub fn contribution_of(word: u64, id: u32, ledger: u64, intent: impl FnOnce() -> u64) -> i64 {
     let mut total = held(ledger) as i64;
-    if ledger & BUSY != 0 && tag(word) == make_tag(lane.id, seq(ledger) + 1) {
-        let intent = lane.intent.load(Ordering::Acquire);
+    if ledger & BUSY != 0 && tag(word) == make_tag(id, seq(ledger) + 1) {
+        let intent = intent();
         if (intent >> 32) & SEQ_MASK == (seq(ledger) + 1) & SEQ_MASK {
             total += intent as u32 as i32 as i64;
         }

@@ -355,21 +355,34 @@ impl Task {
     }
 
     /// Compares the shared concurrency count with the sum of every ledger at
-    /// one instant (the word did not move while the ledgers were read).
-    /// Retries while traffic keeps moving it; a [`ErrorKind::Timeout`] error
-    /// if it never holds still for a whole read.
+    /// one instant. The ledgers are read, then the word, then the ledgers
+    /// again: when no ledger word changed (each carries a sequence number, so
+    /// "same" means "untouched"), every ledger held its value at the instant
+    /// the word was read. Retries while traffic keeps moving them; a
+    /// [`ErrorKind::Timeout`] error if they never hold still for a whole read.
     pub fn check(&self) -> Result<Consistency> {
         let shm = &*self.shm;
         let word = &shm.task_slot(self.index).in_flight;
+        let lanes: Vec<(u32, &Lane)> = (0..shm.geometry.attach_capacity)
+            .flat_map(|attach| self.lanes_of(attach))
+            .collect();
         let began = Instant::now();
+        let mut first = Vec::with_capacity(lanes.len());
         loop {
-            let before = word.load(Ordering::Acquire);
-            let held = (0..shm.geometry.attach_capacity)
-                .map(|attach| contribution(before, self.lanes_of(attach)))
-                .sum();
-            if word.load(Ordering::Acquire) == before {
+            first.clear();
+            first.extend(lanes.iter().map(|(_, l)| l.ledger.load(Ordering::Acquire)));
+            let at = word.load(Ordering::Acquire);
+            let mut held = 0;
+            let still = lanes.iter().zip(&first).all(|((id, lane), seen)| {
+                let ledger = lane.ledger.load(Ordering::Acquire);
+                held += ledger::contribution_of(at, *id, ledger, || {
+                    lane.intent.load(Ordering::Acquire)
+                });
+                ledger == *seen
+            });
+            if still {
                 return Ok(Consistency {
-                    in_flight: ledger::word_count(before),
+                    in_flight: ledger::word_count(at),
                     held,
                 });
             }
