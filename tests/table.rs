@@ -482,10 +482,10 @@ fn check_under_traffic_never_reports_a_false_drift() {
         let (tx, rx) = std::sync::mpsc::sync_channel::<flowctrl::RawPermit>(16);
         let producer = s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(p) = task.acquire_raw(1).unwrap() {
-                    if tx.send(p).is_err() {
-                        break;
-                    }
+                if let Ok(p) = task.acquire_raw(1).unwrap()
+                    && tx.send(p).is_err()
+                {
+                    break;
                 }
             }
             drop(tx);
