@@ -11,8 +11,7 @@
 //! functions (`open`, `dup3`, `close`), no allocation, no lock.
 
 use std::os::fd::RawFd;
-use std::sync::Once;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -71,12 +70,19 @@ fn reopen_in_place(fd: RawFd) -> bool {
     }
 }
 
+/// Registers the child handler. Not with `std::sync::Once`: a fork while
+/// another thread is inside `call_once` leaves the child's `Once` running for
+/// ever, and the child's first open would wait on it. The handler is
+/// idempotent (a second run bumps the generation again and reopens again), so
+/// threads racing here may register it twice, harmlessly; glibc makes each
+/// registration atomic with respect to `fork`.
 fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !REGISTERED.load(Ordering::Acquire) {
         // SAFETY: registering a handler that only uses async-signal-safe calls.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    });
+        REGISTERED.store(true, Ordering::Release);
+    }
 }
 
 /// A table descriptor known to the fork handler. Closed when dropped.

@@ -38,18 +38,25 @@ impl Drop for Scratch {
 }
 
 /// Forks a child that runs `body` and exits with its return value (101 if it
-/// panics). The child never returns into the test harness.
+/// panics). The child never returns into the test harness, and a child that
+/// hangs dies by SIGALRM after [`CHILD_DEADLINE_S`]: a test waiting for it
+/// fails, it never hangs.
 pub fn fork(body: impl FnOnce() -> i32) -> libc::pid_t {
     // SAFETY: the child only runs `body` and then `_exit`s.
     match unsafe { libc::fork() } {
         -1 => panic!("fork failed: {}", std::io::Error::last_os_error()),
         0 => {
+            // SAFETY: alarm has no preconditions.
+            unsafe { libc::alarm(CHILD_DEADLINE_S) };
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(101);
             unsafe { libc::_exit(code) }
         }
         pid => pid,
     }
 }
+
+/// The longest any forked test child may live.
+pub const CHILD_DEADLINE_S: u32 = 120;
 
 /// Waits for a child and returns its exit code (-signal if killed).
 pub fn wait(pid: libc::pid_t) -> i32 {
