@@ -53,8 +53,8 @@ pub(crate) struct Header {
     pub ticks_per_sec: AtomicU64,
     /// Size of the whole file in bytes.
     pub total_size: AtomicU64,
-    /// Random per table; mixed into permits so a permit of another table is
-    /// recognised.
+    /// Random per table: tells two tables apart in reports and dumps
+    /// (permits are told apart by their owner's slot, epoch and check).
     pub table_id: AtomicU64,
     _pad1: [AtomicU64; 7],
     /// Clock ticks of the last reaper pass (rate-limits reaping host-wide).
