@@ -34,6 +34,8 @@
 mod api;
 mod sized;
 mod status;
+mod types;
 
 pub use api::*;
 pub use status::*;
+pub use types::*;

@@ -1,0 +1,228 @@
+//! The constants and structs of the C face: the handles, and the structs C
+//! allocates (each with its size first, see `sized`), with their defaults.
+
+use super::sized::SizedStruct;
+use crate::{Table, TableOptions, Task};
+
+/// Layout version of the table file this library reads and writes.
+pub const FC_LAYOUT_VERSION: u32 = 2;
+const _: () = assert!(
+    FC_LAYOUT_VERSION == crate::LAYOUT_VERSION,
+    "the core's LAYOUT_VERSION changed: update FC_LAYOUT_VERSION"
+);
+pub const FC_VERSION_MAJOR: u32 = 0;
+pub const FC_VERSION_MINOR: u32 = 2;
+pub const FC_VERSION_PATCH: u32 = 0;
+/// The longest task name, in bytes (without the terminating NUL).
+pub const FC_NAME_MAX: u32 = 63;
+
+/// An integer field of `fc_task_config` or `fc_table_options` left unset.
+pub const FC_UNSET: u32 = 0xFFFF_FFFF;
+/// `fc_task_config.local_rate` left unset (exactly this value; any other
+/// negative rate is refused).
+pub const FC_RATE_UNSET: f64 = -1.0;
+
+/// How a request ended, passed to `fc_release`.
+pub type fc_outcome = u32;
+/// The request completed; its round-trip time is a latency sample.
+pub const FC_OUTCOME_SUCCESS: fc_outcome = 0;
+/// It timed out or was shed: a sign the backend is struggling.
+pub const FC_OUTCOME_DROPPED: fc_outcome = 1;
+/// It ended before a meaningful round-trip time existed (no sample).
+pub const FC_OUTCOME_IGNORED: fc_outcome = 2;
+
+/// An open table: this process's mapping of it and its attachment to it.
+/// Thread-safe: one handle may be used from any number of threads at once.
+/// A forked child may keep using the handles it inherited: its first call
+/// through one attaches the child on its own.
+pub struct fc_table {
+    pub(super) table: Table,
+}
+
+/// A registered task. Thread-safe, like `fc_table`; it keeps its table
+/// mapped and attached (closing the table handle first is fine).
+pub struct fc_task {
+    pub(super) task: Task,
+}
+
+/// Options for opening or creating a table. Fill it with
+/// `fc_table_options_init(&options, sizeof options)`, then change fields.
+/// `capacity`, `max_processes` and `mode` apply only when the file does not
+/// exist yet; `owner_uid` and `shared` decide whether an existing one is
+/// trusted.
+///
+/// It grows at its end in later versions: the library reads only the first
+/// `size` bytes, and fields past them take their defaults. Accepted sizes:
+/// 16 (the fields through `mode`) to 4096.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct fc_table_options {
+    /// `sizeof` the struct as the caller compiled it; set by
+    /// `fc_table_options_init`.
+    pub size: u32,
+    /// Task slots (default 256).
+    pub capacity: u32,
+    /// Attachments at once: processes, or table handles (default 64).
+    pub max_processes: u32,
+    /// File mode of a new table (default 0600). Group or other write bits
+    /// need `shared`.
+    pub mode: u32,
+    /// The uid an existing table must belong to; `FC_UNSET` (the default) =
+    /// this process's effective uid. A table of another owner is refused
+    /// with `FC_ERR_PERMISSION`: whoever can write it sets everyone's limits.
+    pub owner_uid: u32,
+    /// 1 = accept (and allow creating) a table that group or others may
+    /// write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
+    pub shared: u32,
+}
+
+/// A task's configuration. Fill it with
+/// `fc_task_config_init(&config, sizeof config)`, which leaves every field
+/// unset, then set the fields you mean. Registering compares only the set
+/// fields with an existing task's; updating changes only the set fields.
+///
+/// It grows at its end in later versions: the library reads only the first
+/// `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct fc_task_config {
+    /// `sizeof` the struct as the caller compiled it; set by
+    /// `fc_task_config_init`.
+    pub size: u32,
+    /// Permits that may be taken at once above the smooth rate (>= 1;
+    /// default 1). `FC_UNSET` = unset.
+    pub burst: u32,
+    /// Requests per second for the host, fractional allowed; 0 = no limit
+    /// (the default). `FC_RATE_UNSET` = unset.
+    pub local_rate: f64,
+    /// Permits in flight on the host at most; 0 = no cap (the default).
+    /// `FC_UNSET` = unset.
+    pub max_concurrency: u32,
+    /// Must be 0 (room for a later field); anything else is refused.
+    pub reserved: u32,
+}
+
+/// An admitted request, in caller memory: no allocation per request and no
+/// init call. Its size is 64 bytes and never changes (the reserved words are
+/// room for later versions). Opaque: pass it to `fc_release` as
+/// `fc_acquire` filled it, in the same process; `fc_release` marks it
+/// released. A released, altered, foreign or inherited-across-fork permit is
+/// refused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct fc_permit {
+    pub acquired_at: u64,
+    pub owner: u64,
+    pub task: u32,
+    pub n: u32,
+    pub flags: u32,
+    pub reserved0: u32,
+    pub check: u64,
+    pub reserved: [u64; 3],
+}
+
+/// A task's counters, in permits, summed over every process on the host.
+/// Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
+/// `fc_task_stats` may refill it any number of times.
+///
+/// It grows at its end in later versions: the library writes only the first
+/// `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
+/// 4096.
+///
+/// Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
+/// shares the name, which C allows for a tag but not for a typedef.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct fc_task_stats {
+    /// `sizeof` the struct as the caller compiled it; set by
+    /// `fc_task_stats_init`.
+    pub size: u32,
+    /// Written as 0.
+    pub reserved: u32,
+    pub admitted: u64,
+    pub limited_local: u64,
+    pub limited_global: u64,
+    pub limited_concurrency: u64,
+    pub released_success: u64,
+    pub released_dropped: u64,
+    pub released_ignored: u64,
+    /// Permits of dead processes given back by the reaper.
+    pub reclaimed: u64,
+    /// The host's concurrency count: permits counted against the cap now
+    /// (permits of a task without a cap are not counted).
+    pub in_flight: u64,
+    /// Sum of acquire-to-release times of success and dropped releases (ns).
+    pub rtt_sum_ns: u64,
+    pub rtt_samples: u64,
+    /// What the processes' ledgers say they hold: equal to `in_flight` when
+    /// nothing is in motion (`fc_task_check` compares them at one instant).
+    pub held: i64,
+}
+
+// The sizes are ABI: the C tests check the same numbers from the header.
+const _: () = {
+    assert!(size_of::<fc_table_options>() == 24);
+    assert!(size_of::<fc_task_config>() == 24);
+    assert!(size_of::<fc_task_stats>() == 104);
+    assert!(size_of::<fc_permit>() == 64);
+};
+
+// SAFETY: repr(C), `size: u32` first, integers and floats only, no padding
+// (the sizes above are the sums of the fields).
+unsafe impl SizedStruct for fc_table_options {
+    const NAME: &'static str = "fc_table_options";
+    const INIT: &'static str = "fc_table_options_init";
+    const MIN_SIZE: usize = 16;
+    fn defaults() -> Self {
+        let d = TableOptions::default();
+        Self {
+            size: size_of::<Self>() as u32,
+            capacity: d.capacity,
+            max_processes: d.max_processes,
+            mode: d.mode,
+            owner_uid: d.owner.unwrap_or(FC_UNSET),
+            shared: d.shared as u32,
+        }
+    }
+}
+
+// SAFETY: as above.
+unsafe impl SizedStruct for fc_task_config {
+    const NAME: &'static str = "fc_task_config";
+    const INIT: &'static str = "fc_task_config_init";
+    const MIN_SIZE: usize = 24;
+    fn defaults() -> Self {
+        Self {
+            size: size_of::<Self>() as u32,
+            burst: FC_UNSET,
+            local_rate: FC_RATE_UNSET,
+            max_concurrency: FC_UNSET,
+            reserved: 0,
+        }
+    }
+}
+
+// SAFETY: as above.
+unsafe impl SizedStruct for fc_task_stats {
+    const NAME: &'static str = "struct fc_task_stats";
+    const INIT: &'static str = "fc_task_stats_init";
+    const MIN_SIZE: usize = 96;
+    fn defaults() -> Self {
+        Self {
+            size: size_of::<Self>() as u32,
+            reserved: 0,
+            admitted: 0,
+            limited_local: 0,
+            limited_global: 0,
+            limited_concurrency: 0,
+            released_success: 0,
+            released_dropped: 0,
+            released_ignored: 0,
+            reclaimed: 0,
+            in_flight: 0,
+            rtt_sum_ns: 0,
+            rtt_samples: 0,
+            held: 0,
+        }
+    }
+}
