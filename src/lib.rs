@@ -36,7 +36,7 @@ pub mod table;
 mod task;
 
 pub use error::{Error, ErrorKind, Result};
-pub use table::{Geometry, Table, TableCheck, TableOptions};
+pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
     Consistency, Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig,
     TaskSettings, TaskStats,

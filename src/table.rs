@@ -10,7 +10,7 @@ use crate::shm::layout::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::shm::{OpenSpec, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
 
-pub use crate::shm::layout::Geometry;
+use crate::shm::layout::Geometry;
 
 /// Where a table lives when no path is given.
 pub const DEFAULT_DIR: &str = "/dev/shm";

@@ -186,7 +186,7 @@ impl Shm {
                     self.reclaim.reclaim(self, index);
                 }
                 let epoch = ((state >> 1) + 1) & ((1 << 46) - 1);
-                self.record_baseline(index);
+                self.reclaim.baseline(self, index);
                 slot.pid.store(std::process::id() as u64, Ordering::Relaxed);
                 slot.state.store(live(epoch), Ordering::Release);
                 return Ok(Owner::new(index, epoch));
@@ -199,29 +199,6 @@ impl Shm {
                 self.path.display()
             ),
         ))
-    }
-
-    /// Notes what the slot's lanes have counted so far: the new owner's own
-    /// statistics start from zero without resetting (and racing) the totals.
-    fn record_baseline(&self, attach: u32) {
-        for task in 0..self.geometry.task_capacity {
-            let baseline = self.baseline(task, attach);
-            let mut sums = [0u64; COUNTERS];
-            let mut reclaimed = 0u64;
-            for lane in 0..LANES {
-                let Some(lane) = self.lane(task, attach * LANES + lane) else {
-                    continue;
-                };
-                for (sum, c) in sums.iter_mut().zip(&lane.counters) {
-                    *sum = sum.wrapping_add(c.load(Ordering::Relaxed));
-                }
-                reclaimed = reclaimed.wrapping_add(lane.reclaimed.load(Ordering::Relaxed));
-            }
-            for (b, sum) in baseline.counters.iter().zip(sums) {
-                b.store(sum, Ordering::Relaxed);
-            }
-            baseline.reclaimed.store(reclaimed, Ordering::Relaxed);
-        }
     }
 
     /// Reclaims the dead slots among all but `skip`; returns how many.

@@ -221,14 +221,4 @@ impl Geometry {
     pub fn total_size(&self) -> usize {
         self.baselines_offset() + self.pairs() * size_of::<Baseline>()
     }
-
-    /// Bytes each task costs whatever its use (its slot).
-    pub fn bytes_per_task() -> usize {
-        size_of::<TaskSlot>()
-    }
-
-    /// Bytes each (task, process) pair costs: its lanes and its baseline.
-    pub fn bytes_per_task_and_process() -> usize {
-        LANES as usize * size_of::<Lane>() + size_of::<Baseline>()
-    }
 }

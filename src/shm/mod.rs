@@ -23,11 +23,16 @@ use layout::*;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
-/// Gives back what a dead attachment held. Called with the attachment's slot
-/// held exclusively (its kernel lock), possibly again after a reclaimer died
-/// half-way: it must be idempotent and crash-safe.
+/// What the task layer does when a slot changes hands. Both are called with
+/// the attachment's slot held exclusively (its kernel lock).
 pub(crate) trait Reclaim: Sync {
+    /// Gives back what a dead attachment held; possibly called again after
+    /// a reclaimer died half-way, so it must be idempotent and crash-safe.
     fn reclaim(&self, shm: &Shm, attach: u32);
+    /// Notes what the slot has counted so far, before a new owner starts:
+    /// its own statistics then start from zero without resetting (and
+    /// racing) the totals.
+    fn baseline(&self, shm: &Shm, attach: u32);
 }
 
 /// How to open or create a table file.

@@ -22,7 +22,7 @@ use crate::limit::ledger::{self, Update};
 use crate::shm::Shm;
 use crate::shm::layout::{Counter, LANES, Lane};
 use permit::{COUNTED, SPENT};
-use stats::{Sums, contribution, lane_ids};
+use stats::{Sums, contribution, lane_ids, ledger_view};
 
 /// Which limit turned a request away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -241,11 +241,9 @@ impl Task {
     }
 
     fn ledger_lane(&self, id: u32) -> Option<ledger::Lane<'_>> {
-        self.shm.lane(self.index, id).map(|lane| ledger::Lane {
-            id,
-            ledger: &lane.ledger,
-            intent: &lane.intent,
-        })
+        self.shm
+            .lane(self.index, id)
+            .map(|lane| ledger_view(id, lane))
     }
 
     #[cold]
@@ -343,11 +341,7 @@ impl Task {
                 let lanes = self.lanes_of(slot);
                 lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
                 let held = contribution(word, lanes);
-                let base = shm.baseline(self.index, slot);
-                let base = Sums {
-                    counters: std::array::from_fn(|i| base.counters[i].load(Ordering::Relaxed)),
-                    reclaimed: base.reclaimed.load(Ordering::Relaxed),
-                };
+                let base = Sums::load(shm.baseline(self.index, slot));
                 let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
                 ProcessStats { pid, slot, stats }
             })

@@ -1,9 +1,10 @@
-//! Giving back what a dead attachment held of every task: the task layer's
-//! side of the reaper.
+//! What the task layer does when an attachment slot changes hands: gives
+//! back what a dead owner held of every task, and notes where a new owner's
+//! statistics start.
 
 use std::sync::atomic::Ordering;
 
-use super::stats::{lane_ids, record_reclaimed};
+use super::stats::{Sums, lane_ids, ledger_view, record_reclaimed};
 use crate::limit::ledger;
 use crate::shm::layout::{Lane, TASK_READY};
 use crate::shm::{Reclaim, Shm};
@@ -22,35 +23,37 @@ impl Reclaim for TaskReclaim {
                 continue;
             }
             let word = &slot.in_flight;
-            let resolve = |id| view(shm, task, id);
-            let lanes: Vec<(ledger::Lane<'_>, &Lane)> = lane_ids(attach)
-                .filter_map(|id| Some((view(shm, task, id)?, shm.lane(task, id)?)))
+            let resolve = |id| shm.lane(task, id).map(|lane| ledger_view(id, lane));
+            let mut lanes: Vec<(u32, &Lane)> = lane_ids(attach)
+                .filter_map(|id| Some((id, shm.lane(task, id)?)))
                 .collect();
-            for (lane, _) in &lanes {
-                ledger::settle(word, resolve, *lane);
+            for &(id, lane) in &lanes {
+                ledger::settle(word, resolve, ledger_view(id, lane));
             }
             // Lanes that gave back more than they took first. A process's net
             // holding is never negative, so the count then never has to dip
             // below what the living hold — where it would clamp at zero and
             // lose a permit for good (the loom model shows it does otherwise).
-            let negative_first = |(lane, _): &&(ledger::Lane<'_>, &Lane)| {
+            lanes.sort_by_key(|(_, lane)| {
                 ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) >= 0
-            };
-            let mut order: Vec<_> = lanes.iter().collect();
-            order.sort_by_key(negative_first);
-            for (lane, raw) in order {
-                ledger::drain(word, resolve, *lane, |seq, held| {
-                    record_reclaimed(raw, seq, held)
+            });
+            for (id, lane) in lanes {
+                ledger::drain(word, resolve, ledger_view(id, lane), |seq, held| {
+                    record_reclaimed(lane, seq, held)
                 });
             }
         }
     }
-}
 
-fn view(shm: &Shm, task: u32, id: u32) -> Option<ledger::Lane<'_>> {
-    shm.lane(task, id).map(|lane| ledger::Lane {
-        id,
-        ledger: &lane.ledger,
-        intent: &lane.intent,
-    })
+    fn baseline(&self, shm: &Shm, attach: u32) {
+        // Every slot, registered or not: an unused one sums to zero, and a
+        // task registered meanwhile cannot have counted on this slot yet.
+        for task in 0..shm.geometry.task_capacity {
+            let mut sums = Sums::default();
+            lane_ids(attach)
+                .filter_map(|id| shm.lane(task, id))
+                .for_each(|lane| sums.add_lane(lane));
+            sums.store(shm.baseline(task, attach));
+        }
+    }
 }

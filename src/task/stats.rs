@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::limit::ledger;
-use crate::shm::layout::{COUNTERS, Counter, LANES, Lane};
+use crate::shm::layout::{Baseline, COUNTERS, Counter, LANES, Lane};
 
 /// Counters of one task, in permits unless named otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,6 +76,22 @@ impl Sums {
             .wrapping_add(reclaimed_total(lane.reclaimed.load(Ordering::Relaxed)));
     }
 
+    /// What a [`Baseline`] recorded.
+    pub fn load(base: &Baseline) -> Self {
+        Self {
+            counters: std::array::from_fn(|i| base.counters[i].load(Ordering::Relaxed)),
+            reclaimed: base.reclaimed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records these sums as a [`Baseline`].
+    pub fn store(&self, base: &Baseline) {
+        for (b, sum) in base.counters.iter().zip(self.counters) {
+            b.store(sum, Ordering::Relaxed);
+        }
+        base.reclaimed.store(self.reclaimed, Ordering::Relaxed);
+    }
+
     pub fn minus(mut self, base: &Sums) -> Self {
         for (c, b) in self.counters.iter_mut().zip(&base.counters) {
             *c = c.wrapping_sub(*b);
@@ -137,17 +153,17 @@ pub(crate) fn record_reclaimed(lane: &Lane, seq: u64, held: i32) {
 /// What the lanes of one attachment contribute to the shared word `word`.
 pub(crate) fn contribution<'a>(word: u64, lanes: impl Iterator<Item = (u32, &'a Lane)>) -> i64 {
     lanes
-        .map(|(id, lane)| {
-            ledger::contribution(
-                word,
-                ledger::Lane {
-                    id,
-                    ledger: &lane.ledger,
-                    intent: &lane.intent,
-                },
-            )
-        })
+        .map(|(id, lane)| ledger::contribution(word, ledger_view(id, lane)))
         .sum()
+}
+
+/// A lane's ledger words, as the ledger protocol sees them.
+pub(crate) fn ledger_view(id: u32, lane: &Lane) -> ledger::Lane<'_> {
+    ledger::Lane {
+        id,
+        ledger: &lane.ledger,
+        intent: &lane.intent,
+    }
 }
 
 /// Lane ids of attachment `attach`.

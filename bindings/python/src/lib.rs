@@ -283,8 +283,7 @@ impl Task {
     fn permit(&self, raw: RawPermit) -> Permit {
         Permit {
             task: self.task.clone(),
-            n: raw.n,
-            raw: Mutex::new(Some(raw)),
+            raw: Mutex::new(raw),
         }
     }
 }
@@ -412,21 +411,19 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
 #[pyclass(frozen, module = "flowctrl")]
 struct Permit {
     task: flowctrl::Task,
-    n: u32,
-    /// None once released. Released under the lock, so two threads cannot
-    /// both release it, and cleared only when the release succeeded.
-    raw: Mutex<Option<RawPermit>>,
+    /// Released under the lock, so two threads cannot both release it; the
+    /// core marks it spent only when the release succeeded.
+    raw: Mutex<RawPermit>,
 }
 
 impl Permit {
     /// Releases the permit unless it was released already; tells which.
     fn release_once(&self, outcome: Outcome) -> PyResult<bool> {
-        let mut slot = lock(&self.raw);
-        let Some(raw) = slot.as_mut() else {
+        let mut raw = lock(&self.raw);
+        if raw.is_spent() {
             return Ok(false);
-        };
-        self.task.release_raw(raw, outcome).map_err(to_py)?;
-        *slot = None;
+        }
+        self.task.release_raw(&mut raw, outcome).map_err(to_py)?;
         Ok(true)
     }
 }
@@ -447,12 +444,12 @@ impl Permit {
 
     #[getter]
     fn n(&self) -> u32 {
-        self.n
+        lock(&self.raw).n
     }
 
     #[getter]
     fn released(&self) -> bool {
-        lock(&self.raw).is_none()
+        lock(&self.raw).is_spent()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -476,15 +473,15 @@ impl Permit {
     }
 
     fn __repr__(&self) -> String {
-        format!("<flowctrl.Permit {:?} n={}>", self.task.name(), self.n)
+        format!("<flowctrl.Permit {:?} n={}>", self.task.name(), self.n())
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let slot = self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(mut raw) = slot.take() {
-            let _ = self.task.release_raw(&mut raw, Outcome::Ignored);
+        let raw = self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if !raw.is_spent() {
+            let _ = self.task.release_raw(raw, Outcome::Ignored);
         }
     }
 }
