@@ -28,6 +28,10 @@ pub enum ErrorKind {
     /// Another process held a claim (a task slot being registered, a
     /// configuration being written) past the documented deadline.
     Timeout,
+    /// The quota store (Redis) could not be reached, timed out, or answered
+    /// with something that is not quota. Decisions never fail for this
+    /// reason (they fall back to local limits); only an explicit pull does.
+    Store,
     /// A bug in flowctrl (a caught panic, a broken invariant).
     Internal,
 }

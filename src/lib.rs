@@ -31,11 +31,13 @@ pub mod clock;
 mod error;
 pub mod ffi;
 mod limit;
+mod quota;
 mod shm;
 pub mod table;
 mod task;
 
 pub use error::{Error, ErrorKind, Result};
+pub use quota::{QuotaState, QuotaStats, StoreOptions};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
     Consistency, Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
+use crate::quota::{Quota, StoreOptions};
 use crate::shm::layout::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::shm::{OpenSpec, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
@@ -19,7 +20,7 @@ pub const DEFAULT_NAME: &str = "flowctrl";
 
 /// How to open or create a table. Geometry and mode only apply when the file
 /// does not exist yet; an existing table keeps what it was created with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableOptions {
     /// Number of task slots (default 256).
     pub capacity: u32,
@@ -33,6 +34,9 @@ pub struct TableOptions {
     /// Accept (and create) a table that group or others may write. Off by
     /// default: such a table lets other users change or break the limits.
     pub shared: bool,
+    /// Where global quota comes from (default: the embedded store). Not
+    /// recorded in the table: every process of a host must name the same.
+    pub store: StoreOptions,
 }
 
 impl Default for TableOptions {
@@ -43,11 +47,19 @@ impl Default for TableOptions {
             mode: 0o600,
             owner: None,
             shared: false,
+            store: StoreOptions::default(),
         }
     }
 }
 
 impl TableOptions {
+    /// Takes global quota from the store at `url` (`redis://...`,
+    /// `rediss://...`) instead of the embedded store.
+    pub fn store(mut self, url: impl Into<String>) -> Self {
+        self.store.url = Some(url.into());
+        self
+    }
+
     fn spec(&self) -> Result<OpenSpec> {
         if !(1..=MAX_TASK_CAPACITY).contains(&self.capacity) {
             return Err(Error::invalid(format!(
@@ -103,6 +115,7 @@ pub fn resolve_path(path: Option<&Path>) -> PathBuf {
 #[derive(Clone)]
 pub struct Table {
     shm: Arc<Shm>,
+    quota: Arc<Quota>,
 }
 
 /// What [`Table::check`] found.
@@ -128,9 +141,11 @@ impl Table {
     /// not exist, and attaches this handle to it.
     pub fn open(path: impl AsRef<Path>, options: &TableOptions) -> Result<Self> {
         let spec = options.spec()?;
+        let quota = Arc::new(Quota::new(&options.store)?);
         let path = resolve_path(Some(path.as_ref()));
         Ok(Self {
             shm: Shm::open(&path, spec, &TaskReclaim)?,
+            quota,
         })
     }
 
@@ -169,7 +184,7 @@ impl Table {
         task::validate_name(name)?;
         let settings = config.over(TaskSettings::default());
         let index = task::find_or_claim(&self.shm, name, settings)?;
-        let task = Task::new(self.shm.clone(), index, name);
+        let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
         task.check_matches(config)?;
         Ok(task)
     }
@@ -195,7 +210,7 @@ impl Table {
                 continue;
             }
             let name = task::slot_name(slot).unwrap_or_else(|| format!("#{index}"));
-            match Task::new(self.shm.clone(), index, &name).check() {
+            match Task::new(self.shm.clone(), self.quota.clone(), index, &name).check() {
                 Ok(c) if c.drift() != 0 => report.drift.push((name, c.drift())),
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::Timeout => report.unchecked.push(name),

@@ -43,6 +43,10 @@ pub enum fc_status {
     /// never held still for `fc_task_check` (1 s), or every ledger lane of
     /// this process stayed busy for 1 s.
     FC_ERR_TIMEOUT = 109,
+    /// The quota store could not be reached, timed out, or holds something
+    /// that is not quota (`fc_pull_quota` only: decisions fall back to local
+    /// limits instead of failing).
+    FC_ERR_STORE = 110,
     /// A bug in flowctrl; `fc_last_error()` tells more.
     FC_ERR_INTERNAL = 199,
 }
@@ -60,6 +64,7 @@ impl From<&Error> for fc_status {
             ErrorKind::Io => Self::FC_ERR_IO,
             ErrorKind::Permission => Self::FC_ERR_PERMISSION,
             ErrorKind::Timeout => Self::FC_ERR_TIMEOUT,
+            ErrorKind::Store => Self::FC_ERR_STORE,
             _ => Self::FC_ERR_INTERNAL,
         }
     }
@@ -70,6 +75,7 @@ impl From<Limited> for fc_status {
         match l {
             Limited::Local => Self::FC_LIMITED_LOCAL,
             Limited::Concurrency => Self::FC_LIMITED_CONCURRENCY,
+            Limited::Global => Self::FC_LIMITED_GLOBAL,
         }
     }
 }
@@ -101,6 +107,7 @@ const STATUS_TEXT: &[(fc_status, &str)] = &[
         "incompatible table layout\0",
     ),
     (fc_status::FC_ERR_CORRUPT, "corrupt or truncated table\0"),
+    (fc_status::FC_ERR_STORE, "quota store failed\0"),
     (fc_status::FC_ERR_IO, "I/O error\0"),
     (fc_status::FC_ERR_PERMISSION, "permission denied\0"),
     (fc_status::FC_ERR_TIMEOUT, "timed out\0"),

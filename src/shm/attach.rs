@@ -55,6 +55,12 @@ impl Owner {
     fn epoch(self) -> u64 {
         self.0 >> 16
     }
+
+    /// The claim in 32 bits, for a word that shares room with other fields:
+    /// the slot and the low 16 bits of the epoch. Never 0.
+    pub fn compact(self) -> u32 {
+        ((self.epoch() & 0xffff) << 16 | (self.0 & 0xffff)) as u32
+    }
 }
 
 /// This handle's attachment, as this process knows it.
@@ -284,6 +290,23 @@ impl Shm {
             // deadline decide.
             _ => true,
         }
+    }
+
+    /// [`Shm::owner_alive`] for a [`Owner::compact`] claim. An epoch that
+    /// matches in its low 16 bits only (the slot changed hands 65,536 times
+    /// in between) counts as alive: callers also bound how long they wait.
+    pub fn compact_owner_alive(&self, compact: u32) -> bool {
+        let Some(index) = (compact & 0xffff)
+            .checked_sub(1)
+            .filter(|i| *i < self.geometry.attach_capacity)
+        else {
+            return false;
+        };
+        let state = self.attach_slot(index).state.load(Ordering::Acquire);
+        let epoch = state >> 1;
+        state & ATTACH_LIVE != 0
+            && epoch & 0xffff == (compact >> 16) as u64
+            && self.owner_alive(Owner::new(index, epoch))
     }
 
     /// Detaches this handle: what it still holds goes back, its slot is freed.

@@ -107,11 +107,71 @@ pub(crate) struct TaskSlot {
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,
     _pad3: [AtomicU64; 7],
-    /// Reserved for the global quota state machine.
-    pub quota_reserved: [AtomicU64; 48],
+    /// The global quota (see `quota`).
+    pub quota: QuotaSlot,
     /// Reserved for the host-wide adaptive concurrency limit.
     pub adaptive_reserved: [AtomicU64; 32],
     _reserved: [AtomicU64; 8],
+}
+
+/// One copy of a task's global-quota configuration, versioned with
+/// [`TaskSlot::config`] (same `config_version`, same writer lock).
+#[repr(C)]
+pub(crate) struct GlobalCopy {
+    /// requests/s for the whole cluster (f64 bits); 0 = no global limit.
+    pub rate_bits: AtomicU64,
+    /// slice_ms (low 32 bits) | fixed chunk, 0 = adaptive (high 32 bits).
+    pub slice_chunk: AtomicU64,
+    /// The rate to apply while the store is failing and the task has no
+    /// local rate (f64 bits); 0 = `global_rate`.
+    pub fallback_bits: AtomicU64,
+    /// Permits per slice: `global_rate × slice_ms / 1000`, rounded down.
+    pub quota: AtomicU64,
+}
+
+/// A task's global quota on this host (see `quota`): the host's share of the
+/// current slice, spent with one CAS per admission, on a line of its own;
+/// the state machine, read by every admission but written only on
+/// transitions; the pull lock and the pullers' statistics; the fallback rate
+/// and the embedded store; the configuration.
+#[repr(C, align(64))]
+pub(crate) struct QuotaSlot {
+    /// slice (high 32 bits) | permits left on this host (low 32 bits).
+    pub host: AtomicU64,
+    _pad0: [AtomicU64; 7],
+    /// FAILED flag | when the current phase began (see `quota::state`).
+    pub phase: AtomicU64,
+    /// slice + 1 whose store key is known to be exhausted; 0 = none.
+    pub exhausted: AtomicU64,
+    /// Store clock minus this host's wall clock, in µs (i64 bits).
+    pub offset_us: AtomicU64,
+    /// While failed: the table-clock tick after which one process probes.
+    pub probe_at: AtomicU64,
+    /// slice (high 32 bits) | permits this host was granted in it.
+    pub slice_granted: AtomicU64,
+    /// Permits spent in the previous slice this host pulled for.
+    pub prev_spent: AtomicU64,
+    /// Below this many permits left, the next admission pulls ahead.
+    pub low_water: AtomicU64,
+    _pad1: AtomicU64,
+    /// The pull lock: 0, or the holder's `Owner` (low 32 bits) | the table
+    /// clock in ms when it was taken (high 32 bits).
+    pub pull_lock: AtomicU64,
+    pub pulls: AtomicU64,
+    pub failed_pulls: AtomicU64,
+    pub pull_ns_sum: AtomicU64,
+    pub pull_ns_max: AtomicU64,
+    pub granted: AtomicU64,
+    pub stranded: AtomicU64,
+    /// Milliseconds spent open / limited / failed before the current phase.
+    pub phase_ms: [AtomicU64; 3],
+    _pad2: [AtomicU64; 6],
+    /// GCRA theoretical arrival time of the fallback rate.
+    pub fallback_tat: AtomicU64,
+    /// The embedded store's key: slice (high 32 bits) | permits left.
+    pub embedded: AtomicU64,
+    _pad3: [AtomicU64; 6],
+    pub config: [GlobalCopy; 2],
 }
 
 /// Attachment slot state: bit 0 set = live, the claim's epoch above. The
@@ -183,6 +243,11 @@ const _: () = {
     assert!(std::mem::offset_of!(TaskSlot, config_version) == 128);
     assert!(std::mem::offset_of!(TaskSlot, tat) == 192);
     assert!(std::mem::offset_of!(TaskSlot, in_flight) == 256);
+    assert!(size_of::<QuotaSlot>() == 384);
+    assert!(std::mem::offset_of!(TaskSlot, quota) == 320);
+    assert!(std::mem::offset_of!(QuotaSlot, phase) == 64);
+    assert!(std::mem::offset_of!(QuotaSlot, pull_lock) == 128);
+    assert!(std::mem::offset_of!(QuotaSlot, fallback_tat) == 256);
     assert!(size_of::<AttachSlot>() == 64);
     assert!(size_of::<Lane>() == 128);
     assert!(std::mem::offset_of!(Lane, counters) == 64);

@@ -9,7 +9,15 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::ledger::MAX_COUNT;
-use crate::shm::layout::TaskSlot;
+use crate::quota::Global;
+
+/// Bounds of a global-quota slice: shorter slices cost more pulls than they
+/// save in precision; longer ones strand more quota per slice.
+pub(crate) const MIN_SLICE_MS: u32 = 100;
+pub(crate) const MAX_SLICE_MS: u32 = 60_000;
+/// Permits per slice fit the host word's 32-bit count, with room to spare.
+pub(crate) const MAX_SLICE_QUOTA: u32 = 1 << 30;
+use crate::shm::layout::{GlobalCopy, TaskSlot};
 use crate::shm::{Owner, Shm};
 
 /// How long a writer waits for another live process's configuration write.
@@ -27,6 +35,17 @@ pub struct TaskConfig {
     pub burst: Option<u32>,
     /// Permits in flight on the host at most; 0 = no cap. Default 0.
     pub max_concurrency: Option<u32>,
+    /// Requests per second for the whole cluster, pulled in chunks from the
+    /// table's store; 0 = no global limit. Default 0.
+    pub global_rate: Option<f64>,
+    /// Length of a global-quota slice in ms, 100..=60000. Default 1000.
+    pub slice_ms: Option<u32>,
+    /// Permits per pull; 0 = adaptive (from the host's recent rate and the
+    /// time left in the slice). Default 0.
+    pub chunk: Option<u32>,
+    /// The rate applied while the store is failing, when the task has no
+    /// local rate; 0 = `global_rate`. Default 0.
+    pub fallback_rate: Option<f64>,
 }
 
 impl TaskConfig {
@@ -49,12 +68,36 @@ impl TaskConfig {
         self
     }
 
+    pub fn global_rate(mut self, per_second: f64) -> Self {
+        self.global_rate = Some(per_second);
+        self
+    }
+
+    pub fn slice_ms(mut self, ms: u32) -> Self {
+        self.slice_ms = Some(ms);
+        self
+    }
+
+    pub fn chunk(mut self, permits: u32) -> Self {
+        self.chunk = Some(permits);
+        self
+    }
+
+    pub fn fallback_rate(mut self, per_second: f64) -> Self {
+        self.fallback_rate = Some(per_second);
+        self
+    }
+
     /// These fields over `base`'s.
     pub(crate) fn over(&self, base: TaskSettings) -> TaskSettings {
         TaskSettings {
             local_rate: self.local_rate.unwrap_or(base.local_rate),
             burst: self.burst.unwrap_or(base.burst),
             max_concurrency: self.max_concurrency.unwrap_or(base.max_concurrency),
+            global_rate: self.global_rate.unwrap_or(base.global_rate),
+            slice_ms: self.slice_ms.unwrap_or(base.slice_ms),
+            chunk: self.chunk.unwrap_or(base.chunk),
+            fallback_rate: self.fallback_rate.unwrap_or(base.fallback_rate),
         }
     }
 }
@@ -65,6 +108,10 @@ pub struct TaskSettings {
     pub local_rate: f64,
     pub burst: u32,
     pub max_concurrency: u32,
+    pub global_rate: f64,
+    pub slice_ms: u32,
+    pub chunk: u32,
+    pub fallback_rate: f64,
 }
 
 impl Default for TaskSettings {
@@ -73,16 +120,21 @@ impl Default for TaskSettings {
             local_rate: 0.0,
             burst: 1,
             max_concurrency: 0,
+            global_rate: 0.0,
+            slice_ms: 1000,
+            chunk: 0,
+            fallback_rate: 0.0,
         }
     }
 }
 
 /// What the request path needs of the configuration, in clock ticks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Limits {
     pub interval: u64,
     pub burst: u32,
     pub cap: u32,
+    pub global: Option<Global>,
 }
 
 impl TaskSettings {
@@ -114,7 +166,52 @@ impl TaskSettings {
             interval,
             burst: self.burst,
             cap: self.max_concurrency,
+            global: self.global()?,
         })
+    }
+
+    /// Checks the global-quota fields; `None` when there is no global limit.
+    fn global(&self) -> Result<Option<Global>> {
+        if !(MIN_SLICE_MS..=MAX_SLICE_MS).contains(&self.slice_ms) {
+            return Err(Error::invalid(format!(
+                "slice_ms must be {MIN_SLICE_MS}..={MAX_SLICE_MS}, not {}",
+                self.slice_ms
+            )));
+        }
+        for (name, rate) in [
+            ("global_rate", self.global_rate),
+            ("fallback_rate", self.fallback_rate),
+        ] {
+            if !rate.is_finite() || rate < 0.0 {
+                return Err(Error::invalid(format!(
+                    "{name} must be 0 or a positive number of requests/s, not {rate}"
+                )));
+            }
+        }
+        if self.global_rate == 0.0 {
+            return Ok(None);
+        }
+        let quota = (self.global_rate * self.slice_ms as f64 / 1000.0).floor();
+        if !(1.0..=MAX_SLICE_QUOTA as f64).contains(&quota) {
+            return Err(Error::invalid(format!(
+                "global_rate {} × slice_ms {} gives {quota} permits per slice: \
+                 it must be 1..={MAX_SLICE_QUOTA}",
+                self.global_rate, self.slice_ms
+            )));
+        }
+        if self.chunk > quota as u32 {
+            return Err(Error::invalid(format!(
+                "chunk {} is larger than a slice's quota of {quota}",
+                self.chunk
+            )));
+        }
+        Ok(Some(Global {
+            rate: self.global_rate,
+            quota: quota as u32,
+            slice_ms: self.slice_ms,
+            chunk: self.chunk,
+            fallback_rate: self.fallback_rate,
+        }))
     }
 
     /// The fields of `asked` that differ from these settings, described.
@@ -132,6 +229,18 @@ impl TaskSettings {
                 self.max_concurrency
             ));
         }
+        if let Some(r) = asked.global_rate.filter(|r| *r != self.global_rate) {
+            out.push(format!("global_rate {} (asked {r})", self.global_rate));
+        }
+        if let Some(s) = asked.slice_ms.filter(|s| *s != self.slice_ms) {
+            out.push(format!("slice_ms {} (asked {s})", self.slice_ms));
+        }
+        if let Some(c) = asked.chunk.filter(|c| *c != self.chunk) {
+            out.push(format!("chunk {} (asked {c})", self.chunk));
+        }
+        if let Some(r) = asked.fallback_rate.filter(|r| *r != self.fallback_rate) {
+            out.push(format!("fallback_rate {} (asked {r})", self.fallback_rate));
+        }
         out
     }
 }
@@ -148,6 +257,7 @@ pub(crate) fn read(slot: &TaskSlot) -> (Limits, f64) {
         let interval = copy.interval.load(Ordering::Relaxed);
         let limits = copy.limits.load(Ordering::Relaxed);
         let rate = copy.rate_bits.load(Ordering::Relaxed);
+        let global = read_global(&slot.quota.config[(version & 1) as usize]);
         fence(Ordering::Acquire);
         tries += 1;
         if slot.config_version.load(Ordering::Relaxed) == version || tries >= 64 {
@@ -155,18 +265,41 @@ pub(crate) fn read(slot: &TaskSlot) -> (Limits, f64) {
                 interval,
                 burst: limits as u32,
                 cap: (limits >> 32) as u32,
+                global,
             };
             return (limits, f64::from_bits(rate));
         }
     }
 }
 
+#[inline]
+fn read_global(copy: &GlobalCopy) -> Option<Global> {
+    let rate = f64::from_bits(copy.rate_bits.load(Ordering::Relaxed));
+    if rate == 0.0 {
+        return None;
+    }
+    let slice_chunk = copy.slice_chunk.load(Ordering::Relaxed);
+    Some(Global {
+        rate,
+        quota: copy.quota.load(Ordering::Relaxed) as u32,
+        slice_ms: slice_chunk as u32,
+        chunk: (slice_chunk >> 32) as u32,
+        fallback_rate: f64::from_bits(copy.fallback_bits.load(Ordering::Relaxed)),
+    })
+}
+
 pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
     let (limits, rate) = read(slot);
+    let defaults = TaskSettings::default();
+    let global = limits.global;
     TaskSettings {
         local_rate: rate,
         burst: limits.burst,
         max_concurrency: limits.cap,
+        global_rate: global.map_or(0.0, |g| g.rate),
+        slice_ms: global.map_or(defaults.slice_ms, |g| g.slice_ms),
+        chunk: global.map_or(defaults.chunk, |g| g.chunk),
+        fallback_rate: global.map_or(defaults.fallback_rate, |g| g.fallback_rate),
     }
 }
 
@@ -178,13 +311,30 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
     // also sees the version bump that preceded this write.
     fence(Ordering::Release);
     let version = slot.config_version.load(Ordering::Relaxed);
-    let copy = &slot.config[(version.wrapping_add(1) & 1) as usize];
+    let next = (version.wrapping_add(1) & 1) as usize;
+    let copy = &slot.config[next];
     copy.interval.store(limits.interval, Ordering::Relaxed);
     copy.rate_bits.store(rate.to_bits(), Ordering::Relaxed);
     copy.limits.store(
         limits.burst as u64 | (limits.cap as u64) << 32,
         Ordering::Relaxed,
     );
+    let global = &slot.quota.config[next];
+    let g = limits.global;
+    global
+        .rate_bits
+        .store(g.map_or(0, |g| g.rate.to_bits()), Ordering::Relaxed);
+    global.slice_chunk.store(
+        g.map_or(0, |g| g.slice_ms as u64 | (g.chunk as u64) << 32),
+        Ordering::Relaxed,
+    );
+    global.fallback_bits.store(
+        g.map_or(0, |g| g.fallback_rate.to_bits()),
+        Ordering::Relaxed,
+    );
+    global
+        .quota
+        .store(g.map_or(0, |g| g.quota as u64), Ordering::Relaxed);
     slot.config_version
         .store(version.wrapping_add(1), Ordering::Release);
 }
@@ -269,7 +419,7 @@ mod tests {
         let slow = TaskSettings {
             local_rate: 1e-6,
             burst: 10_000,
-            max_concurrency: 0,
+            ..TaskSettings::default()
         };
         assert_eq!(
             slow.limits(&clock).unwrap_err().kind(),
@@ -290,9 +440,8 @@ mod tests {
         assert_eq!(
             settings,
             TaskSettings {
-                local_rate: 0.0,
                 burst: 5,
-                max_concurrency: 0
+                ..TaskSettings::default()
             }
         );
         assert!(settings.mismatches(&TaskConfig::new()).is_empty());

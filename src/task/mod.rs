@@ -19,6 +19,7 @@ pub use stats::{Consistency, ProcessStats, TaskStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{self, Update};
+use crate::quota::{Quota, QuotaStats};
 use crate::shm::Shm;
 use crate::shm::layout::{Counter, LANES, Lane};
 use permit::{COUNTED, SPENT};
@@ -32,6 +33,9 @@ pub enum Limited {
     Local,
     /// The host's concurrency cap for the task is reached.
     Concurrency,
+    /// The cluster's quota for the current slice is used up (or, while the
+    /// store fails, the fallback rate).
+    Global,
 }
 
 /// How a request ended; reported at release.
@@ -69,14 +73,16 @@ const LANE_DEADLINE: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct Task {
     shm: Arc<Shm>,
+    quota: Arc<Quota>,
     index: u32,
     name: Arc<str>,
 }
 
 impl Task {
-    pub(crate) fn new(shm: Arc<Shm>, index: u32, name: &str) -> Self {
+    pub(crate) fn new(shm: Arc<Shm>, quota: Arc<Quota>, index: u32, name: &str) -> Self {
         Self {
             shm,
+            quota,
             index,
             name: name.into(),
         }
@@ -173,12 +179,38 @@ impl Task {
             count(counters, Counter::LimitedConcurrency, n as u64);
             return Ok(Err(Limited::Concurrency));
         }
+        let mut spent = None;
+        if let Some(global) = limits.global {
+            let taken = self.quota.take(
+                shm,
+                slot,
+                &self.name,
+                global,
+                n,
+                limits.burst,
+                gcra.interval != 0,
+            );
+            match taken {
+                Ok(Ok(s)) => spent = Some(s),
+                refused => {
+                    if counted {
+                        self.move_count(attach, lane, -(n as i32), None)?;
+                    }
+                    let limited = refused?.err().unwrap_or(Limited::Global);
+                    count(counters, Counter::LimitedGlobal, n as u64);
+                    return Ok(Err(limited));
+                }
+            }
+        }
         if gcra.interval == 0 {
             now = shm.clock.now();
         } else {
             match gcra.take_from(&slot.tat, tat, now, n, || shm.clock.now()) {
                 Some(at) => now = at,
                 None => {
+                    if let Some(spent) = spent {
+                        self.quota.give_back(slot, spent, n);
+                    }
                     if counted {
                         self.move_count(attach, lane, -(n as i32), None)?;
                     }
@@ -196,6 +228,43 @@ impl Task {
             now,
             if counted { COUNTED } else { 0 },
         )))
+    }
+
+    /// Pulls up to `want` permits of the current slice from the store into
+    /// the host's quota now — to warm up before a known spike; admissions
+    /// pull by themselves. Waits for another process's pull in flight, then
+    /// for at most one store command. `Ok(Ok(granted))`, or
+    /// `Ok(Err(Limited::Global))` when the slice is exhausted; an
+    /// [`ErrorKind::Store`] error when the store failed (the task then
+    /// decides by its fallback until a probe succeeds).
+    pub fn pull_quota(&self, want: u64) -> Result<Result<u64, Limited>> {
+        let slot = self.shm.task_slot(self.index);
+        let Some(global) = config::read(slot).0.global else {
+            return Err(Error::invalid(format!(
+                "task {:?} has no global_rate: there is no quota to pull",
+                self.name
+            )));
+        };
+        if want == 0 || want > global.quota as u64 {
+            return Err(Error::invalid(format!(
+                "want must be 1..={} (a slice's quota), not {want}",
+                global.quota
+            )));
+        }
+        let granted = self
+            .quota
+            .pull_now(&self.shm, slot, &self.name, global, want)?;
+        Ok(if granted == 0 {
+            Err(Limited::Global)
+        } else {
+            Ok(granted)
+        })
+    }
+
+    /// What the task's global quota did on this host.
+    pub fn quota_stats(&self) -> QuotaStats {
+        let slot = self.shm.task_slot(self.index);
+        self.quota.stats(slot, config::read(slot).0.global)
     }
 
     /// Moves the task's concurrency count by `delta` through this thread's

@@ -22,6 +22,7 @@ impl Reclaim for TaskReclaim {
             if slot.state.load(Ordering::Acquire) != TASK_READY {
                 continue;
             }
+            crate::quota::reclaim_pull_lock(slot, attach);
             let word = &slot.in_flight;
             let resolve = |id| shm.lane(task, id).map(|lane| ledger_view(id, lane));
             let mut lanes: Vec<(u32, &Lane)> = lane_ids(attach)

@@ -387,6 +387,8 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 // of 1024 bytes, attachment slots of 64, lanes of 128 (ledger, intent,
 // reclaimed, then counters), baselines of 128.
 
+pub mod redis;
+
 pub mod layout {
     pub const HEADER_SIZE: usize = 4096;
     pub const TASK_SLOT: usize = 1024;

@@ -1,0 +1,320 @@
+//! Global quota: a cluster-wide requests/s per task, pulled in chunks.
+//!
+//! Time is cut into slices (`slice_ms`, 1 s by default). The store holds one
+//! counter per task per slice, starting at the slice's threshold
+//! (`global_rate × slice_ms / 1000`). A host does not ask the store per
+//! request: one process pulls a chunk into the task's slot (`host`: the
+//! slice and the permits left), and every process on the host spends from it
+//! with one compare-and-swap. The store sees one round trip per chunk.
+//!
+//! Per task, host-wide, a small state machine:
+//! - **open**: spend, and pull the next chunk when what is left falls below
+//!   a low-water mark — before the others run dry;
+//! - **limited**: the slice's key is exhausted; refuse without asking the
+//!   store until the slice changes;
+//! - **failed**: the store failed or timed out; decide by the local rate
+//!   alone (or `fallback_rate` when the task has none), never blocking or
+//!   failing a request, and let one process probe the store again after a
+//!   jittered interval.
+//!
+//! Pulls run on the thread that needs them, not on a helper thread: nothing
+//! to restart after `fork`, no thread in processes that never pull, and a
+//! pull is one round trip per chunk. See `pull.rs` for the lock, the chunk
+//! size and the transitions.
+
+mod pull;
+mod redis;
+mod store;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::limit::gcra::Gcra;
+use crate::shm::Shm;
+use crate::shm::layout::{QuotaSlot, TaskSlot};
+use crate::task::Limited;
+pub(crate) use pull::reclaim_pull_lock;
+use store::{Embedded, QuotaStore, slice_of, wall_us};
+
+/// The store options of a table handle (process-local: every process of a
+/// host must name the same store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// `redis://[user:password@]host:port/db` or `rediss://...` (TLS); `None`
+    /// = the embedded store (the table itself: one host, no server). The
+    /// query may carry `timeout_ms`, `connect_timeout_ms` and `prefix`.
+    pub url: Option<String>,
+    /// Prefix of every store key (default `flowctrl:`); keys are
+    /// `<prefix><task>:<slice>`.
+    pub key_prefix: String,
+    /// How long one command may take (default 5 ms). A pull that takes
+    /// longer fails, and the task falls back to its local limits.
+    pub timeout: Duration,
+    /// How long connecting may take (default 20 ms).
+    pub connect_timeout: Duration,
+    /// How long a failed store is left alone before one process probes it
+    /// again (default 3 s, ±20 % jitter so hosts do not probe in step).
+    pub probe_interval: Duration,
+    /// Added to this host's wall clock (tests of clock alignment).
+    #[doc(hidden)]
+    pub clock_skew: Duration,
+    #[doc(hidden)]
+    pub clock_skew_negative: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            url: None,
+            key_prefix: "flowctrl:".into(),
+            timeout: Duration::from_millis(5),
+            connect_timeout: Duration::from_millis(20),
+            probe_interval: Duration::from_secs(3),
+            clock_skew: Duration::ZERO,
+            clock_skew_negative: false,
+        }
+    }
+}
+
+/// A task's global limit as the request path reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Global {
+    pub rate: f64,
+    /// Permits per slice.
+    pub quota: u32,
+    pub slice_ms: u32,
+    /// Fixed chunk; 0 = adaptive.
+    pub chunk: u32,
+    /// While failed and without a local rate; 0 = `rate`.
+    pub fallback_rate: f64,
+}
+
+/// Where the state machine of a task's global quota is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuotaState {
+    Open,
+    Limited,
+    Failed,
+}
+
+/// What a task's global quota did on this host (host-wide, since the task
+/// was registered).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QuotaStats {
+    pub state: Option<QuotaState>,
+    /// Round trips to the store, failed ones included.
+    pub pulls: u64,
+    pub failed_pulls: u64,
+    pub pull_ns_sum: u64,
+    pub pull_ns_max: u64,
+    /// Permits pulled from the store.
+    pub granted: u64,
+    /// Permits pulled but left unspent when their slice ended.
+    pub stranded: u64,
+    /// Time spent in each state.
+    pub open_ms: u64,
+    pub limited_ms: u64,
+    pub failed_ms: u64,
+    /// The store's clock minus this host's, as last measured, in µs.
+    pub clock_offset_us: i64,
+}
+
+/// How an admission was paid for globally, so a later refusal can give it
+/// back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spent {
+    /// From the host's quota of this slice.
+    Quota(u32),
+    /// The store is failing: the fallback admitted it.
+    Fallback,
+}
+
+/// The global quota of one table handle: its store and options.
+pub(crate) struct Quota {
+    store: Box<dyn QuotaStore>,
+    options: StoreOptions,
+    skew_us: i64,
+}
+
+impl Quota {
+    pub fn new(options: &StoreOptions) -> Result<Self> {
+        let store: Box<dyn QuotaStore> = match &options.url {
+            None => Box::new(Embedded),
+            Some(url) => {
+                let settings = redis::parse(
+                    url,
+                    redis::RedisSettings {
+                        url: String::new(),
+                        prefix: options.key_prefix.clone(),
+                        timeout: options.timeout,
+                        connect_timeout: options.connect_timeout,
+                    },
+                )?;
+                Box::new(redis::RedisStore::new(settings)?)
+            }
+        };
+        for (name, d) in [
+            ("timeout", options.timeout),
+            ("connect_timeout", options.connect_timeout),
+            ("probe_interval", options.probe_interval),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(600) {
+                return Err(crate::Error::invalid(format!(
+                    "store {name} must be between 1 ms and 600 s, not {d:?}"
+                )));
+            }
+        }
+        let skew = options.clock_skew.as_micros() as i64;
+        Ok(Self {
+            store,
+            options: options.clone(),
+            skew_us: if options.clock_skew_negative {
+                -skew
+            } else {
+                skew
+            },
+        })
+    }
+
+    /// This host's wall clock corrected by the store offset it measured.
+    fn store_now_us(&self, q: &QuotaSlot) -> i64 {
+        wall_us() + self.skew_us + q.offset_us.load(Ordering::Relaxed) as i64
+    }
+
+    /// Takes `n` permits of the task's global quota, pulling when the host
+    /// runs low. `burst` applies to the fallback rate; `has_local` says the
+    /// task's own local rate decides while the store is failing.
+    #[inline]
+    pub fn take(
+        &self,
+        shm: &Shm,
+        slot: &TaskSlot,
+        task: &str,
+        g: Global,
+        n: u32,
+        burst: u32,
+        has_local: bool,
+    ) -> Result<Result<Spent, Limited>> {
+        let q = &slot.quota;
+        let slice = slice_of(self.store_now_us(q), g.slice_ms);
+        if let Some(left) = spend(q, slice, n) {
+            if left < q.low_water.load(Ordering::Relaxed) as u32 {
+                self.pull_ahead(shm, slot, task, g, slice);
+            }
+            return Ok(Ok(Spent::Quota(slice)));
+        }
+        self.take_slow(shm, slot, task, g, n, burst, has_local)
+    }
+
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn take_slow(
+        &self,
+        shm: &Shm,
+        slot: &TaskSlot,
+        task: &str,
+        g: Global,
+        n: u32,
+        burst: u32,
+        has_local: bool,
+    ) -> Result<Result<Spent, Limited>> {
+        let q = &slot.quota;
+        let until = Instant::now() + self.options.timeout;
+        let mut pulls = 0;
+        loop {
+            let slice = slice_of(self.store_now_us(q), g.slice_ms);
+            if spend(q, slice, n).is_some() {
+                return Ok(Ok(Spent::Quota(slice)));
+            }
+            if pull::failed(q) {
+                if !self.probe_due(shm, q) {
+                    return Ok(self.fallback(shm, q, g, n, burst, has_local));
+                }
+            } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1 || pulls >= 3 {
+                return Ok(Err(Limited::Global));
+            }
+            match self.try_lock(shm, q)? {
+                Some(lock) => {
+                    pulls += 1;
+                    let want = self.want(q, g, n);
+                    let _ = self.pull_locked(shm, slot, task, g, want, &lock);
+                }
+                None if Instant::now() >= until => {
+                    // Another process's pull is slower than a store command
+                    // may be: it is about to fail. Do not wait for it.
+                    return Ok(if pull::failed(q) {
+                        self.fallback(shm, q, g, n, burst, has_local)
+                    } else {
+                        Err(Limited::Global)
+                    });
+                }
+                None => std::thread::sleep(Duration::from_micros(20)),
+            }
+        }
+    }
+
+    /// Gives back what [`Quota::take`] took when a later check refused.
+    #[inline]
+    pub fn give_back(&self, slot: &TaskSlot, spent: Spent, n: u32) {
+        if let Spent::Quota(slice) = spent {
+            let host = &slot.quota.host;
+            let _ = host.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                ((w >> 32) as u32 == slice).then_some(w + n as u64)
+            });
+        }
+    }
+
+    /// The decision while the store is failing: the task's own local rate
+    /// (applied by the caller), else the fallback rate.
+    fn fallback(
+        &self,
+        shm: &Shm,
+        q: &QuotaSlot,
+        g: Global,
+        n: u32,
+        burst: u32,
+        has_local: bool,
+    ) -> Result<Spent, Limited> {
+        if has_local {
+            return Ok(Spent::Fallback);
+        }
+        let rate = if g.fallback_rate > 0.0 {
+            g.fallback_rate
+        } else {
+            g.rate
+        };
+        let gcra = Gcra {
+            interval: ((shm.clock.ticks_per_sec() as f64 / rate).round() as u64).max(1),
+            burst: burst.max(n),
+        };
+        let tat = q.fallback_tat.load(Ordering::Relaxed);
+        let now = shm.clock.now();
+        match gcra.take_from(&q.fallback_tat, tat, now, n, || shm.clock.now()) {
+            Some(_) => Ok(Spent::Fallback),
+            None => Err(Limited::Global),
+        }
+    }
+}
+
+/// Spends `n` of the host's quota of `slice`: the permits left after, or
+/// `None` when there are not enough (nothing taken).
+#[inline]
+fn spend(q: &QuotaSlot, slice: u32, n: u32) -> Option<u32> {
+    let mut word = q.host.load(Ordering::Relaxed);
+    loop {
+        let left = word as u32;
+        if (word >> 32) as u32 != slice || left < n {
+            return None;
+        }
+        match q.host.compare_exchange_weak(
+            word,
+            word - n as u64,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return Some(left - n),
+            Err(now) => word = now,
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Pulling: the per-task lock, the chunk size, depositing into the host's
+//! quota, and the state transitions a pull's answer causes.
+//!
+//! **The lock** is one word: the holder's compact [`Owner`] and the table
+//! clock in ms when it was taken. Whoever finds it held checks the holder:
+//! a dead one (the kernel dropped its attachment lock) or one holding it
+//! past `stale_after` (one connect plus four commands: a pull is at most a
+//! connect, a script load and two calls) is broken at once. The reaper also
+//! clears the locks of the processes it reaps.
+//!
+//! **While a pull is in flight** the other processes keep spending what is
+//! left; one that finds nothing left waits for the pull, polling every
+//! 20 µs, for at most one store command timeout, and is then refused as
+//! `Global` (or decided by the fallback if the store has just failed). The
+//! low-water mark makes that wait rare: the next chunk is pulled when a
+//! quarter of the last one is left.
+//!
+//! **A process killed during a pull** leaves the lock to be broken as above.
+//! If it dies after the store granted a chunk and before the chunk reached
+//! the table, that chunk is lost for its slice: the cluster admits less,
+//! never more, by at most one chunk per such death.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::store::{Ask, slice_of, wall_us};
+use super::{Global, Quota, QuotaState, QuotaStats};
+use crate::error::Result;
+use crate::shm::Shm;
+use crate::shm::layout::{QuotaSlot, TaskSlot};
+
+/// Phases of [`QuotaSlot::phase`], in the top two bits; below, the host wall
+/// clock in ms when the phase began.
+const OPEN: u64 = 0;
+const LIMITED: u64 = 1;
+const FAILED: u64 = 2;
+const SINCE: u64 = (1 << 62) - 1;
+
+/// Chunks the adaptive rule aims for per slice at steady demand.
+const PULLS_PER_SLICE: u64 = 4;
+
+pub(super) fn failed(q: &QuotaSlot) -> bool {
+    q.phase.load(Ordering::Acquire) >> 62 == FAILED
+}
+
+/// Proof of holding a task's pull lock; releases it when dropped.
+pub(super) struct PullLock<'a> {
+    word: &'a std::sync::atomic::AtomicU64,
+    held: u64,
+}
+
+impl Drop for PullLock<'_> {
+    fn drop(&mut self) {
+        // Only our own claim: a lock broken as stale stays with its breaker.
+        let _ = self
+            .word
+            .compare_exchange(self.held, 0, Ordering::Release, Ordering::Relaxed);
+    }
+}
+
+fn now_ms(shm: &Shm) -> u32 {
+    (shm.clock.ticks_to_ns(shm.clock.now()) / 1_000_000) as u32
+}
+
+impl Quota {
+    /// A lock older than this is broken even if its holder lives.
+    fn stale_after(&self) -> Duration {
+        self.options.connect_timeout + 4 * self.options.timeout + Duration::from_millis(20)
+    }
+
+    /// Takes the task's pull lock if it is free, or held by a dead or stuck
+    /// holder; `None` while a live holder is within its bound.
+    pub(super) fn try_lock<'a>(&self, shm: &Shm, q: &'a QuotaSlot) -> Result<Option<PullLock<'a>>> {
+        let me = shm.owner()?.compact() as u64;
+        let now = now_ms(shm);
+        let current = q.pull_lock.load(Ordering::Acquire);
+        if current != 0 {
+            let age = now.wrapping_sub((current >> 32) as u32);
+            let stuck = age as u64 > self.stale_after().as_millis() as u64;
+            let holder = current as u32;
+            if !stuck && (holder as u64 == me || shm.compact_owner_alive(holder)) {
+                return Ok(None);
+            }
+        }
+        let held = me | (now as u64) << 32;
+        Ok(q.pull_lock
+            .compare_exchange(current, held, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+            .then_some(PullLock {
+                word: &q.pull_lock,
+                held,
+            }))
+    }
+
+    /// Pulls the next chunk if the lock is free: never waits.
+    #[cold]
+    pub(super) fn pull_ahead(&self, shm: &Shm, slot: &TaskSlot, task: &str, g: Global, slice: u32) {
+        let q = &slot.quota;
+        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || failed(q) {
+            return;
+        }
+        if let Ok(Some(lock)) = self.try_lock(shm, q) {
+            let want = self.want(q, g, 1);
+            let _ = self.pull_locked(shm, slot, task, g, want, &lock);
+        }
+    }
+
+    /// While failed: whether this caller is the one to probe the store now
+    /// (it moves the next probe time forward first, so only one probes).
+    pub(super) fn probe_due(&self, shm: &Shm, q: &QuotaSlot) -> bool {
+        let at = q.probe_at.load(Ordering::Acquire);
+        let now = shm.clock.now();
+        now >= at
+            && q.probe_at
+                .compare_exchange(at, self.next_probe(shm, now), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn next_probe(&self, shm: &Shm, now: u64) -> u64 {
+        // ±20 % jitter, from the clock's low bits: hosts that failed together
+        // do not probe together.
+        let base = self.options.probe_interval.as_nanos() as u64;
+        let jitter = (now ^ (now >> 17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % (base / 5 * 2 + 1);
+        let ns = base - base / 5 + jitter;
+        now + ns * shm.clock.ticks_per_sec() / 1_000_000_000
+    }
+
+    /// The chunk to ask for (see the module doc of `quota`): the host's
+    /// recent admission rate times a quarter of a slice, but never past the
+    /// slice's end, between 1 % and 25 % of the slice's quota.
+    pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
+        if g.chunk != 0 {
+            return g.chunk.max(n) as u64;
+        }
+        let slice_us = g.slice_ms as u64 * 1000;
+        let now = self.store_now_us(q).max(0) as u64;
+        let slice = slice_of(now as i64, g.slice_ms);
+        let elapsed = now % slice_us;
+        let (granted, left) = (tagged(q.slice_granted.load(Ordering::Relaxed), slice), tagged(q.host.load(Ordering::Relaxed), slice));
+        let spent = granted.saturating_sub(left);
+        let rate_now = spent * 1_000_000 / elapsed.max(slice_us / 20);
+        let rate_before = q.prev_spent.load(Ordering::Relaxed) * 1000 / g.slice_ms as u64;
+        let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
+        let want = rate_now.max(rate_before) * horizon / 1_000_000;
+        let quota = g.quota as u64;
+        want.clamp((quota / 100).max(1), (quota / 4).max(1)).max(n as u64)
+    }
+
+    /// One pull under the lock: asks the store for `want` permits of the
+    /// current slice and deposits them. Corrects the clock offset with every
+    /// answer, and asks once more when the store is in another slice than
+    /// this host thought. Returns what was granted.
+    pub(super) fn pull_locked(
+        &self,
+        shm: &Shm,
+        slot: &TaskSlot,
+        task: &str,
+        g: Global,
+        want: u64,
+        _lock: &PullLock<'_>,
+    ) -> Result<u64> {
+        let q = &slot.quota;
+        let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
+        for _ in 0..2 {
+            let sent = wall_us() + self.skew_us;
+            let began = Instant::now();
+            let answer = self.store.pull(&Ask {
+                task,
+                slice,
+                slice_ms: g.slice_ms,
+                quota: g.quota as u64,
+                want,
+                embedded: &q.embedded,
+            });
+            let ns = began.elapsed().as_nanos() as u64;
+            q.pulls.fetch_add(1, Ordering::Relaxed);
+            q.pull_ns_sum.fetch_add(ns, Ordering::Relaxed);
+            q.pull_ns_max.fetch_max(ns, Ordering::Relaxed);
+            let reply = match answer {
+                Ok(reply) => reply,
+                Err(e) => {
+                    q.failed_pulls.fetch_add(1, Ordering::Relaxed);
+                    if !failed(q) {
+                        log::warn!("flowctrl: task {task:?}: {e}; falling back to local limits");
+                        q.probe_at.store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
+                        enter(q, FAILED);
+                    }
+                    return Err(e);
+                }
+            };
+            let back = wall_us() + self.skew_us;
+            let offset = reply.store_us - (sent + back) / 2;
+            q.offset_us.store(offset as u64, Ordering::Relaxed);
+            if failed(q) {
+                log::info!("flowctrl: task {task:?}: the store answers again");
+            }
+            if reply.slice != slice {
+                slice = reply.slice;
+                continue;
+            }
+            deposit(q, slice, reply.granted);
+            q.low_water.store(want / 4, Ordering::Relaxed);
+            if reply.left == 0 {
+                q.exhausted.store(slice as u64 + 1, Ordering::Release);
+                enter(q, LIMITED);
+            } else {
+                enter(q, OPEN);
+            }
+            return Ok(reply.granted);
+        }
+        Ok(0)
+    }
+
+    /// [`crate::Task::pull_quota`]: waits up to one command timeout for
+    /// another process's pull, then pulls `want` permits.
+    pub fn pull_now(&self, shm: &Shm, slot: &TaskSlot, task: &str, g: Global, want: u64) -> Result<u64> {
+        let q = &slot.quota;
+        let until = Instant::now() + self.options.timeout + self.stale_after();
+        loop {
+            if let Some(lock) = self.try_lock(shm, q)? {
+                return self.pull_locked(shm, slot, task, g, want, &lock);
+            }
+            if Instant::now() >= until {
+                return Err(crate::Error::new(
+                    crate::ErrorKind::Timeout,
+                    format!("task {task:?}: another process's pull did not finish"),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// The task's global-quota statistics.
+    pub fn stats(&self, slot: &TaskSlot, g: Option<Global>) -> QuotaStats {
+        let q = &slot.quota;
+        let phase = q.phase.load(Ordering::Acquire);
+        let now_ms = (wall_us() / 1000) as u64;
+        let mut ms = [0u64; 3];
+        for (m, word) in ms.iter_mut().zip(&q.phase_ms) {
+            *m = word.load(Ordering::Relaxed);
+        }
+        let kind = (phase >> 62) as usize;
+        if phase != 0 && kind < 3 {
+            ms[kind] += now_ms.saturating_sub(phase & SINCE);
+        }
+        let state = g.map(|g| {
+            let slice = slice_of(self.store_now_us(q), g.slice_ms);
+            if kind as u64 == FAILED {
+                QuotaState::Failed
+            } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
+                && tagged(q.host.load(Ordering::Relaxed), slice) == 0
+            {
+                QuotaState::Limited
+            } else {
+                QuotaState::Open
+            }
+        });
+        QuotaStats {
+            state,
+            pulls: q.pulls.load(Ordering::Relaxed),
+            failed_pulls: q.failed_pulls.load(Ordering::Relaxed),
+            pull_ns_sum: q.pull_ns_sum.load(Ordering::Relaxed),
+            pull_ns_max: q.pull_ns_max.load(Ordering::Relaxed),
+            granted: q.granted.load(Ordering::Relaxed),
+            stranded: q.stranded.load(Ordering::Relaxed),
+            open_ms: ms[0],
+            limited_ms: ms[1],
+            failed_ms: ms[2],
+            clock_offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
+        }
+    }
+}
+
+/// The count of a `slice | count` word if it is of `slice`, else 0.
+fn tagged(word: u64, slice: u32) -> u64 {
+    if (word >> 32) as u32 == slice {
+        word & 0xffff_ffff
+    } else {
+        0
+    }
+}
+
+/// Whether slice `a` is after `b` (ids wrap at 2^32).
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Adds `granted` permits of `slice` to the host's quota. A newer slice
+/// restarts from zero: what was left of the old one is stranded. A grant for
+/// a slice already over is stranded whole.
+fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
+    q.granted.fetch_add(granted, Ordering::Relaxed);
+    let mut word = q.host.load(Ordering::Acquire);
+    loop {
+        let (current, left) = ((word >> 32) as u32, word & 0xffff_ffff);
+        let next = if current == slice {
+            word + granted.min(u32::MAX as u64 - left)
+        } else if after(slice, current) || word == 0 {
+            (slice as u64) << 32 | granted.min(u32::MAX as u64)
+        } else {
+            q.stranded.fetch_add(granted, Ordering::Relaxed);
+            return;
+        };
+        match q
+            .host
+            .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                if current != slice && word != 0 {
+                    q.stranded.fetch_add(left, Ordering::Relaxed);
+                    let old = tagged(q.slice_granted.load(Ordering::Relaxed), current);
+                    q.prev_spent
+                        .store(old.saturating_sub(left), Ordering::Relaxed);
+                }
+                break;
+            }
+            Err(now) => word = now,
+        }
+    }
+    let sg = q.slice_granted.load(Ordering::Relaxed);
+    q.slice_granted.store(
+        (slice as u64) << 32 | (tagged(sg, slice) + granted).min(u32::MAX as u64),
+        Ordering::Relaxed,
+    );
+}
+
+/// Moves the state machine to `kind` (under the pull lock), adding the time
+/// spent in the phase it leaves to that phase's total.
+fn enter(q: &QuotaSlot, kind: u64) {
+    let phase = q.phase.load(Ordering::Acquire);
+    let now = (wall_us() / 1000) as u64 & SINCE;
+    let old = (phase >> 62) as usize;
+    if phase != 0 && old as u64 == kind {
+        return;
+    }
+    if phase != 0 && old < 3 {
+        q.phase_ms[old].fetch_add(now.saturating_sub(phase & SINCE), Ordering::Relaxed);
+    }
+    q.phase.store(kind << 62 | now, Ordering::Release);
+}
+
+/// The reaper's part: clears the pull lock of a dead attachment slot.
+pub(crate) fn reclaim_pull_lock(slot: &TaskSlot, attach: u32) {
+    let word = slot.quota.pull_lock.load(Ordering::Acquire);
+    if word != 0 && (word & 0xffff) as u32 == attach + 1 {
+        let _ = slot
+            .quota
+            .pull_lock
+            .compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_compare_across_the_wrap() {
+        assert!(after(1, 0));
+        assert!(after(0, u32::MAX));
+        assert!(!after(5, 5));
+        assert!(!after(4, 5));
+    }
+}

@@ -1,0 +1,242 @@
+//! The Redis store: one Lua script per pull, loaded once and called by its
+//! SHA (the `redis` crate reloads it on NOSCRIPT), over a synchronous
+//! connection with connect and command timeouts.
+//!
+//! The script reads the server's clock (`TIME`) and refuses a pull for a
+//! slice the server is not in, answering its time instead: a host whose
+//! clock is off corrects its offset and asks again, so every host spends
+//! from the key the store's clock names.
+
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::store::{Ask, QuotaStore, Reply};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Timeouts and naming, from the table options and the URL's query
+/// (`?timeout_ms=5&connect_timeout_ms=20&prefix=app:`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RedisSettings {
+    pub url: String,
+    pub prefix: String,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// Takes up to ARGV[2] permits of key KEYS[1] for slice ARGV[4] (slices of
+/// ARGV[3] ms), creating the key at ARGV[1] permits with a TTL of ARGV[5] ms.
+/// Returns {granted, left, server seconds, server µs}; granted = -1 when the
+/// server is in another slice (nothing taken). The grant rule is
+/// `store::grant`: all that is asked while twice that is left, else half of
+/// what is left but at least a quarter of what is asked.
+const PULL: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local sec, usec = tonumber(t[1]), tonumber(t[2])
+local slice_ms = tonumber(ARGV[3])
+local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec} end
+local left = redis.call('GET', KEYS[1])
+if left == false then
+  left = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], left, 'PX', ARGV[5])
+else
+  left = tonumber(left)
+  if left == nil or left ~= math.floor(left) then
+    return redis.error_reply('FLOWCTRL key ' .. KEYS[1] .. ' does not hold an integer')
+  end
+end
+if left < 0 then left = 0 end
+local want = tonumber(ARGV[2])
+local grant = want
+if left < 2 * want then
+  grant = math.min(want, math.max(math.ceil(left / 2), math.min(left, math.floor(want / 4))))
+end
+if grant > 0 then redis.call('DECRBY', KEYS[1], grant) end
+return {grant, left - grant, sec, usec}
+"#;
+
+pub(crate) struct RedisStore {
+    client: redis::Client,
+    settings: RedisSettings,
+    script: redis::Script,
+    /// Idle connections with the pid that opened them: a forked child never
+    /// uses its parent's socket. Taken with `try_lock` only, so a fork while
+    /// another thread held the lock cannot freeze the child.
+    idle: Mutex<Vec<(u32, redis::Connection)>>,
+}
+
+impl RedisStore {
+    /// Parses the URL and prepares the client; does not connect (a store
+    /// that is down at open is a failed store, not a failed open).
+    pub fn new(settings: RedisSettings) -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = redis::Client::open(settings.url.as_str()).map_err(|e| {
+            Error::invalid(format!("store URL {}: {e}", redact(&settings.url)))
+        })?;
+        Ok(Self {
+            client,
+            settings,
+            script: redis::Script::new(PULL),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn connection(&self) -> Result<redis::Connection> {
+        let pid = std::process::id();
+        if let Some(mut idle) = self.idle.try_lock() {
+            while let Some((owner, conn)) = idle.pop() {
+                if owner == pid {
+                    return Ok(conn);
+                }
+                // The parent's socket: closing our copy leaves it alone.
+            }
+        }
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.settings.connect_timeout)
+            .map_err(|e| self.error("connect", &e))?;
+        let timeout = Some(self.settings.timeout);
+        conn.set_read_timeout(timeout)
+            .and_then(|_| conn.set_write_timeout(timeout))
+            .map_err(|e| self.error("set timeouts", &e))?;
+        Ok(conn)
+    }
+
+    fn error(&self, doing: &str, e: &redis::RedisError) -> Error {
+        Error::new(
+            ErrorKind::Store,
+            format!("{}: {doing}: {e}", self.describe()),
+        )
+    }
+}
+
+impl QuotaStore for RedisStore {
+    fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
+        let mut conn = self.connection()?;
+        let key = format!("{}{}:{}", self.settings.prefix, ask.task, ask.slice);
+        let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
+        let answer: redis::RedisResult<(i64, i64, i64, i64)> = self
+            .script
+            .key(&key)
+            .arg(ask.quota)
+            .arg(ask.want)
+            .arg(ask.slice_ms)
+            .arg(ask.slice)
+            .arg(ttl_ms)
+            .invoke(&mut conn);
+        // Any error may leave a reply in flight or a node that is now a
+        // replica (READONLY after a failover): drop the connection, so the
+        // next pull connects afresh.
+        let (granted, left, sec, usec) = answer.map_err(|e| self.error("pull", &e))?;
+        if let Some(mut idle) = self.idle.try_lock() {
+            idle.push((std::process::id(), conn));
+        }
+        let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
+        Ok(Reply {
+            slice: super::store::slice_of(store_us, ask.slice_ms),
+            granted: granted.max(0) as u64,
+            left: left.max(0) as u64,
+            store_us,
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("Redis at {}", redact(&self.settings.url))
+    }
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Splits flowctrl's own query parameters off a store URL.
+pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings> {
+    let (head, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let ms = || {
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| (1..=60_000).contains(ms))
+                .map(Duration::from_millis)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "store URL {}: {name} must be 1..=60000 ms, not {value:?}",
+                        redact(url)
+                    ))
+                })
+        };
+        match name {
+            "timeout_ms" => base.timeout = ms()?,
+            "connect_timeout_ms" => base.connect_timeout = ms()?,
+            "prefix" => base.prefix = value.to_string(),
+            _ => rest.push(pair),
+        }
+    }
+    if !(head.starts_with("redis://")
+        || head.starts_with("rediss://")
+        || head.starts_with("redis+unix://")
+        || head.starts_with("unix://"))
+    {
+        return Err(Error::invalid(format!(
+            "store URL {} must start with redis://, rediss:// or unix://",
+            redact(url)
+        )));
+    }
+    base.url = if rest.is_empty() {
+        head.to_string()
+    } else {
+        format!("{head}?{}", rest.join("&"))
+    };
+    Ok(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> RedisSettings {
+        RedisSettings {
+            url: String::new(),
+            prefix: "flowctrl:".into(),
+            timeout: Duration::from_millis(5),
+            connect_timeout: Duration::from_millis(20),
+        }
+    }
+
+    #[test]
+    fn urls_carry_timeouts_and_prefix() {
+        let s = parse(
+            "redis://:pw@127.0.0.1:7000/2?timeout_ms=9&prefix=app:&protocol=resp2",
+            base(),
+        )
+        .unwrap();
+        assert_eq!(s.timeout, Duration::from_millis(9));
+        assert_eq!(s.prefix, "app:");
+        assert_eq!(s.url, "redis://:pw@127.0.0.1:7000/2?protocol=resp2");
+        assert_eq!(
+            redact("rediss://user:secret@host:1/0"),
+            "rediss://user:***@host:1/0"
+        );
+        for bad in [
+            "http://x",
+            "redis://x?timeout_ms=0",
+            "redis://x?timeout_ms=abc",
+            "",
+        ] {
+            assert!(parse(bad, base()).is_err(), "{bad}");
+        }
+    }
+}
