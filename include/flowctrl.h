@@ -54,6 +54,26 @@
 #define FC_RATE_UNSET (-1.0)
 
 /**
+ * `fc_task_stats.quota_state`: the task has no global limit.
+ */
+#define FC_QUOTA_NONE 0
+
+/**
+ * Spending pulled quota, pulling more as needed.
+ */
+#define FC_QUOTA_OPEN 1
+
+/**
+ * The slice's quota is exhausted cluster-wide: refused until the next slice.
+ */
+#define FC_QUOTA_LIMITED 2
+
+/**
+ * The store fails: deciding by local limits, probing now and then.
+ */
+#define FC_QUOTA_FAILED 3
+
+/**
  * The result of every fallible `fc_*` function. The numbers are stable.
  */
 enum fc_status
@@ -123,6 +143,12 @@ enum fc_status
    */
   FC_ERR_TIMEOUT = 109,
   /**
+   * The quota store could not be reached, timed out, or holds something
+   * that is not quota (`fc_pull_quota` only: decisions fall back to local
+   * limits instead of failing).
+   */
+  FC_ERR_STORE = 110,
+  /**
    * A bug in flowctrl; `fc_last_error()` tells more.
    */
   FC_ERR_INTERNAL = 199,
@@ -158,7 +184,7 @@ typedef struct fc_task fc_task;
  *
  * It grows at its end in later versions: the library reads only the first
  * `size` bytes, and fields past them take their defaults. Accepted sizes:
- * 16 (the fields through `mode`) to 4096.
+ * 16 (the fields through `mode`) to 4096; 24 is the layout of 0.2.
  */
 typedef struct fc_table_options {
   /**
@@ -190,6 +216,35 @@ typedef struct fc_table_options {
    * write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
    */
   uint32_t shared;
+  /**
+   * Where global quota comes from: `redis://[user:password@]host:port/db`,
+   * `rediss://...` (TLS), or NULL (the default) = the embedded store (the
+   * table itself: one host, no server). The query may carry
+   * `timeout_ms`, `connect_timeout_ms` and `prefix`. Every process of a
+   * host must name the same store. Copied; not kept.
+   */
+  const char *store_url;
+  /**
+   * Prefix of the store's keys; NULL (the default) = `"flowctrl:"`.
+   */
+  const char *key_prefix;
+  /**
+   * How long one store command may take, in ms; 0 (the default) = 5.
+   */
+  uint32_t store_timeout_ms;
+  /**
+   * How long connecting to the store may take, in ms; 0 = 20.
+   */
+  uint32_t store_connect_timeout_ms;
+  /**
+   * How long a failed store is left alone before one process probes it,
+   * in ms (±20 % jitter); 0 = 3000.
+   */
+  uint32_t probe_interval_ms;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved;
 } fc_table_options;
 
 /**
@@ -199,7 +254,8 @@ typedef struct fc_table_options {
  * fields with an existing task's; updating changes only the set fields.
  *
  * It grows at its end in later versions: the library reads only the first
- * `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
+ * `size` bytes, and fields past them are unset. Accepted sizes: 24 (the
+ * layout of 0.2) to 4096.
  */
 typedef struct fc_task_config {
   /**
@@ -226,6 +282,26 @@ typedef struct fc_task_config {
    * Must be 0 (room for a later field); anything else is refused.
    */
   uint32_t reserved;
+  /**
+   * Requests per second for the whole cluster, pulled in chunks from the
+   * table's store; 0 = no global limit (the default). `FC_RATE_UNSET` =
+   * unset.
+   */
+  double global_rate;
+  /**
+   * Length of a global-quota slice in ms, 100..=60000 (default 1000).
+   * `FC_UNSET` = unset.
+   */
+  uint32_t slice_ms;
+  /**
+   * Permits per pull; 0 = adaptive (the default). `FC_UNSET` = unset.
+   */
+  uint32_t chunk;
+  /**
+   * Requests per second while the store fails, for a task without a
+   * local rate; 0 = `global_rate` (the default). `FC_RATE_UNSET` = unset.
+   */
+  double fallback_rate;
 } fc_task_config;
 
 /**
@@ -300,6 +376,40 @@ struct fc_task_stats {
    * nothing is in motion (`fc_task_check` compares them at one instant).
    */
   int64_t held;
+  /**
+   * The global quota's state: `FC_QUOTA_*`.
+   */
+  uint32_t quota_state;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved1;
+  /**
+   * Round trips to the store (failed ones included) and failed ones.
+   */
+  uint64_t pulls;
+  uint64_t failed_pulls;
+  /**
+   * Time spent in pulls: total and longest, in ns.
+   */
+  uint64_t pull_ns_sum;
+  uint64_t pull_ns_max;
+  /**
+   * Permits pulled from the store, and those left unspent when their
+   * slice ended.
+   */
+  uint64_t quota_granted;
+  uint64_t quota_stranded;
+  /**
+   * Time spent open, limited and failed, in ms.
+   */
+  uint64_t open_ms;
+  uint64_t limited_ms;
+  uint64_t failed_ms;
+  /**
+   * The store's clock minus this host's, as last measured, in µs.
+   */
+  int64_t clock_offset_us;
 };
 
 /**
@@ -473,6 +583,19 @@ fc_status fc_task_stats_init(struct fc_task_stats *stats, size_t size);
  * its first `size` bytes are written. Thread-safe; no system call.
  */
 fc_status fc_task_stats(const struct fc_task *task, struct fc_task_stats *out);
+
+/**
+ * Pulls up to `want` permits of the current slice from the store into the
+ * host's quota now, e.g. to warm up before a known spike (admissions pull
+ * by themselves). Waits for another process's pull in flight, then for at
+ * most one store command. `FC_OK` with `*granted` set; `FC_LIMITED_GLOBAL`
+ * when the slice is exhausted (`*granted` = 0); `FC_ERR_STORE` when the
+ * store failed (the task then decides by its local limits, or its
+ * fallback rate, until a probe succeeds); `FC_ERR_INVALID_ARGUMENT` for a
+ * task without `global_rate` or `want` outside 1..=a slice's quota.
+ * Thread-safe.
+ */
+fc_status fc_pull_quota(const struct fc_task *task, int64_t want, int64_t *granted);
 
 /**
  * Compares the task's concurrency count with what the processes' ledgers

@@ -11,6 +11,8 @@
 //! fails the tests: the C ABI is part of the product, it is never skipped.
 //! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`.
 
+mod common;
+
 use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,8 @@ enum Program {
     Cxx,
     /// `compat_v1.c` against the frozen `tests/c/compat_v1.h`.
     CompatV1,
+    /// `quota_worker.c`: a worker of the global-quota tests.
+    QuotaWorker,
 }
 
 impl Program {
@@ -47,20 +51,21 @@ impl Program {
             Program::C => "abi_test.c",
             Program::Cxx => "abi_test.cpp",
             Program::CompatV1 => "compat_v1.c",
+            Program::QuotaWorker => "quota_worker.c",
         }
     }
 
     fn language(self) -> Language {
         match self {
             Program::Cxx => Language::Cxx,
-            Program::C | Program::CompatV1 => Language::C,
+            Program::C | Program::CompatV1 | Program::QuotaWorker => Language::C,
         }
     }
 
     /// The directory of the header it includes.
     fn include_dir(self) -> &'static str {
         match self {
-            Program::C | Program::Cxx => "include",
+            Program::C | Program::Cxx | Program::QuotaWorker => "include",
             Program::CompatV1 => "tests/c",
         }
     }
@@ -70,6 +75,7 @@ impl Program {
             Program::C => "abi_test_c",
             Program::Cxx => "abi_test_cpp",
             Program::CompatV1 => "compat_v1",
+            Program::QuotaWorker => "quota_worker",
         }
     }
 }
@@ -360,5 +366,143 @@ fn programs_under_asan_and_ubsan() {
             "scripts/c-sanitizers.sh failed ({status}); logs in {}\n\n{output}",
             out.display()
         ),
+    }
+}
+
+/// The global-quota accuracy and failover tests through the C face: real
+/// worker processes built from `tests/c/quota_worker.c`, a real Redis.
+mod quota {
+    use super::*;
+    use crate::common::redis::RedisServer;
+    use std::collections::BTreeMap;
+
+    fn wall_us() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64
+    }
+
+    struct Worker(std::process::Child);
+
+    /// Starts a worker; it begins at `start` (wall µs).
+    fn spawn(
+        binary: &Path,
+        table: &Path,
+        url: &str,
+        start: i64,
+        secs: f64,
+        fallback: f64,
+    ) -> Worker {
+        let child = Command::new(binary)
+            .env_remove("LD_LIBRARY_PATH")
+            .args([
+                table.to_str().unwrap(),
+                url,
+                &start.to_string(),
+                &secs.to_string(),
+                &fallback.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start quota_worker");
+        Worker(child)
+    }
+
+    /// Its per-slice counts and (errors, slowest µs, admitted).
+    fn finish(w: Worker) -> (BTreeMap<i64, u64>, [u64; 3]) {
+        let out = w.0.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "worker failed: {text}");
+        let mut slices = BTreeMap::new();
+        let mut done = [u64::MAX; 3];
+        for line in text.lines() {
+            let words: Vec<&str> = line.split(' ').collect();
+            match words[0] {
+                "slice" => {
+                    slices.insert(words[1].parse().unwrap(), words[2].parse().unwrap());
+                }
+                "done" => {
+                    for i in 0..3 {
+                        done[i] = words[i + 1].parse().unwrap();
+                    }
+                }
+                _ => panic!("unexpected line {line:?}"),
+            }
+        }
+        (slices, done)
+    }
+
+    #[test]
+    fn c_workers_admit_the_global_rate_per_slice_and_survive_a_redis_outage() {
+        let _turn = one_at_a_time();
+        let binary = compile(Program::QuotaWorker, Linkage::Shared, &deps_dir());
+        let mut redis = RedisServer::start();
+        let scratch = scratch_dir("quota");
+
+        // Accuracy: 2 hosts × 3 processes, saturating demand for 5 s.
+        let start = wall_us() + 500_000;
+        let workers: Vec<_> = (0..6)
+            .map(|i| {
+                spawn(
+                    &binary,
+                    &scratch.join(format!("host{}", i % 2)),
+                    &redis.url(),
+                    start,
+                    5.0,
+                    0.0,
+                )
+            })
+            .collect();
+        let mut total: BTreeMap<i64, u64> = BTreeMap::new();
+        for w in workers {
+            let (slices, done) = finish(w);
+            assert_eq!(done[0], 0, "errors");
+            for (s, n) in slices {
+                *total.entry(s).or_default() += n;
+            }
+        }
+        let slices: Vec<_> = total.iter().collect();
+        assert!(slices.len() >= 4, "{total:?}");
+        for (s, n) in &slices[1..slices.len() - 1] {
+            assert!((1960..=2020).contains(*n), "slice {s}: {n}: {total:?}");
+        }
+
+        // Failover: Redis killed at 1.5 s, restarted at 3.5 s.
+        let start = wall_us() + 300_000;
+        let table = scratch.join("failover");
+        let workers: Vec<_> = (0..2)
+            .map(|_| spawn(&binary, &table, &redis.url(), start, 6.0, 400.0))
+            .collect();
+        let until = |at: i64| {
+            while wall_us() < at {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        until(start + 1_500_000);
+        redis.kill();
+        until(start + 3_500_000);
+        redis.restart();
+        for w in workers {
+            let (_, [errors, slowest, admitted]) = finish(w);
+            assert_eq!(errors, 0, "no caller may see an error");
+            assert!(slowest < 180_000, "an acquire took {slowest} µs");
+            assert!(admitted > 1000, "kept serving: {admitted}");
+        }
+        let opened = flowctrl::Table::open(&table, &flowctrl::TableOptions::default()).unwrap();
+        let stats = opened
+            .task("api", &flowctrl::TaskConfig::new())
+            .unwrap()
+            .quota_stats();
+        assert!(
+            stats.failed_pulls >= 1 && stats.failed_ms >= 1000,
+            "{stats:?}"
+        );
+        assert_ne!(
+            stats.state,
+            Some(flowctrl::QuotaState::Failed),
+            "recovered: {stats:?}"
+        );
+        let _ = std::fs::remove_dir_all(&scratch);
     }
 }

@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{
-    Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, Task, TaskConfig,
-};
+use flowctrl::{Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, Task, TaskConfig};
 
 const RATE: f64 = 2000.0;
 
@@ -39,7 +37,14 @@ fn wall_us() -> i64 {
 /// One worker: saturating demand for `secs`, counting admissions per slice
 /// by the store's clock as this host sees it (wall + skew + offset), written
 /// to `out`. Exit 1 if any acquire returned an error.
-fn worker(path: &Path, opts: TableOptions, skew_ms: i64, start: Duration, secs: f64, out: PathBuf) -> i32 {
+fn worker(
+    path: &Path,
+    opts: TableOptions,
+    skew_ms: i64,
+    start: Duration,
+    secs: f64,
+    out: PathBuf,
+) -> i32 {
     let table = Table::open(path, &opts).unwrap();
     let task = table
         .task("api", &TaskConfig::new().global_rate(RATE))
@@ -70,7 +75,12 @@ fn worker(path: &Path, opts: TableOptions, skew_ms: i64, start: Duration, secs: 
 
 /// Runs `per_host` workers on each of `hosts` (table, skew) for `secs`, and
 /// returns the admissions per slice summed over all of them.
-fn run(scratch: &Scratch, hosts: &[(PathBuf, Option<String>, i64)], per_host: usize, secs: f64) -> BTreeMap<i64, u64> {
+fn run(
+    scratch: &Scratch,
+    hosts: &[(PathBuf, Option<String>, i64)],
+    per_host: usize,
+    secs: f64,
+) -> BTreeMap<i64, u64> {
     let start = monotonic() + Duration::from_millis(500);
     let mut pids = KillOnDrop::default();
     let mut outs = Vec::new();
@@ -79,7 +89,9 @@ fn run(scratch: &Scratch, hosts: &[(PathBuf, Option<String>, i64)], per_host: us
             let out = scratch.path(&format!("counts-{h}-{w}"));
             outs.push(out.clone());
             let (path, opts, skew) = (path.clone(), options(url.clone(), *skew), *skew);
-            pids.add(fork_guarded(move || worker(&path, opts, skew, start, secs, out)));
+            pids.add(fork_guarded(move || {
+                worker(&path, opts, skew, start, secs, out)
+            }));
         }
     }
     for pid in pids.0.clone() {
@@ -136,7 +148,10 @@ fn redis_two_hosts_three_processes_each_admit_the_rate_per_slice() {
     let commands = redis.pull_round_trips();
     let admitted: u64 = per_slice.values().sum();
     eprintln!("Redis round trips per admitted request: {commands} / {admitted}");
-    assert!(commands as f64 / admitted as f64 <= 0.01, "{commands} round trips for {admitted}");
+    assert!(
+        commands as f64 / admitted as f64 <= 0.01,
+        "{commands} round trips for {admitted}"
+    );
 }
 
 #[test]
@@ -149,6 +164,282 @@ fn a_host_whose_clock_is_700_ms_ahead_spends_from_the_same_keys() {
     ];
     assert_accurate(&run(&scratch, &hosts, 3, 5.0));
     let table = Table::open(scratch.path("b"), &options(Some(redis.url()), 700)).unwrap();
-    let offset = table.task("api", &TaskConfig::new()).unwrap().quota_stats().clock_offset_us;
-    assert!((-720_000..=-680_000).contains(&offset), "measured offset {offset} µs");
+    let offset = table
+        .task("api", &TaskConfig::new())
+        .unwrap()
+        .quota_stats()
+        .clock_offset_us;
+    assert!(
+        (-720_000..=-680_000).contains(&offset),
+        "measured offset {offset} µs"
+    );
+}
+
+/// What one worker of an outage test saw.
+fn outage_worker(path: &Path, opts: TableOptions, start: Duration, secs: f64, out: PathBuf) -> i32 {
+    let table = Table::open(path, &opts).unwrap();
+    let task = table
+        .task(
+            "api",
+            &TaskConfig::new().global_rate(RATE).fallback_rate(400.0),
+        )
+        .unwrap();
+    sleep_until(start);
+    let end = start + Duration::from_secs_f64(secs);
+    let (mut errors, mut slowest, mut admitted) = (0, Duration::ZERO, 0u64);
+    while monotonic() < end {
+        let began = Instant::now();
+        let decision = task.acquire(1);
+        slowest = slowest.max(began.elapsed());
+        match decision {
+            Ok(Decision::Admitted(_)) => admitted += 1,
+            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(300)),
+            Err(e) => {
+                errors += 1;
+                raw_eprint(&format!("acquire failed: {e}\n"));
+            }
+        }
+    }
+    std::fs::write(out, format!("{errors} {} {admitted}", slowest.as_micros())).unwrap();
+    0
+}
+
+/// Runs two workers for 6 s; `outage` starts at 1.5 s and `recover` at
+/// 3.5 s. Returns when the host entered the failed state and when it left
+/// it, measured from the outage and the recovery.
+fn outage(
+    redis: &mut RedisServer,
+    outage: impl FnOnce(&mut RedisServer),
+    recover: impl FnOnce(&mut RedisServer),
+) -> (Duration, Duration) {
+    let scratch = Scratch::new("quota-outage");
+    let path = scratch.path("table");
+    let opts = options(Some(redis.url()), 0);
+    let table = Table::open(&path, &opts).unwrap();
+    let task = table
+        .task(
+            "api",
+            &TaskConfig::new().global_rate(RATE).fallback_rate(400.0),
+        )
+        .unwrap();
+    let start = monotonic() + Duration::from_millis(300);
+    let mut pids = KillOnDrop::default();
+    let outs: Vec<_> = (0..2).map(|w| scratch.path(&format!("w{w}"))).collect();
+    for out in &outs {
+        let (path, opts, out) = (path.clone(), opts.clone(), out.clone());
+        pids.add(fork_guarded(move || {
+            outage_worker(&path, opts, start, 6.0, out)
+        }));
+    }
+    let state_after = |from: Duration, wanted: fn(QuotaState) -> bool| {
+        while !task.quota_stats().state.is_some_and(wanted) {
+            assert!(
+                monotonic() - from < Duration::from_secs(3),
+                "state {:?}",
+                task.quota_stats()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        monotonic() - from
+    };
+    sleep_until(start + Duration::from_millis(1500));
+    assert_ne!(task.quota_stats().state, Some(QuotaState::Failed));
+    let down = monotonic();
+    outage(redis);
+    let to_failed = state_after(down, |s| s == QuotaState::Failed);
+    sleep_until(start + Duration::from_millis(3500));
+    let up = monotonic();
+    recover(redis);
+    let to_open = state_after(up, |s| s != QuotaState::Failed);
+    for pid in pids.0.clone() {
+        assert_eq!(wait(pid), 0);
+        pids.forget(pid);
+    }
+    for out in outs {
+        let text = std::fs::read_to_string(out).unwrap();
+        let v: Vec<u64> = text.split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(v[0], 0, "no caller may see an error");
+        // One command timeout (100 ms here) plus scheduling slack.
+        assert!(v[1] < 180_000, "an acquire took {} µs", v[1]);
+        assert!(v[2] > 1000, "kept serving: {text}");
+        eprintln!("worker: errors, slowest acquire µs, admitted = {text}");
+    }
+    let stats = task.quota_stats();
+    assert!(
+        stats.failed_pulls >= 1 && stats.failed_ms >= 1000,
+        "{stats:?}"
+    );
+    eprintln!("failed after {to_failed:?}, open again after {to_open:?}: {stats:?}");
+    (to_failed, to_open)
+}
+
+#[test]
+fn redis_killed_and_restarted_falls_back_and_recovers() {
+    let mut redis = RedisServer::start();
+    let (to_failed, to_open) = outage(&mut redis, RedisServer::kill, RedisServer::restart);
+    // The host notices at its next pull (at the latest at the next slice).
+    assert!(to_failed < Duration::from_millis(1200), "{to_failed:?}");
+    // Probes every second ±20 %.
+    assert!(to_open < Duration::from_millis(1300), "{to_open:?}");
+}
+
+#[test]
+fn redis_paused_falls_back_within_a_command_timeout_and_recovers() {
+    let mut redis = RedisServer::start();
+    let (to_failed, to_open) = outage(
+        &mut redis,
+        |r| r.command::<()>(&["CLIENT", "PAUSE", "60000", "WRITE"]),
+        |r| r.command::<()>(&["CLIENT", "UNPAUSE"]),
+    );
+    assert!(to_failed < Duration::from_millis(1300), "{to_failed:?}");
+    assert!(to_open < Duration::from_millis(1300), "{to_open:?}");
+}
+
+#[test]
+fn a_pull_lock_holder_killed_mid_pull_is_replaced_within_100_ms() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("quota-holder");
+    let path = scratch.path("table");
+    let mut slow = options(Some(redis.url()), 0);
+    slow.store.timeout = Duration::from_secs(30);
+    let config = TaskConfig::new().global_rate(RATE);
+    let table = Table::open(&path, &options(Some(redis.url()), 0)).unwrap();
+    let task = table.task("api", &config).unwrap();
+    let (ready, go) = (Pipe::new(), Pipe::new());
+    let mut pids = KillOnDrop::default();
+    let holder = {
+        let path = path.clone();
+        fork_guarded(move || {
+            let table = Table::open(&path, &slow).unwrap();
+            let task = table.task("api", &config).unwrap();
+            ready.send(1);
+            go.recv();
+            let _ = task.pull_quota(100); // blocks: Redis is paused
+            0
+        })
+    };
+    pids.add(holder);
+    ready.recv();
+    redis.command::<()>(&["CLIENT", "PAUSE", "60000", "WRITE"]);
+    go.send(1);
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = monotonic();
+    kill(holder, libc::SIGKILL);
+    assert!(wait(holder) < 0);
+    pids.forget(holder);
+    redis.command::<()>(&["CLIENT", "UNPAUSE"]);
+    // This process takes the lock over and pulls.
+    let granted = loop {
+        match task.acquire(1).unwrap() {
+            Decision::Admitted(_) => break monotonic() - killed,
+            Decision::Limited(_) => {
+                assert!(
+                    monotonic() - killed < Duration::from_secs(2),
+                    "never pulled"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    };
+    eprintln!("pulled {granted:?} after the holder was killed");
+    assert!(granted < Duration::from_millis(100), "{granted:?}");
+}
+
+#[test]
+fn bad_input_is_refused_clearly_and_never_blocks() {
+    let scratch = Scratch::new("quota-bad");
+    for url in [
+        "http://127.0.0.1:6379",
+        "redis://host?timeout_ms=0",
+        "redis://[::1",
+    ] {
+        let err = Table::open(scratch.path("t"), &TableOptions::default().store(url)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}: {err}");
+    }
+    let table = Table::open(scratch.path("t"), &TableOptions::default()).unwrap();
+    for (config, what) in [
+        (TaskConfig::new().global_rate(-1.0), "global_rate"),
+        (TaskConfig::new().global_rate(f64::NAN), "global_rate"),
+        (TaskConfig::new().global_rate(f64::INFINITY), "global_rate"),
+        (
+            TaskConfig::new().global_rate(100.0).slice_ms(99),
+            "slice_ms",
+        ),
+        (
+            TaskConfig::new().global_rate(100.0).slice_ms(60_001),
+            "slice_ms",
+        ),
+        (TaskConfig::new().global_rate(0.5), "per slice"),
+        (TaskConfig::new().global_rate(100.0).chunk(101), "chunk"),
+        (
+            TaskConfig::new().global_rate(100.0).fallback_rate(f64::NAN),
+            "fallback_rate",
+        ),
+    ] {
+        let err = table.task("bad", &config).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{config:?}");
+        assert!(err.message().contains(what), "{err}");
+    }
+    // global_rate 0 is documented: no global limit.
+    let open = table
+        .task("open", &TaskConfig::new().global_rate(0.0))
+        .unwrap();
+    assert_eq!(
+        open.pull_quota(1).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    let task = table
+        .task("g", &TaskConfig::new().global_rate(100.0))
+        .unwrap();
+    for want in [0, 101] {
+        assert_eq!(
+            task.pull_quota(want).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
+
+    // Unreachable at open: opening works, decisions fall back at once and
+    // an explicit pull says why.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let table = Table::open(scratch.path("u"), &options(Some(url), 0)).unwrap();
+    let task = table
+        .task(
+            "u",
+            &TaskConfig::new().global_rate(1000.0).fallback_rate(50.0),
+        )
+        .unwrap();
+    let began = Instant::now();
+    assert!(matches!(task.acquire(1).unwrap(), Decision::Admitted(_)));
+    assert!(began.elapsed() < Duration::from_millis(150));
+    assert_eq!(task.quota_stats().state, Some(QuotaState::Failed));
+    let err = task.pull_quota(10).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Store, "{err}");
+    assert!(
+        err.message().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+
+    // A key that holds no number: the store is failed, callers keep going.
+    let redis = RedisServer::start();
+    let table = Table::open(scratch.path("n"), &options(Some(redis.url()), 0)).unwrap();
+    let task = table
+        .task("n", &TaskConfig::new().global_rate(1000.0).slice_ms(60_000))
+        .unwrap();
+    let slice = (wall_us() / 1000 / 60_000) as u32;
+    for s in [slice, slice + 1] {
+        redis.command::<()>(&["SET", &format!("flowctrl:n:{s}"), "lots"]);
+    }
+    let err = task.pull_quota(10).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Store);
+    assert!(err.message().contains("integer"), "{err}");
+    assert!(matches!(task.acquire(1).unwrap(), Decision::Admitted(_)));
+    assert!(matches!(
+        task.acquire(1).unwrap(),
+        Decision::Admitted(_) | Decision::Limited(Limited::Global)
+    ));
 }

@@ -7,7 +7,10 @@ use std::path::Path;
 use super::sized::{Out, init_sized, read_sized};
 use super::status::{boundary, fc_status};
 use super::types::*;
-use crate::{Error, ErrorKind, Outcome, RawPermit, Table, TableOptions, Task, TaskConfig};
+use crate::{
+    Error, ErrorKind, Outcome, QuotaState, RawPermit, StoreOptions, Table, TableOptions, Task,
+    TaskConfig,
+};
 
 const NAME_MAX: usize = FC_NAME_MAX as usize;
 
@@ -76,14 +79,57 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
             )));
         }
     };
+    if o.reserved != 0 {
+        return Err(Error::invalid(format!(
+            "fc_table_options.reserved must be 0, not {}",
+            o.reserved
+        )));
+    }
+    let mut store = StoreOptions::default();
+    if !o.store_url.is_null() {
+        store.url = Some(unsafe { text_arg(o.store_url, "store_url") }?.to_string());
+    }
+    if !o.key_prefix.is_null() {
+        store.key_prefix = unsafe { text_arg(o.key_prefix, "key_prefix") }?.to_string();
+    }
+    let ms = |v: u32, default| {
+        if v == 0 {
+            default
+        } else {
+            std::time::Duration::from_millis(v as u64)
+        }
+    };
+    store.timeout = ms(o.store_timeout_ms, store.timeout);
+    store.connect_timeout = ms(o.store_connect_timeout_ms, store.connect_timeout);
+    store.probe_interval = ms(o.probe_interval_ms, store.probe_interval);
     Ok(TableOptions {
         capacity: o.capacity,
         max_processes: o.max_processes,
         mode: o.mode,
         owner: set(o.owner_uid),
         shared,
+        store,
         ..TableOptions::default()
     })
+}
+
+/// Reads a NUL-terminated UTF-8 option string of at most 4 KiB.
+unsafe fn text_arg<'a>(text: *const c_char, what: &str) -> Result<&'a str, Error> {
+    const MAX: usize = 4096;
+    // SAFETY: non-NULL and NUL-terminated per the contract; never scanned
+    // past MAX + 1 bytes.
+    let len = unsafe { libc::strnlen(text, MAX + 1) };
+    if len > MAX {
+        return Err(Error::invalid(format!("{what} is longer than {MAX} bytes")));
+    }
+    // SAFETY: `len` bytes were just scanned and are readable.
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    std::str::from_utf8(bytes).map_err(|e| Error::invalid(format!("{what} is not UTF-8: {e}")))
+}
+
+/// `FC_RATE_UNSET` → `None` (exactly that value).
+fn rate(value: f64) -> Option<f64> {
+    (value.to_bits() != FC_RATE_UNSET.to_bits()).then_some(value)
 }
 
 #[allow(clippy::needless_update)]
@@ -94,11 +140,14 @@ fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
             c.reserved
         )));
     }
-    let rate_set = c.local_rate.to_bits() != FC_RATE_UNSET.to_bits();
     Ok(TaskConfig {
-        local_rate: rate_set.then_some(c.local_rate),
+        local_rate: rate(c.local_rate),
         burst: set(c.burst),
         max_concurrency: set(c.max_concurrency),
+        global_rate: rate(c.global_rate),
+        slice_ms: set(c.slice_ms),
+        chunk: set(c.chunk),
+        fallback_rate: rate(c.fallback_rate),
         ..TaskConfig::default()
     })
 }
@@ -279,6 +328,10 @@ pub unsafe extern "C" fn fc_task_config_get(
             local_rate: s.local_rate,
             max_concurrency: s.max_concurrency,
             reserved: 0,
+            global_rate: s.global_rate,
+            slice_ms: s.slice_ms,
+            chunk: s.chunk,
+            fallback_rate: s.fallback_rate,
         });
         Ok(fc_status::FC_OK)
     })
@@ -421,6 +474,7 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
         let task = unsafe { arg(task, "task") }?;
         let out = unsafe { Out::new(out, "out") }?;
         let s = task_of(task).stats();
+        let q = task_of(task).quota_stats();
         out.write(&fc_task_stats {
             size: size_of::<fc_task_stats>() as u32,
             reserved: 0,
@@ -436,8 +490,54 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             rtt_sum_ns: s.rtt_sum_ns,
             rtt_samples: s.rtt_samples,
             held: s.held,
+            quota_state: match q.state {
+                None => FC_QUOTA_NONE,
+                Some(QuotaState::Open) => FC_QUOTA_OPEN,
+                Some(QuotaState::Limited) => FC_QUOTA_LIMITED,
+                Some(QuotaState::Failed) => FC_QUOTA_FAILED,
+            },
+            reserved1: 0,
+            pulls: q.pulls,
+            failed_pulls: q.failed_pulls,
+            pull_ns_sum: q.pull_ns_sum,
+            pull_ns_max: q.pull_ns_max,
+            quota_granted: q.granted,
+            quota_stranded: q.stranded,
+            open_ms: q.open_ms,
+            limited_ms: q.limited_ms,
+            failed_ms: q.failed_ms,
+            clock_offset_us: q.clock_offset_us,
         });
         Ok(fc_status::FC_OK)
+    })
+}
+
+/// Pulls up to `want` permits of the current slice from the store into the
+/// host's quota now, e.g. to warm up before a known spike (admissions pull
+/// by themselves). Waits for another process's pull in flight, then for at
+/// most one store command. `FC_OK` with `*granted` set; `FC_LIMITED_GLOBAL`
+/// when the slice is exhausted (`*granted` = 0); `FC_ERR_STORE` when the
+/// store failed (the task then decides by its local limits, or its
+/// fallback rate, until a probe succeeds); `FC_ERR_INVALID_ARGUMENT` for a
+/// task without `global_rate` or `want` outside 1..=a slice's quota.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_pull_quota(
+    task: *const fc_task,
+    want: i64,
+    granted: *mut i64,
+) -> fc_status {
+    boundary(|| {
+        let task = unsafe { arg(task, "task") }?;
+        let granted = out_arg(granted, "granted")?;
+        let want = u64::try_from(want)
+            .map_err(|_| Error::invalid(format!("want must be positive, not {want}")))?;
+        let (status, n) = match task_of(task).pull_quota(want)? {
+            Ok(n) => (fc_status::FC_OK, n as i64),
+            Err(limited) => (limited.into(), 0),
+        };
+        unsafe { put(granted, n) };
+        Ok(status)
     })
 }
 

@@ -1,6 +1,8 @@
 //! The constants and structs of the C face: the handles, and the structs C
 //! allocates (each with its size first, see `sized`), with their defaults.
 
+use std::ffi::c_char;
+
 use super::sized::SizedStruct;
 use crate::{Table, TableOptions, Task};
 
@@ -53,7 +55,7 @@ pub struct fc_task {
 ///
 /// It grows at its end in later versions: the library reads only the first
 /// `size` bytes, and fields past them take their defaults. Accepted sizes:
-/// 16 (the fields through `mode`) to 4096.
+/// 16 (the fields through `mode`) to 4096; 24 is the layout of 0.2.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct fc_table_options {
@@ -74,6 +76,23 @@ pub struct fc_table_options {
     /// 1 = accept (and allow creating) a table that group or others may
     /// write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
     pub shared: u32,
+    /// Where global quota comes from: `redis://[user:password@]host:port/db`,
+    /// `rediss://...` (TLS), or NULL (the default) = the embedded store (the
+    /// table itself: one host, no server). The query may carry
+    /// `timeout_ms`, `connect_timeout_ms` and `prefix`. Every process of a
+    /// host must name the same store. Copied; not kept.
+    pub store_url: *const c_char,
+    /// Prefix of the store's keys; NULL (the default) = `"flowctrl:"`.
+    pub key_prefix: *const c_char,
+    /// How long one store command may take, in ms; 0 (the default) = 5.
+    pub store_timeout_ms: u32,
+    /// How long connecting to the store may take, in ms; 0 = 20.
+    pub store_connect_timeout_ms: u32,
+    /// How long a failed store is left alone before one process probes it,
+    /// in ms (±20 % jitter); 0 = 3000.
+    pub probe_interval_ms: u32,
+    /// Must be 0.
+    pub reserved: u32,
 }
 
 /// A task's configuration. Fill it with
@@ -82,7 +101,8 @@ pub struct fc_table_options {
 /// fields with an existing task's; updating changes only the set fields.
 ///
 /// It grows at its end in later versions: the library reads only the first
-/// `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
+/// `size` bytes, and fields past them are unset. Accepted sizes: 24 (the
+/// layout of 0.2) to 4096.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct fc_task_config {
@@ -100,6 +120,18 @@ pub struct fc_task_config {
     pub max_concurrency: u32,
     /// Must be 0 (room for a later field); anything else is refused.
     pub reserved: u32,
+    /// Requests per second for the whole cluster, pulled in chunks from the
+    /// table's store; 0 = no global limit (the default). `FC_RATE_UNSET` =
+    /// unset.
+    pub global_rate: f64,
+    /// Length of a global-quota slice in ms, 100..=60000 (default 1000).
+    /// `FC_UNSET` = unset.
+    pub slice_ms: u32,
+    /// Permits per pull; 0 = adaptive (the default). `FC_UNSET` = unset.
+    pub chunk: u32,
+    /// Requests per second while the store fails, for a task without a
+    /// local rate; 0 = `global_rate` (the default). `FC_RATE_UNSET` = unset.
+    pub fallback_rate: f64,
 }
 
 /// An admitted request, in caller memory: no allocation per request and no
@@ -157,18 +189,48 @@ pub struct fc_task_stats {
     /// What the processes' ledgers say they hold: equal to `in_flight` when
     /// nothing is in motion (`fc_task_check` compares them at one instant).
     pub held: i64,
+    /// The global quota's state: `FC_QUOTA_*`.
+    pub quota_state: u32,
+    /// Written as 0.
+    pub reserved1: u32,
+    /// Round trips to the store (failed ones included) and failed ones.
+    pub pulls: u64,
+    pub failed_pulls: u64,
+    /// Time spent in pulls: total and longest, in ns.
+    pub pull_ns_sum: u64,
+    pub pull_ns_max: u64,
+    /// Permits pulled from the store, and those left unspent when their
+    /// slice ended.
+    pub quota_granted: u64,
+    pub quota_stranded: u64,
+    /// Time spent open, limited and failed, in ms.
+    pub open_ms: u64,
+    pub limited_ms: u64,
+    pub failed_ms: u64,
+    /// The store's clock minus this host's, as last measured, in µs.
+    pub clock_offset_us: i64,
 }
+
+/// `fc_task_stats.quota_state`: the task has no global limit.
+pub const FC_QUOTA_NONE: u32 = 0;
+/// Spending pulled quota, pulling more as needed.
+pub const FC_QUOTA_OPEN: u32 = 1;
+/// The slice's quota is exhausted cluster-wide: refused until the next slice.
+pub const FC_QUOTA_LIMITED: u32 = 2;
+/// The store fails: deciding by local limits, probing now and then.
+pub const FC_QUOTA_FAILED: u32 = 3;
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
-    assert!(size_of::<fc_table_options>() == 24);
-    assert!(size_of::<fc_task_config>() == 24);
-    assert!(size_of::<fc_task_stats>() == 104);
+    assert!(size_of::<fc_table_options>() == 56);
+    assert!(size_of::<fc_task_config>() == 48);
+    assert!(size_of::<fc_task_stats>() == 192);
     assert!(size_of::<fc_permit>() == 64);
 };
 
-// SAFETY: repr(C), `size: u32` first, integers and floats only, no padding
-// (the sizes above are the sums of the fields).
+// SAFETY: repr(C), `size: u32` first, integers, floats and pointers only
+// (read, never followed, by `sized`), no padding (the sizes above are the
+// sums of the fields).
 unsafe impl SizedStruct for fc_table_options {
     const NAME: &'static str = "fc_table_options";
     const INIT: &'static str = "fc_table_options_init";
@@ -182,6 +244,12 @@ unsafe impl SizedStruct for fc_table_options {
             mode: d.mode,
             owner_uid: d.owner.unwrap_or(FC_UNSET),
             shared: d.shared as u32,
+            store_url: std::ptr::null(),
+            key_prefix: std::ptr::null(),
+            store_timeout_ms: 0,
+            store_connect_timeout_ms: 0,
+            probe_interval_ms: 0,
+            reserved: 0,
         }
     }
 }
@@ -198,6 +266,10 @@ unsafe impl SizedStruct for fc_task_config {
             local_rate: FC_RATE_UNSET,
             max_concurrency: FC_UNSET,
             reserved: 0,
+            global_rate: FC_RATE_UNSET,
+            slice_ms: FC_UNSET,
+            chunk: FC_UNSET,
+            fallback_rate: FC_RATE_UNSET,
         }
     }
 }
@@ -223,6 +295,18 @@ unsafe impl SizedStruct for fc_task_stats {
             rtt_sum_ns: 0,
             rtt_samples: 0,
             held: 0,
+            quota_state: FC_QUOTA_NONE,
+            reserved1: 0,
+            pulls: 0,
+            failed_pulls: 0,
+            pull_ns_sum: 0,
+            pull_ns_max: 0,
+            quota_granted: 0,
+            quota_stranded: 0,
+            open_ms: 0,
+            limited_ms: 0,
+            failed_ms: 0,
+            clock_offset_us: 0,
         }
     }
 }

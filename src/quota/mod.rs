@@ -186,6 +186,7 @@ impl Quota {
     /// runs low. `burst` applies to the fallback rate; `has_local` says the
     /// task's own local rate decides while the store is failing.
     #[inline]
+    #[allow(clippy::too_many_arguments)] // the request path: no struct to build
     pub fn take(
         &self,
         shm: &Shm,

@@ -112,7 +112,12 @@ impl Quota {
         let now = shm.clock.now();
         now >= at
             && q.probe_at
-                .compare_exchange(at, self.next_probe(shm, now), Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(
+                    at,
+                    self.next_probe(shm, now),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
     }
 
@@ -136,14 +141,18 @@ impl Quota {
         let now = self.store_now_us(q).max(0) as u64;
         let slice = slice_of(now as i64, g.slice_ms);
         let elapsed = now % slice_us;
-        let (granted, left) = (tagged(q.slice_granted.load(Ordering::Relaxed), slice), tagged(q.host.load(Ordering::Relaxed), slice));
+        let (granted, left) = (
+            tagged(q.slice_granted.load(Ordering::Relaxed), slice),
+            tagged(q.host.load(Ordering::Relaxed), slice),
+        );
         let spent = granted.saturating_sub(left);
         let rate_now = spent * 1_000_000 / elapsed.max(slice_us / 20);
         let rate_before = q.prev_spent.load(Ordering::Relaxed) * 1000 / g.slice_ms as u64;
         let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
         let want = rate_now.max(rate_before) * horizon / 1_000_000;
         let quota = g.quota as u64;
-        want.clamp((quota / 100).max(1), (quota / 4).max(1)).max(n as u64)
+        want.clamp((quota / 100).max(1), (quota / 4).max(1))
+            .max(n as u64)
     }
 
     /// One pull under the lock: asks the store for `want` permits of the
@@ -182,7 +191,8 @@ impl Quota {
                     q.failed_pulls.fetch_add(1, Ordering::Relaxed);
                     if !failed(q) {
                         log::warn!("flowctrl: task {task:?}: {e}; falling back to local limits");
-                        q.probe_at.store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
+                        q.probe_at
+                            .store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
                         enter(q, FAILED);
                     }
                     return Err(e);
@@ -213,7 +223,14 @@ impl Quota {
 
     /// [`crate::Task::pull_quota`]: waits up to one command timeout for
     /// another process's pull, then pulls `want` permits.
-    pub fn pull_now(&self, shm: &Shm, slot: &TaskSlot, task: &str, g: Global, want: u64) -> Result<u64> {
+    pub fn pull_now(
+        &self,
+        shm: &Shm,
+        slot: &TaskSlot,
+        task: &str,
+        g: Global,
+        want: u64,
+    ) -> Result<u64> {
         let q = &slot.quota;
         let until = Instant::now() + self.options.timeout + self.stale_after();
         loop {

@@ -72,9 +72,8 @@ impl RedisStore {
     /// that is down at open is a failed store, not a failed open).
     pub fn new(settings: RedisSettings) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = redis::Client::open(settings.url.as_str()).map_err(|e| {
-            Error::invalid(format!("store URL {}: {e}", redact(&settings.url)))
-        })?;
+        let client = redis::Client::open(settings.url.as_str())
+            .map_err(|e| Error::invalid(format!("store URL {}: {e}", redact(&settings.url))))?;
         Ok(Self {
             client,
             settings,

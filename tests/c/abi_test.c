@@ -340,7 +340,7 @@ static void test_version_and_status_strings(void)
         FC_ERR_CORRUPT, FC_ERR_IO, FC_ERR_PERMISSION, FC_ERR_TIMEOUT,
         FC_ERR_INTERNAL,
     };
-    static const uint32_t unknown[] = { 4, 99, 110, 198, 200, 0xffffffffu };
+    static const uint32_t unknown[] = { 4, 99, 111, 198, 200, 0xffffffffu };
     const size_t count = sizeof statuses / sizeof statuses[0];
     char expected[32];
     const char *unknown_text = fc_status_str(unknown[0]);
@@ -376,12 +376,12 @@ static void test_version_and_status_strings(void)
      * their end (tests/c/compat_v1.c runs their smallest versions), and
      * fc_permit never changes. */
     CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
-    CHECK_EQ(sizeof(fc_table_options), 24, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(fc_table_options), 56, "sizeof(fc_table_options)");
     CHECK_EQ(offsetof(fc_table_options, size), 0, "fc_table_options.size comes first");
-    CHECK_EQ(sizeof(fc_task_config), 24, "sizeof(fc_task_config)");
+    CHECK_EQ(sizeof(fc_task_config), 48, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
     CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
-    CHECK_EQ(sizeof(struct fc_task_stats), 104, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(sizeof(struct fc_task_stats), 192, "sizeof(struct fc_task_stats)");
     CHECK_EQ(offsetof(struct fc_task_stats, size), 0, "fc_task_stats.size comes first");
     CHECK(FC_RATE_UNSET < 0 && 1.0-FC_RATE_UNSET == 2.0,
           "FC_RATE_UNSET is negative and safe in an expression");

@@ -27,7 +27,14 @@ impl RedisServer {
         assert!(self.child.is_none(), "already running");
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "yes"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "yes",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -35,7 +42,10 @@ impl RedisServer {
         self.child = Some(child);
         let began = Instant::now();
         while self.connection().is_err() {
-            assert!(began.elapsed() < Duration::from_secs(10), "redis-server did not start");
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -68,7 +78,14 @@ impl RedisServer {
         let info: String = self.command(&["INFO", "commandstats"]);
         info.lines()
             .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_script|load:"))
-            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
             .sum()
     }
 
