@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, Task, TaskConfig};
+use flowctrl::{Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, TaskConfig};
 
 const RATE: f64 = 2000.0;
 
