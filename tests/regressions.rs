@@ -33,8 +33,8 @@ fn is_root() -> bool {
 
 /// A child that opens the table, holds `n` permits of `task`, says so, and
 /// sleeps until killed.
-fn holder(path: &Path, opts: TableOptions, task: &str, n: u32, ready: Pipe) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
+fn holder(path: &Path, opts: &TableOptions, task: &str, n: u32, ready: Pipe) -> i32 {
+    let table = Table::open(path, opts).unwrap();
     let task = table.task(task, &TaskConfig::new()).unwrap();
     for _ in 0..n {
         task.acquire_raw(1).unwrap().unwrap();
@@ -64,10 +64,10 @@ fn a_reaper_out_of_descriptors_reclaims_the_dead_and_spares_the_living() {
     let mut children = KillOnDrop::default();
     let ready = Pipe::new();
     let go = Pipe::new();
-    let live = fork_guarded(|| holder(&path, opts, "db", 2, ready));
+    let live = fork_guarded(|| holder(&path, &opts, "db", 2, ready));
     children.add(live);
     assert_eq!(ready.recv_timeout(Duration::from_secs(10)), Some(1));
-    let dead = fork_guarded(|| holder(&path, opts, "db", 3, ready));
+    let dead = fork_guarded(|| holder(&path, &opts, "db", 3, ready));
     children.add(dead);
     assert_eq!(ready.recv_timeout(Duration::from_secs(10)), Some(1));
 
@@ -181,7 +181,7 @@ fn stale_claims_are_taken_over_and_a_live_one_times_out() {
     assert_eq!(ready.recv_timeout(Duration::from_secs(10)), Some(1));
 
     let register = |path: &PathBuf| {
-        let path = path.clone();
+        let (path, opts) = (path.clone(), opts.clone());
         move || {
             let table = Table::open(&path, &opts).unwrap();
             let began = Instant::now();
@@ -594,7 +594,7 @@ fn squatted_linked_and_writable_files_are_refused() {
     let shared_opts = TableOptions {
         mode: 0o660,
         shared: true,
-        ..opts
+        ..opts.clone()
     };
     let shared = scratch.path("shared");
     drop(Table::open(&shared, &shared_opts).unwrap());
@@ -618,7 +618,7 @@ fn squatted_linked_and_writable_files_are_refused() {
     assert!(err.message().contains("65534"), "{err}");
     let accepting = TableOptions {
         owner: Some(65534),
-        ..opts
+        ..opts.clone()
     };
     let table = Table::open(&squatted, &accepting).unwrap();
     let task = table.task("svc", &cap(1)).unwrap();
@@ -679,7 +679,7 @@ fn fork_while_opening_with(path: &Path, forks: u32, inherited: Option<&Table>) -
     let opts = options(4, 128);
     let stop = Arc::new(AtomicBool::new(false));
     let opener = {
-        let (stop, path) = (stop.clone(), path.to_path_buf());
+        let (stop, path, opts) = (stop.clone(), path.to_path_buf(), opts.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let table = Table::open(&path, &opts).unwrap();

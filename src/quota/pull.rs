@@ -199,8 +199,10 @@ impl Quota {
                 }
             };
             let back = wall_us() + self.skew_us;
-            let offset = reply.store_us - (sent + back) / 2;
-            q.offset_us.store(offset as u64, Ordering::Relaxed);
+            q.offset_us.store(
+                smooth_offset(q, reply.store_us - (sent + back) / 2) as u64,
+                Ordering::Relaxed,
+            );
             if failed(q) {
                 log::info!("flowctrl: task {task:?}: the store answers again");
             }
@@ -285,6 +287,20 @@ impl Quota {
             failed_ms: ms[2],
             clock_offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
         }
+    }
+}
+
+/// The offset to keep after measuring `measured`: a first measurement or a
+/// jump of more than 20 ms (a clock stepped) is taken as it is; otherwise
+/// an eighth of the difference, so the half round trip of one slow answer
+/// (a descheduled puller) does not move this host's slice edges by
+/// milliseconds.
+fn smooth_offset(q: &QuotaSlot, measured: i64) -> i64 {
+    let old = q.offset_us.load(Ordering::Relaxed) as i64;
+    if old == 0 || (measured - old).abs() > 20_000 {
+        measured
+    } else {
+        old + (measured - old) / 8
     }
 }
 

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use flowctrl::{
-    ErrorKind, Limited as Why, Outcome, RawPermit, TableOptions, TaskConfig, TaskStats,
+    ErrorKind, Limited as Why, Outcome, QuotaState, QuotaStats, RawPermit, TableOptions,
+    TaskConfig, TaskStats,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -36,6 +37,7 @@ mod errors {
     import_exception!(flowctrl._errors, TablePermissionError);
     import_exception!(flowctrl._errors, TableIOError);
     import_exception!(flowctrl._errors, FlowctrlTimeoutError);
+    import_exception!(flowctrl._errors, StoreError);
     import_exception!(flowctrl._errors, InternalError);
 }
 
@@ -55,6 +57,7 @@ fn to_py(e: flowctrl::Error) -> PyErr {
         ErrorKind::Permission => TablePermissionError::new_err(msg),
         ErrorKind::Io => TableIOError::new_err(msg),
         ErrorKind::Timeout => FlowctrlTimeoutError::new_err(msg),
+        ErrorKind::Store => StoreError::new_err(msg),
         ErrorKind::Internal => InternalError::new_err(msg),
         // A kind newer than this face: still an error, never a crash.
         other => InternalError::new_err(format!("{other:?}: {msg}")),
@@ -65,6 +68,7 @@ fn reason(why: Why) -> String {
     match why {
         Why::Local => "local".to_owned(),
         Why::Concurrency => "concurrency".to_owned(),
+        Why::Global => "global".to_owned(),
         // A limit newer than this face (`Global` → "global").
         other => format!("{other:?}").to_lowercase(),
     }
@@ -126,7 +130,10 @@ fn closed_table(path: &std::path::Path) -> PyErr {
 #[pymethods]
 impl Table {
     #[new]
-    #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false))]
+    #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false,
+                        store=None, key_prefix=None, store_timeout=None, store_connect_timeout=None,
+                        probe_interval=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python constructor
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
@@ -135,17 +142,46 @@ impl Table {
         max_processes: u32,
         owner: Option<u32>,
         shared: bool,
+        store: Option<String>,
+        key_prefix: Option<String>,
+        store_timeout: Option<f64>,
+        store_connect_timeout: Option<f64>,
+        probe_interval: Option<f64>,
     ) -> PyResult<Self> {
-        let options = TableOptions {
+        let mut options = TableOptions {
             capacity,
             max_processes,
             mode,
             owner,
             shared,
+            ..TableOptions::default()
         };
+        options.store.url = store;
+        if let Some(prefix) = key_prefix {
+            options.store.key_prefix = prefix;
+        }
+        for (name, seconds, field) in [
+            ("store_timeout", store_timeout, &mut options.store.timeout),
+            (
+                "store_connect_timeout",
+                store_connect_timeout,
+                &mut options.store.connect_timeout,
+            ),
+            (
+                "probe_interval",
+                probe_interval,
+                &mut options.store.probe_interval,
+            ),
+        ] {
+            if let Some(s) = seconds {
+                *field = std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+                    InvalidArgumentError::new_err(format!("{name} must be seconds >= 0, not {s}"))
+                })?;
+            }
+        }
         // Opening may create and calibrate a table (~10 ms): let other threads run.
         let table = py
-            .detach(|| match path {
+            .detach(move || match path {
                 Some(p) => flowctrl::Table::open(p, &options),
                 None => flowctrl::Table::open_default(&options),
             })
@@ -159,7 +195,9 @@ impl Table {
         })
     }
 
-    #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None))]
+    #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None,
+                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn task(
         &self,
         py: Python<'_>,
@@ -167,11 +205,19 @@ impl Table {
         local_rate: Option<f64>,
         burst: Option<u32>,
         max_concurrency: Option<u32>,
+        global_rate: Option<f64>,
+        slice_ms: Option<u32>,
+        chunk: Option<u32>,
+        fallback_rate: Option<f64>,
     ) -> PyResult<Task> {
         let config = TaskConfig {
             local_rate,
             burst,
             max_concurrency,
+            global_rate,
+            slice_ms,
+            chunk,
+            fallback_rate,
         };
         let table = self.handle()?;
         // Registering may wait for another process that is filling the slot.
@@ -311,18 +357,28 @@ impl Task {
     }
 
     /// Changes the given fields of the configuration for the whole host.
-    #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None))]
+    #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
+                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn update(
         &self,
         py: Python<'_>,
         local_rate: Option<f64>,
         burst: Option<u32>,
         max_concurrency: Option<u32>,
+        global_rate: Option<f64>,
+        slice_ms: Option<u32>,
+        chunk: Option<u32>,
+        fallback_rate: Option<f64>,
     ) -> PyResult<()> {
         let config = TaskConfig {
             local_rate,
             burst,
             max_concurrency,
+            global_rate,
+            slice_ms,
+            chunk,
+            fallback_rate,
         };
         let task = self.live()?;
         py.detach(|| task.update(&config)).map_err(to_py)
@@ -331,8 +387,22 @@ impl Task {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let task = self.live()?;
         // Sums over every process slot of the table.
-        let stats = py.detach(|| task.stats());
-        stats_dict(py, &stats)
+        let (stats, quota) = py.detach(|| (task.stats(), task.quota_stats()));
+        let d = stats_dict(py, &stats)?;
+        quota_items(&d, &quota)?;
+        Ok(d)
+    }
+
+    /// Pulls up to `want` permits of the current slice from the store into
+    /// the host's quota now (to warm up before a known spike); returns how
+    /// many were granted, 0 when the slice is exhausted. Raises StoreError
+    /// when the store failed (decisions then fall back to local limits).
+    fn pull_quota(&self, py: Python<'_>, want: u64) -> PyResult<u64> {
+        let task = self.live()?;
+        Ok(py
+            .detach(|| task.pull_quota(want))
+            .map_err(to_py)?
+            .unwrap_or(0))
     }
 
     /// Statistics of each attachment live now (each open table handle of a
@@ -374,6 +444,10 @@ impl Task {
         d.set_item("local_rate", s.local_rate)?;
         d.set_item("burst", s.burst)?;
         d.set_item("max_concurrency", s.max_concurrency)?;
+        d.set_item("global_rate", s.global_rate)?;
+        d.set_item("slice_ms", s.slice_ms)?;
+        d.set_item("chunk", s.chunk)?;
+        d.set_item("fallback_rate", s.fallback_rate)?;
         Ok(d)
     }
 
@@ -402,6 +476,30 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
     }
     d.set_item("held", s.held)?;
     Ok(d)
+}
+
+/// The global quota's part of `stats()`.
+fn quota_items(d: &Bound<'_, PyDict>, q: &QuotaStats) -> PyResult<()> {
+    let state = q.state.map(|s| match s {
+        QuotaState::Open => "open",
+        QuotaState::Limited => "limited",
+        QuotaState::Failed => "failed",
+    });
+    d.set_item("quota_state", state)?;
+    for (k, v) in [
+        ("pulls", q.pulls),
+        ("failed_pulls", q.failed_pulls),
+        ("pull_ns_sum", q.pull_ns_sum),
+        ("pull_ns_max", q.pull_ns_max),
+        ("quota_granted", q.granted),
+        ("quota_stranded", q.stranded),
+        ("open_ms", q.open_ms),
+        ("limited_ms", q.limited_ms),
+        ("failed_ms", q.failed_ms),
+    ] {
+        d.set_item(k, v)?;
+    }
+    d.set_item("clock_offset_us", q.clock_offset_us)
 }
 
 /// Admission for `n` permits. Release it once; as a context manager it is

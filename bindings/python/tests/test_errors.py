@@ -21,6 +21,7 @@ BUILTIN_BASES = {
     "TableFullError": OSError,
     "TooManyProcessesError": OSError,
     "FlowctrlTimeoutError": TimeoutError,
+    "StoreError": ConnectionError,
     "InternalError": RuntimeError,
 }
 ALL = sorted(BUILTIN_BASES) + ["FlowctrlError", "Limited"]

@@ -29,6 +29,7 @@ the built-in exception that fits:
 ``TableFullError``          ``OSError`` (no task slot left, like ``ENOSPC``)
 ``TooManyProcessesError``   ``OSError`` (no process slot left, like ``EMFILE``)
 ``FlowctrlTimeoutError``    ``TimeoutError``: another process held a claim
+``StoreError``              ``ConnectionError``: the quota store failed
 ``InternalError``           ``RuntimeError``: a bug in flowctrl
 ==========================  ==================================================
 
@@ -51,6 +52,7 @@ from ._errors import (
     InvalidArgumentError,
     InvalidNameError,
     Limited,
+    StoreError,
     TableClosedError,
     TableFullError,
     TableIOError,
@@ -80,6 +82,7 @@ __all__ = [
     "Permit",
     "Settings",
     "Stats",
+    "StoreError",
     "ProcessStats",
     "Consistency",
     "TableCheck",

@@ -99,6 +99,12 @@ class FlowctrlTimeoutError(FlowctrlError, TimeoutError):
     configuration being written) past the deadline."""
 
 
+class StoreError(FlowctrlError, ConnectionError):
+    """The quota store could not be reached, timed out, or holds something
+    that is not quota. Only ``Task.pull_quota`` raises it: decisions fall back
+    to local limits instead."""
+
+
 class InternalError(FlowctrlError, RuntimeError):
     """A bug in flowctrl."""
 
@@ -118,6 +124,7 @@ for _cls in (
     TablePermissionError,
     TableIOError,
     FlowctrlTimeoutError,
+    StoreError,
     InternalError,
 ):
     _cls.__module__ = "flowctrl"

@@ -23,6 +23,12 @@ class Table:
     ``shared``, not writable by group or others: whoever can write the file
     sets everyone's limits (TablePermissionError otherwise).
 
+    ``store`` is where global quota comes from: ``"redis://host:port/db"``
+    (``rediss://`` for TLS, credentials in the URL) or None for the embedded
+    store (the table itself: one host, no server). ``store_timeout`` (5 ms),
+    ``store_connect_timeout`` (20 ms) and ``probe_interval`` (3 s) are in
+    seconds; every process of a host must name the same store.
+
     ``close()``, or leaving a ``with`` block, drops this handle: the table and
     every Task made from it then raise TableClosedError (``path``,
     ``capacity``, ``max_processes`` and ``closed`` stay readable). Permits
@@ -39,6 +45,11 @@ class Table:
         max_processes: int = 64,
         owner: Optional[int] = None,
         shared: bool = False,
+        store: Optional[str] = None,
+        key_prefix: Optional[str] = None,
+        store_timeout: Optional[float] = None,
+        store_connect_timeout: Optional[float] = None,
+        probe_interval: Optional[float] = None,
     ) -> Table: ...
     def task(
         self,
@@ -47,6 +58,10 @@ class Table:
         local_rate: Optional[float] = None,
         burst: Optional[int] = None,
         max_concurrency: Optional[int] = None,
+        global_rate: Optional[float] = None,
+        slice_ms: Optional[int] = None,
+        chunk: Optional[int] = None,
+        fallback_rate: Optional[float] = None,
     ) -> Task:
         """Registers a task host-wide, or attaches to it.
 
@@ -95,9 +110,17 @@ class Task:
         local_rate: Optional[float] = None,
         burst: Optional[int] = None,
         max_concurrency: Optional[int] = None,
+        global_rate: Optional[float] = None,
+        slice_ms: Optional[int] = None,
+        chunk: Optional[int] = None,
+        fallback_rate: Optional[float] = None,
     ) -> None:
         """Changes the given fields of the configuration for the whole host."""
     def stats(self) -> Stats: ...
+    def pull_quota(self, want: int) -> int:
+        """Pulls up to ``want`` permits of the current slice into the host's
+        quota now; returns how many were granted (0: the slice is exhausted).
+        Raises StoreError when the store failed."""
     def stats_by_process(self) -> list[ProcessStats]:
         """Statistics of each attachment live now, with its pid and slot."""
     def check(self) -> Consistency:

@@ -4,11 +4,11 @@ Plain TypedDicts: they exist at runtime (so stubs and runtime agree) but no
 code checks against them.
 """
 
-from typing import TypedDict
+from typing import Literal, Optional, TypedDict
 
 
-class Stats(TypedDict):
-    """Task.stats(): counters in permits, summed over the processes."""
+class Counters(TypedDict):
+    """The decision and release counters, in permits."""
 
     admitted: int
     limited_local: int
@@ -24,7 +24,24 @@ class Stats(TypedDict):
     rtt_samples: int
 
 
-class ProcessStats(Stats):
+class Stats(Counters):
+    """Task.stats(): counters summed over the processes, and what the global
+    quota did on this host (``quota_state`` None: no global limit)."""
+
+    quota_state: Optional[Literal["open", "limited", "failed"]]
+    pulls: int
+    failed_pulls: int
+    pull_ns_sum: int
+    pull_ns_max: int
+    quota_granted: int
+    quota_stranded: int
+    open_ms: int
+    limited_ms: int
+    failed_ms: int
+    clock_offset_us: int
+
+
+class ProcessStats(Counters):
     """Task.stats_by_process(): one attachment's counters since it attached."""
 
     pid: int
@@ -53,3 +70,7 @@ class Settings(TypedDict):
     local_rate: float
     burst: int
     max_concurrency: int
+    global_rate: float
+    slice_ms: int
+    chunk: int
+    fallback_rate: float

@@ -1,0 +1,215 @@
+"""Global quota through the Python face: accuracy per slice across hosts and
+processes, a Redis outage, and bad input, against real redis-server
+processes (each test starts its own on a free loopback port)."""
+
+import collections
+import multiprocessing as mp
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+import flowctrl
+
+RATE = 2000
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("redis-server") is None,
+    reason="redis-server missing: scripts/setup.sh installs it",
+)
+
+
+class Redis:
+    def __init__(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = None
+        self.start()
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port),
+             "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.02)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def command(self, *args):
+        payload = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(payload.encode())
+            return s.recv(65536)
+
+
+@pytest.fixture
+def redis():
+    server = Redis()
+    yield server
+    server.kill()
+
+
+def open_table(path, url):
+    # Room for a busy 2-core machine; production keeps the 5 ms default.
+    return flowctrl.Table(path, store=url, store_timeout=0.1, probe_interval=1.0)
+
+
+def worker(path, url, start, seconds, fallback, queue):
+    table = open_table(path, url)
+    task = table.task("api", global_rate=RATE, fallback_rate=fallback)
+    while time.time() < start:
+        time.sleep(0.0005)
+    # An admission is counted in the slice of the clock read before and
+    # after it when both agree, else as on the boundary ("s-1|s"): the
+    # process may be descheduled anywhere between the two.
+    counts = collections.Counter()
+    errors, slowest, admitted, offset = 0, 0.0, 0, 0
+    end = start + seconds
+    while time.time() < end:
+        before = time.time()
+        try:
+            permit = task.try_acquire()
+        except flowctrl.FlowctrlError:
+            errors += 1
+            continue
+        after = time.time()
+        slowest = max(slowest, after - before)
+        if permit is None:
+            time.sleep(0.0003)
+            continue
+        offset = task.stats()["clock_offset_us"]
+        a, b = (int((t * 1e6 + offset) // 1_000_000) for t in (before, after))
+        counts[a if a == b else f"{a}|{b}"] += 1
+        admitted += 1
+        permit.release()
+    queue.put((dict(counts), errors, slowest, admitted))
+
+
+def run(hosts, per_host, seconds, fallback=0.0, during=None):
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    start = time.time() + 0.5
+    procs = [
+        ctx.Process(target=worker, args=(path, url, start, seconds, fallback, queue))
+        for path, url in hosts for _ in range(per_host)
+    ]
+    for p in procs:
+        p.start()
+    if during:
+        during(start)
+    results = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(10)
+        assert p.exitcode == 0
+    return results
+
+
+def assert_accurate(results):
+    total = collections.Counter()
+    for counts, errors, _, _ in results:
+        assert errors == 0
+        total.update(counts)
+    slices = sorted(s for s in total if isinstance(s, int))
+    assert len(slices) >= 4, total
+    for s in slices[1:-1]:
+        edges = total.get(f"{s - 1}|{s}", 0) + total.get(f"{s}|{s + 1}", 0)
+        assert total[s] <= 1.01 * RATE and total[s] + edges >= 0.98 * RATE, (s, total)
+
+
+def test_embedded_store_one_host_three_processes(tmp_path):
+    assert_accurate(run([(tmp_path / "t", None)], 3, 5.0))
+
+
+def test_redis_two_hosts_three_processes(tmp_path, redis):
+    hosts = [(tmp_path / "a", redis.url), (tmp_path / "b", redis.url)]
+    assert_accurate(run(hosts, 3, 5.0))
+
+
+def test_redis_killed_and_restarted(tmp_path, redis):
+    path = tmp_path / "t"
+    task = open_table(path, redis.url).task("api", global_rate=RATE, fallback_rate=400)
+    seen = []
+
+    def outage(start):
+        while time.time() < start + 1.5:
+            time.sleep(0.001)
+        redis.kill()
+        while task.stats()["quota_state"] != "failed":
+            assert time.time() < start + 3.4
+            time.sleep(0.001)
+        seen.append("failed")
+        while time.time() < start + 3.5:
+            time.sleep(0.001)
+        redis.start()
+        while task.stats()["quota_state"] == "failed":
+            assert time.time() < start + 5.0, "not back within the probe interval"
+            time.sleep(0.001)
+        seen.append("recovered")
+
+    results = run([(path, redis.url)], 2, 6.0, fallback=400.0, during=outage)
+    assert seen == ["failed", "recovered"]
+    for _, errors, slowest, admitted in results:
+        assert errors == 0 and admitted > 1000
+        assert slowest < 0.18, slowest
+    stats = task.stats()
+    assert stats["failed_pulls"] >= 1 and stats["failed_ms"] >= 1000, stats
+
+
+def test_pull_quota_and_bad_input(tmp_path, redis):
+    table = open_table(tmp_path / "t", redis.url)
+    task = table.task("warm", global_rate=1000, slice_ms=60_000)
+    assert task.pull_quota(100) == 100
+    assert task.stats()["quota_granted"] == 100
+    assert task.settings["global_rate"] == 1000 and task.settings["slice_ms"] == 60_000
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.pull_quota(0)
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        table.task("none").pull_quota(1)
+    for bad in [dict(global_rate=-1), dict(global_rate=float("nan")),
+                dict(global_rate=10, slice_ms=50), dict(global_rate=10, slice_ms=70_000)]:
+        with pytest.raises(flowctrl.InvalidArgumentError):
+            table.task("bad", **bad)
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        flowctrl.Table(tmp_path / "u", store="http://nowhere")
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        flowctrl.Table(tmp_path / "u", store_timeout=-1)
+    # Unreachable: opening works, decisions fall back, pulls say why.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = open_table(tmp_path / "d", f"redis://127.0.0.1:{port}/0").task(
+        "d", global_rate=1000, fallback_rate=50)
+    assert down.try_acquire() is not None
+    assert down.stats()["quota_state"] == "failed"
+    with pytest.raises(flowctrl.StoreError) as e:
+        down.pull_quota(10)
+    assert isinstance(e.value, ConnectionError) and str(port) in str(e.value)
+
+
+def test_exhausted_slice_is_limited_global(tmp_path):
+    task = flowctrl.Table(tmp_path / "t").task("g", global_rate=100, slice_ms=60_000)
+    admitted = 0
+    with pytest.raises(flowctrl.Limited) as e:
+        while True:
+            task.acquire().release()
+            admitted += 1
+    assert e.value.reason == "global"
+    assert admitted == 100 * 60  # one slice of 60 s, all of it on this host
+    assert task.stats()["quota_state"] == "limited"
