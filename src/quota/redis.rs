@@ -82,16 +82,20 @@ impl RedisStore {
         })
     }
 
-    fn connection(&self) -> Result<redis::Connection> {
+    /// An idle connection of this process, if there is one.
+    fn idle(&self) -> Option<redis::Connection> {
         let pid = std::process::id();
-        if let Some(mut idle) = self.idle.try_lock() {
-            while let Some((owner, conn)) = idle.pop() {
-                if owner == pid {
-                    return Ok(conn);
-                }
-                // The parent's socket: closing our copy leaves it alone.
+        let mut idle = self.idle.try_lock()?;
+        while let Some((owner, conn)) = idle.pop() {
+            if owner == pid {
+                return Some(conn);
             }
+            // The parent's socket: closing our copy leaves it alone.
         }
+        None
+    }
+
+    fn connect(&self) -> Result<redis::Connection> {
         let conn = self
             .client
             .get_connection_with_timeout(self.settings.connect_timeout)
@@ -113,21 +117,38 @@ impl RedisStore {
 
 impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
-        let mut conn = self.connection()?;
         let key = format!("{}{}:{}", self.settings.prefix, ask.task, ask.slice);
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
-        let answer: redis::RedisResult<(i64, i64, i64, i64)> = self
-            .script
-            .key(&key)
-            .arg(ask.quota)
-            .arg(ask.want)
-            .arg(ask.slice_ms)
-            .arg(ask.slice)
-            .arg(ttl_ms)
-            .invoke(&mut conn);
+        let call = |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64)> {
+            self.script
+                .key(&key)
+                .arg(ask.quota)
+                .arg(ask.want)
+                .arg(ask.slice_ms)
+                .arg(ask.slice)
+                .arg(ttl_ms)
+                .invoke(conn)
+        };
         // Any error may leave a reply in flight or a node that is now a
-        // replica (READONLY after a failover): drop the connection, so the
-        // next pull connects afresh.
+        // replica (READONLY after a failover): the connection is dropped, so
+        // the next pull connects afresh. An idle connection may have died
+        // with a server since restarted: one that fails other than by a
+        // timeout is replaced once at once, not counted as an outage.
+        let (conn, answer) = match self.idle() {
+            Some(mut conn) => match call(&mut conn) {
+                Err(e) if !e.is_timeout() => {
+                    let mut fresh = self.connect()?;
+                    let answer = call(&mut fresh);
+                    (fresh, answer)
+                }
+                answer => (conn, answer),
+            },
+            None => {
+                let mut conn = self.connect()?;
+                let answer = call(&mut conn);
+                (conn, answer)
+            }
+        };
         let (granted, left, sec, usec) = answer.map_err(|e| self.error("pull", &e))?;
         if let Some(mut idle) = self.idle.try_lock() {
             idle.push((std::process::id(), conn));
