@@ -443,3 +443,84 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
         Decision::Admitted(_) | Decision::Limited(Limited::Global)
     ));
 }
+
+/// Workers pulling all the time (a chunk of 20 from Redis) are SIGKILLed at
+/// random instants — inside pulls too — and replaced; a survivor keeps
+/// acquiring. The task never freezes: a dead holder's pull lock is taken
+/// over at once, so the survivor never waits long; and the store is never
+/// asked for more than one slice's quota per slice.
+#[test]
+fn pull_lock_survives_a_kill_storm() {
+    let kills = env_number("FLOWCTRL_QUOTA_STORM_KILLS", 200);
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("quota-storm");
+    let path = scratch.path("table");
+    let config = TaskConfig::new().global_rate(1_000_000.0).chunk(20);
+    let opts = options(Some(redis.url()), 0);
+    let spawn = || {
+        let (path, opts) = (path.clone(), opts.clone());
+        fork_guarded(move || {
+            let table = Table::open(&path, &opts).unwrap();
+            let task = table.task("api", &config).unwrap();
+            loop {
+                if let Err(e) = task.acquire(1) {
+                    raw_eprint(&format!("acquire failed: {e}\n"));
+                    return 1;
+                }
+            }
+        })
+    };
+    let survivor = {
+        let (path, opts, out) = (path.clone(), opts.clone(), scratch.path("gap"));
+        fork_guarded(move || {
+            let table = Table::open(&path, &opts).unwrap();
+            let task = table.task("api", &config).unwrap();
+            let (mut last, mut gap) = (Instant::now(), Duration::ZERO);
+            let end = Instant::now() + Duration::from_secs(600);
+            while !Path::new(&format!("{}.stop", out.display())).exists() && Instant::now() < end {
+                match task.acquire(1) {
+                    Ok(Decision::Admitted(_)) => {
+                        gap = gap.max(last.elapsed());
+                        last = Instant::now();
+                    }
+                    Ok(Decision::Limited(_)) => {}
+                    Err(e) => {
+                        raw_eprint(&format!("survivor: {e}\n"));
+                        return 1;
+                    }
+                }
+            }
+            std::fs::write(&out, gap.as_micros().to_string()).unwrap();
+            0
+        })
+    };
+    let mut workers = KillOnDrop::default();
+    workers.add(survivor);
+    let mut live: Vec<_> = (0..3).map(|_| spawn()).collect();
+    live.iter().for_each(|p| workers.add(*p));
+    let mut rng = Rng::new(seed_from_env("FLOWCTRL_QUOTA_STORM_SEED"));
+    let began = Instant::now();
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_micros(2000 + rng.below(8000)));
+        let i = rng.below(live.len() as u64) as usize;
+        kill(live[i], libc::SIGKILL);
+        assert!(wait(live[i]) < 0, "a worker exited by itself");
+        workers.forget(live[i]);
+        live[i] = spawn();
+        workers.add(live[i]);
+    }
+    let storm = began.elapsed();
+    std::fs::write(format!("{}.stop", scratch.path("gap").display()), "").unwrap();
+    assert_eq!(wait(survivor), 0);
+    workers.forget(survivor);
+    let gap: u64 = std::fs::read_to_string(scratch.path("gap")).unwrap().parse().unwrap();
+    let table = Table::open(&path, &opts).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let (stats, quota) = (task.stats(), task.quota_stats());
+    eprintln!("{kills} kills in {storm:?}; longest wait of the survivor {gap} µs; {stats:?}; {quota:?}");
+    // A dead holder is seen at once; a live one pulls within a command.
+    assert!(gap < 250_000, "the survivor waited {gap} µs between admissions");
+    assert!(quota.granted >= stats.admitted, "{quota:?} {stats:?}");
+    let slices = storm.as_secs() + 3;
+    assert!(quota.granted <= slices * 1_000_000, "{quota:?}");
+}
