@@ -513,13 +513,21 @@ fn pull_lock_survives_a_kill_storm() {
     std::fs::write(format!("{}.stop", scratch.path("gap").display()), "").unwrap();
     assert_eq!(wait(survivor), 0);
     workers.forget(survivor);
-    let gap: u64 = std::fs::read_to_string(scratch.path("gap")).unwrap().parse().unwrap();
+    let gap: u64 = std::fs::read_to_string(scratch.path("gap"))
+        .unwrap()
+        .parse()
+        .unwrap();
     let table = Table::open(&path, &opts).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     let (stats, quota) = (task.stats(), task.quota_stats());
-    eprintln!("{kills} kills in {storm:?}; longest wait of the survivor {gap} µs; {stats:?}; {quota:?}");
+    eprintln!(
+        "{kills} kills in {storm:?}; longest wait of the survivor {gap} µs; {stats:?}; {quota:?}"
+    );
     // A dead holder is seen at once; a live one pulls within a command.
-    assert!(gap < 250_000, "the survivor waited {gap} µs between admissions");
+    assert!(
+        gap < 250_000,
+        "the survivor waited {gap} µs between admissions"
+    );
     assert!(quota.granted >= stats.admitted, "{quota:?} {stats:?}");
     let slices = storm.as_secs() + 3;
     assert!(quota.granted <= slices * 1_000_000, "{quota:?}");

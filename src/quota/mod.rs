@@ -26,9 +26,10 @@ mod pull;
 mod redis;
 mod store;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
@@ -135,7 +136,18 @@ pub(crate) struct Quota {
     store: Box<dyn QuotaStore>,
     options: StoreOptions,
     skew_us: i64,
+    /// The wall clock minus the table clock, in µs, as last measured: the
+    /// request path turns the table clock reading it makes anyway into wall
+    /// time with one add instead of a second clock read.
+    wall_base_us: AtomicI64,
+    /// The table clock when `wall_base_us` was measured.
+    based_at: AtomicU64,
 }
+
+/// How often the wall clock is read again for [`Quota::wall_base_us`]: the
+/// table clock and the wall clock drift apart by parts per million, and NTP
+/// slews the wall clock.
+const REBASE_MS: u64 = 100;
 
 impl Quota {
     pub fn new(options: &StoreOptions) -> Result<Self> {
@@ -174,6 +186,8 @@ impl Quota {
             } else {
                 skew
             },
+            wall_base_us: AtomicI64::new(0),
+            based_at: AtomicU64::new(0),
         })
     }
 
@@ -182,9 +196,27 @@ impl Quota {
         wall_us() + self.skew_us + q.offset_us.load(Ordering::Relaxed) as i64
     }
 
-    /// Takes `n` permits of the task's global quota, pulling when the host
-    /// runs low. `burst` applies to the fallback rate; `has_local` says the
-    /// task's own local rate decides while the store is failing.
+    /// [`Quota::store_now_us`] at table-clock instant `now`, from the base
+    /// (read again every [`REBASE_MS`]).
+    #[inline]
+    fn store_us_at(&self, clock: &Clock, q: &QuotaSlot, now: u64) -> i64 {
+        let at = self.based_at.load(Ordering::Relaxed);
+        let table_us = (clock.ticks_to_ns(now) / 1000) as i64;
+        let base = if at == 0 || now.wrapping_sub(at) > REBASE_MS * clock.ticks_per_sec() / 1000 {
+            let base = wall_us() - table_us;
+            self.wall_base_us.store(base, Ordering::Relaxed);
+            self.based_at.store(now.max(1), Ordering::Relaxed);
+            base
+        } else {
+            self.wall_base_us.load(Ordering::Relaxed)
+        };
+        table_us + base + self.skew_us + q.offset_us.load(Ordering::Relaxed) as i64
+    }
+
+    /// Takes `n` permits of the task's global quota at table-clock instant
+    /// `now`, pulling when the host runs low. `burst` applies to the
+    /// fallback rate; `has_local` says the task's own local rate decides
+    /// while the store is failing.
     #[inline]
     #[allow(clippy::too_many_arguments)] // the request path: no struct to build
     pub fn take(
@@ -196,9 +228,10 @@ impl Quota {
         n: u32,
         burst: u32,
         has_local: bool,
+        now: u64,
     ) -> Result<Result<Spent, Limited>> {
         let q = &slot.quota;
-        let slice = slice_of(self.store_now_us(q), g.slice_ms);
+        let slice = slice_of(self.store_us_at(&shm.clock, q, now), g.slice_ms);
         if let Some(left) = spend(q, slice, n) {
             if left < q.low_water.load(Ordering::Relaxed) as u32 {
                 self.pull_ahead(shm, slot, task, g, slice);

@@ -181,6 +181,9 @@ impl Task {
         }
         let mut spent = None;
         if let Some(global) = limits.global {
+            if gcra.interval == 0 {
+                now = shm.clock.now();
+            }
             let taken = self.quota.take(
                 shm,
                 slot,
@@ -189,6 +192,7 @@ impl Task {
                 n,
                 limits.burst,
                 gcra.interval != 0,
+                now,
             );
             match taken {
                 Ok(Ok(s)) => spent = Some(s),
@@ -203,7 +207,9 @@ impl Task {
             }
         }
         if gcra.interval == 0 {
-            now = shm.clock.now();
+            if spent.is_none() {
+                now = shm.clock.now();
+            }
         } else {
             match gcra.take_from(&slot.tat, tat, now, n, || shm.clock.now()) {
                 Some(at) => now = at,

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Global-quota benchmarks against a real Redis started here on a free
+# loopback port (and stopped by its pid): writes benches/QUOTA.md.
+set -euo pipefail
+source "$(dirname "$0")/setup.sh"
+cd "$ROOT"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no >/dev/null &
+redis_pid=$!
+trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; do sleep 0.05; done
+cargo bench --bench quota --no-run -q
+{
+    echo "# Global quota benchmark"
+    echo
+    echo "Measured $(date -u +%F) on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on the same host (loopback)."
+    echo "Produced by \`./scripts/bench-quota.sh\`. One process, one thread, 3 s per row."
+    echo "The machine is a shared 2-core VM: read ratios, not absolutes."
+    echo
+    FLOWCTRL_BENCH_REDIS="redis://127.0.0.1:$port/0" cargo bench --bench quota -q
+} > target/QUOTA.md.new
+mv target/QUOTA.md.new benches/QUOTA.md
+cat benches/QUOTA.md
