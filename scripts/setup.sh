@@ -19,6 +19,8 @@ command -v cc >/dev/null && command -v c++ >/dev/null || apt_install build-essen
 command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
 # The global-quota tests start real Redis servers of their own.
 command -v redis-server >/dev/null || apt_install redis-server
+# ... and one with TLS, with a certificate made by openssl.
+command -v openssl >/dev/null || apt_install openssl
 
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }

@@ -532,3 +532,93 @@ fn pull_lock_survives_a_kill_storm() {
     let slices = storm.as_secs() + 3;
     assert!(quota.granted <= slices * 1_000_000, "{quota:?}");
 }
+
+/// TLS and AUTH through the URL: a Redis with a TLS port only and a
+/// password, its certificate signed by a CA made here (trusted through
+/// `SSL_CERT_FILE`, which the system roots loader reads).
+#[test]
+fn tls_and_auth_through_the_url() {
+    let scratch = Scratch::new("quota-tls");
+    let dir = scratch.dir().to_path_buf();
+    let sh = |script: &str| {
+        let ok = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("sh")
+            .success();
+        assert!(ok, "{script}");
+    };
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=flowctrl-test-ca",
+    );
+    sh(
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1",
+    );
+    sh(
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > ext.cnf && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf",
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            "server.pem",
+            "--tls-key-file",
+            "server.key",
+        ])
+        .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
+        .args([
+            "--requirepass",
+            "s3cret",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    std::thread::sleep(Duration::from_millis(300));
+    let table = scratch.path("t");
+    let exit = run_in_child(Duration::from_secs(30), move || {
+        // SAFETY: the child is single-threaded here.
+        unsafe { std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem")) };
+        let mut opts = options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0);
+        opts.store.connect_timeout = Duration::from_secs(2);
+        let t = Table::open(&table, &opts).unwrap();
+        let task = t
+            .task("tls", &TaskConfig::new().global_rate(100.0))
+            .unwrap();
+        let granted = task.pull_quota(10).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(granted, Ok(10));
+        // A wrong password is a store error naming the store, not the password.
+        let mut bad = options(Some(format!("rediss://:wrong@127.0.0.1:{port}/0")), 0);
+        bad.store.connect_timeout = Duration::from_secs(2);
+        let t = Table::open(table.with_extension("bad"), &bad).unwrap();
+        let task = t
+            .task("tls", &TaskConfig::new().global_rate(100.0))
+            .unwrap();
+        let err = task.pull_quota(10).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Store, "{err}");
+        assert!(!err.message().contains("wrong"), "{err}");
+        0
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(exit, Exit::Code(0));
+}
