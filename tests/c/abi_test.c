@@ -1307,6 +1307,79 @@ static int all_bytes(const void *p, size_t len, unsigned char value)
  * a newer one) has its tail neither read nor written. The smallest versions
  * themselves are run by tests/c/compat_v1.c.
  */
+/* ------------------------------------------------------------------------ */
+/* Global quota (embedded store; Redis runs in tests/c/quota_worker.c)       */
+/* ------------------------------------------------------------------------ */
+
+static void test_global_quota(void)
+{
+    char path[PATH_LEN];
+    fc_table *table = NULL;
+    fc_table_options options;
+    fc_task *global, *local;
+    fc_task_config config;
+    fc_permit permit;
+    struct fc_task_stats stats;
+    int64_t granted = -1;
+    unsigned admitted = 0;
+    fc_status s;
+
+    section("global quota");
+    scratch_path(path, "global");
+    fc_table_options_init(&options, sizeof options);
+    options.store_url = "http://127.0.0.1:6379";
+    EXPECT(fc_table_open(path, &options, &table), FC_ERR_INVALID_ARGUMENT);
+    options.store_url = "redis://127.0.0.1:1/0?timeout_ms=0";
+    EXPECT(fc_table_open(path, &options, &table), FC_ERR_INVALID_ARGUMENT);
+    options.store_url = NULL;
+    options.reserved = 1;
+    EXPECT(fc_table_open(path, &options, &table), FC_ERR_INVALID_ARGUMENT);
+    table = open_table(path, NULL);
+
+    fc_task_config_init(&config, sizeof config);
+    config.global_rate = -2;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.global_rate = 0.0 / 0.0;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.global_rate = 100;
+    config.slice_ms = 50;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.slice_ms = 60000; /* one slice of 6000 permits for the whole test */
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_OK);
+    local = register_task(table, "l", 0, 1, 0);
+
+    EXPECT(fc_pull_quota(NULL, 1, &granted), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pull_quota(global, 1, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pull_quota(global, 0, &granted), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pull_quota(global, -5, &granted), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pull_quota(global, 6001, &granted), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pull_quota(local, 1, &granted), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pull_quota(global, 100, &granted), FC_OK);
+    CHECK_EQ(granted, 100, "granted by a warm-up pull");
+    stats = stats_of(global);
+    CHECK_EQ(stats.quota_state, FC_QUOTA_OPEN, "quota_state after a pull");
+    CHECK_EQ(stats.quota_granted, 100, "quota_granted");
+    CHECK(stats.pulls >= 1 && stats.failed_pulls == 0, "pulls counted");
+
+    while ((s = fc_acquire(global, 1, &permit)) == FC_OK) {
+        admitted++;
+        EXPECT(fc_release(global, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    }
+    CHECK_STATUS(s, FC_LIMITED_GLOBAL, "acquire once the slice is spent");
+    CHECK_EQ(admitted, 6000, "admitted in one slice of 6000");
+    EXPECT(fc_pull_quota(global, 10, &granted), FC_LIMITED_GLOBAL);
+    CHECK_EQ(granted, 0, "granted from an exhausted slice");
+    stats = stats_of(global);
+    CHECK_EQ(stats.quota_state, FC_QUOTA_LIMITED, "quota_state when exhausted");
+    CHECK_EQ(stats.limited_global, 1, "limited_global");
+    stats = stats_of(local);
+    CHECK_EQ(stats.quota_state, FC_QUOTA_NONE, "quota_state without a global rate");
+
+    fc_task_free(global);
+    fc_task_free(local);
+    fc_table_close(table);
+}
+
 static void test_sized_structs(void)
 {
     char path[PATH_LEN], other_path[PATH_LEN];
@@ -1825,6 +1898,7 @@ int main(int argc, char **argv)
     test_untrusted_tables();
     test_full_tables();
     test_sized_structs();
+    test_global_quota();
     test_unset_fields();
     test_cap_set_later();
     test_fork_reclaim();
