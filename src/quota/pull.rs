@@ -147,9 +147,12 @@ impl Quota {
         );
         let spent = granted.saturating_sub(left);
         let rate_now = spent * 1_000_000 / elapsed.max(slice_us / 20);
-        let rate_before = q.prev_spent.load(Ordering::Relaxed) * 1000 / g.slice_ms as u64;
+        // Saturating: the words come from a file anyone with write access
+        // may have scribbled on.
+        let prev = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
+        let rate_before = prev * 1000 / g.slice_ms as u64;
         let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
-        let want = rate_now.max(rate_before) * horizon / 1_000_000;
+        let want = rate_now.max(rate_before).saturating_mul(horizon) / 1_000_000;
         let quota = g.quota as u64;
         want.clamp((quota / 100).max(1), (quota / 4).max(1))
             .max(n as u64)

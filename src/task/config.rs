@@ -278,12 +278,19 @@ fn read_global(copy: &GlobalCopy) -> Option<Global> {
     if rate == 0.0 {
         return None;
     }
+    // Clamped to what validation allows: a damaged file must not divide by
+    // zero or overflow on the request path.
     let slice_chunk = copy.slice_chunk.load(Ordering::Relaxed);
+    let quota = (copy
+        .quota
+        .load(Ordering::Relaxed)
+        .min(MAX_SLICE_QUOTA as u64) as u32)
+        .max(1);
     Some(Global {
         rate,
-        quota: copy.quota.load(Ordering::Relaxed) as u32,
-        slice_ms: slice_chunk as u32,
-        chunk: (slice_chunk >> 32) as u32,
+        quota,
+        slice_ms: (slice_chunk as u32).clamp(MIN_SLICE_MS, MAX_SLICE_MS),
+        chunk: ((slice_chunk >> 32) as u32).min(quota),
         fallback_rate: f64::from_bits(copy.fallback_bits.load(Ordering::Relaxed)),
     })
 }
