@@ -202,10 +202,10 @@ impl Quota {
                 }
             };
             let back = wall_us() + self.skew_us;
-            q.offset_us.store(
-                smooth_offset(q, reply.store_us - (sent + back) / 2) as u64,
-                Ordering::Relaxed,
-            );
+            if !self.store.shares_host_clock() {
+                let offset = smooth_offset(q, reply.store_us - (sent + back) / 2, back - sent);
+                q.offset_us.store(offset as u64, Ordering::Relaxed);
+            }
             if failed(q) {
                 log::info!("flowctrl: task {task:?}: the store answers again");
             }
@@ -293,15 +293,19 @@ impl Quota {
     }
 }
 
-/// The offset to keep after measuring `measured`: a first measurement or a
-/// jump of more than 20 ms (a clock stepped) is taken as it is; otherwise
-/// an eighth of the difference, so the half round trip of one slow answer
-/// (a descheduled puller) does not move this host's slice edges by
-/// milliseconds.
-fn smooth_offset(q: &QuotaSlot, measured: i64) -> i64 {
+/// The offset to keep after measuring `measured` over a round trip of
+/// `rtt_us` (the measurement is within ±rtt/2 of the truth). A first one is
+/// taken as it is, and so is one that the kept offset contradicts by more
+/// than its own error plus 20 ms (a clock was stepped, or the kept value
+/// came from a puller descheduled mid-pull). Otherwise a fast answer moves
+/// the offset by an eighth of the difference and a slow one (over 4 ms) not
+/// at all, so noise does not move this host's slice edges.
+fn smooth_offset(q: &QuotaSlot, measured: i64, rtt_us: i64) -> i64 {
     let old = q.offset_us.load(Ordering::Relaxed) as i64;
-    if old == 0 || (measured - old).abs() > 20_000 {
+    if old == 0 || (measured - old).abs() > 20_000 + rtt_us / 2 {
         measured
+    } else if rtt_us > 4_000 {
+        old
     } else {
         old + (measured - old) / 8
     }

@@ -35,6 +35,11 @@ pub(crate) struct Reply {
 
 pub(crate) trait QuotaStore: Send + Sync {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply>;
+    /// The store's clock is this host's: there is no offset to measure (a
+    /// measurement could only add the noise of a descheduled puller).
+    fn shares_host_clock(&self) -> bool {
+        false
+    }
     /// For messages: which store this is (never with a password).
     fn describe(&self) -> String;
 }
@@ -119,6 +124,10 @@ impl QuotaStore for Embedded {
 
     fn describe(&self) -> String {
         "the embedded store".into()
+    }
+
+    fn shares_host_clock(&self) -> bool {
+        true
     }
 }
 

@@ -1,6 +1,6 @@
 /* A worker process of the global-quota tests, through the C face only.
  *
- *   quota_worker TABLE STORE_URL|- START_WALL_US SECONDS FALLBACK_RATE
+ *   quota_worker TABLE STORE_URL|- START_WALL_US SECONDS FALLBACK_RATE TIMEOUT_MS
  *
  * Registers task "api" with global_rate 2000 (and FALLBACK_RATE when > 0),
  * waits until START_WALL_US, then asks for permits for SECONDS with
@@ -33,13 +33,13 @@ int main(int argc, char **argv) {
     long errors = 0, admitted = 0;
     int i;
 
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s TABLE STORE_URL|- START_WALL_US SECONDS FALLBACK_RATE\n", argv[0]);
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s TABLE STORE_URL|- START_WALL_US SECONDS FALLBACK_RATE TIMEOUT_MS\n", argv[0]);
         return 2;
     }
     fc_table_options_init(&options, sizeof options);
     if (strcmp(argv[2], "-") != 0) options.store_url = argv[2];
-    options.store_timeout_ms = 100; /* a shared 2-core machine; see tests/quota.rs */
+    options.store_timeout_ms = (uint32_t)atoi(argv[6]);
     options.probe_interval_ms = 1000;
     if (fc_table_open(argv[1], &options, &table) != FC_OK) {
         fprintf(stderr, "open: %s\n", fc_last_error());
