@@ -2,5 +2,6 @@
 //! (one word, a pure decision plus a compare-and-swap loop) and the
 //! crash-exact concurrency ledger.
 
+pub mod adaptive;
 pub mod gcra;
 pub mod ledger;
