@@ -36,6 +36,7 @@ pub mod table;
 mod task;
 
 pub use error::{Error, ErrorKind, Result};
+pub use limit::adaptive::{Algorithm as LimiterAlgorithm, Spec as LimiterSpec};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
     Consistency, Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig,

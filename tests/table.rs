@@ -180,7 +180,8 @@ fn the_first_registration_wins_and_update_changes_it() {
         TaskSettings {
             local_rate: 50.0,
             burst: 3,
-            max_concurrency: 7
+            max_concurrency: 7,
+            ..TaskSettings::default()
         }
     );
     let err = table.task("svc", &TaskConfig::new().burst(4)).unwrap_err();

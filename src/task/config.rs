@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
+use crate::limit::adaptive::Spec as LimiterSpec;
 use crate::limit::ledger::MAX_COUNT;
 use crate::shm::layout::TaskSlot;
 use crate::shm::{Owner, Shm};
@@ -27,6 +28,14 @@ pub struct TaskConfig {
     pub burst: Option<u32>,
     /// Permits in flight on the host at most; 0 = no cap. Default 0.
     pub max_concurrency: Option<u32>,
+    /// The algorithm that sets the concurrency limit and its parameters
+    /// (default `fixed`: `max_concurrency` is the cap). Changing the
+    /// algorithm resets the limits below to its defaults unless they are set.
+    pub limiter: Option<LimiterSpec>,
+    /// The adaptive limit's floor, ceiling and starting point.
+    pub min_limit: Option<u32>,
+    pub max_limit: Option<u32>,
+    pub initial_limit: Option<u32>,
 }
 
 impl TaskConfig {
@@ -49,12 +58,34 @@ impl TaskConfig {
         self
     }
 
+    /// The limiter, e.g. `LimiterSpec::parse("auto")?`.
+    pub fn limiter(mut self, spec: LimiterSpec) -> Self {
+        self.limiter = Some(spec);
+        self
+    }
+
+    pub fn min_limit(mut self, permits: u32) -> Self {
+        self.min_limit = Some(permits);
+        self
+    }
+
+    pub fn max_limit(mut self, permits: u32) -> Self {
+        self.max_limit = Some(permits);
+        self
+    }
+
+    pub fn initial_limit(mut self, permits: u32) -> Self {
+        self.initial_limit = Some(permits);
+        self
+    }
+
     /// These fields over `base`'s.
     pub(crate) fn over(&self, base: TaskSettings) -> TaskSettings {
         TaskSettings {
             local_rate: self.local_rate.unwrap_or(base.local_rate),
             burst: self.burst.unwrap_or(base.burst),
             max_concurrency: self.max_concurrency.unwrap_or(base.max_concurrency),
+            limiter: crate::task::adaptive::limiter_over(self, base.limiter),
         }
     }
 }
@@ -65,6 +96,8 @@ pub struct TaskSettings {
     pub local_rate: f64,
     pub burst: u32,
     pub max_concurrency: u32,
+    /// The limiter with its bounds (`min`, `max`, `initial`).
+    pub limiter: LimiterSpec,
 }
 
 impl Default for TaskSettings {
@@ -73,6 +106,7 @@ impl Default for TaskSettings {
             local_rate: 0.0,
             burst: 1,
             max_concurrency: 0,
+            limiter: LimiterSpec::fixed(),
         }
     }
 }
@@ -97,6 +131,7 @@ impl TaskSettings {
                 self.max_concurrency
             )));
         }
+        self.limiter.validate()?;
         let interval = interval_for(self.local_rate, clock)?;
         // The GCRA looks burst × interval ahead; past 2^62 ticks (decades)
         // that would saturate and quietly admit everything.
@@ -132,6 +167,7 @@ impl TaskSettings {
                 self.max_concurrency
             ));
         }
+        crate::task::adaptive::mismatches(&self.limiter, asked, &mut out);
         out
     }
 }
@@ -167,13 +203,28 @@ pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
         local_rate: rate,
         burst: limits.burst,
         max_concurrency: limits.cap,
+        limiter: limiter(slot).0,
+    }
+}
+
+/// The current limiter copy and its generation, read like [`read`].
+pub(crate) fn limiter(slot: &TaskSlot) -> (LimiterSpec, u64) {
+    let mut tries = 0;
+    loop {
+        let version = slot.config_version.load(Ordering::Acquire);
+        let read = crate::task::adaptive::read_copy(&slot.adaptive.config[(version & 1) as usize]);
+        fence(Ordering::Acquire);
+        tries += 1;
+        if slot.config_version.load(Ordering::Relaxed) == version || tries >= 64 {
+            return read;
+        }
     }
 }
 
 /// Writes a configuration into the copy readers are not using, then makes it
 /// current. The caller holds the slot's configuration lock (or the slot is
 /// not published yet).
-pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
+pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64, limiter: &LimiterSpec) {
     // Pairs with the readers' fence: a reader that sees any of these stores
     // also sees the version bump that preceded this write.
     fence(Ordering::Release);
@@ -185,8 +236,10 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
         limits.burst as u64 | (limits.cap as u64) << 32,
         Ordering::Relaxed,
     );
+    let generation = crate::task::adaptive::write_copy(slot, version, limiter);
     slot.config_version
         .store(version.wrapping_add(1), Ordering::Release);
+    crate::task::adaptive::configured(slot, limiter, generation);
 }
 
 /// Runs `body` holding the task's configuration lock. A lock held by a dead
@@ -269,7 +322,7 @@ mod tests {
         let slow = TaskSettings {
             local_rate: 1e-6,
             burst: 10_000,
-            max_concurrency: 0,
+            ..TaskSettings::default()
         };
         assert_eq!(
             slow.limits(&clock).unwrap_err().kind(),
@@ -290,9 +343,8 @@ mod tests {
         assert_eq!(
             settings,
             TaskSettings {
-                local_rate: 0.0,
                 burst: 5,
-                max_concurrency: 0
+                ..TaskSettings::default()
             }
         );
         assert!(settings.mismatches(&TaskConfig::new()).is_empty());

@@ -81,15 +81,6 @@ pub struct Window {
 }
 
 impl Window {
-    /// Completed samples per second.
-    pub fn throughput(&self) -> f64 {
-        if self.elapsed_ns == 0 {
-            0.0
-        } else {
-            self.samples as f64 * 1e9 / self.elapsed_ns as f64
-        }
-    }
-
     /// Whether the limit was what bounded the window: requests were refused,
     /// or at least half the limit was in use (the reference algorithms'
     /// "app-limited" guard, `2 × in_flight ≥ limit`).

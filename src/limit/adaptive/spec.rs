@@ -85,6 +85,22 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// No adaptation (the default).
+    pub fn fixed() -> Self {
+        Self {
+            algorithm: Algorithm::Fixed,
+            min: 0,
+            max: 0,
+            initial: 0,
+            window_ms: DEFAULT_WINDOW_MS,
+            params: [0.0; MAX_PARAMS],
+        }
+    }
+
+    pub fn is_adaptive(&self) -> bool {
+        self.algorithm != Algorithm::Fixed
+    }
+
     /// Parses `"name key=value ..."`; unset parameters take their defaults,
     /// the bounds the algorithm's defaults.
     pub fn parse(text: &str) -> Result<Self> {
