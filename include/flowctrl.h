@@ -199,7 +199,8 @@ typedef struct fc_table_options {
  * fields with an existing task's; updating changes only the set fields.
  *
  * It grows at its end in later versions: the library reads only the first
- * `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
+ * `size` bytes, and fields past them are unset. Accepted sizes: 24 (the
+ * fields through `reserved`) to 4096.
  */
 typedef struct fc_task_config {
   /**
@@ -226,6 +227,26 @@ typedef struct fc_task_config {
    * Must be 0 (room for a later field); anything else is refused.
    */
   uint32_t reserved;
+  /**
+   * The limiter, as a NUL-terminated spec: an algorithm name (`"fixed"`,
+   * `"aimd"`, `"vegas"`, `"gradient2"`, `"auto"`) then `key=value`
+   * parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
+   * algorithm but `fixed` takes `window` (ms); the others are listed in
+   * the README. Empty (the default) = unset. `fc_task_config_get`
+   * writes the spec with every parameter.
+   */
+  char limiter[128];
+  /**
+   * The adaptive limit's floor, ceiling and starting point. `FC_UNSET`
+   * = unset (an algorithm that is set brings its defaults).
+   */
+  uint32_t min_limit;
+  uint32_t max_limit;
+  uint32_t initial_limit;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved2;
 } fc_task_config;
 
 /**
@@ -300,6 +321,19 @@ struct fc_task_stats {
    * nothing is in motion (`fc_task_check` compares them at one instant).
    */
   int64_t held;
+  /**
+   * The concurrency limit applied now: the adaptive limit, or
+   * `max_concurrency`; 0 = no cap.
+   */
+  uint64_t limit;
+  /**
+   * The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+   */
+  uint64_t baseline_rtt_ns;
+  /**
+   * The RTT of its last window with samples (ns; 0 = none).
+   */
+  uint64_t recent_rtt_ns;
 };
 
 /**
@@ -501,6 +535,33 @@ const char *fc_status_str(uint32_t status);
  * end. Callable at any time, in thread-local destructors too.
  */
 const char *fc_last_error(void);
+
+/**
+ * `fc_acquire` that waits up to `timeout_ms` for a permit (0 = do not
+ * wait), sleeping in the kernel (a futex in the table) until a release
+ * frees concurrency or the limit rises; across processes. Returns as
+ * `fc_acquire` does: `FC_OK` with `*permit` filled, or `FC_LIMITED_*` when
+ * the deadline passed. Makes system calls while it waits; thread-safe.
+ */
+fc_status fc_acquire_wait(const struct fc_task *task,
+                          uint32_t n,
+                          uint32_t timeout_ms,
+                          struct fc_permit *permit);
+
+/**
+ * `fc_release` with the round-trip time the caller measured (`rtt_ns`),
+ * used as the latency sample instead of the time since `fc_acquire`.
+ */
+fc_status fc_release_rtt(const struct fc_task *task,
+                         struct fc_permit *permit,
+                         fc_outcome outcome,
+                         uint64_t rtt_ns);
+
+/**
+ * Reads the concurrency limit every process applies now into `*limit`:
+ * the adaptive limit, or `max_concurrency`; 0 = no cap. No system call.
+ */
+fc_status fc_task_limit(const struct fc_task *task, uint32_t *limit);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -39,6 +39,8 @@ enum Program {
     Cxx,
     /// `compat_v1.c` against the frozen `tests/c/compat_v1.h`.
     CompatV1,
+    /// `adaptive_test.c` against `include/flowctrl.h`.
+    Adaptive,
 }
 
 impl Program {
@@ -47,20 +49,21 @@ impl Program {
             Program::C => "abi_test.c",
             Program::Cxx => "abi_test.cpp",
             Program::CompatV1 => "compat_v1.c",
+            Program::Adaptive => "adaptive_test.c",
         }
     }
 
     fn language(self) -> Language {
         match self {
             Program::Cxx => Language::Cxx,
-            Program::C | Program::CompatV1 => Language::C,
+            Program::C | Program::CompatV1 | Program::Adaptive => Language::C,
         }
     }
 
     /// The directory of the header it includes.
     fn include_dir(self) -> &'static str {
         match self {
-            Program::C | Program::Cxx => "include",
+            Program::C | Program::Cxx | Program::Adaptive => "include",
             Program::CompatV1 => "tests/c",
         }
     }
@@ -70,6 +73,7 @@ impl Program {
             Program::C => "abi_test_c",
             Program::Cxx => "abi_test_cpp",
             Program::CompatV1 => "compat_v1",
+            Program::Adaptive => "adaptive_test",
         }
     }
 }
@@ -303,6 +307,16 @@ fn compat_v1_with_shared_library() {
 #[test]
 fn compat_v1_with_static_library() {
     compile_and_run(Program::CompatV1, Linkage::Static);
+}
+
+#[test]
+fn adaptive_with_shared_library() {
+    compile_and_run(Program::Adaptive, Linkage::Shared);
+}
+
+#[test]
+fn adaptive_with_static_library() {
+    compile_and_run(Program::Adaptive, Linkage::Static);
 }
 
 /// Exit status of `scripts/c-sanitizers.sh` when the compiler cannot build

@@ -1,6 +1,8 @@
 //! The constants and structs of the C face: the handles, and the structs C
 //! allocates (each with its size first, see `sized`), with their defaults.
 
+use std::ffi::c_char;
+
 use super::sized::SizedStruct;
 use crate::{Table, TableOptions, Task};
 
@@ -82,7 +84,8 @@ pub struct fc_table_options {
 /// fields with an existing task's; updating changes only the set fields.
 ///
 /// It grows at its end in later versions: the library reads only the first
-/// `size` bytes, and fields past them are unset. Accepted sizes: 24 to 4096.
+/// `size` bytes, and fields past them are unset. Accepted sizes: 24 (the
+/// fields through `reserved`) to 4096.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct fc_task_config {
@@ -100,6 +103,20 @@ pub struct fc_task_config {
     pub max_concurrency: u32,
     /// Must be 0 (room for a later field); anything else is refused.
     pub reserved: u32,
+    /// The limiter, as a NUL-terminated spec: an algorithm name (`"fixed"`,
+    /// `"aimd"`, `"vegas"`, `"gradient2"`, `"auto"`) then `key=value`
+    /// parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
+    /// algorithm but `fixed` takes `window` (ms); the others are listed in
+    /// the README. Empty (the default) = unset. `fc_task_config_get`
+    /// writes the spec with every parameter.
+    pub limiter: [c_char; 128],
+    /// The adaptive limit's floor, ceiling and starting point. `FC_UNSET`
+    /// = unset (an algorithm that is set brings its defaults).
+    pub min_limit: u32,
+    pub max_limit: u32,
+    pub initial_limit: u32,
+    /// Must be 0.
+    pub reserved2: u32,
 }
 
 /// An admitted request, in caller memory: no allocation per request and no
@@ -157,13 +174,20 @@ pub struct fc_task_stats {
     /// What the processes' ledgers say they hold: equal to `in_flight` when
     /// nothing is in motion (`fc_task_check` compares them at one instant).
     pub held: i64,
+    /// The concurrency limit applied now: the adaptive limit, or
+    /// `max_concurrency`; 0 = no cap.
+    pub limit: u64,
+    /// The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+    pub baseline_rtt_ns: u64,
+    /// The RTT of its last window with samples (ns; 0 = none).
+    pub recent_rtt_ns: u64,
 }
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
     assert!(size_of::<fc_table_options>() == 24);
-    assert!(size_of::<fc_task_config>() == 24);
-    assert!(size_of::<fc_task_stats>() == 104);
+    assert!(size_of::<fc_task_config>() == 168);
+    assert!(size_of::<fc_task_stats>() == 128);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -198,6 +222,11 @@ unsafe impl SizedStruct for fc_task_config {
             local_rate: FC_RATE_UNSET,
             max_concurrency: FC_UNSET,
             reserved: 0,
+            limiter: [0; 128],
+            min_limit: FC_UNSET,
+            max_limit: FC_UNSET,
+            initial_limit: FC_UNSET,
+            reserved2: 0,
         }
     }
 }
@@ -223,6 +252,9 @@ unsafe impl SizedStruct for fc_task_stats {
             rtt_sum_ns: 0,
             rtt_samples: 0,
             held: 0,
+            limit: 0,
+            baseline_rtt_ns: 0,
+            recent_rtt_ns: 0,
         }
     }
 }
