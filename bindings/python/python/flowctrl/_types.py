@@ -22,6 +22,9 @@ class Stats(TypedDict):
     held: int
     rtt_sum_ns: int
     rtt_samples: int
+    limit: int
+    baseline_rtt_ns: int
+    recent_rtt_ns: int
 
 
 class ProcessStats(Stats):
@@ -53,3 +56,7 @@ class Settings(TypedDict):
     local_rate: float
     burst: int
     max_concurrency: int
+    limiter: str
+    min_limit: int
+    max_limit: int
+    initial_limit: int
