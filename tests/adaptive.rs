@@ -27,9 +27,9 @@ fn the_limiter_is_registered_configuration_and_update_changes_it_for_the_host() 
     assert_eq!(s.limiter.algorithm, LimiterAlgorithm::Auto);
     assert_eq!(
         (s.limiter.min, s.limiter.max, s.limiter.initial),
-        (1, 50, 20)
+        (1, 50, 4)
     );
-    assert_eq!(task.limit(), Some(20));
+    assert_eq!(task.limit(), Some(4));
     // The same configuration again is fine; another one is refused.
     table.task("svc", &config).unwrap();
     let err = table

@@ -12,13 +12,16 @@
 //!   expires by time, not by a sample count that collapses with throughput).
 //! - Every `probe_interval` ms, **probe**: raise to `L + s` (`s = max(1,
 //!   L/8)`) for one settling and one measuring window. If the RTT rose by
-//!   less than half of `s/L`, the extra permits found free capacity: keep
-//!   them and probe again at once by half the limit (so a low limit grows
+//!   less than half of `s/L` (over the lower of the RTT before the probe
+//!   and the baseline), the extra permits found free capacity: keep
+//!   them and probe again at once by a quarter of the limit (so a low limit grows
 //!   within a second; a big step that meets a queue is retried as a small
 //!   one). Otherwise go back to `L` and drain.
 //! - **Drain**: lower to `L − s` the same way. If the RTT fell by at least
 //!   half of `s/L`, a queue stood at `L`: keep the lower limit and drain
-//!   again. Otherwise `L` had no queue, so the RTT seen at `L` *is* the
+//!   again (by `L/4`: far above the capacity it comes down fast; when a later drain of such a chain
+//!   finds no queue, a probe follows at once, in case the chain went too
+//!   far). Otherwise `L` had no queue, so the RTT seen at `L` *is* the
 //!   no-load RTT: the baseline is reset to it (this is how the baseline is
 //!   re-learned at once when the service itself slows down) and `L` stays.
 //! - A hold window whose RTT is above `tolerance ×` baseline starts a drain
@@ -27,8 +30,10 @@
 //!   permit less) and restarts the cycle.
 //!
 //! A test moves the limit by `s` for two short windows: it costs a few
-//! requests a slight queue or a few rejections, never a burst. Defaults:
-//! initial 20, min 1, max 1000, `probe_interval` 3000 ms, `baseline_window`
+//! requests a slight queue or a few rejections, never a burst. It starts
+//! low and probes up (a limit too high at the start is a queue on a backend
+//! that may be overloaded already; one too low costs a second of probing).
+//! Defaults: initial 4, min 1, max 1000, `probe_interval` 3000 ms, `baseline_window`
 //! 2000 ms, `tolerance` 1.1, `backoff` 0.9.
 
 use super::{Spec, State, Window};
@@ -55,6 +60,10 @@ const PROBE_SETTLE: f64 = 1.0;
 const PROBE_MEASURE: f64 = 2.0;
 const DRAIN_SETTLE: f64 = 3.0;
 const DRAIN_MEASURE: f64 = 4.0;
+/// A drain after an accepted drain: if it finds no queue, the chain may
+/// have gone below the capacity, so a probe follows at once.
+const MORE_SETTLE: f64 = 5.0;
+const MORE_MEASURE: f64 = 6.0;
 
 pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     let (probe_ms, baseline_ms, tolerance, backoff) =
@@ -83,10 +92,11 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         }
         return window;
     }
-    // Settling windows last one RTT, measuring windows two: what a measuring
-    // window sees was admitted under the tested limit.
+    // Settling windows last one RTT, measuring windows three: what a
+    // measuring window sees was admitted under the tested limit, and enough
+    // of it to rise above the noise of one window.
     let settle = window.max(rtt as u64);
-    let measure = window.max(2 * rtt as u64);
+    let measure = window.max(3 * rtt as u64);
     let ref_limit = s.aux[REF_LIMIT];
     let ref_rtt = s.aux[REF_RTT];
     let share = |limit: f64| 0.5 * (limit - ref_limit).abs() / ref_limit;
@@ -97,9 +107,16 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         }
         PROBE_MEASURE => {
             s.aux[LAST_PROBE] = now_ms;
-            if rtt <= ref_rtt * (1.0 + share(l)) && l < spec.max as f64 {
+            // Against the lower of the reference and the baseline: a noisy
+            // low reading must not pass a queue for free capacity.
+            let against = if s.baseline_ns > 0.0 {
+                ref_rtt.min(s.baseline_ns)
+            } else {
+                ref_rtt
+            };
+            if rtt <= against * (1.0 + share(l)) && l < spec.max as f64 {
                 // Free capacity: probe again at once, in a bigger step.
-                begin(spec, s, PROBE_SETTLE, l, rtt, (l / 2.0).round());
+                begin(spec, s, PROBE_SETTLE, l, rtt, (l / 4.0).round());
             } else if l - ref_limit > step(ref_limit) {
                 // A big step found a queue: retry with a small one.
                 s.limit = ref_limit;
@@ -110,14 +127,18 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
             }
             settle
         }
-        DRAIN_SETTLE => {
-            s.aux[PHASE] = DRAIN_MEASURE;
+        DRAIN_SETTLE | MORE_SETTLE => {
+            s.aux[PHASE] = phase + 1.0;
             measure
         }
-        DRAIN_MEASURE => {
-            s.aux[LAST_PROBE] = now_ms;
+        DRAIN_MEASURE | MORE_MEASURE => {
+            s.aux[LAST_PROBE] = if phase == MORE_MEASURE {
+                now_ms - probe_ms
+            } else {
+                now_ms
+            };
             if rtt <= ref_rtt * (1.0 - share(l)) && l > spec.min as f64 {
-                begin(spec, s, DRAIN_SETTLE, l, rtt, -step(l));
+                begin(spec, s, MORE_SETTLE, l, rtt, -drain_step(l));
                 settle
             } else {
                 // No queue stood at the reference limit: its RTT is the
@@ -146,9 +167,16 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     }
 }
 
-/// The step of a test from `limit`.
+/// The step of a probe from `limit`.
 fn step(limit: f64) -> f64 {
     (limit / 8.0).round().max(1.0)
+}
+
+/// The step of a drain after an accepted one: twice a probe's, so a limit
+/// far above the capacity comes down in a few seconds (a drain that goes
+/// below it finds no queue and is undone, and a probe follows).
+fn drain_step(limit: f64) -> f64 {
+    (limit / 4.0).round().max(1.0)
 }
 
 /// Starts a test of `limit + delta` against `limit` (whose RTT was `rtt`).
@@ -200,6 +228,13 @@ mod tests {
     }
 
     #[test]
+    fn comes_down_from_a_high_start() {
+        let spec = spec().with_bounds(1, 1000, 40);
+        let (_, mean) = run(&spec, initial(&spec), 0, 10_000, 8.0, 50.0);
+        assert!((7.8..=8.6).contains(&mean), "mean limit {mean}");
+    }
+
+    #[test]
     fn relearns_the_baseline_within_two_seconds_when_the_service_slows() {
         let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
         let (s, mean) = run(&spec(), s, 10_000, 2_000, 8.0, 100.0);
@@ -228,15 +263,16 @@ mod tests {
 
     #[test]
     fn drops_lower_the_limit() {
-        let mut s = initial(&spec());
+        let spec = spec().with_bounds(1, 1000, 20);
+        let mut s = initial(&spec);
         let w = Window {
             dropped: 3,
             ..overloaded(0, 20.0, 20.0, 50.0)
         };
-        update(&spec(), &mut s, &w);
+        update(&spec, &mut s, &w);
         assert_eq!(s.limit, 18.0);
         let mut small = State { limit: 3.0, ..s };
-        update(&spec(), &mut small, &w);
+        update(&spec, &mut small, &w);
         assert_eq!(small.limit, 2.0, "at least one permit less");
     }
 }

@@ -63,7 +63,7 @@ impl Algorithm {
             Self::Fixed => (0, 0, 0),
             Self::Aimd | Self::Gradient2 => (20, 200, 20),
             Self::Vegas => (1, 1000, 20),
-            Self::Auto => (1, 1000, 20),
+            Self::Auto => (1, 1000, 4),
         }
     }
 }
