@@ -173,7 +173,7 @@ pub(crate) fn drive(shm: &Shm, index: u32, me: Owner, now: u64) {
         return;
     }
     if took_over {
-        publish(shm, slot, now, None);
+        publish(slot, now, None);
     } else if now >= a.due.load(Ordering::Acquire) {
         run_window(shm, index, slot, now);
     }
@@ -237,12 +237,11 @@ fn run_window(shm: &Shm, index: u32, slot: &TaskSlot, now: u64) {
         shm.clock
             .duration_to_ticks(std::time::Duration::from_nanos(next_ns)),
     );
-    publish(shm, slot, due, Some(generation));
+    publish(slot, due, Some(generation));
 }
 
 /// Publishes the committed window's limit, and the next due time.
-fn publish(shm: &Shm, slot: &TaskSlot, due: u64, generation: Option<u64>) {
-    let _ = shm;
+fn publish(slot: &TaskSlot, due: u64, generation: Option<u64>) {
     let a = &slot.adaptive;
     let version = a.window_version.load(Ordering::Acquire);
     let current = &a.windows[(version & 1) as usize];

@@ -45,6 +45,9 @@ pub const PARAMS: &[(&str, f64)] = &[
     ("backoff", 0.9),
 ];
 
+/// The longest test window, whatever the RTT.
+const MAX_WINDOW_NS: u64 = 10_000_000_000;
+
 // aux words.
 const CUR_MIN: usize = 0;
 const PREV_MIN: usize = 1;
@@ -95,8 +98,9 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     // Settling windows last one RTT, measuring windows three: what a
     // measuring window sees was admitted under the tested limit, and enough
     // of it to rise above the noise of one window.
-    let settle = window.max(rtt as u64);
-    let measure = window.max(3 * rtt as u64);
+    // (f64 → u64 casts saturate: a damaged table's RTT cannot overflow.)
+    let settle = window.max(rtt as u64).min(MAX_WINDOW_NS);
+    let measure = window.max((3.0 * rtt) as u64).min(MAX_WINDOW_NS);
     let ref_limit = s.aux[REF_LIMIT];
     let ref_rtt = s.aux[REF_RTT];
     let share = |limit: f64| 0.5 * (limit - ref_limit).abs() / ref_limit;

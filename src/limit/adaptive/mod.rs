@@ -176,3 +176,49 @@ pub(crate) mod testing {
         (state, sum / n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A damaged table can hand any state and any window to an algorithm:
+    /// it must neither panic nor produce a limit outside the bounds.
+    #[test]
+    fn garbage_in_gives_a_limit_within_bounds() {
+        let values = [
+            0.0,
+            -1.0,
+            1e-300,
+            1.0,
+            1e30,
+            f64::MAX,
+            f64::NAN,
+            f64::INFINITY,
+        ];
+        let counts = [0, 1, 1 << 40, u64::MAX];
+        for algorithm in Algorithm::ALL {
+            let spec = Spec::parse(algorithm.name()).unwrap();
+            for (i, v) in values.iter().enumerate() {
+                for c in counts {
+                    let words = [v.to_bits(); STATE_WORDS];
+                    let mut state = State::from_words(words);
+                    state.aux[i % 7] = *v;
+                    state.aux[3] = (i % 8) as f64;
+                    let w = Window {
+                        now_ns: c,
+                        elapsed_ns: c,
+                        samples: c,
+                        dropped: c / 2,
+                        rtt_ns: *v,
+                        rejected: c,
+                        in_flight: c,
+                    };
+                    let next = update(&spec, &mut state, &w);
+                    let limit = spec.clamp(state.limit);
+                    assert!(limit.is_finite(), "{algorithm:?} {v} {c}");
+                    assert!(next > 0 || algorithm == Algorithm::Fixed || spec.window_ns() == 0);
+                }
+            }
+        }
+    }
+}
