@@ -29,7 +29,7 @@
 /**
  * Layout version of the table file this library reads and writes.
  */
-#define FC_LAYOUT_VERSION 2
+#define FC_LAYOUT_VERSION 3
 
 #define FC_VERSION_MAJOR 0
 
@@ -302,6 +302,26 @@ typedef struct fc_task_config {
    * local rate; 0 = `global_rate` (the default). `FC_RATE_UNSET` = unset.
    */
   double fallback_rate;
+  /**
+   * The limiter, as a NUL-terminated spec: an algorithm name (`"fixed"`,
+   * `"aimd"`, `"vegas"`, `"gradient2"`, `"auto"`) then `key=value`
+   * parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
+   * algorithm but `fixed` takes `window` (ms); the others are listed in
+   * the README. Empty (the default) = unset. `fc_task_config_get`
+   * writes the spec with every parameter.
+   */
+  char limiter[128];
+  /**
+   * The adaptive limit's floor, ceiling and starting point. `FC_UNSET`
+   * = unset (an algorithm that is set brings its defaults).
+   */
+  uint32_t min_limit;
+  uint32_t max_limit;
+  uint32_t initial_limit;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved2;
 } fc_task_config;
 
 /**
@@ -410,6 +430,19 @@ struct fc_task_stats {
    * The store's clock minus this host's, as last measured, in µs.
    */
   int64_t clock_offset_us;
+  /**
+   * The concurrency limit applied now: the adaptive limit, or
+   * `max_concurrency`; 0 = no cap.
+   */
+  uint64_t limit;
+  /**
+   * The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+   */
+  uint64_t baseline_rtt_ns;
+  /**
+   * The RTT of its last window with samples (ns; 0 = none).
+   */
+  uint64_t recent_rtt_ns;
 };
 
 /**
@@ -624,6 +657,33 @@ const char *fc_status_str(uint32_t status);
  * end. Callable at any time, in thread-local destructors too.
  */
 const char *fc_last_error(void);
+
+/**
+ * `fc_acquire` that waits up to `timeout_ms` for a permit (0 = do not
+ * wait), sleeping in the kernel (a futex in the table) until a release
+ * frees concurrency or the limit rises; across processes. Returns as
+ * `fc_acquire` does: `FC_OK` with `*permit` filled, or `FC_LIMITED_*` when
+ * the deadline passed. Makes system calls while it waits; thread-safe.
+ */
+fc_status fc_acquire_wait(const struct fc_task *task,
+                          uint32_t n,
+                          uint32_t timeout_ms,
+                          struct fc_permit *permit);
+
+/**
+ * `fc_release` with the round-trip time the caller measured (`rtt_ns`),
+ * used as the latency sample instead of the time since `fc_acquire`.
+ */
+fc_status fc_release_rtt(const struct fc_task *task,
+                         struct fc_permit *permit,
+                         fc_outcome outcome,
+                         uint64_t rtt_ns);
+
+/**
+ * Reads the concurrency limit every process applies now into `*limit`:
+ * the adaptive limit, or `max_concurrency`; 0 = no cap. No system call.
+ */
+fc_status fc_task_limit(const struct fc_task *task, uint32_t *limit);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -37,6 +37,7 @@ pub mod table;
 mod task;
 
 pub use error::{Error, ErrorKind, Result};
+pub use limit::adaptive::{Algorithm as LimiterAlgorithm, Spec as LimiterSpec};
 pub use quota::{QuotaState, QuotaStats, StoreOptions};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{

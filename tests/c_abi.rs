@@ -43,6 +43,8 @@ enum Program {
     CompatV1,
     /// `quota_worker.c`: a worker of the global-quota tests.
     QuotaWorker,
+    /// `adaptive_test.c` against `include/flowctrl.h`.
+    Adaptive,
 }
 
 impl Program {
@@ -52,20 +54,23 @@ impl Program {
             Program::Cxx => "abi_test.cpp",
             Program::CompatV1 => "compat_v1.c",
             Program::QuotaWorker => "quota_worker.c",
+            Program::Adaptive => "adaptive_test.c",
         }
     }
 
     fn language(self) -> Language {
         match self {
             Program::Cxx => Language::Cxx,
-            Program::C | Program::CompatV1 | Program::QuotaWorker => Language::C,
+            Program::C | Program::CompatV1 | Program::QuotaWorker | Program::Adaptive => {
+                Language::C
+            }
         }
     }
 
     /// The directory of the header it includes.
     fn include_dir(self) -> &'static str {
         match self {
-            Program::C | Program::Cxx | Program::QuotaWorker => "include",
+            Program::C | Program::Cxx | Program::QuotaWorker | Program::Adaptive => "include",
             Program::CompatV1 => "tests/c",
         }
     }
@@ -76,6 +81,7 @@ impl Program {
             Program::Cxx => "abi_test_cpp",
             Program::CompatV1 => "compat_v1",
             Program::QuotaWorker => "quota_worker",
+            Program::Adaptive => "adaptive_test",
         }
     }
 }
@@ -309,6 +315,16 @@ fn compat_v1_with_shared_library() {
 #[test]
 fn compat_v1_with_static_library() {
     compile_and_run(Program::CompatV1, Linkage::Static);
+}
+
+#[test]
+fn adaptive_with_shared_library() {
+    compile_and_run(Program::Adaptive, Linkage::Shared);
+}
+
+#[test]
+fn adaptive_with_static_library() {
+    compile_and_run(Program::Adaptive, Linkage::Static);
 }
 
 /// Exit status of `scripts/c-sanitizers.sh` when the compiler cannot build

@@ -53,7 +53,10 @@ fn build_pristine(dir: &Path) -> Vec<u8> {
                     .max_concurrency(3),
             )
             .unwrap();
-        table.task(NAMES[1], &TaskConfig::new()).unwrap();
+        let adaptive = flowctrl::LimiterSpec::parse("auto window=1").unwrap();
+        table
+            .task(NAMES[1], &TaskConfig::new().limiter(adaptive))
+            .unwrap();
         table
             .task(NAMES[2], &TaskConfig::new().max_concurrency(100))
             .unwrap();
@@ -287,6 +290,10 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
                 )
             }
             70..=77 => (T_TAT, "tat".into()),
+            78..=89 => {
+                let w = rng.below(T_ADAPTIVE_WORDS as u64) as usize;
+                (T_ADAPTIVE + 8 * w, format!("adaptive[{w}]"))
+            }
             _ => (T_IN_FLIGHT, "in_flight".into()),
         };
         offset = base + field;
@@ -557,6 +564,17 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
         let _ = task.stats();
         let _ = task.stats_by_process();
         look!("check", task.check());
+        look!("settle_window", task.settle_window());
+        let _ = task.limit();
+        if let Some(Ok(mut p)) = look!(
+            "acquire_raw_wait",
+            task.acquire_raw_wait(1, Some(Duration::from_millis(5)))
+        ) {
+            look!(
+                "release_raw_rtt",
+                task.release_raw_rtt(&mut p, Outcome::Success, Some(Duration::from_millis(1)))
+            );
+        }
         let outcomes = [Outcome::Success, Outcome::Dropped, Outcome::Ignored];
         let copies = permits.clone();
         for (i, p) in permits.iter_mut().enumerate() {

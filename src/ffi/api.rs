@@ -19,13 +19,13 @@ pub(super) fn null(what: &str) -> Error {
 }
 
 /// Borrows `*ptr`, or fails naming the argument.
-unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {
+pub(super) unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {
     // SAFETY: the caller passes a pointer that is NULL or valid.
     unsafe { ptr.as_ref() }.ok_or_else(|| null(what))
 }
 
 /// Checks an out-pointer before any work is done.
-fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
+pub(super) fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
     if ptr.is_null() {
         return Err(null(what));
     }
@@ -33,7 +33,7 @@ fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
 }
 
 /// Writes `value` to `out` (checked non-NULL before any work was done).
-unsafe fn put<T>(out: *mut T, value: T) {
+pub(super) unsafe fn put<T>(out: *mut T, value: T) {
     // SAFETY: checked non-NULL by the caller; C owns the memory.
     unsafe { out.write(value) }
 }
@@ -148,11 +148,11 @@ fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
         slice_ms: set(c.slice_ms),
         chunk: set(c.chunk),
         fallback_rate: rate(c.fallback_rate),
-        ..TaskConfig::default()
+        ..super::waiting::limiter_of(c)?
     })
 }
 
-fn task_of(handle: &fc_task) -> &Task {
+pub(super) fn task_of(handle: &fc_task) -> &Task {
     &handle.task
 }
 
@@ -332,6 +332,7 @@ pub unsafe extern "C" fn fc_task_config_get(
             slice_ms: s.slice_ms,
             chunk: s.chunk,
             fallback_rate: s.fallback_rate,
+            ..super::waiting::limiter_fields(&s.limiter)
         });
         Ok(fc_status::FC_OK)
     })
@@ -380,23 +381,31 @@ pub unsafe extern "C" fn fc_acquire(
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
         let permit = out_arg(permit, "permit")?;
-        Ok(match task_of(task).acquire_raw(n)? {
-            Ok(raw) => {
-                let value = fc_permit {
-                    acquired_at: raw.acquired_at,
-                    owner: raw.owner,
-                    task: raw.task,
-                    n: raw.n,
-                    flags: raw.flags,
-                    reserved0: 0,
-                    check: raw.check,
-                    reserved: [0; 3],
-                };
-                unsafe { put(permit, value) };
-                fc_status::FC_OK
-            }
-            Err(limited) => limited.into(),
-        })
+        admitted(task_of(task).acquire_raw(n)?, permit)
+    })
+}
+
+/// Fills `*permit` (checked non-NULL) if admitted; the status either way.
+pub(super) fn admitted(
+    decision: Result<RawPermit, crate::Limited>,
+    permit: *mut fc_permit,
+) -> Result<fc_status, Error> {
+    Ok(match decision {
+        Ok(raw) => {
+            let value = fc_permit {
+                acquired_at: raw.acquired_at,
+                owner: raw.owner,
+                task: raw.task,
+                n: raw.n,
+                flags: raw.flags,
+                reserved0: 0,
+                check: raw.check,
+                reserved: [0; 3],
+            };
+            unsafe { put(permit, value) };
+            fc_status::FC_OK
+        }
+        Err(limited) => limited.into(),
     })
 }
 
@@ -424,7 +433,17 @@ pub unsafe extern "C" fn fc_release(
     permit: *mut fc_permit,
     outcome: fc_outcome,
 ) -> fc_status {
-    boundary(|| {
+    boundary(|| unsafe { release(task, permit, outcome, None) })
+}
+
+/// `fc_release` with an optional round-trip time.
+pub(super) unsafe fn release(
+    task: *const fc_task,
+    permit: *mut fc_permit,
+    outcome: fc_outcome,
+    rtt: Option<std::time::Duration>,
+) -> Result<fc_status, Error> {
+    {
         let task = unsafe { arg(task, "task") }?;
         // SAFETY: NULL or valid per the contract; C owns the memory.
         let p = unsafe { permit.as_mut() }.ok_or_else(|| null("permit"))?;
@@ -448,11 +467,11 @@ pub unsafe extern "C" fn fc_release(
             flags: p.flags,
             check: p.check,
         };
-        task_of(task).release_raw(&mut raw, outcome)?;
+        task_of(task).release_raw_rtt(&mut raw, outcome, rtt)?;
         // The mark of a spent permit, in the caller's memory.
         p.flags = raw.flags;
         Ok(fc_status::FC_OK)
-    })
+    }
 }
 
 /// Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its
@@ -507,6 +526,9 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             limited_ms: q.limited_ms,
             failed_ms: q.failed_ms,
             clock_offset_us: q.clock_offset_us,
+            limit: s.limit,
+            baseline_rtt_ns: s.baseline_rtt_ns,
+            recent_rtt_ns: s.recent_rtt_ns,
         });
         Ok(fc_status::FC_OK)
     })

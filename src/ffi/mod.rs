@@ -35,7 +35,9 @@ mod api;
 mod sized;
 mod status;
 mod types;
+mod waiting;
 
 pub use api::*;
 pub use status::*;
 pub use types::*;
+pub use waiting::*;

@@ -7,7 +7,7 @@ use super::sized::SizedStruct;
 use crate::{Table, TableOptions, Task};
 
 /// Layout version of the table file this library reads and writes.
-pub const FC_LAYOUT_VERSION: u32 = 2;
+pub const FC_LAYOUT_VERSION: u32 = 3;
 const _: () = assert!(
     FC_LAYOUT_VERSION == crate::LAYOUT_VERSION,
     "the core's LAYOUT_VERSION changed: update FC_LAYOUT_VERSION"
@@ -132,6 +132,20 @@ pub struct fc_task_config {
     /// Requests per second while the store fails, for a task without a
     /// local rate; 0 = `global_rate` (the default). `FC_RATE_UNSET` = unset.
     pub fallback_rate: f64,
+    /// The limiter, as a NUL-terminated spec: an algorithm name (`"fixed"`,
+    /// `"aimd"`, `"vegas"`, `"gradient2"`, `"auto"`) then `key=value`
+    /// parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
+    /// algorithm but `fixed` takes `window` (ms); the others are listed in
+    /// the README. Empty (the default) = unset. `fc_task_config_get`
+    /// writes the spec with every parameter.
+    pub limiter: [c_char; 128],
+    /// The adaptive limit's floor, ceiling and starting point. `FC_UNSET`
+    /// = unset (an algorithm that is set brings its defaults).
+    pub min_limit: u32,
+    pub max_limit: u32,
+    pub initial_limit: u32,
+    /// Must be 0.
+    pub reserved2: u32,
 }
 
 /// An admitted request, in caller memory: no allocation per request and no
@@ -209,6 +223,13 @@ pub struct fc_task_stats {
     pub failed_ms: u64,
     /// The store's clock minus this host's, as last measured, in µs.
     pub clock_offset_us: i64,
+    /// The concurrency limit applied now: the adaptive limit, or
+    /// `max_concurrency`; 0 = no cap.
+    pub limit: u64,
+    /// The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+    pub baseline_rtt_ns: u64,
+    /// The RTT of its last window with samples (ns; 0 = none).
+    pub recent_rtt_ns: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -223,8 +244,8 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
     assert!(size_of::<fc_table_options>() == 56);
-    assert!(size_of::<fc_task_config>() == 48);
-    assert!(size_of::<fc_task_stats>() == 192);
+    assert!(size_of::<fc_task_config>() == 192);
+    assert!(size_of::<fc_task_stats>() == 216);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -270,6 +291,11 @@ unsafe impl SizedStruct for fc_task_config {
             slice_ms: FC_UNSET,
             chunk: FC_UNSET,
             fallback_rate: FC_RATE_UNSET,
+            limiter: [0; 128],
+            min_limit: FC_UNSET,
+            max_limit: FC_UNSET,
+            initial_limit: FC_UNSET,
+            reserved2: 0,
         }
     }
 }
@@ -307,6 +333,9 @@ unsafe impl SizedStruct for fc_task_stats {
             limited_ms: 0,
             failed_ms: 0,
             clock_offset_us: 0,
+            limit: 0,
+            baseline_rtt_ns: 0,
+            recent_rtt_ns: 0,
         }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "FLOWCTRL" — the first eight bytes of every table.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FLOWCTRL");
 /// Bumped on any change to the structs of this module.
-pub(crate) const LAYOUT_VERSION: u32 = 2;
+pub(crate) const LAYOUT_VERSION: u32 = 3;
 /// The longest task name in bytes (the slot stores 64 with a length).
 pub(crate) const NAME_MAX: usize = 63;
 pub(crate) const NAME_WORDS: usize = 8;
@@ -81,8 +81,9 @@ pub(crate) struct ConfigCopy {
 }
 
 /// One task: identity and the configuration on the first lines, then each hot
-/// word on a cache line of its own, then room reserved for the global quota
-/// and the adaptive limit.
+/// word on a cache line of its own, then room reserved for the global quota,
+/// then the adaptive limit (which needs 1280 bytes in all: double-buffered
+/// configuration *and* window state, so no step of either can be torn).
 #[repr(C, align(64))]
 pub(crate) struct TaskSlot {
     /// [`TASK_EMPTY`], [`TASK_CLAIMING`] | owner, or [`TASK_READY`].
@@ -109,9 +110,71 @@ pub(crate) struct TaskSlot {
     _pad3: [AtomicU64; 7],
     /// The global quota (see `quota`).
     pub quota: QuotaSlot,
-    /// Reserved for the host-wide adaptive concurrency limit.
-    pub adaptive_reserved: [AtomicU64; 32],
-    _reserved: [AtomicU64; 8],
+    /// The host-wide adaptive concurrency limit (see `task::adaptive`).
+    pub adaptive: AdaptiveSlot,
+}
+
+/// One copy of a task's limiter configuration, kept beside [`ConfigCopy`]
+/// under the same `config_version` (copy `version & 1` is current).
+#[repr(C)]
+pub(crate) struct LimiterCopy {
+    /// algorithm (8 bits) | min (24) << 8 | max (24) << 32.
+    pub spec: AtomicU64,
+    /// initial (24 bits) | generation << 24: the generation moves whenever
+    /// the limiter changes, and tells the window driver to start afresh.
+    pub initial: AtomicU64,
+    /// Window length in ms (f64 bits).
+    pub window_ms: AtomicU64,
+    /// The algorithm's parameters (f64 bits).
+    pub params: [AtomicU64; 4],
+}
+
+/// One committed window: what it consumed of the lanes' counters and the
+/// algorithm's state after it. Two copies; `AdaptiveSlot::window_version`
+/// names the current one, so a driver killed before its commit leaves the
+/// previous window whole and the next driver consumes the same samples.
+#[repr(C)]
+pub(crate) struct WindowCopy {
+    /// Clock ticks at the window's start (0 = never started).
+    pub start: AtomicU64,
+    /// The limiter generation the state belongs to.
+    pub generation: AtomicU64,
+    /// Lane counter sums consumed up to this window: success, dropped,
+    /// RTT sum (ns), concurrency rejections.
+    pub consumed: [AtomicU64; 4],
+    /// `limit::adaptive::State` words.
+    pub state: [AtomicU64; 10],
+}
+
+/// Bit 63 of [`AdaptiveSlot::limit`]: an adaptive limiter is configured.
+pub(crate) const LIMIT_ADAPTIVE: u64 = 1 << 63;
+
+/// The adaptive limit's words of a task slot, on five lines: the word read
+/// by every acquire, the word written by releases when someone waits, the
+/// configuration copies, then the window copies (written once per window).
+#[repr(C, align(64))]
+pub(crate) struct AdaptiveSlot {
+    /// [`LIMIT_ADAPTIVE`] | generation (39 bits) << 24 | the limit (24 bits).
+    pub limit: AtomicU64,
+    /// Clock ticks at which the current window ends.
+    pub due: AtomicU64,
+    _pad0: [AtomicU64; 6],
+    /// Futex word of waiting acquires: bit 0 = someone may be waiting, a
+    /// sequence above. No waiter count: a waiter killed while waiting leaves
+    /// at most bit 0 set, which the next release clears (one spare wake).
+    pub wake: AtomicU32,
+    _pad1: AtomicU32,
+    _pad2: [AtomicU64; 7],
+    /// The window driver's lock: 0 or the driver's `Owner`.
+    pub window_lock: AtomicU64,
+    /// Selects the current [`WindowCopy`] (`version & 1`).
+    pub window_version: AtomicU64,
+    pub config: [LimiterCopy; 2],
+    pub windows: [WindowCopy; 2],
+    /// Per window copy: samples applied by every window of its generation
+    /// so far (a running total, for checking that none is lost or doubled).
+    pub applied: [AtomicU64; 2],
+    _reserved: [AtomicU64; 6],
 }
 
 /// One copy of a task's global-quota configuration, versioned with
@@ -139,7 +202,7 @@ pub(crate) struct QuotaSlot {
     /// slice (high 32 bits) | permits left on this host (low 32 bits).
     pub host: AtomicU64,
     _pad0: [AtomicU64; 7],
-    /// FAILED flag | when the current phase began (see `quota::state`).
+    /// The phase (open, limited, failed) and when it began (see `quota::pull`).
     pub phase: AtomicU64,
     /// slice + 1 whose store key is known to be exhausted; 0 = none.
     pub exhausted: AtomicU64,
@@ -238,7 +301,12 @@ const _: () = {
     assert!(size_of::<Header>() == 192);
     assert!(size_of::<Header>() <= HEADER_SIZE);
     assert!(std::mem::offset_of!(Header, last_reap) == 128);
-    assert!(size_of::<TaskSlot>() == 1024);
+    assert!(size_of::<TaskSlot>() == 1280);
+    assert!(std::mem::offset_of!(TaskSlot, adaptive) == 704);
+    assert!(size_of::<AdaptiveSlot>() == 576);
+    assert!(std::mem::offset_of!(AdaptiveSlot, wake) == 64);
+    assert!(std::mem::offset_of!(AdaptiveSlot, window_lock) == 128);
+    assert!(std::mem::offset_of!(AdaptiveSlot, windows) == 256);
     assert!(std::mem::offset_of!(TaskSlot, name) == 64);
     assert!(std::mem::offset_of!(TaskSlot, config_version) == 128);
     assert!(std::mem::offset_of!(TaskSlot, tat) == 192);

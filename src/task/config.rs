@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
+use crate::limit::adaptive::Spec as LimiterSpec;
 use crate::limit::ledger::MAX_COUNT;
 use crate::quota::Global;
+
+use crate::shm::layout::{GlobalCopy, TaskSlot};
+use crate::shm::{Owner, Shm};
 
 /// Bounds of a global-quota slice: shorter slices cost more pulls than they
 /// save in precision; longer ones strand more quota per slice.
@@ -17,8 +21,6 @@ pub(crate) const MIN_SLICE_MS: u32 = 100;
 pub(crate) const MAX_SLICE_MS: u32 = 60_000;
 /// Permits per slice fit the host word's 32-bit count, with room to spare.
 pub(crate) const MAX_SLICE_QUOTA: u32 = 1 << 30;
-use crate::shm::layout::{GlobalCopy, TaskSlot};
-use crate::shm::{Owner, Shm};
 
 /// How long a writer waits for another live process's configuration write.
 pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(2);
@@ -46,6 +48,14 @@ pub struct TaskConfig {
     /// The rate applied while the store is failing, when the task has no
     /// local rate; 0 = `global_rate`. Default 0.
     pub fallback_rate: Option<f64>,
+    /// The algorithm that sets the concurrency limit and its parameters
+    /// (default `fixed`: `max_concurrency` is the cap). Changing the
+    /// algorithm resets the limits below to its defaults unless they are set.
+    pub limiter: Option<LimiterSpec>,
+    /// The adaptive limit's floor, ceiling and starting point.
+    pub min_limit: Option<u32>,
+    pub max_limit: Option<u32>,
+    pub initial_limit: Option<u32>,
 }
 
 impl TaskConfig {
@@ -88,6 +98,27 @@ impl TaskConfig {
         self
     }
 
+    /// The limiter, e.g. `LimiterSpec::parse("auto")?`.
+    pub fn limiter(mut self, spec: LimiterSpec) -> Self {
+        self.limiter = Some(spec);
+        self
+    }
+
+    pub fn min_limit(mut self, permits: u32) -> Self {
+        self.min_limit = Some(permits);
+        self
+    }
+
+    pub fn max_limit(mut self, permits: u32) -> Self {
+        self.max_limit = Some(permits);
+        self
+    }
+
+    pub fn initial_limit(mut self, permits: u32) -> Self {
+        self.initial_limit = Some(permits);
+        self
+    }
+
     /// These fields over `base`'s.
     pub(crate) fn over(&self, base: TaskSettings) -> TaskSettings {
         TaskSettings {
@@ -98,6 +129,7 @@ impl TaskConfig {
             slice_ms: self.slice_ms.unwrap_or(base.slice_ms),
             chunk: self.chunk.unwrap_or(base.chunk),
             fallback_rate: self.fallback_rate.unwrap_or(base.fallback_rate),
+            limiter: crate::task::adaptive::limiter_over(self, base.limiter),
         }
     }
 }
@@ -112,6 +144,8 @@ pub struct TaskSettings {
     pub slice_ms: u32,
     pub chunk: u32,
     pub fallback_rate: f64,
+    /// The limiter with its bounds (`min`, `max`, `initial`).
+    pub limiter: LimiterSpec,
 }
 
 impl Default for TaskSettings {
@@ -124,6 +158,7 @@ impl Default for TaskSettings {
             slice_ms: 1000,
             chunk: 0,
             fallback_rate: 0.0,
+            limiter: LimiterSpec::fixed(),
         }
     }
 }
@@ -149,6 +184,7 @@ impl TaskSettings {
                 self.max_concurrency
             )));
         }
+        self.limiter.validate()?;
         let interval = interval_for(self.local_rate, clock)?;
         // The GCRA looks burst × interval ahead; past 2^62 ticks (decades)
         // that would saturate and quietly admit everything.
@@ -241,6 +277,7 @@ impl TaskSettings {
         if let Some(r) = asked.fallback_rate.filter(|r| *r != self.fallback_rate) {
             out.push(format!("fallback_rate {} (asked {r})", self.fallback_rate));
         }
+        crate::task::adaptive::mismatches(&self.limiter, asked, &mut out);
         out
     }
 }
@@ -307,13 +344,28 @@ pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
         slice_ms: global.map_or(defaults.slice_ms, |g| g.slice_ms),
         chunk: global.map_or(defaults.chunk, |g| g.chunk),
         fallback_rate: global.map_or(defaults.fallback_rate, |g| g.fallback_rate),
+        limiter: limiter(slot).0,
+    }
+}
+
+/// The current limiter copy and its generation, read like [`read`].
+pub(crate) fn limiter(slot: &TaskSlot) -> (LimiterSpec, u64) {
+    let mut tries = 0;
+    loop {
+        let version = slot.config_version.load(Ordering::Acquire);
+        let read = crate::task::adaptive::read_copy(&slot.adaptive.config[(version & 1) as usize]);
+        fence(Ordering::Acquire);
+        tries += 1;
+        if slot.config_version.load(Ordering::Relaxed) == version || tries >= 64 {
+            return read;
+        }
     }
 }
 
 /// Writes a configuration into the copy readers are not using, then makes it
 /// current. The caller holds the slot's configuration lock (or the slot is
 /// not published yet).
-pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
+pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64, limiter: &LimiterSpec) {
     // Pairs with the readers' fence: a reader that sees any of these stores
     // also sees the version bump that preceded this write.
     fence(Ordering::Release);
@@ -342,8 +394,10 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64) {
     global
         .quota
         .store(g.map_or(0, |g| g.quota as u64), Ordering::Relaxed);
+    let generation = crate::task::adaptive::write_copy(slot, version, limiter);
     slot.config_version
         .store(version.wrapping_add(1), Ordering::Release);
+    crate::task::adaptive::configured(slot, limiter, generation);
 }
 
 /// Runs `body` holding the task's configuration lock. A lock held by a dead

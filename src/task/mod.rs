@@ -1,10 +1,12 @@
 //! Tasks: the unit a limit applies to, and the admit/release decisions.
 
+mod adaptive;
 mod config;
 mod permit;
 mod reclaim;
 mod register;
 mod stats;
+mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -109,7 +111,7 @@ impl Task {
         config::with_lock(&self.shm, slot, me, || {
             let settings = config.over(config::settings(slot));
             let limits = settings.limits(&self.shm.clock)?;
-            config::write(slot, limits, settings.local_rate);
+            config::write(slot, limits, settings.local_rate, &settings.limiter);
             Ok(())
         })?
     }
@@ -157,6 +159,13 @@ impl Task {
         {
             return Err(self.unadmittable(n));
         }
+        let a = &slot.adaptive;
+        let adaptive = adaptive::limit_of(a.limit.load(Ordering::Relaxed));
+        let cap = match adaptive {
+            Some(limit) if limits.cap != 0 => limit.clamp(1, limits.cap),
+            Some(limit) => limit.max(1),
+            None => limits.cap,
+        };
         let lane = preferred_lane();
         let counters = self.lane(attach * LANES + lane);
         let gcra = Gcra {
@@ -172,11 +181,13 @@ impl Task {
                 return Ok(Err(Limited::Local));
             }
         }
-        let counted = limits.cap != 0;
-        if counted
-            && self.move_count(attach, lane, n as i32, Some(limits.cap as u64))? == Update::Refused
+        let counted = cap != 0;
+        if counted && self.move_count(attach, lane, n as i32, Some(cap as u64))? == Update::Refused
         {
             count(counters, Counter::LimitedConcurrency, n as u64);
+            if adaptive.is_some() {
+                self.window_due(shm.clock.now());
+            }
             return Ok(Err(Limited::Concurrency));
         }
         let mut spent = None;
@@ -226,6 +237,9 @@ impl Task {
             }
         }
         count(counters, Counter::Admitted, n as u64);
+        if adaptive.is_some() {
+            self.window_due(now);
+        }
         Ok(Ok(RawPermit::issue(
             shm,
             owner,
@@ -347,6 +361,18 @@ impl Task {
     /// process holds of the task (a copy of a spent permit).
     #[inline]
     pub fn release_raw(&self, permit: &mut RawPermit, outcome: Outcome) -> Result<()> {
+        self.release_raw_rtt(permit, outcome, None)
+    }
+
+    /// [`Task::release_raw`] with the round-trip time the caller measured
+    /// (`None`: the time since the acquire).
+    #[inline]
+    pub fn release_raw_rtt(
+        &self,
+        permit: &mut RawPermit,
+        outcome: Outcome,
+        rtt: Option<Duration>,
+    ) -> Result<()> {
         let shm = &*self.shm;
         let owner = shm.owner()?;
         permit.verify(shm, owner, self.index, &self.name)?;
@@ -361,6 +387,10 @@ impl Task {
                 )));
             }
             self.move_count(attach, lane, -(n as i32), None)?;
+            // Pairs with a waiter's fence between announcing itself and
+            // its last try: one of the two sees the other.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            adaptive::wake_waiters(shm.task_slot(self.index));
         }
         let counters = self.lane(attach * LANES + lane);
         let counter = match outcome {
@@ -368,15 +398,60 @@ impl Task {
             Outcome::Dropped => Counter::ReleasedDropped,
             Outcome::Ignored => Counter::ReleasedIgnored,
         };
+        let a = &shm.task_slot(self.index).adaptive;
+        let adaptive = adaptive::limit_of(a.limit.load(Ordering::Relaxed)).is_some();
+        let now = if outcome != Outcome::Ignored || adaptive {
+            shm.clock.now()
+        } else {
+            0
+        };
         if outcome != Outcome::Ignored {
-            let rtt = shm
-                .clock
-                .ticks_to_ns(shm.clock.now().saturating_sub(permit.acquired_at));
+            let rtt = match rtt {
+                Some(rtt) => rtt.as_nanos().min(u64::MAX as u128) as u64,
+                None => shm
+                    .clock
+                    .ticks_to_ns(now.saturating_sub(permit.acquired_at)),
+            };
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
         }
         count(counters, counter, n as u64);
         permit.flags |= SPENT;
+        if adaptive {
+            self.window_due(now);
+        }
         Ok(())
+    }
+
+    /// Runs the adaptive window if it is due (a load of a line every
+    /// acquire reads anyway; the window itself is rare and `#[cold]`).
+    #[inline]
+    fn window_due(&self, now: u64) {
+        let a = &self.shm.task_slot(self.index).adaptive;
+        if now >= a.due.load(Ordering::Relaxed)
+            && let Ok(me) = self.shm.owner()
+        {
+            adaptive::drive(&self.shm, self.index, me, now);
+        }
+    }
+
+    /// Runs the adaptive window now; returns the samples the windows of
+    /// the current limiter have applied, and the windows run on the table.
+    /// For tests that no sample is lost or counted twice.
+    #[doc(hidden)]
+    pub fn settle_window(&self) -> Result<(u64, u64)> {
+        Ok(adaptive::settle(&self.shm, self.index, self.shm.owner()?))
+    }
+
+    /// The concurrency limit every process applies now: the adaptive limit,
+    /// or `max_concurrency` (`None` when there is no cap).
+    pub fn limit(&self) -> Option<u32> {
+        let slot = self.shm.task_slot(self.index);
+        let cap = config::read(slot).0.cap;
+        match adaptive::limit_of(slot.adaptive.limit.load(Ordering::Acquire)) {
+            Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
+            Some(limit) => Some(limit.max(1)),
+            None => (cap != 0).then_some(cap),
+        }
     }
 
     /// What attachment `attach` holds of the task, by its ledgers.
@@ -398,7 +473,15 @@ impl Task {
             lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
             held += contribution(word, lanes);
         }
-        sums.into_stats(ledger::word_count(word), held)
+        let mut stats = sums.into_stats(ledger::word_count(word), held);
+        let slot = shm.task_slot(self.index);
+        stats.limit = self.limit().map_or(0, u64::from);
+        if adaptive::limit_of(slot.adaptive.limit.load(Ordering::Acquire)).is_some() {
+            let state = adaptive::committed(slot);
+            stats.baseline_rtt_ns = state.baseline_ns as u64;
+            stats.recent_rtt_ns = state.recent_ns as u64;
+        }
+        stats
     }
 
     fn lanes_of(&self, attach: u32) -> impl Iterator<Item = (u32, &Lane)> + Clone {

@@ -113,7 +113,7 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Re
                 }
                 TASK_EMPTY if state == TASK_EMPTY => {
                     if claim(slot, state, me) {
-                        publish(slot, name, &words, limits, settings.local_rate);
+                        publish(slot, name, &words, limits, &settings);
                         return Ok(index);
                     }
                 }
@@ -122,7 +122,7 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Re
                     if claimer != me && !shm.owner_alive(claimer) {
                         // Died half-way: the slot is ours to fill.
                         if claim(slot, state, me) {
-                            publish(slot, name, &words, limits, settings.local_rate);
+                            publish(slot, name, &words, limits, &settings);
                             return Ok(index);
                         }
                     } else if began.elapsed() > CLAIM_DEADLINE {
@@ -174,14 +174,14 @@ fn publish(
     name: &str,
     words: &[u64; NAME_WORDS],
     limits: config::Limits,
-    rate: f64,
+    settings: &TaskSettings,
 ) {
     for (w, v) in slot.name.iter().zip(words) {
         w.store(*v, Ordering::Relaxed);
     }
     slot.name_len.store(name.len() as u64, Ordering::Relaxed);
     slot.config_lock.store(0, Ordering::Relaxed);
-    config::write(slot, limits, rate);
+    config::write(slot, limits, settings.local_rate, &settings.limiter);
     slot.state.store(TASK_READY, Ordering::Release);
 }
 

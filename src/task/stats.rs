@@ -29,6 +29,13 @@ pub struct TaskStats {
     pub rtt_sum_ns: u64,
     /// Permits summed in `rtt_sum_ns` (`released_success + released_dropped`).
     pub rtt_samples: u64,
+    /// The concurrency limit applied now (0 = none): the adaptive limit or
+    /// `max_concurrency`.
+    pub limit: u64,
+    /// The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+    pub baseline_rtt_ns: u64,
+    /// The RTT of its last window with samples (ns; 0 = none).
+    pub recent_rtt_ns: u64,
 }
 
 /// One attachment's share of a task's counters since it attached.
@@ -115,6 +122,7 @@ impl Sums {
             held,
             rtt_sum_ns: c(Counter::RttSumNs),
             rtt_samples: c(Counter::ReleasedSuccess).wrapping_add(c(Counter::ReleasedDropped)),
+            ..TaskStats::default()
         }
     }
 }

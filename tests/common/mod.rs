@@ -384,14 +384,14 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 // ---- the table file, read and written from outside the library -------------
 //
 // Mirrors `src/shm/layout.rs` (layout version 2): a header page, task slots
-// of 1024 bytes, attachment slots of 64, lanes of 128 (ledger, intent,
+// of 1280 bytes, attachment slots of 64, lanes of 128 (ledger, intent,
 // reclaimed, then counters), baselines of 128.
 
 pub mod redis;
 
 pub mod layout {
     pub const HEADER_SIZE: usize = 4096;
-    pub const TASK_SLOT: usize = 1024;
+    pub const TASK_SLOT: usize = 1280;
     pub const ATTACH_SLOT: usize = 64;
     pub const LANE: usize = 128;
     pub const BASELINE: usize = 128;
@@ -418,6 +418,10 @@ pub mod layout {
     pub const T_CONFIG: usize = 136;
     pub const T_TAT: usize = 192;
     pub const T_IN_FLIGHT: usize = 256;
+    /// The adaptive limit: limit word, due, wake word, window lock and
+    /// version, limiter copies, window copies (72 words).
+    pub const T_ADAPTIVE: usize = 704;
+    pub const T_ADAPTIVE_WORDS: usize = 72;
 
     // Attachment slot fields.
     pub const A_STATE: usize = 0;

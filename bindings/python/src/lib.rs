@@ -3,8 +3,9 @@
 //! the objects returned, so the GIL is held only for the conversions — and is
 //! let go (`py.detach`) around every call that can wait or scan: opening a
 //! table, registering a task (it may wait for another process's claim),
-//! reaping, updating and reading statistics. Acquire and release keep it:
-//! they take tens of nanoseconds, less than a GIL round trip.
+//! reaping, updating, reading statistics, and an acquire that waits. A
+//! non-waiting acquire and a release keep it: they take tens of
+//! nanoseconds, less than a GIL round trip.
 //!
 //! The exception classes are plain Python (`flowctrl/_errors.py`) so that they
 //! pickle by name and mix in the built-in exceptions; this module imports them
@@ -20,6 +21,8 @@ use flowctrl::{
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+mod adaptive;
 
 /// The exception classes of `flowctrl._errors`, imported once on first use.
 mod errors {
@@ -196,7 +199,8 @@ impl Table {
     }
 
     #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None,
-                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None))]
+                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None,
+                        limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn task(
         &self,
@@ -209,6 +213,10 @@ impl Table {
         slice_ms: Option<u32>,
         chunk: Option<u32>,
         fallback_rate: Option<f64>,
+        limiter: Option<&str>,
+        min_limit: Option<u32>,
+        max_limit: Option<u32>,
+        initial_limit: Option<u32>,
     ) -> PyResult<Task> {
         let config = TaskConfig {
             local_rate,
@@ -218,6 +226,7 @@ impl Table {
             slice_ms,
             chunk,
             fallback_rate,
+            ..adaptive::config(limiter, min_limit, max_limit, initial_limit)?
         };
         let table = self.handle()?;
         // Registering may wait for another process that is filling the slot.
@@ -347,18 +356,47 @@ impl Task {
             .map(|raw| self.permit(raw)))
     }
 
-    /// Returns a Permit (a context manager), or raises Limited.
-    #[pyo3(signature = (n=1))]
-    fn acquire(&self, n: u32) -> PyResult<Permit> {
-        match self.live()?.acquire_raw(n).map_err(to_py)? {
+    /// Returns a Permit (a context manager), or raises Limited. With a
+    /// `timeout` (seconds), waits up to it for a permit, without the GIL.
+    #[pyo3(signature = (n=1, timeout=None))]
+    fn acquire(&self, py: Python<'_>, n: u32, timeout: Option<f64>) -> PyResult<Permit> {
+        let task = self.live()?;
+        let decision = match adaptive::timeout(timeout)? {
+            None => task.acquire_raw(n),
+            Some(t) => py.detach(|| task.acquire_raw_wait(n, Some(t))),
+        };
+        match decision.map_err(to_py)? {
             Ok(raw) => Ok(self.permit(raw)),
             Err(why) => Err(limited(self.task.name(), why)),
         }
     }
 
+    /// An async context manager (and awaitable) giving a Permit, waiting up
+    /// to `timeout` seconds without blocking the event loop.
+    #[pyo3(signature = (n=1, timeout=None))]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        n: u32,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        adaptive::timeout(timeout)?;
+        let py = slf.py();
+        py.import("flowctrl._aio")?
+            .getattr("AsyncAcquire")?
+            .call1((slf, n, timeout))
+    }
+
+    /// The concurrency limit every process applies now (the adaptive
+    /// limit, or max_concurrency); None when there is no cap.
+    #[getter]
+    fn limit(&self) -> PyResult<Option<u32>> {
+        Ok(self.live()?.limit())
+    }
+
     /// Changes the given fields of the configuration for the whole host.
     #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
-                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None))]
+                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None,
+                        limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn update(
         &self,
@@ -370,6 +408,10 @@ impl Task {
         slice_ms: Option<u32>,
         chunk: Option<u32>,
         fallback_rate: Option<f64>,
+        limiter: Option<&str>,
+        min_limit: Option<u32>,
+        max_limit: Option<u32>,
+        initial_limit: Option<u32>,
     ) -> PyResult<()> {
         let config = TaskConfig {
             local_rate,
@@ -379,6 +421,7 @@ impl Task {
             slice_ms,
             chunk,
             fallback_rate,
+            ..adaptive::config(limiter, min_limit, max_limit, initial_limit)?
         };
         let task = self.live()?;
         py.detach(|| task.update(&config)).map_err(to_py)
@@ -448,6 +491,7 @@ impl Task {
         d.set_item("slice_ms", s.slice_ms)?;
         d.set_item("chunk", s.chunk)?;
         d.set_item("fallback_rate", s.fallback_rate)?;
+        adaptive::settings(&d, &s.limiter)?;
         Ok(d)
     }
 
@@ -470,6 +514,9 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
         ("in_flight", s.in_flight),
         ("rtt_sum_ns", s.rtt_sum_ns),
         ("rtt_samples", s.rtt_samples),
+        ("limit", s.limit),
+        ("baseline_rtt_ns", s.baseline_rtt_ns),
+        ("recent_rtt_ns", s.recent_rtt_ns),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;
@@ -516,21 +563,26 @@ struct Permit {
 
 impl Permit {
     /// Releases the permit unless it was released already; tells which.
-    fn release_once(&self, outcome: Outcome) -> PyResult<bool> {
+    fn release_once(&self, outcome: Outcome, rtt: Option<std::time::Duration>) -> PyResult<bool> {
         let mut raw = lock(&self.raw);
         if raw.is_spent() {
             return Ok(false);
         }
-        self.task.release_raw(&mut raw, outcome).map_err(to_py)?;
+        self.task
+            .release_raw_rtt(&mut raw, outcome, rtt)
+            .map_err(to_py)?;
         Ok(true)
     }
 }
 
 #[pymethods]
 impl Permit {
-    #[pyo3(signature = (outcome="success"))]
-    fn release(&self, outcome: &str) -> PyResult<()> {
-        if self.release_once(self::outcome(outcome)?)? {
+    /// `rtt`: the round-trip time the caller measured (seconds), used as
+    /// the latency sample instead of the time since the acquire.
+    #[pyo3(signature = (outcome="success", *, rtt=None))]
+    fn release(&self, outcome: &str, rtt: Option<f64>) -> PyResult<()> {
+        let rtt = adaptive::rtt(rtt)?;
+        if self.release_once(self::outcome(outcome)?, rtt)? {
             Ok(())
         } else {
             Err(InvalidArgumentError::new_err(format!(
@@ -567,7 +619,7 @@ impl Permit {
         } else {
             Outcome::Dropped
         };
-        self.release_once(outcome).map(drop)
+        self.release_once(outcome, None).map(drop)
     }
 
     fn __repr__(&self) -> String {

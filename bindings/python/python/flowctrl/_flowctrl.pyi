@@ -5,6 +5,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Optional, Union, final
 
+from ._aio import AsyncAcquire
 from ._types import Consistency, ProcessStats, Settings, Stats, TableCheck
 
 __all__ = ["Table", "Task", "Permit", "__version__", "LAYOUT_VERSION"]
@@ -62,11 +63,16 @@ class Table:
         slice_ms: Optional[int] = None,
         chunk: Optional[int] = None,
         fallback_rate: Optional[float] = None,
+        limiter: Optional[str] = None,
+        min_limit: Optional[int] = None,
+        max_limit: Optional[int] = None,
+        initial_limit: Optional[int] = None,
     ) -> Task:
         """Registers a task host-wide, or attaches to it.
 
         The first registration wins; naming a different value for a field
         raises ConfigMismatchError (fields left None are not compared).
+        ``limiter`` is a spec such as "auto" or "gradient2 tolerance=2".
         """
     def reap(self) -> int:
         """Looks for dead processes now; the number found (their permits are back)."""
@@ -102,8 +108,18 @@ class Task:
 
     def try_acquire(self, n: int = 1) -> Optional[Permit]:
         """Returns a Permit, or None when a limit rejects the request."""
-    def acquire(self, n: int = 1) -> Permit:
-        """Returns a Permit (usable as a context manager) or raises Limited."""
+    def acquire(self, n: int = 1, timeout: Optional[float] = None) -> Permit:
+        """Returns a Permit (usable as a context manager) or raises Limited.
+
+        With ``timeout`` (seconds), waits up to it for a permit, without
+        the GIL; None does not wait.
+        """
+    def acquire_async(self, n: int = 1, timeout: Optional[float] = None) -> AsyncAcquire:
+        """``async with`` (or ``await``) it for a Permit; waits up to
+        ``timeout`` seconds without blocking the event loop."""
+    @property
+    def limit(self) -> Optional[int]:
+        """The concurrency limit applied now; None when there is no cap."""
     def update(
         self,
         *,
@@ -114,6 +130,10 @@ class Task:
         slice_ms: Optional[int] = None,
         chunk: Optional[int] = None,
         fallback_rate: Optional[float] = None,
+        limiter: Optional[str] = None,
+        min_limit: Optional[int] = None,
+        max_limit: Optional[int] = None,
+        initial_limit: Optional[int] = None,
     ) -> None:
         """Changes the given fields of the configuration for the whole host."""
     def stats(self) -> Stats: ...
@@ -141,7 +161,10 @@ class Permit:
     """
 
     def release(
-        self, outcome: Literal["success", "dropped", "ignored"] = "success"
+        self,
+        outcome: Literal["success", "dropped", "ignored"] = "success",
+        *,
+        rtt: Optional[float] = None,
     ) -> None:
         """Releases the permit with how the request ended.
 

@@ -22,6 +22,9 @@ class Counters(TypedDict):
     held: int
     rtt_sum_ns: int
     rtt_samples: int
+    limit: int
+    baseline_rtt_ns: int
+    recent_rtt_ns: int
 
 
 class Stats(Counters):
@@ -74,3 +77,7 @@ class Settings(TypedDict):
     slice_ms: int
     chunk: int
     fallback_rate: float
+    limiter: str
+    min_limit: int
+    max_limit: int
+    initial_limit: int

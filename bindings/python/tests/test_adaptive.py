@@ -1,0 +1,188 @@
+"""Adaptive limits and waiting acquires through the Python binding."""
+
+import asyncio
+import multiprocessing as mp
+import threading
+import time
+
+import pytest
+
+import flowctrl
+
+ALGORITHMS = ["fixed", "aimd", "vegas", "gradient2", "auto"]
+
+
+@pytest.fixture
+def table(tmp_path):
+    return flowctrl.Table(tmp_path / "t", capacity=16, max_processes=16)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_is_configured_by_name(table, algorithm):
+    if algorithm == "fixed":
+        task = table.task("svc", limiter="fixed", max_concurrency=5)
+        assert task.limit == 5
+    else:
+        task = table.task("svc", limiter=algorithm, min_limit=2, max_limit=9, initial_limit=4)
+        assert task.limit == 4
+        s = task.settings
+        assert s["limiter"].startswith(algorithm + " window=100")
+        assert (s["min_limit"], s["max_limit"], s["initial_limit"]) == (2, 9, 4)
+    with task.acquire() as p:
+        assert task.stats()["in_flight"] == 1
+    p2 = task.acquire()
+    p2.release("success", rtt=0.25)
+    stats = task.stats()
+    assert stats["released_success"] == 2
+    assert stats["rtt_sum_ns"] >= 250_000_000
+    assert stats["limit"] == task.limit
+    # The registered configuration: another limiter is a mismatch.
+    other = "vegas" if algorithm != "vegas" else "auto"
+    with pytest.raises(flowctrl.ConfigMismatchError, match="limiter"):
+        table.task("svc", limiter=other)
+
+
+def test_update_changes_the_limiter_for_the_host(table):
+    task = table.task("svc", limiter="auto")
+    assert task.settings["max_limit"] == 1000
+    task.update(limiter="gradient2 tolerance=2")
+    s = table.task("svc").settings
+    assert "tolerance=2" in s["limiter"]
+    assert (s["min_limit"], s["max_limit"]) == (20, 200)
+    assert task.limit == 20
+    task.update(limiter="fixed", max_concurrency=3)
+    assert task.limit == 3
+    task.update(max_concurrency=0)
+    assert task.limit is None
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"limiter": "bbr"},
+        {"limiter": "auto speed=2"},
+        {"limiter": "vegas alpha=nan"},
+        {"limiter": "aimd backoff=-1"},
+        {"limiter": "gradient2 window=0"},
+        {"limiter": "auto", "min_limit": 9, "max_limit": 3},
+        {"limiter": "auto", "initial_limit": 5000},
+    ],
+)
+def test_bad_limiters_are_refused(table, kwargs):
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        table.task("svc", **kwargs)
+    task = table.task("ok", limiter="auto")
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.update(**kwargs)
+    assert task.settings["limiter"].startswith("auto")
+
+
+def test_bad_waits_and_rtts_are_refused(table):
+    task = table.task("svc", limiter="auto")
+    for bad in [-1.0, float("nan"), float("inf")]:
+        with pytest.raises(flowctrl.InvalidArgumentError):
+            task.acquire(timeout=bad)
+        with pytest.raises(flowctrl.InvalidArgumentError):
+            task.acquire_async(timeout=bad)
+        p = task.acquire()
+        with pytest.raises(flowctrl.InvalidArgumentError):
+            p.release(rtt=bad)
+        p.release()
+    assert task.stats()["in_flight"] == 0
+
+
+def test_a_waiting_acquire_lets_the_gil_go_and_is_woken_by_a_release(table):
+    task = table.task("svc", limiter="auto", min_limit=1, max_limit=1, initial_limit=1)
+    held = task.acquire()
+    ticks = []
+
+    def ticker():
+        for _ in range(20):
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+        held.release()
+
+    t = threading.Thread(target=ticker)
+    began = time.monotonic()
+    t.start()
+    with task.acquire(timeout=10):
+        waited = time.monotonic() - began
+    t.join()
+    assert len(ticks) == 20
+    assert 0.08 < waited < 5, waited
+    with pytest.raises(flowctrl.Limited) as e:
+        with task.acquire():
+            task.acquire(timeout=0.05)
+    assert e.value.reason == "concurrency"
+
+
+def test_acquire_async_does_not_block_the_loop(table):
+    task = table.task("svc", limiter="auto", min_limit=1, max_limit=1, initial_limit=1)
+    held = task.acquire()
+
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            for _ in range(10):
+                ticks += 1
+                await asyncio.sleep(0.01)
+            held.release()
+
+        tick = asyncio.ensure_future(ticker())
+        async with task.acquire_async(timeout=10) as p:
+            assert ticks == 10
+            assert task.stats()["in_flight"] == 1
+        assert p.released
+        await tick
+        with pytest.raises(flowctrl.Limited):
+            async with task.acquire_async(timeout=0.05):
+                async with task.acquire_async(timeout=0.05):
+                    pass
+        permit = await task.acquire_async()
+        permit.release()
+
+    asyncio.run(main())
+    assert task.stats()["in_flight"] == 0
+
+
+def _worker(path, start, end, out):
+    task = flowctrl.Table(path).task("shared")
+    while time.monotonic() < start:
+        time.sleep(0.001)
+    got = over = 0
+    while time.monotonic() < end:
+        try:
+            with task.acquire(timeout=0.5):
+                if task.stats()["in_flight"] > 3:
+                    over += 1
+                time.sleep(0.002)
+                got += 1
+        except flowctrl.Limited:
+            pass
+    out.put((got, over))
+
+
+def test_four_processes_wait_fairly_under_one_limit(tmp_path):
+    path = str(tmp_path / "t")
+    task = flowctrl.Table(path).task(
+        "shared", limiter="auto", min_limit=3, max_limit=3, initial_limit=3
+    )
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    start = time.monotonic() + 0.5
+    workers = [
+        ctx.Process(target=_worker, args=(path, start, start + 2.0, out)) for _ in range(4)
+    ]
+    for w in workers:
+        w.start()
+    results = [out.get(timeout=60) for _ in workers]
+    for w in workers:
+        w.join(30)
+    shares = [g for g, _ in results]
+    assert all(o == 0 for _, o in results), results
+    mean = sum(shares) / 4
+    assert mean > 50, shares
+    assert all(abs(s / mean - 1) <= 0.25 for s in shares), shares
+    assert task.stats()["in_flight"] == 0

@@ -1,0 +1,335 @@
+//! The host-wide adaptive limit of a task: its configuration copies, the
+//! window driver, and the limit every acquire reads.
+//!
+//! Samples are not written anywhere new: every release already counts its
+//! outcome and RTT into its own lane (`Counter::ReleasedSuccess`,
+//! `ReleasedDropped`, `RttSumNs`, and acquires `LimitedConcurrency`). When
+//! a window is due, the first process to notice takes the window lock (a
+//! compare-and-swap; the others carry on), sums those counters over every
+//! lane, subtracts what the current [`WindowCopy`] says was consumed, runs
+//! the algorithm, writes the other copy (state *and* the sums it consumed)
+//! and commits it by bumping `window_version`. A driver killed before the
+//! commit leaves the previous copy current, so the next driver consumes the
+//! same samples again: none is lost or counted twice. After the commit the
+//! limit and the next due time are published (idempotent: a driver that
+//! takes the lock over from a dead one publishes the committed copy first).
+//! Counters of dead processes stay in their lanes, so their samples count.
+
+use std::sync::atomic::{Ordering, fence};
+
+use super::TaskConfig;
+use crate::limit::adaptive::{self, Algorithm, STATE_WORDS, Spec, State, Window};
+use crate::limit::ledger::{self, MAX_COUNT};
+use crate::shm::layout::{Counter, LANES, LIMIT_ADAPTIVE, LimiterCopy, TaskSlot, WindowCopy};
+use crate::shm::{Owner, Shm};
+
+const GEN_SHIFT: u32 = 24;
+const GEN_MASK: u64 = (1 << 39) - 1;
+
+/// The limit word's parts: the limit if adaptive, and its generation.
+#[inline]
+pub(crate) fn limit_of(word: u64) -> Option<u32> {
+    (word & LIMIT_ADAPTIVE != 0).then_some((word & MAX_COUNT) as u32)
+}
+
+fn make_limit(adaptive: bool, generation: u64, limit: f64) -> u64 {
+    let limit = (limit.max(0.0) as u64).min(MAX_COUNT);
+    (if adaptive { LIMIT_ADAPTIVE } else { 0 }) | (generation & GEN_MASK) << GEN_SHIFT | limit
+}
+
+// ---- configuration --------------------------------------------------------
+
+/// The limiter `config` asks for over `base`: a new algorithm brings its
+/// default bounds; bounds that are set override.
+pub(crate) fn limiter_over(config: &TaskConfig, base: Spec) -> Spec {
+    let mut spec = match config.limiter {
+        Some(asked) if asked.algorithm != base.algorithm => asked,
+        Some(asked) => Spec {
+            window_ms: asked.window_ms,
+            params: asked.params,
+            ..base
+        },
+        None => base,
+    };
+    if spec.is_adaptive() {
+        spec.min = config.min_limit.unwrap_or(spec.min);
+        spec.max = config.max_limit.unwrap_or(spec.max);
+        spec.initial = config.initial_limit.unwrap_or(spec.initial);
+        if config.initial_limit.is_none() {
+            spec.initial = spec.initial.clamp(spec.min, spec.max.max(spec.min));
+        }
+    }
+    spec
+}
+
+/// Describes where `asked` differs from the registered `spec`.
+pub(crate) fn mismatches(spec: &Spec, asked: &TaskConfig, out: &mut Vec<String>) {
+    if let Some(a) = asked.limiter
+        && (a.algorithm != spec.algorithm
+            || a.window_ms != spec.window_ms
+            || a.params != spec.params)
+    {
+        out.push(format!("limiter \"{spec}\" (asked \"{a}\")"));
+    }
+    for (name, value, want) in [
+        ("min_limit", spec.min, asked.min_limit),
+        ("max_limit", spec.max, asked.max_limit),
+        ("initial_limit", spec.initial, asked.initial_limit),
+    ] {
+        if let Some(w) = want.filter(|w| *w != value) {
+            out.push(format!("{name} {value} (asked {w})"));
+        }
+    }
+}
+
+/// Reads a copy; one a damaged table made invalid reads as `fixed`.
+pub(crate) fn read_copy(copy: &LimiterCopy) -> (Spec, u64) {
+    let word = copy.spec.load(Ordering::Relaxed);
+    let initial = copy.initial.load(Ordering::Relaxed);
+    let window_ms = f64::from_bits(copy.window_ms.load(Ordering::Relaxed));
+    let params = std::array::from_fn(|i| f64::from_bits(copy.params[i].load(Ordering::Relaxed)));
+    let generation = initial >> GEN_SHIFT;
+    let spec = Algorithm::from_raw(word & 0xFF).map(|algorithm| Spec {
+        algorithm,
+        min: ((word >> 8) & MAX_COUNT) as u32,
+        max: ((word >> 32) & MAX_COUNT) as u32,
+        initial: (initial & MAX_COUNT) as u32,
+        window_ms,
+        params,
+    });
+    match spec.filter(|s| s.validate().is_ok()) {
+        Some(s) => (s, generation),
+        None => (Spec::fixed(), generation),
+    }
+}
+
+/// Writes `spec` into the copy readers are not using (the caller holds the
+/// configuration lock and bumps `config_version` next). Returns its
+/// generation: the current one if the limiter did not change.
+pub(crate) fn write_copy(slot: &TaskSlot, version: u64, spec: &Spec) -> u64 {
+    let (current, generation) = read_copy(&slot.adaptive.config[(version & 1) as usize]);
+    let generation = if current == *spec && version != 0 {
+        generation
+    } else {
+        generation.wrapping_add(1) & GEN_MASK
+    };
+    let copy = &slot.adaptive.config[(version.wrapping_add(1) & 1) as usize];
+    copy.spec.store(
+        spec.algorithm as u64 | (spec.min as u64) << 8 | (spec.max as u64) << 32,
+        Ordering::Relaxed,
+    );
+    copy.initial.store(
+        spec.initial as u64 | generation << GEN_SHIFT,
+        Ordering::Relaxed,
+    );
+    copy.window_ms
+        .store(spec.window_ms.to_bits(), Ordering::Relaxed);
+    for (w, p) in copy.params.iter().zip(spec.params) {
+        w.store(p.to_bits(), Ordering::Relaxed);
+    }
+    generation
+}
+
+/// After a configuration write: a new limiter generation starts at its
+/// initial limit now, and its first window is due at once.
+pub(crate) fn configured(slot: &TaskSlot, spec: &Spec, generation: u64) {
+    let a = &slot.adaptive;
+    let word = a.limit.load(Ordering::Acquire);
+    if (word >> GEN_SHIFT) & GEN_MASK == generation && word != 0 {
+        return;
+    }
+    let limit = make_limit(spec.is_adaptive(), generation, spec.initial as f64);
+    a.limit.store(limit, Ordering::Release);
+    a.due.store(0, Ordering::Release);
+    wake_waiters(slot);
+}
+
+// ---- the window driver ------------------------------------------------------
+
+/// How long past its due time a window may stay locked before the lock's
+/// owner is checked for life (the check is a system call).
+const STALE_LOCK_NS: u64 = 1_000_000_000;
+
+/// Runs the window update if it is due and nobody else is running it.
+/// Called by acquires and releases that read the clock past `due`.
+#[cold]
+pub(crate) fn drive(shm: &Shm, index: u32, me: Owner, now: u64) {
+    let slot = shm.task_slot(index);
+    let a = &slot.adaptive;
+    let held = a.window_lock.load(Ordering::Relaxed);
+    let mut took_over = false;
+    if held != 0 {
+        let due = a.due.load(Ordering::Relaxed);
+        let late = shm.clock.ticks_to_ns(now.saturating_sub(due));
+        if held == me.0 || late < STALE_LOCK_NS || shm.owner_alive(Owner(held)) {
+            return;
+        }
+        took_over = true;
+    }
+    if a.window_lock
+        .compare_exchange(held, me.0, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    if took_over {
+        publish(slot, now, None);
+    } else if now >= a.due.load(Ordering::Acquire) {
+        run_window(shm, index, slot, now);
+    }
+    a.window_lock.store(0, Ordering::Release);
+}
+
+/// One window, under the window lock.
+fn run_window(shm: &Shm, index: u32, slot: &TaskSlot, now: u64) {
+    let a = &slot.adaptive;
+    let (spec, generation) = super::config::limiter(slot);
+    let version = a.window_version.load(Ordering::Acquire);
+    let current = &a.windows[(version & 1) as usize];
+    let sums = lane_sums(shm, index);
+    let start = current.start.load(Ordering::Relaxed);
+    let fresh = start == 0
+        || start > now
+        || current.generation.load(Ordering::Relaxed) != generation
+        || !spec.is_adaptive();
+    let mut applied = a.applied[(version & 1) as usize].load(Ordering::Relaxed);
+    let (state, next_ns) = if fresh {
+        applied = 0;
+        (adaptive::initial(&spec), spec.window_ns())
+    } else {
+        let consumed: [u64; 4] =
+            std::array::from_fn(|i| current.consumed[i].load(Ordering::Relaxed));
+        let d = |i: usize| sums[i].wrapping_sub(consumed[i]);
+        let samples = d(0).wrapping_add(d(1));
+        let window = Window {
+            now_ns: shm.clock.ticks_to_ns(now),
+            elapsed_ns: shm.clock.ticks_to_ns(now - start),
+            samples: if samples > 1 << 40 { 0 } else { samples },
+            dropped: d(1).min(samples),
+            rtt_ns: if samples == 0 {
+                0.0
+            } else {
+                d(2) as f64 / samples as f64
+            },
+            rejected: d(3),
+            in_flight: ledger::word_count(slot.in_flight.load(Ordering::Acquire)),
+        };
+        applied = applied.wrapping_add(window.samples);
+        let mut state = load_state(current);
+        state.limit = spec.clamp(state.limit);
+        let next = adaptive::update(&spec, &mut state, &window);
+        (state, next)
+    };
+    let next = &a.windows[(version.wrapping_add(1) & 1) as usize];
+    next.start.store(now, Ordering::Relaxed);
+    next.generation.store(generation, Ordering::Relaxed);
+    for (w, s) in next.consumed.iter().zip(sums) {
+        w.store(s, Ordering::Relaxed);
+    }
+    for (w, s) in next.state.iter().zip(state.to_words()) {
+        w.store(s, Ordering::Relaxed);
+    }
+    a.applied[(version.wrapping_add(1) & 1) as usize].store(applied, Ordering::Relaxed);
+    // Commit: the copy's words before the version (Release).
+    a.window_version
+        .store(version.wrapping_add(1), Ordering::Release);
+    let due = now.saturating_add(
+        shm.clock
+            .duration_to_ticks(std::time::Duration::from_nanos(next_ns)),
+    );
+    publish(slot, due, Some(generation));
+}
+
+/// Publishes the committed window's limit, and the next due time.
+fn publish(slot: &TaskSlot, due: u64, generation: Option<u64>) {
+    let a = &slot.adaptive;
+    let version = a.window_version.load(Ordering::Acquire);
+    let current = &a.windows[(version & 1) as usize];
+    let generation = generation.unwrap_or_else(|| current.generation.load(Ordering::Relaxed));
+    let (spec, configured) = super::config::limiter(slot);
+    let old = a.limit.load(Ordering::Acquire);
+    // A configuration written meanwhile wins: its generation is newer.
+    if configured != generation || (old >> GEN_SHIFT) & GEN_MASK != generation {
+        a.due.store(0, Ordering::Release);
+        return;
+    }
+    let limit = spec.clamp(load_state(current).limit);
+    let word = make_limit(spec.is_adaptive(), generation, limit);
+    if a.limit
+        .compare_exchange(old, word, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+        && word & MAX_COUNT > old & MAX_COUNT
+    {
+        wake_waiters(slot);
+    }
+    a.due.store(due, Ordering::Release);
+}
+
+fn load_state(copy: &WindowCopy) -> State {
+    let words: [u64; STATE_WORDS] = std::array::from_fn(|i| copy.state[i].load(Ordering::Relaxed));
+    State::from_words(words)
+}
+
+/// Success, dropped, RTT sum and concurrency rejections over every lane.
+fn lane_sums(shm: &Shm, index: u32) -> [u64; 4] {
+    let mut sums = [0u64; 4];
+    for id in 0..shm.geometry.attach_capacity * LANES {
+        if let Some(lane) = shm.lane(index, id) {
+            for (sum, counter) in sums.iter_mut().zip([
+                Counter::ReleasedSuccess,
+                Counter::ReleasedDropped,
+                Counter::RttSumNs,
+                Counter::LimitedConcurrency,
+            ]) {
+                *sum = sum.wrapping_add(lane.counters[counter as usize].load(Ordering::Relaxed));
+            }
+        }
+    }
+    sums
+}
+
+/// The committed state: (limit, baseline RTT ns, recent RTT ns).
+pub(crate) fn committed(slot: &TaskSlot) -> State {
+    let a = &slot.adaptive;
+    let version = a.window_version.load(Ordering::Acquire);
+    let state = load_state(&a.windows[(version & 1) as usize]);
+    fence(Ordering::Acquire);
+    state
+}
+
+// ---- waking waiters ---------------------------------------------------------
+
+/// Bit 0 of the wake word: someone may be waiting.
+pub(crate) const WAITERS: u32 = 1;
+
+/// Bumps the wake word and wakes every waiter, if any may be waiting.
+#[inline]
+pub(crate) fn wake_waiters(slot: &TaskSlot) {
+    let word = &slot.adaptive.wake;
+    let seen = word.load(Ordering::SeqCst);
+    if seen & WAITERS != 0
+        && word
+            .compare_exchange(
+                seen,
+                seen.wrapping_add(1),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    {
+        crate::task::wait::futex_wake_all(word);
+    }
+}
+
+/// (samples applied by the windows of the current generation, windows run)
+/// after running a window now: for tests of the driver.
+pub(crate) fn settle(shm: &Shm, index: u32, me: Owner) -> (u64, u64) {
+    let a = &shm.task_slot(index).adaptive;
+    a.due.store(0, Ordering::Release);
+    drive(shm, index, me, shm.clock.now().max(1));
+    let version = a.window_version.load(Ordering::Acquire);
+    (
+        a.applied[(version & 1) as usize].load(Ordering::Relaxed),
+        version,
+    )
+}
