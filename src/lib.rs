@@ -27,6 +27,7 @@ compile_error!(
 #[cfg(not(target_os = "linux"))]
 compile_error!("flowctrl needs Linux: liveness rests on open-file-description locks");
 
+mod balance;
 pub mod clock;
 mod error;
 pub mod ffi;
@@ -35,6 +36,9 @@ mod shm;
 pub mod table;
 mod task;
 
+pub use balance::{
+    BackendStats, Balancer, BalancerConfig, BalancerStats, MAX_WEIGHT, Pick, PickOptions, RawPick,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{

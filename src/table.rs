@@ -4,8 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::balance::{self, Balancer, BalancerConfig};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
+use crate::shm::Reclaim;
 use crate::shm::layout::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::shm::{OpenSpec, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
@@ -33,6 +35,10 @@ pub struct TableOptions {
     /// Accept (and create) a table that group or others may write. Off by
     /// default: such a table lets other users change or break the limits.
     pub shared: bool,
+    /// Number of balancer slots (default 16; 0 = none).
+    pub balancers: u32,
+    /// Backends each balancer can hold at once (default 32).
+    pub backends_per_balancer: u32,
 }
 
 impl Default for TableOptions {
@@ -43,6 +49,8 @@ impl Default for TableOptions {
             mode: 0o600,
             owner: None,
             shared: false,
+            balancers: 16,
+            backends_per_balancer: 32,
         }
     }
 }
@@ -73,10 +81,13 @@ impl TableOptions {
                 self.mode
             )));
         }
+        let backends = crate::balance::check_capacity(self.balancers, self.backends_per_balancer)?;
         Ok(OpenSpec {
             geometry: Geometry {
                 task_capacity: self.capacity,
                 attach_capacity: self.max_processes,
+                balancer_capacity: self.balancers,
+                backend_capacity: backends,
             },
             mode: self.mode,
             // SAFETY: geteuid cannot fail.
@@ -130,7 +141,7 @@ impl Table {
         let spec = options.spec()?;
         let path = resolve_path(Some(path.as_ref()));
         Ok(Self {
-            shm: Shm::open(&path, spec, &TaskReclaim)?,
+            shm: Shm::open(&path, spec, &TableReclaim)?,
         })
     }
 
@@ -174,6 +185,12 @@ impl Table {
         Ok(task)
     }
 
+    /// Registers the balancer `name`, or attaches to it if any process on the
+    /// host registered it already (see [`Balancer`]).
+    pub fn balancer(&self, name: &str, config: &BalancerConfig) -> Result<Balancer> {
+        balance::register(&self.shm, name, config)
+    }
+
     /// Looks for dead processes now and gives back what they held; returns
     /// how many were found. Each attached process also does this in a
     /// background thread (host-wide at most every 10 ms), so calling it is
@@ -203,6 +220,20 @@ impl Table {
             }
         }
         report
+    }
+}
+
+/// What a dead attachment held: task permits, then balancer picks.
+struct TableReclaim;
+
+impl Reclaim for TableReclaim {
+    fn reclaim(&self, shm: &Shm, attach: u32) {
+        TaskReclaim.reclaim(shm, attach);
+        balance::BalanceReclaim.reclaim(shm, attach);
+    }
+
+    fn baseline(&self, shm: &Shm, attach: u32) {
+        TaskReclaim.baseline(shm, attach);
     }
 }
 
