@@ -16,13 +16,13 @@ pub(super) fn null(what: &str) -> Error {
 }
 
 /// Borrows `*ptr`, or fails naming the argument.
-unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {
+pub(super) unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {
     // SAFETY: the caller passes a pointer that is NULL or valid.
     unsafe { ptr.as_ref() }.ok_or_else(|| null(what))
 }
 
 /// Checks an out-pointer before any work is done.
-fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
+pub(super) fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
     if ptr.is_null() {
         return Err(null(what));
     }
@@ -30,13 +30,13 @@ fn out_arg<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
 }
 
 /// Writes `value` to `out` (checked non-NULL before any work was done).
-unsafe fn put<T>(out: *mut T, value: T) {
+pub(super) unsafe fn put<T>(out: *mut T, value: T) {
     // SAFETY: checked non-NULL by the caller; C owns the memory.
     unsafe { out.write(value) }
 }
 
 /// Reads a task name: NUL-terminated within FC_NAME_MAX bytes, UTF-8.
-unsafe fn name_arg<'a>(name: *const c_char) -> Result<&'a str, Error> {
+pub(super) unsafe fn name_arg<'a>(name: *const c_char) -> Result<&'a str, Error> {
     if name.is_null() {
         return Err(null("name"));
     }
@@ -82,6 +82,8 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
         mode: o.mode,
         owner: set(o.owner_uid),
         shared,
+        balancers: o.balancers,
+        backends_per_balancer: o.backends_per_balancer,
         ..TableOptions::default()
     })
 }

@@ -32,10 +32,12 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod api;
+mod balance;
 mod sized;
 mod status;
 mod types;
 
 pub use api::*;
+pub use balance::*;
 pub use status::*;
 pub use types::*;

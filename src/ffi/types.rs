@@ -74,6 +74,10 @@ pub struct fc_table_options {
     /// 1 = accept (and allow creating) a table that group or others may
     /// write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
     pub shared: u32,
+    /// Balancer slots of a new table (default 16; 0 = none).
+    pub balancers: u32,
+    /// Backends each balancer can hold (default 32).
+    pub backends_per_balancer: u32,
 }
 
 /// A task's configuration. Fill it with
@@ -161,7 +165,7 @@ pub struct fc_task_stats {
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
-    assert!(size_of::<fc_table_options>() == 24);
+    assert!(size_of::<fc_table_options>() == 32);
     assert!(size_of::<fc_task_config>() == 24);
     assert!(size_of::<fc_task_stats>() == 104);
     assert!(size_of::<fc_permit>() == 64);
@@ -182,6 +186,8 @@ unsafe impl SizedStruct for fc_table_options {
             mode: d.mode,
             owner_uid: d.owner.unwrap_or(FC_UNSET),
             shared: d.shared as u32,
+            balancers: d.balancers,
+            backends_per_balancer: d.backends_per_balancer,
         }
     }
 }
