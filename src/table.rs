@@ -191,6 +191,20 @@ impl Table {
         balance::register(&self.shm, name, config)
     }
 
+    /// [`Table::balancer`], then [`Balancer::set_backends`]; the list is
+    /// checked first, so a bad one takes no balancer slot.
+    pub fn balancer_with_backends(
+        &self,
+        name: &str,
+        config: &BalancerConfig,
+        backends: &[(&str, u32)],
+    ) -> Result<Balancer> {
+        balance::check_backends(&self.shm, backends)?;
+        let balancer = self.balancer(name, config)?;
+        balancer.set_backends(backends)?;
+        Ok(balancer)
+    }
+
     /// Looks for dead processes now and gives back what they held; returns
     /// how many were found. Each attached process also does this in a
     /// background thread (host-wide at most every 10 ms), so calling it is

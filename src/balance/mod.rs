@@ -57,6 +57,11 @@ pub(crate) fn check_capacity(balancers: u32, backends: u32) -> Result<u32> {
     Ok(backends)
 }
 
+/// Checks a backend list against the table's capacity.
+pub(crate) fn check_backends(shm: &Shm, backends: &[(&str, u32)]) -> Result<()> {
+    membership::validate(backends, shm.geometry.backend_capacity)
+}
+
 /// Registers (or attaches to) the balancer `name`.
 pub(crate) fn register(shm: &Arc<Shm>, name: &str, config: &BalancerConfig) -> Result<Balancer> {
     validate_name(name)?;

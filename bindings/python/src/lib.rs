@@ -10,6 +10,8 @@
 //! pickle by name and mix in the built-in exceptions; this module imports them
 //! to raise them.
 
+mod balance;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -126,7 +128,8 @@ fn closed_table(path: &std::path::Path) -> PyErr {
 #[pymethods]
 impl Table {
     #[new]
-    #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false))]
+    #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false, balancers=16, backends_per_balancer=32))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
@@ -135,6 +138,8 @@ impl Table {
         max_processes: u32,
         owner: Option<u32>,
         shared: bool,
+        balancers: u32,
+        backends_per_balancer: u32,
     ) -> PyResult<Self> {
         let options = TableOptions {
             capacity,
@@ -142,6 +147,8 @@ impl Table {
             mode,
             owner,
             shared,
+            balancers,
+            backends_per_balancer,
         };
         // Opening may create and calibrate a table (~10 ms): let other threads run.
         let table = py
@@ -182,6 +189,35 @@ impl Table {
             task,
             closed: self.closed.clone(),
         })
+    }
+
+    /// Registers (or attaches to) the balancer `name` and sets its backends
+    /// (see `balance.rs`); durations in seconds.
+    #[pyo3(signature = (name, backends, weights=None, *, decay=10.0, failure_penalty=5.0, slow_start=30.0, default_rtt=0.1, retry_ratio=0.2, retry_min_per_sec=10.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn balancer(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        backends: Vec<String>,
+        weights: Option<Vec<u32>>,
+        decay: f64,
+        failure_penalty: f64,
+        slow_start: f64,
+        default_rtt: f64,
+        retry_ratio: f64,
+        retry_min_per_sec: f64,
+    ) -> PyResult<balance::Balancer> {
+        let settings = balance::Settings {
+            decay,
+            failure_penalty,
+            slow_start,
+            default_rtt,
+            retry_ratio,
+            retry_min_per_sec,
+        };
+        let (table, closed) = (self.handle()?, self.closed.clone());
+        balance::register(py, table, closed, name, backends, weights, settings)
     }
 
     /// Looks for dead processes now; the number found (their permits are back).
@@ -491,6 +527,8 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Table>()?;
     m.add_class::<Task>()?;
     m.add_class::<Permit>()?;
+    m.add_class::<balance::Balancer>()?;
+    m.add_class::<balance::Choice>()?;
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
     Ok(())

@@ -4,7 +4,7 @@ Plain TypedDicts: they exist at runtime (so stubs and runtime agree) but no
 code checks against them.
 """
 
-from typing import TypedDict
+from typing import Optional, TypedDict
 
 
 class Stats(TypedDict):
@@ -53,3 +53,21 @@ class Settings(TypedDict):
     local_rate: float
     burst: int
     max_concurrency: int
+
+
+class BackendStats(TypedDict):
+    """Balancer.stats(): one backend, host-wide (durations in seconds)."""
+
+    index: int
+    weight: int
+    active: bool
+    in_flight: int
+    picked: int
+    rtt: float
+    recent_successes: int
+    recent_failures: int
+    ejected_for: float
+    ejections: int
+    age: float
+    ramp: float
+    load: Optional[float]
