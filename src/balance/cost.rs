@@ -3,8 +3,19 @@
 //! rules are tested with a fake clock.
 //!
 //! ```text
-//! cost = max(rtt, RTT_FLOOR) × (in_flight + 1) / (weight × ramp) × load_factor
+//! cost = max(rtt, RTT_FLOOR) × √((in_flight + 1) / (weight × ramp)) × load_factor
 //! ```
+//!
+//! The square root is the one departure from tower's and Finagle's
+//! `rtt × (pending + 1)`: their linear factor prices a backend as if it
+//! served one request at a time, so a fast backend with eight calls in
+//! flight on eight free workers looks nine times slower than it is and loses
+//! to a slow, idle one. The RTT estimate, fed by every process on the host,
+//! already shows the queueing that does build up; the in-flight term is
+//! kept to spread simultaneous picks and to react before RTTs show. Under
+//! the root, picks even out `(in_flight + 1) / (weight × ramp)` between
+//! backends of equal RTT, so weights and the slow-start ramp stay
+//! proportional shares, and `rtt²` weighs against in-flight.
 //!
 //! - `rtt`: the peak-EWMA of the round-trip time, decayed to now on read
 //!   (nothing is written by a read: two picks never age it twice);
@@ -70,6 +81,28 @@ pub(crate) fn observe(word: u64, sample_us: f64, now_ms: u64, decay_ms: f64) -> 
     pack_rtt(now_ms, value * w + sample_us * (1.0 - w))
 }
 
+/// A success rises towards a larger sample with this share of the decay's
+/// time constant (1 s of the default 10 s) instead of jumping to it: every
+/// process on the host feeds the one estimate, so a backend taking 300
+/// samples a second would otherwise be priced at the largest of them (its
+/// tail, not its typical RTT), and a fast, busy backend would look
+/// relatively slower than a slow, quiet one. A failure still jumps (see
+/// [`penalty_rtt`]).
+pub(crate) const RISE_SHARE: f64 = 0.1;
+
+/// The word after a successful call's RTT: rises with time constant
+/// `decay × RISE_SHARE`, falls with `decay`, both weighted by the time since
+/// the last sample (so the result does not depend on the call rate).
+pub(crate) fn observe_success(word: u64, sample_us: f64, now_ms: u64, decay_ms: f64) -> u64 {
+    let current = decayed_rtt(word, now_ms, decay_ms);
+    if sample_us <= current {
+        return observe(word, sample_us, now_ms, decay_ms);
+    }
+    let dt = age_ms(now_ms, word >> 32) as f64;
+    let gain = 1.0 - (-dt / (decay_ms * RISE_SHARE)).exp();
+    pack_rtt(now_ms, current + (sample_us - current) * gain)
+}
+
 /// The RTT a failure records: the time it took, the configured penalty, or
 /// twice the current estimate, whichever is largest, capped. A failure is
 /// never a fast success, so a backend that fails fast cannot attract the
@@ -121,8 +154,8 @@ pub(crate) struct Inputs {
 /// The cost (lower is better; see the module's formula).
 pub(crate) fn cost(i: Inputs) -> f64 {
     let load_factor = 1.0 + LOAD_GAIN * i.load.unwrap_or(0.0);
-    i.rtt_us.max(RTT_FLOOR_US) * (i.in_flight as f64 + 1.0) / (i.weight.max(1) as f64 * i.ramp)
-        * load_factor
+    let share = (i.in_flight as f64 + 1.0) / (i.weight.max(1) as f64 * i.ramp);
+    i.rtt_us.max(RTT_FLOOR_US) * share.sqrt() * load_factor
 }
 
 #[cfg(test)]
@@ -142,6 +175,23 @@ mod tests {
         let w = observe(w, 20_000.0, 11_001, DECAY);
         let expect = 80_000.0 / std::f64::consts::E + 20_000.0 * (1.0 - 1.0 / std::f64::consts::E);
         assert!((decayed_rtt(w, 11_001, DECAY) - expect).abs() < 1.0);
+    }
+
+    #[test]
+    fn successes_rise_by_time_not_by_count() {
+        let w = pack_rtt(1_000, 20_000.0);
+        // A sample of 100 ms 1 ms later moves the estimate by 0.1 %...
+        let one = observe_success(w, 100_000.0, 1_001, DECAY);
+        let moved = decayed_rtt(one, 1_001, DECAY) - 20_000.0;
+        assert!((75.0..85.0).contains(&moved), "{moved}");
+        // ...while a second of them moves it 1 - 1/e of the way.
+        let second = observe_success(w, 100_000.0, 2_000, DECAY);
+        let rose = 20_000.0 * (-0.1f64).exp();
+        let expect = rose + (100_000.0 - rose) * (1.0 - (-1.0f64).exp());
+        assert!((decayed_rtt(second, 2_000, DECAY) - expect).abs() < 1.0);
+        // After a long quiet spell the first sample is the estimate.
+        let fresh = observe_success(w, 50_000.0, 100_000, DECAY);
+        assert!((decayed_rtt(fresh, 100_000, DECAY) - 50_000.0).abs() < 1.0);
     }
 
     #[test]
@@ -194,30 +244,41 @@ mod tests {
             ramp: 1.0,
             load: None,
         };
-        assert_eq!(cost(base), 20_000.0);
+        let c = |i: Inputs| (cost(i) * 1e6).round() / 1e6;
+        let root2 = (2f64.sqrt() * 1e10).round() / 1e6;
+        assert_eq!(c(base), root2);
         assert_eq!(
-            cost(Inputs {
+            c(Inputs {
                 in_flight: 3,
                 ..base
             }),
-            40_000.0
+            20_000.0
         );
-        assert_eq!(cost(Inputs { weight: 2, ..base }), 10_000.0);
-        assert_eq!(cost(Inputs { ramp: 0.5, ..base }), 40_000.0);
+        assert_eq!(c(Inputs { weight: 2, ..base }), 10_000.0);
+        assert_eq!(c(Inputs { ramp: 0.5, ..base }), 20_000.0);
+        let floor = Inputs {
+            rtt_us: RTT_FLOOR_US,
+            ..base
+        };
         assert_eq!(
-            cost(Inputs {
+            c(Inputs {
                 rtt_us: 1.0,
                 ..base
             }),
-            2.0 * RTT_FLOOR_US
+            c(floor)
         );
-        assert_eq!(
-            cost(Inputs {
-                load: Some(1.0),
-                ..base
-            }),
-            40_000.0
-        );
+        let loaded = c(Inputs {
+            load: Some(1.0),
+            ..base
+        });
+        assert!((loaded - 2.0 * root2).abs() < 1e-3);
+        // Three times the weight carries three times the in-flight.
+        let heavy = Inputs {
+            weight: 3,
+            in_flight: 5,
+            ..base
+        };
+        assert_eq!(c(heavy), c(base));
     }
 
     #[test]

@@ -265,7 +265,7 @@ impl Balancer {
         match outcome {
             Outcome::Ignored => {}
             Outcome::Success => {
-                update_rtt(s, |w| cost::observe(w, elapsed_us, now_ms, decay));
+                update_rtt(s, |w| cost::observe_success(w, elapsed_us, now_ms, decay));
                 buckets::add(&s.buckets, sec, 1, 0);
                 let (ok, failed) = buckets::window(&s.buckets, sec);
                 if !penalty::failing(ok, failed) {
