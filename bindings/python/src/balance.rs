@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{InvalidArgumentError, TableClosedError};
-use crate::{lock, outcome, to_py};
+use crate::{exit_outcome, lock, outcome, to_py};
 
 /// The configuration `Table.balancer` takes as keyword arguments (seconds).
 pub(crate) struct Settings {
@@ -246,12 +246,7 @@ impl Choice {
         traceback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let _ = (exc_value, traceback);
-        let outcome = if exc_type.is_none() {
-            Outcome::Success
-        } else {
-            Outcome::Dropped
-        };
-        self.release_once(outcome, None, None).map(drop)
+        self.release_once(exit_outcome(exc_type), None, None).map(drop)
     }
 
     fn __repr__(&self) -> String {

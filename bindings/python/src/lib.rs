@@ -88,6 +88,15 @@ fn outcome(name: &str) -> PyResult<Outcome> {
     }
 }
 
+/// How a `with` block ended: "dropped" if it raised, else "success".
+fn exit_outcome(exc_type: &Bound<'_, PyAny>) -> Outcome {
+    if exc_type.is_none() {
+        Outcome::Success
+    } else {
+        Outcome::Dropped
+    }
+}
+
 /// Nothing here panics while holding a lock, but a poisoned lock must not
 /// turn into a second panic either: the data is plain and stays valid.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -500,12 +509,7 @@ impl Permit {
         traceback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let _ = (exc_value, traceback);
-        let outcome = if exc_type.is_none() {
-            Outcome::Success
-        } else {
-            Outcome::Dropped
-        };
-        self.release_once(outcome).map(drop)
+        self.release_once(exit_outcome(exc_type)).map(drop)
     }
 
     fn __repr__(&self) -> String {
