@@ -94,6 +94,21 @@ fn hostile_balancer_words_never_crash() {
         let _ = table.balancer("db", &BalancerConfig::new());
     }
     let pristine = std::fs::read(&path).unwrap();
+    // The cases are copies: an unaltered copy opens and picks.
+    let copy = scratch.path("copy");
+    std::fs::write(&copy, &pristine).unwrap();
+    let exit = run_in_child(Duration::from_secs(30), move || {
+        let table = Table::open(&copy, &options()).unwrap();
+        let lb = table.balancer("api", &BalancerConfig::new()).unwrap();
+        let pick = lb.pick(&PickOptions::default()).unwrap();
+        assert_eq!(lb.stats().backends.len(), 3);
+        pick.done(Outcome::Success).unwrap();
+        0
+    });
+    assert!(
+        matches!(exit, Exit::Code(0)),
+        "the unaltered copy: {exit:?}"
+    );
     let start = pristine.len() - REGION;
     let mut rng = Rng::new(seed);
     for case in 0..cases {

@@ -246,7 +246,8 @@ impl Choice {
         traceback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let _ = (exc_value, traceback);
-        self.release_once(exit_outcome(exc_type), None, None).map(drop)
+        self.release_once(exit_outcome(exc_type), None, None)
+            .map(drop)
     }
 
     fn __repr__(&self) -> String {
