@@ -37,14 +37,17 @@ fn generate_header() {
     }
 }
 
-/// The function `fc_task_stats` fills a `struct fc_task_stats`: C lets a
-/// function and a struct tag share a name, but not a function and a typedef,
-/// so that one struct is declared by its tag alone.
+/// The function `fc_task_stats` fills a `struct fc_task_stats` (and `fc_pick`
+/// a `struct fc_pick`): C lets a function and a struct tag share a name, but
+/// not a function and a typedef, so those structs are declared by their tag
+/// alone.
 #[cfg(feature = "header")]
 fn untypedef_stats(header: &str) -> String {
     let fixed = header
         .replace("typedef struct fc_task_stats {", "struct fc_task_stats {")
-        .replace("} fc_task_stats;", "};");
+        .replace("} fc_task_stats;", "};")
+        .replace("typedef struct fc_pick {", "struct fc_pick {")
+        .replace("} fc_pick;", "};");
     assert_ne!(
         fixed, header,
         "cbindgen output changed: revisit untypedef_stats"

@@ -27,6 +27,11 @@
 #include <stdbool.h>
 
 /**
+ * The longest backend address, in bytes (without the terminating NUL).
+ */
+#define FC_ADDRESS_MAX 63
+
+/**
  * Layout version of the table file this library reads and writes.
  */
 #define FC_LAYOUT_VERSION 3
@@ -162,6 +167,12 @@ typedef uint32_t fc_status;
 #endif // __cplusplus
 
 /**
+ * A registered balancer. Thread-safe, like `fc_table`; it keeps its table
+ * mapped and attached.
+ */
+typedef struct fc_balancer fc_balancer;
+
+/**
  * An open table: this process's mapping of it and its attachment to it.
  * Thread-safe: one handle may be used from any number of threads at once.
  * A forked child may keep using the handles it inherited: its first call
@@ -245,6 +256,14 @@ typedef struct fc_table_options {
    * Must be 0.
    */
   uint32_t reserved;
+  /**
+   * Balancer slots of a new table (default 16; 0 = none).
+   */
+  uint32_t balancers;
+  /**
+   * Backends each balancer can hold (default 32).
+   */
+  uint32_t backends_per_balancer;
 } fc_table_options;
 
 /**
@@ -446,6 +465,166 @@ struct fc_task_stats {
 };
 
 /**
+ * A balancer's configuration. Fill it with
+ * `fc_balancer_config_init(&config, sizeof config)`, which sets the
+ * defaults, then change fields. Every process registering the balancer
+ * must pass the same configuration (else `FC_ERR_CONFIG_MISMATCH`).
+ *
+ * It grows at its end in later versions: the library reads only the first
+ * `size` bytes, and fields past them take their defaults. Accepted sizes:
+ * 56 to 4096.
+ */
+typedef struct fc_balancer_config {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved;
+  /**
+   * Time constant of the RTT estimate's decay, ms (default 10000).
+   */
+  uint64_t decay_ms;
+  /**
+   * The RTT a failed call records at least, ms (default 5000).
+   */
+  uint64_t failure_penalty_ms;
+  /**
+   * Ramp-up period of a new backend, ms (default 30000; 0 = off).
+   */
+  uint64_t slow_start_ms;
+  /**
+   * The RTT assumed before any sample, µs (default 100000).
+   */
+  uint64_t default_rtt_us;
+  /**
+   * Retries allowed as a share of the last 10 s of picks (default 0.2).
+   */
+  double retry_ratio;
+  /**
+   * Retries allowed per second on top (default 10).
+   */
+  double retry_min_per_sec;
+} fc_balancer_config;
+
+/**
+ * What a pick must avoid. Fill it with
+ * `fc_pick_options_init(&options, sizeof options)`. Accepted sizes: 16 to
+ * 4096.
+ */
+typedef struct fc_pick_options {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * Number of indices in `exclude`.
+   */
+  uint32_t exclude_count;
+  /**
+   * Backend indices not to choose (NULL when `exclude_count` is 0).
+   */
+  const uint32_t *exclude;
+} fc_pick_options;
+
+/**
+ * One backend's statistics, host-wide. Fill each element of the array
+ * passed to `fc_balancer_stats` with `fc_backend_stats_init` (all with the
+ * same size). Accepted sizes: 160 to 4096.
+ */
+typedef struct fc_backend_stats {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * The backend's index.
+   */
+  uint32_t index;
+  uint32_t weight;
+  /**
+   * 1 = in the set; 0 = removed (its picks in flight still end).
+   */
+  uint32_t active;
+  /**
+   * Picks in flight on it from every process on the host.
+   */
+  uint64_t in_flight;
+  /**
+   * Picks of it since it joined.
+   */
+  uint64_t picked;
+  /**
+   * The RTT estimate now (decayed), ns.
+   */
+  uint64_t rtt_ns;
+  /**
+   * Successes and failures in the last 10 s.
+   */
+  uint64_t recent_successes;
+  uint64_t recent_failures;
+  /**
+   * How long it stays ejected, ns (0 = not ejected).
+   */
+  uint64_t ejected_for_ns;
+  /**
+   * Ejections in a row.
+   */
+  uint32_t ejections;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Time since it joined, ns.
+   */
+  uint64_t age_ns;
+  /**
+   * Its slow-start share of its weight now (1 = full).
+   */
+  double ramp;
+  /**
+   * The load its server last reported, if fresh; -1 = none.
+   */
+  double load;
+  /**
+   * Its address, NUL-terminated.
+   */
+  char address[64];
+} fc_backend_stats;
+
+/**
+ * A chosen backend, in caller memory, like `fc_permit`: 128 bytes, never
+ * changes, no init call. `backend` (the index) and `address` (NUL-terminated)
+ * are for the caller to read; the rest is opaque. Pass it to
+ * `fc_pick_done` once, in the same process.
+ */
+struct fc_pick {
+  /**
+   * The backend's index (what `fc_pick_options.exclude` takes).
+   */
+  uint32_t backend;
+  /**
+   * Bytes of `address` before its NUL.
+   */
+  uint32_t address_len;
+  /**
+   * The backend's address, NUL-terminated.
+   */
+  char address[64];
+  uint64_t picked_at;
+  uint64_t owner;
+  uint32_t balancer;
+  uint32_t generation;
+  uint32_t flags;
+  uint32_t reserved0;
+  uint64_t check;
+  uint64_t reserved[2];
+};
+
+/**
  * The request completed; its round-trip time is a latency sample.
  */
 #define FC_OUTCOME_SUCCESS 0
@@ -643,6 +822,100 @@ fc_status fc_task_check(const struct fc_task *task, int64_t *drift);
  * The library version, e.g. "0.1.0". Static; do not free.
  */
 const char *fc_version(void);
+
+/**
+ * Fills `*config` (pass `sizeof *config`) with its size and the defaults.
+ */
+fc_status fc_balancer_config_init(struct fc_balancer_config *config, size_t size);
+
+/**
+ * Fills `*options` (pass `sizeof *options`) with its size and no exclusion.
+ */
+fc_status fc_pick_options_init(struct fc_pick_options *options, size_t size);
+
+/**
+ * Fills `*stats` (pass `sizeof *stats`) with its size and zeros.
+ */
+fc_status fc_backend_stats_init(struct fc_backend_stats *stats, size_t size);
+
+/**
+ * Registers the balancer `name` host-wide, or attaches to it. `config`
+ * NULL = the defaults. A table with no balancer slots left (or created
+ * with none) answers `FC_ERR_TABLE_FULL`. On `FC_OK`, `*out` is a new
+ * handle, freed with `fc_balancer_free`. Thread-safe.
+ */
+fc_status fc_balancer_register(const struct fc_table *table,
+                               const char *name,
+                               const struct fc_balancer_config *config,
+                               struct fc_balancer **out);
+
+/**
+ * Sets the balancer's backends for every process on the host: `count`
+ * NUL-terminated addresses (1–63 bytes, no spaces, no duplicates) and their
+ * weights (`weights` NULL = all 1; each 1..=1000000). Backends that stay
+ * keep their statistics; the others are not picked again (their picks in
+ * flight end normally); new ones ramp up. An empty list is refused. Waits
+ * up to 2 s for another process changing them. Thread-safe.
+ */
+fc_status fc_balancer_set_backends(const struct fc_balancer *balancer,
+                                   const char *const *addresses,
+                                   const uint32_t *weights,
+                                   size_t count);
+
+/**
+ * Chooses a backend for one request and fills `*pick` (caller memory, no
+ * allocation); finish it with `fc_pick_done`. `options` NULL = no
+ * exclusion. Excluding every backend, or a balancer without backends, is
+ * `FC_ERR_INVALID_ARGUMENT`. Thread-safe; no system call.
+ */
+fc_status fc_pick(const struct fc_balancer *balancer,
+                  const struct fc_pick_options *options,
+                  struct fc_pick *pick);
+
+/**
+ * Records how the call to the picked backend ended (`FC_OUTCOME_*`: a
+ * dropped call is a failure) and marks `*pick` done; the RTT is measured
+ * since `fc_pick`. Refused with `FC_ERR_INVALID_ARGUMENT`: a pick done
+ * already, one of another balancer or process, altered bytes, a backend
+ * index this process holds no pick on, an unknown outcome. Thread-safe.
+ */
+fc_status fc_pick_done(const struct fc_balancer *balancer,
+                       struct fc_pick *pick,
+                       fc_outcome outcome);
+
+/**
+ * `fc_pick_done` with the RTT the caller measured (`rtt_ns` 0 = measure
+ * since the pick) and the load the server reported with its response
+ * (0 = idle … 1 = saturated; negative or NaN = no report).
+ */
+fc_status fc_pick_done_with(const struct fc_balancer *balancer,
+                            struct fc_pick *pick,
+                            fc_outcome outcome,
+                            uint64_t rtt_ns,
+                            double load);
+
+/**
+ * `*allowed` = 1 if the host-wide retry budget allows one more retry now
+ * (and counts it), else 0. Thread-safe.
+ */
+fc_status fc_retry_allowed(const struct fc_balancer *balancer, uint32_t *allowed);
+
+/**
+ * Reads the backends' statistics into `out[0..capacity]`, an array whose
+ * elements were each filled by `fc_backend_stats_init` with one size (its
+ * elements are `out[0].size` bytes apart). `*count` = the number of
+ * backends (active and removed); only the first `capacity` are written.
+ */
+fc_status fc_balancer_stats(const struct fc_balancer *balancer,
+                            struct fc_backend_stats *out,
+                            size_t capacity,
+                            size_t *count);
+
+/**
+ * Frees a balancer handle (NULL is ignored). Picks still in flight through
+ * it stay held until this process detaches or dies.
+ */
+void fc_balancer_free(struct fc_balancer *balancer);
 
 /**
  * A static, NUL-terminated description of a status code (any value, also

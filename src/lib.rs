@@ -27,6 +27,7 @@ compile_error!(
 #[cfg(not(target_os = "linux"))]
 compile_error!("flowctrl needs Linux: liveness rests on open-file-description locks");
 
+mod balance;
 pub mod clock;
 mod error;
 pub mod ffi;
@@ -36,6 +37,9 @@ mod shm;
 pub mod table;
 mod task;
 
+pub use balance::{
+    BackendStats, Balancer, BalancerConfig, BalancerStats, MAX_WEIGHT, Pick, PickOptions, RawPick,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, Spec as LimiterSpec};
 pub use quota::{QuotaState, QuotaStats, StoreOptions};

@@ -4,9 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::balance::{self, Balancer, BalancerConfig};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::quota::{Quota, StoreOptions};
+use crate::shm::Reclaim;
 use crate::shm::layout::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::shm::{OpenSpec, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
@@ -37,6 +39,10 @@ pub struct TableOptions {
     /// Where global quota comes from (default: the embedded store). Not
     /// recorded in the table: every process of a host must name the same.
     pub store: StoreOptions,
+    /// Number of balancer slots (default 16; 0 = none).
+    pub balancers: u32,
+    /// Backends each balancer can hold at once (default 32).
+    pub backends_per_balancer: u32,
 }
 
 impl Default for TableOptions {
@@ -48,6 +54,8 @@ impl Default for TableOptions {
             owner: None,
             shared: false,
             store: StoreOptions::default(),
+            balancers: 16,
+            backends_per_balancer: 32,
         }
     }
 }
@@ -85,10 +93,13 @@ impl TableOptions {
                 self.mode
             )));
         }
+        let backends = crate::balance::check_capacity(self.balancers, self.backends_per_balancer)?;
         Ok(OpenSpec {
             geometry: Geometry {
                 task_capacity: self.capacity,
                 attach_capacity: self.max_processes,
+                balancer_capacity: self.balancers,
+                backend_capacity: backends,
             },
             mode: self.mode,
             // SAFETY: geteuid cannot fail.
@@ -144,7 +155,7 @@ impl Table {
         let quota = Arc::new(Quota::new(&options.store)?);
         let path = resolve_path(Some(path.as_ref()));
         Ok(Self {
-            shm: Shm::open(&path, spec, &TaskReclaim)?,
+            shm: Shm::open(&path, spec, &TableReclaim)?,
             quota,
         })
     }
@@ -189,6 +200,26 @@ impl Table {
         Ok(task)
     }
 
+    /// Registers the balancer `name`, or attaches to it if any process on the
+    /// host registered it already (see [`Balancer`]).
+    pub fn balancer(&self, name: &str, config: &BalancerConfig) -> Result<Balancer> {
+        balance::register(&self.shm, name, config)
+    }
+
+    /// [`Table::balancer`], then [`Balancer::set_backends`]; the list is
+    /// checked first, so a bad one takes no balancer slot.
+    pub fn balancer_with_backends(
+        &self,
+        name: &str,
+        config: &BalancerConfig,
+        backends: &[(&str, u32)],
+    ) -> Result<Balancer> {
+        balance::check_backends(&self.shm, backends)?;
+        let balancer = self.balancer(name, config)?;
+        balancer.set_backends(backends)?;
+        Ok(balancer)
+    }
+
     /// Looks for dead processes now and gives back what they held; returns
     /// how many were found. Each attached process also does this in a
     /// background thread (host-wide at most every 10 ms), so calling it is
@@ -218,6 +249,20 @@ impl Table {
             }
         }
         report
+    }
+}
+
+/// What a dead attachment held: task permits, then balancer picks.
+struct TableReclaim;
+
+impl Reclaim for TableReclaim {
+    fn reclaim(&self, shm: &Shm, attach: u32) {
+        TaskReclaim.reclaim(shm, attach);
+        balance::BalanceReclaim.reclaim(shm, attach);
+    }
+
+    fn baseline(&self, shm: &Shm, attach: u32) {
+        TaskReclaim.baseline(shm, attach);
     }
 }
 

@@ -33,6 +33,10 @@ fn options() -> TableOptions {
     TableOptions {
         capacity: TASKS as u32,
         max_processes: PROCESSES as u32,
+        // No balancer regions: the geometry below is the tasks' alone; the
+        // balancer fields of the header are still fuzzed (any change to
+        // them must be refused).
+        balancers: 0,
         ..Default::default()
     }
 }
@@ -220,7 +224,7 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
     let (offset, width, what, value): (usize, usize, String, u64);
     if region < 12 {
         // Header fields.
-        let fields: [(usize, usize, &str); 11] = [
+        let fields: [(usize, usize, &str); 15] = [
             (H_MAGIC, 8, "magic"),
             (H_VERSION, 4, "layout_version"),
             (12 + 4 * rng.below(5) as usize, 4, "a struct size"),
@@ -230,6 +234,10 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
             (H_TICKS, 8, "ticks_per_sec"),
             (H_TOTAL_SIZE, 8, "total_size"),
             (H_TABLE_ID, 8, "table_id"),
+            (H_BALANCER_CAPACITY, 4, "balancer_capacity"),
+            (H_BALANCER_CAPACITY + 4, 4, "backend_capacity"),
+            (H_BALANCER_CAPACITY + 8, 4, "balancer_slot_size"),
+            (H_BALANCER_CAPACITY + 12, 4, "backend_slot_size"),
             (H_LAST_REAP, 8, "last_reap"),
             (H_LAST_REAP, 8, "last_reap"),
         ];

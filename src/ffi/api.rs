@@ -39,7 +39,7 @@ pub(super) unsafe fn put<T>(out: *mut T, value: T) {
 }
 
 /// Reads a task name: NUL-terminated within FC_NAME_MAX bytes, UTF-8.
-unsafe fn name_arg<'a>(name: *const c_char) -> Result<&'a str, Error> {
+pub(super) unsafe fn name_arg<'a>(name: *const c_char) -> Result<&'a str, Error> {
     if name.is_null() {
         return Err(null("name"));
     }
@@ -109,6 +109,8 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
         owner: set(o.owner_uid),
         shared,
         store,
+        balancers: o.balancers,
+        backends_per_balancer: o.backends_per_balancer,
         ..TableOptions::default()
     })
 }

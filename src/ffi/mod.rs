@@ -32,12 +32,14 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod api;
+mod balance;
 mod sized;
 mod status;
 mod types;
 mod waiting;
 
 pub use api::*;
+pub use balance::*;
 pub use status::*;
 pub use types::*;
 pub use waiting::*;

@@ -93,6 +93,10 @@ pub struct fc_table_options {
     pub probe_interval_ms: u32,
     /// Must be 0.
     pub reserved: u32,
+    /// Balancer slots of a new table (default 16; 0 = none).
+    pub balancers: u32,
+    /// Backends each balancer can hold (default 32).
+    pub backends_per_balancer: u32,
 }
 
 /// A task's configuration. Fill it with
@@ -243,7 +247,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
-    assert!(size_of::<fc_table_options>() == 56);
+    assert!(size_of::<fc_table_options>() == 64);
     assert!(size_of::<fc_task_config>() == 192);
     assert!(size_of::<fc_task_stats>() == 216);
     assert!(size_of::<fc_permit>() == 64);
@@ -271,6 +275,8 @@ unsafe impl SizedStruct for fc_table_options {
             store_connect_timeout_ms: 0,
             probe_interval_ms: 0,
             reserved: 0,
+            balancers: d.balancers,
+            backends_per_balancer: d.backends_per_balancer,
         }
     }
 }

@@ -29,7 +29,7 @@ pub(crate) struct RedisSettings {
 /// Returns {granted, left, server seconds, server µs}; granted = -1 when the
 /// server is in another slice (nothing taken). The grant rule is
 /// `store::grant`: all that is asked while twice that is left, else half of
-/// what is left but at least a quarter of what is asked.
+/// what is left but at least half of what is asked.
 const PULL: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -51,7 +51,7 @@ if left < 0 then left = 0 end
 local want = tonumber(ARGV[2])
 local grant = want
 if left < 2 * want then
-  grant = math.min(want, math.max(math.ceil(left / 2), math.min(left, math.floor(want / 4))))
+  grant = math.min(want, math.max(math.ceil(left / 2), math.min(left, math.floor(want / 2))))
 end
 if grant > 0 then redis.call('DECRBY', KEYS[1], grant) end
 return {grant, left - grant, sec, usec}

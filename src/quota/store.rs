@@ -47,14 +47,14 @@ pub(crate) trait QuotaStore: Send + Sync {
 /// How much of what is `left` in a key one pull may take: all it wants while
 /// plenty is left; near the end half of the rest, so the last permits of a
 /// slice are spread over the hosts asking instead of going to the first one —
-/// but not less than a quarter of what was asked, so the tail of a slice
-/// costs a few round trips, not one per halving. The Redis script applies
+/// but not less than half of what was asked, so the tail of a slice costs
+/// a few round trips, not one per halving. The Redis script applies
 /// the same rule (see `redis.rs`).
 pub(crate) fn grant(left: u64, want: u64) -> u64 {
     if left >= want.saturating_mul(2) {
         want
     } else {
-        want.min(left.div_ceil(2).max(left.min(want / 4)))
+        want.min(left.div_ceil(2).max(left.min(want / 2)))
     }
 }
 
@@ -140,9 +140,8 @@ mod tests {
         assert_eq!(grant(1000, 100), 100);
         assert_eq!(grant(200, 100), 100);
         assert_eq!(grant(150, 100), 75);
-        assert_eq!(grant(40, 100), 25);
-        assert_eq!(grant(30, 100), 25);
-        assert_eq!(grant(20, 100), 20);
+        assert_eq!(grant(80, 100), 50);
+        assert_eq!(grant(40, 100), 40);
         assert_eq!(grant(3, 100), 3);
         assert_eq!(grant(3, 4), 2);
         assert_eq!(grant(1, 100), 1);

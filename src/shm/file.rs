@@ -26,6 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::layout::*;
+use crate::balance::layout::{
+    BackendSlot, BalancerSlot, MAX_BACKEND_CAPACITY, MAX_BALANCER_CAPACITY,
+};
 use crate::clock::{Clock, ClockKind};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -134,6 +137,10 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
     set(&h.baseline_size, size_of::<Baseline>() as u32);
     set(&h.task_capacity, geometry.task_capacity);
     set(&h.attach_capacity, geometry.attach_capacity);
+    set(&h.balancer_capacity, geometry.balancer_capacity);
+    set(&h.backend_capacity, geometry.backend_capacity);
+    set(&h.balancer_slot_size, size_of::<BalancerSlot>() as u32);
+    set(&h.backend_slot_size, size_of::<BackendSlot>() as u32);
     set(&h.clock_kind, clock.kind() as u32);
     h.ticks_per_sec
         .store(clock.ticks_per_sec(), Ordering::Relaxed);
@@ -356,9 +363,22 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
     let geometry = Geometry {
         task_capacity: get(&h.task_capacity),
         attach_capacity: get(&h.attach_capacity),
+        balancer_capacity: get(&h.balancer_capacity),
+        backend_capacity: get(&h.backend_capacity),
+    };
+    // A table made before balancers has zeros here: no balancer regions.
+    let balancers_ok = match geometry.balancer_capacity {
+        0 => geometry.backend_capacity == 0,
+        n => {
+            n <= MAX_BALANCER_CAPACITY
+                && (1..=MAX_BACKEND_CAPACITY).contains(&geometry.backend_capacity)
+                && get(&h.balancer_slot_size) as usize == size_of::<BalancerSlot>()
+                && get(&h.backend_slot_size) as usize == size_of::<BackendSlot>()
+        }
     };
     if !(1..=MAX_TASK_CAPACITY).contains(&geometry.task_capacity)
         || !(1..=MAX_ATTACH_CAPACITY).contains(&geometry.attach_capacity)
+        || !balancers_ok
     {
         return Err(Error::corrupt(format!(
             "{shown}: capacities {geometry:?} are out of range (damaged header)"

@@ -6,8 +6,13 @@
 //!
 //! ```text
 //! [ Header | TaskSlot × tasks | AttachSlot × processes
-//!   | Lane × tasks × processes × LANES | Baseline × tasks × processes ]
+//!   | Lane × tasks × processes × LANES | Baseline × tasks × processes
+//!   | BalancerSlot × balancers | BackendSlot × balancers × backends
+//!   | PickLedger × balancers × processes × backends ]
 //! ```
+//!
+//! The balancer regions are `crate::balance`'s (see `balance::layout`); this
+//! module only places them.
 //!
 //! Lanes are grouped by task, so the lanes of one task are contiguous (a stats
 //! read or a reap touches few pages) while each thread writes its own lane.
@@ -56,7 +61,12 @@ pub(crate) struct Header {
     /// Random per table: tells two tables apart in reports and dumps
     /// (permits are told apart by their owner's slot, epoch and check).
     pub table_id: AtomicU64,
-    _pad1: [AtomicU64; 7],
+    /// Balancer geometry (0 balancers in a table made before balancers).
+    pub balancer_capacity: AtomicU32,
+    pub backend_capacity: AtomicU32,
+    pub balancer_slot_size: AtomicU32,
+    pub backend_slot_size: AtomicU32,
+    _pad1: [AtomicU64; 5],
     /// Clock ticks of the last reaper pass (rate-limits reaping host-wide).
     pub last_reap: AtomicU64,
     _pad2: [AtomicU64; 7],
@@ -320,6 +330,7 @@ const _: () = {
     assert!(size_of::<Lane>() == 128);
     assert!(std::mem::offset_of!(Lane, counters) == 64);
     assert!(size_of::<Baseline>() == 128);
+    assert!(std::mem::offset_of!(Header, balancer_capacity) == 72);
     assert!(size_of::<usize>() == 8);
 };
 
@@ -328,6 +339,8 @@ const _: () = {
 pub struct Geometry {
     pub task_capacity: u32,
     pub attach_capacity: u32,
+    pub balancer_capacity: u32,
+    pub backend_capacity: u32,
 }
 
 impl Geometry {
@@ -351,7 +364,11 @@ impl Geometry {
         self.lanes_offset() + self.pairs() * LANES as usize * size_of::<Lane>()
     }
 
-    pub fn total_size(&self) -> usize {
+    pub(crate) fn balancers_offset(&self) -> usize {
         self.baselines_offset() + self.pairs() * size_of::<Baseline>()
+    }
+
+    pub fn total_size(&self) -> usize {
+        self.balancers_offset() + crate::balance::layout::region_size(self)
     }
 }

@@ -106,7 +106,7 @@ impl Shm {
     /// # Safety
     /// `offset + size_of::<T>()` lies within the validated mapping and `T` is
     /// one of the all-atomic structs of [`layout`].
-    unsafe fn at<T>(&self, offset: usize) -> &T {
+    pub(crate) unsafe fn at<T>(&self, offset: usize) -> &T {
         debug_assert!(offset + size_of::<T>() <= self.geometry.total_size());
         // SAFETY: per the contract; the mapping lives as long as `self`.
         unsafe { &*(self.base().add(offset) as *const T) }

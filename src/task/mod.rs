@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 pub use config::{TaskConfig, TaskSettings};
 pub use permit::{Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-pub(crate) use register::{find_or_claim, slot_name, validate_name};
+pub(crate) use register::{find_or_claim, hash, name_words, slot_name, validate_name};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 
 use crate::error::{Error, ErrorKind, Result};

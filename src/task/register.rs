@@ -53,14 +53,14 @@ fn is_invisible(c: char) -> bool {
         | 0x1D173..=0x1D17A | 0xE0000..=0xE0FFF)
 }
 
-fn name_words(name: &str) -> [u64; NAME_WORDS] {
+pub(crate) fn name_words(name: &str) -> [u64; NAME_WORDS] {
     let mut bytes = [0u8; NAME_WORDS * 8];
     bytes[..name.len()].copy_from_slice(name.as_bytes());
     std::array::from_fn(|i| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap()))
 }
 
 /// FNV-1a: spreads names over the slots; collisions probe linearly.
-fn hash(name: &str) -> u64 {
+pub(crate) fn hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })

@@ -376,7 +376,11 @@ static void test_version_and_status_strings(void)
      * their end (tests/c/compat_v1.c runs their smallest versions), and
      * fc_permit never changes. */
     CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
-    CHECK_EQ(sizeof(fc_table_options), 56, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(fc_table_options), 64, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(struct fc_pick), 128, "sizeof(struct fc_pick)");
+    CHECK_EQ(sizeof(fc_balancer_config), 56, "sizeof(fc_balancer_config)");
+    CHECK_EQ(sizeof(fc_pick_options), 16, "sizeof(fc_pick_options)");
+    CHECK_EQ(sizeof(fc_backend_stats), 160, "sizeof(fc_backend_stats)");
     CHECK_EQ(offsetof(fc_table_options, size), 0, "fc_table_options.size comes first");
     CHECK_EQ(sizeof(fc_task_config), 192, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
@@ -1871,6 +1875,123 @@ static void test_untrusted_tables(void)
 
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* Balancers                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_balancers(void)
+{
+    char path[PATH_LEN];
+    fc_table_options options;
+    fc_table *table;
+    fc_balancer_config config;
+    fc_balancer *lb = NULL, *none = NULL;
+    fc_pick_options pick_options;
+    struct fc_pick pick, other;
+    fc_backend_stats stats[4];
+    const char *addresses[3] = {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"};
+    const char *twice[2] = {"10.0.0.1:80", "10.0.0.1:80"};
+    const char *spaced[1] = {"10.0.0.1 :80"};
+    char long_address[80];
+    const char *too_long[1] = {long_address};
+    uint32_t weights[3] = {1, 1, 2};
+    uint32_t zero[1] = {0};
+    uint32_t exclude_all[3] = {0, 1, 2};
+    uint32_t exclude_two[2] = {0, 2};
+    uint32_t allowed = 0, i, retries = 0;
+    size_t count = 0;
+
+    section("balancers");
+    scratch_path(path, "balancers");
+    REQUIRE_OK(fc_table_options_init(&options, sizeof options), "options init");
+    options.balancers = 2;
+    options.backends_per_balancer = 4;
+    table = open_table(path, &options);
+    REQUIRE_OK(fc_balancer_config_init(&config, sizeof config), "balancer config init");
+    CHECK_EQ(config.slow_start_ms, 30000, "default slow start");
+    REQUIRE_OK(fc_balancer_register(table, "api", &config, &lb), "register balancer");
+    EXPECT(fc_balancer_register(table, "api", NULL, NULL), FC_ERR_INVALID_ARGUMENT);
+    config.decay_ms = 1;
+    EXPECT(fc_balancer_register(table, "api", &config, &none), FC_ERR_CONFIG_MISMATCH);
+
+    /* Bad backend lists. */
+    EXPECT(fc_balancer_set_backends(lb, addresses, NULL, 0), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_balancer_set_backends(lb, twice, NULL, 2), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_balancer_set_backends(lb, addresses, zero, 1), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_balancer_set_backends(lb, spaced, NULL, 1), FC_ERR_INVALID_NAME);
+    memset(long_address, 'a', 64);
+    long_address[64] = '\0';
+    EXPECT(fc_balancer_set_backends(lb, too_long, NULL, 1), FC_ERR_INVALID_NAME);
+    EXPECT(fc_balancer_set_backends(lb, NULL, NULL, 2), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pick(lb, NULL, &pick), FC_ERR_INVALID_ARGUMENT); /* no backends */
+    REQUIRE_OK(fc_balancer_set_backends(lb, addresses, weights, 3), "set 3 backends");
+
+    /* Pick and done; the address is readable from the pick. */
+    REQUIRE_OK(fc_pick(lb, NULL, &pick), "pick");
+    CHECK(pick.backend < 3, "backend index %" PRIu32 " is one of the three", pick.backend);
+    CHECK(strcmp(pick.address, addresses[pick.backend]) == 0, "address %s", pick.address);
+    CHECK_EQ(pick.address_len, strlen(addresses[pick.backend]), "address_len");
+    REQUIRE_OK(fc_pick_done(lb, &pick, FC_OUTCOME_SUCCESS), "done");
+    EXPECT(fc_pick_done(lb, &pick, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(fc_pick(lb, NULL, &pick), "pick again");
+    other = pick;
+    other.backend = 99;
+    EXPECT(fc_pick_done(lb, &other, FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_pick_done(lb, &pick, 7), FC_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(fc_pick_done_with(lb, &pick, FC_OUTCOME_SUCCESS, 5000000, 0.25),
+               "done with an RTT and a load");
+
+    /* Exclusion: a retry avoids the backend that failed. */
+    REQUIRE_OK(fc_pick_options_init(&pick_options, sizeof pick_options), "pick options init");
+    pick_options.exclude = exclude_all;
+    pick_options.exclude_count = 3;
+    EXPECT(fc_pick(lb, &pick_options, &pick), FC_ERR_INVALID_ARGUMENT);
+    pick_options.exclude = NULL;
+    EXPECT(fc_pick(lb, &pick_options, &pick), FC_ERR_INVALID_ARGUMENT);
+    pick_options.exclude = exclude_two;
+    pick_options.exclude_count = 2;
+    REQUIRE_OK(fc_pick(lb, &pick_options, &pick), "pick excluding 0 and 2");
+    CHECK_EQ(pick.backend, 1, "the one backend left");
+    REQUIRE_OK(fc_pick_done(lb, &pick, FC_OUTCOME_DROPPED), "a failure");
+    for (i = 0; i < 200; i++) {
+        REQUIRE_OK(fc_pick(lb, NULL, &pick), "pick after the failure");
+        CHECK(pick.backend != 1, "the failed backend is avoided");
+        REQUIRE_OK(fc_pick_done(lb, &pick, FC_OUTCOME_IGNORED), "done");
+    }
+
+    /* The retry budget: 10/s over 10 s with no other traffic to speak of. */
+    for (i = 0; i < 500; i++) {
+        REQUIRE_OK(fc_retry_allowed(lb, &allowed), "retry allowed");
+        retries += allowed;
+    }
+    CHECK(retries >= 100 && retries < 200, "%" PRIu32 " retries allowed", retries);
+
+    /* Statistics. */
+    for (i = 0; i < 4; i++)
+        REQUIRE_OK(fc_backend_stats_init(&stats[i], sizeof stats[i]), "stats init");
+    REQUIRE_OK(fc_balancer_stats(lb, stats, 4, &count), "stats");
+    CHECK_EQ(count, 3, "three backends");
+    CHECK(strcmp(stats[1].address, addresses[1]) == 0, "stats address");
+    CHECK_EQ(stats[1].recent_failures, 1, "the failure is counted");
+    CHECK_EQ(stats[2].weight, 2, "weight");
+    CHECK_EQ(stats[0].in_flight + stats[1].in_flight + stats[2].in_flight, 0,
+             "nothing in flight");
+    CHECK(stats[1].rtt_ns >= 4000000000ull, "the failure costs a penalty RTT");
+    REQUIRE_OK(fc_balancer_stats(lb, stats, 1, &count), "stats into a short array");
+    CHECK_EQ(count, 3, "count is all backends");
+    EXPECT(fc_balancer_stats(lb, NULL, 4, &count), FC_ERR_INVALID_ARGUMENT);
+
+    /* A table created without balancer slots has none to give. */
+    fc_balancer_free(lb);
+    fc_balancer_free(NULL);
+    fc_table_close(table);
+    scratch_path(path, "no-balancers");
+    options.balancers = 0;
+    table = open_table(path, &options);
+    EXPECT(fc_balancer_register(table, "api", NULL, &none), FC_ERR_TABLE_FULL);
+    fc_table_close(table);
+}
+
 int main(int argc, char **argv)
 {
     int len;
@@ -1907,6 +2028,7 @@ int main(int argc, char **argv)
     test_main_thread_exited();
     test_threads(); /* after the forks: never fork a process with threads */
     test_double_release();
+    test_balancers();
     cleanup();
 
     printf("\nall %u checks passed\n", g_checks);

@@ -406,6 +406,8 @@ pub mod layout {
     pub const H_TICKS: usize = 48;
     pub const H_TOTAL_SIZE: usize = 56;
     pub const H_TABLE_ID: usize = 64;
+    /// Balancer capacity, backend capacity, and their slot sizes (u32 each).
+    pub const H_BALANCER_CAPACITY: usize = 72;
     pub const H_LAST_REAP: usize = 128;
 
     // Task slot fields.

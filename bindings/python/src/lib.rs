@@ -11,6 +11,8 @@
 //! pickle by name and mix in the built-in exceptions; this module imports them
 //! to raise them.
 
+mod balance;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -93,6 +95,15 @@ fn outcome(name: &str) -> PyResult<Outcome> {
     }
 }
 
+/// How a `with` block ended: "dropped" if it raised, else "success".
+fn exit_outcome(exc_type: &Bound<'_, PyAny>) -> Outcome {
+    if exc_type.is_none() {
+        Outcome::Success
+    } else {
+        Outcome::Dropped
+    }
+}
+
 /// Nothing here panics while holding a lock, but a poisoned lock must not
 /// turn into a second panic either: the data is plain and stays valid.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -134,8 +145,8 @@ fn closed_table(path: &std::path::Path) -> PyErr {
 impl Table {
     #[new]
     #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false,
-                        store=None, key_prefix=None, store_timeout=None, store_connect_timeout=None,
-                        probe_interval=None))]
+                        balancers=16, backends_per_balancer=32, store=None, key_prefix=None,
+                        store_timeout=None, store_connect_timeout=None, probe_interval=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python constructor
     fn new(
         py: Python<'_>,
@@ -145,6 +156,8 @@ impl Table {
         max_processes: u32,
         owner: Option<u32>,
         shared: bool,
+        balancers: u32,
+        backends_per_balancer: u32,
         store: Option<String>,
         key_prefix: Option<String>,
         store_timeout: Option<f64>,
@@ -157,6 +170,8 @@ impl Table {
             mode,
             owner,
             shared,
+            balancers,
+            backends_per_balancer,
             ..TableOptions::default()
         };
         options.store.url = store;
@@ -237,6 +252,35 @@ impl Table {
             task,
             closed: self.closed.clone(),
         })
+    }
+
+    /// Registers (or attaches to) the balancer `name` and sets its backends
+    /// (see `balance.rs`); durations in seconds.
+    #[pyo3(signature = (name, backends, weights=None, *, decay=10.0, failure_penalty=5.0, slow_start=30.0, default_rtt=0.1, retry_ratio=0.2, retry_min_per_sec=10.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn balancer(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        backends: Vec<String>,
+        weights: Option<Vec<u32>>,
+        decay: f64,
+        failure_penalty: f64,
+        slow_start: f64,
+        default_rtt: f64,
+        retry_ratio: f64,
+        retry_min_per_sec: f64,
+    ) -> PyResult<balance::Balancer> {
+        let settings = balance::Settings {
+            decay,
+            failure_penalty,
+            slow_start,
+            default_rtt,
+            retry_ratio,
+            retry_min_per_sec,
+        };
+        let (table, closed) = (self.handle()?, self.closed.clone());
+        balance::register(py, table, closed, name, backends, weights, settings)
     }
 
     /// Looks for dead processes now; the number found (their permits are back).
@@ -614,12 +658,7 @@ impl Permit {
         traceback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let _ = (exc_value, traceback);
-        let outcome = if exc_type.is_none() {
-            Outcome::Success
-        } else {
-            Outcome::Dropped
-        };
-        self.release_once(outcome, None).map(drop)
+        self.release_once(exit_outcome(exc_type), None).map(drop)
     }
 
     fn __repr__(&self) -> String {
@@ -641,6 +680,8 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Table>()?;
     m.add_class::<Task>()?;
     m.add_class::<Permit>()?;
+    m.add_class::<balance::Balancer>()?;
+    m.add_class::<balance::Choice>()?;
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
     Ok(())

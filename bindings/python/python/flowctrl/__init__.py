@@ -61,15 +61,27 @@ from ._errors import (
 )
 from ._flowctrl import (
     LAYOUT_VERSION,
+    Balancer,
+    Choice,
     Permit,
     Table,
     Task,
     __version__,
 )
-from ._types import Consistency, ProcessStats, Settings, Stats, TableCheck
+from ._types import (
+    BackendStats,
+    Consistency,
+    ProcessStats,
+    Settings,
+    Stats,
+    TableCheck,
+)
 
 __all__ = [
     "LAYOUT_VERSION",
+    "BackendStats",
+    "Balancer",
+    "Choice",
     "ConfigMismatchError",
     "CorruptTableError",
     "FlowctrlError",

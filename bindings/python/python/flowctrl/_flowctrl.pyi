@@ -3,12 +3,12 @@
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Optional, Union, final
+from typing import Literal, Optional, Sequence, Union, final
 
 from ._aio import AsyncAcquire
-from ._types import Consistency, ProcessStats, Settings, Stats, TableCheck
+from ._types import BackendStats, Consistency, ProcessStats, Settings, Stats, TableCheck
 
-__all__ = ["Table", "Task", "Permit", "__version__", "LAYOUT_VERSION"]
+__all__ = ["Table", "Task", "Permit", "Balancer", "Choice", "__version__", "LAYOUT_VERSION"]
 
 __version__: str
 LAYOUT_VERSION: int
@@ -46,6 +46,8 @@ class Table:
         max_processes: int = 64,
         owner: Optional[int] = None,
         shared: bool = False,
+        balancers: int = 16,
+        backends_per_balancer: int = 32,
         store: Optional[str] = None,
         key_prefix: Optional[str] = None,
         store_timeout: Optional[float] = None,
@@ -73,6 +75,24 @@ class Table:
         The first registration wins; naming a different value for a field
         raises ConfigMismatchError (fields left None are not compared).
         ``limiter`` is a spec such as "auto" or "gradient2 tolerance=2".
+        """
+    def balancer(
+        self,
+        name: str,
+        backends: Sequence[str],
+        weights: Optional[Sequence[int]] = None,
+        *,
+        decay: float = 10.0,
+        failure_penalty: float = 5.0,
+        slow_start: float = 30.0,
+        default_rtt: float = 0.1,
+        retry_ratio: float = 0.2,
+        retry_min_per_sec: float = 10.0,
+    ) -> Balancer:
+        """Registers the balancer host-wide (or attaches to it) and sets its backends.
+
+        Durations are in seconds. Every process must pass the same
+        configuration (ConfigMismatchError otherwise).
         """
     def reap(self) -> int:
         """Looks for dead processes now; the number found (their permits are back)."""
@@ -177,6 +197,58 @@ class Permit:
     @property
     def released(self) -> bool: ...
     def __enter__(self) -> Permit: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None: ...
+
+@final
+class Balancer:
+    """A set of backends shared by every process on the host. Made by Table.balancer()."""
+
+    def pick(self, exclude: Optional[Sequence[str]] = None) -> Choice:
+        """Chooses a backend, avoiding the addresses in ``exclude``.
+
+        Raises InvalidArgumentError when every backend is excluded.
+        """
+    def set_backends(
+        self, backends: Sequence[str], weights: Optional[Sequence[int]] = None
+    ) -> None:
+        """Replaces the backends; those that stay keep their statistics."""
+    def retry_allowed(self) -> bool:
+        """Whether the host-wide retry budget allows a retry now (it is then counted)."""
+    def stats(self) -> dict[str, BackendStats]:
+        """Statistics of every backend (active and removed), by address."""
+    @property
+    def name(self) -> str: ...
+
+@final
+class Choice:
+    """A chosen backend. Release it once.
+
+    As a context manager it is released on exit (unless released already):
+    as "dropped" (a failure) if the block raised, else "success". A choice
+    collected unreleased is released as "ignored".
+    """
+
+    def release(
+        self,
+        outcome: Literal["success", "dropped", "ignored"] = "success",
+        *,
+        rtt: Optional[float] = None,
+        load: Optional[float] = None,
+    ) -> None:
+        """Records how the call ended; ``rtt`` (seconds) overrides the measured
+        time, ``load`` is the server's reported load (0..1)."""
+    @property
+    def backend(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def released(self) -> bool: ...
+    def __enter__(self) -> Choice: ...
     def __exit__(
         self,
         exc_type: Optional[type[BaseException]],

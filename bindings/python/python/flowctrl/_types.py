@@ -81,3 +81,21 @@ class Settings(TypedDict):
     min_limit: int
     max_limit: int
     initial_limit: int
+
+
+class BackendStats(TypedDict):
+    """Balancer.stats(): one backend, host-wide (durations in seconds)."""
+
+    index: int
+    weight: int
+    active: bool
+    in_flight: int
+    picked: int
+    rtt: float
+    recent_successes: int
+    recent_failures: int
+    ejected_for: float
+    ejections: int
+    age: float
+    ramp: float
+    load: Optional[float]

@@ -1,0 +1,230 @@
+//! The pick rules end to end on a real table, with a fake clock (`*_at`).
+
+use std::time::Duration;
+
+use super::*;
+use crate::{Table, TableOptions};
+
+fn table(tag: &str) -> (Table, std::path::PathBuf) {
+    let path = std::env::temp_dir().join(format!("flowctrl-balance-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let options = TableOptions {
+        capacity: 4,
+        max_processes: 4,
+        balancers: 2,
+        backends_per_balancer: 4,
+        ..TableOptions::default()
+    };
+    (Table::open(&path, &options).unwrap(), path)
+}
+
+fn counts(b: &Balancer, picks: usize, now: u64, exclude: &[u32]) -> [usize; 4] {
+    let mut seen = [0; 4];
+    for _ in 0..picks {
+        let mut p = b.pick_at(&PickOptions { exclude }, now).unwrap();
+        seen[p.backend as usize] += 1;
+        b.done_at(&mut p, Outcome::Ignored, None, None, now)
+            .unwrap();
+    }
+    seen
+}
+
+#[test]
+fn a_failure_steers_picks_away_at_once_and_ejects_a_failing_backend() {
+    let (t, path) = table("penalty");
+    let b = t.balancer("api", &BalancerConfig::new()).unwrap();
+    b.set_backends(&[("a:1", 1), ("b:1", 1), ("c:1", 1)])
+        .unwrap();
+    let now = 1_000_000;
+    // Equal backends share the picks.
+    let even = counts(&b, 3_000, now, &[]);
+    assert!(even[..3].iter().all(|&c| c > 800), "{even:?}");
+    // One fast failure of backend 1: it is not chosen again while the two
+    // others are healthy (P2C always has one of them to prefer).
+    let mut p = b.pick_at(&PickOptions { exclude: &[0, 2] }, now).unwrap();
+    b.done_at(
+        &mut p,
+        Outcome::Dropped,
+        Some(Duration::from_micros(300)),
+        None,
+        now,
+    )
+    .unwrap();
+    let after = counts(&b, 2_000, now + 10, &[]);
+    assert_eq!(after[1], 0, "{after:?}");
+    // Five failures in the window eject it; with one of three out, no panic.
+    for _ in 0..5 {
+        let mut p = b
+            .pick_at(&PickOptions { exclude: &[0, 2] }, now + 20)
+            .unwrap();
+        b.done_at(&mut p, Outcome::Dropped, None, None, now + 20)
+            .unwrap();
+    }
+    let s = b.stats_at(now + 20);
+    assert!(
+        s.backends[1].ejected_for >= Duration::from_millis(2_500),
+        "{s:?}"
+    );
+    assert_eq!(s.backends[1].ejections, 1);
+    // Ejected and the others excluded: the pool is the ejected one alone
+    // (panic mode), rather than no backend at all.
+    assert_eq!(counts(&b, 10, now + 30, &[0, 2])[1], 10);
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn panic_mode_picks_among_all_when_most_are_out() {
+    let (t, path) = table("panic");
+    let b = t.balancer("api", &BalancerConfig::new()).unwrap();
+    b.set_backends(&[("a:1", 1), ("b:1", 1), ("c:1", 1)])
+        .unwrap();
+    let now = 1_000_000;
+    for victim in [0, 1] {
+        for _ in 0..5 {
+            let others: Vec<u32> = (0..3).filter(|&i| i != victim).collect();
+            let mut p = b.pick_at(&PickOptions { exclude: &others }, now).unwrap();
+            b.done_at(&mut p, Outcome::Dropped, None, None, now)
+                .unwrap();
+        }
+    }
+    // Two of three ejected: all three are candidates again, and the healthy
+    // one wins on cost whenever it is drawn — but not every pick.
+    let seen = counts(&b, 3_000, now + 1, &[]);
+    assert!(seen[2] > 1_800 && seen[2] < 3_000, "{seen:?}");
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_new_backend_ramps_up_and_the_initial_set_does_not() {
+    let (t, path) = table("slow");
+    let config = BalancerConfig::new().slow_start(Duration::from_secs(30));
+    let b = t.balancer("api", &config).unwrap();
+    b.set_backends(&[("a:1", 1), ("b:1", 1)]).unwrap();
+    let s = b.stats();
+    assert!(s.backends.iter().all(|b| b.ramp == 1.0), "{s:?}");
+    b.set_backends(&[("a:1", 1), ("b:1", 1), ("new:1", 1)])
+        .unwrap();
+    let s = b.stats();
+    let new = s.backends.iter().find(|b| b.address == "new:1").unwrap();
+    assert!(new.ramp < 0.2, "{new:?}");
+    // The statistics of the backends that stayed were kept.
+    assert_eq!(s.backends[0].address, "a:1");
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn membership_keeps_picks_in_flight_and_refuses_bad_input() {
+    let (t, path) = table("members");
+    let b = t.balancer("api", &BalancerConfig::new()).unwrap();
+    let err = |r: Result<()>| r.unwrap_err().kind();
+    use crate::ErrorKind::*;
+    assert_eq!(err(b.set_backends(&[])), InvalidArgument);
+    assert_eq!(err(b.set_backends(&[("a", 1), ("a", 2)])), InvalidArgument);
+    assert_eq!(err(b.set_backends(&[("a", 0)])), InvalidArgument);
+    assert_eq!(err(b.set_backends(&[(&"x".repeat(64), 1)])), InvalidName);
+    assert_eq!(err(b.set_backends(&[("a b", 1)])), InvalidName);
+    let five: Vec<(String, u32)> = (0..5).map(|i| (format!("h{i}"), 1)).collect();
+    let five: Vec<(&str, u32)> = five.iter().map(|(a, w)| (a.as_str(), *w)).collect();
+    assert_eq!(err(b.set_backends(&five)), TableFull);
+    assert!(b.pick(&PickOptions::default()).is_err(), "no backends yet");
+    b.set_backends(&[("a:1", 1), ("b:1", 1)]).unwrap();
+    assert_eq!(
+        b.pick(&PickOptions { exclude: &[0, 1] })
+            .unwrap_err()
+            .kind(),
+        InvalidArgument
+    );
+    let held = b.pick(&PickOptions { exclude: &[1] }).unwrap();
+    assert_eq!(held.backend(), "a:1");
+    // a:1 leaves while a pick on it is in flight.
+    b.set_backends(&[("b:1", 1), ("c:1", 1)]).unwrap();
+    for _ in 0..100 {
+        assert_ne!(b.pick(&PickOptions::default()).unwrap().backend(), "a:1");
+    }
+    let s = b.stats();
+    let a = s.backends.iter().find(|x| x.address == "a:1").unwrap();
+    assert!(!a.active);
+    assert_eq!(a.in_flight, 1);
+    // Its slot is not reused while the pick is in flight...
+    b.set_backends(&[("b:1", 1), ("c:1", 1), ("d:1", 1)])
+        .unwrap();
+    assert!(b.stats().backends.iter().any(|x| x.address == "a:1"));
+    // ...and the pick still ends normally.
+    let mut raw = *held.raw();
+    std::mem::forget(held);
+    b.done_raw(&mut raw, Outcome::Success, None, None).unwrap();
+    assert!(b.done_raw(&mut raw, Outcome::Success, None, None).is_err());
+    let mut copy = raw;
+    copy.flags = 0;
+    assert!(
+        b.done_raw(&mut copy, Outcome::Success, None, None).is_err(),
+        "copy of a done pick"
+    );
+    let mut forged = raw;
+    forged.flags = 0;
+    forged.backend = 99;
+    assert!(
+        b.done_raw(&mut forged, Outcome::Success, None, None)
+            .is_err()
+    );
+    assert_eq!(b.index_of("b:1"), Some(1));
+    assert_eq!(b.index_of("a:1"), None);
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn the_retry_budget_is_a_share_of_picks_plus_a_minimum() {
+    let (t, path) = table("retry");
+    let b = t
+        .balancer("api", &BalancerConfig::new().retry_budget(0.1, 1.0))
+        .unwrap();
+    b.set_backends(&[("a:1", 1)]).unwrap();
+    let now = 5_000_000;
+    // 1/s over 10 s: 10 retries with no traffic.
+    assert_eq!((0..20).filter(|_| b.retry_allowed_at(now)).count(), 10);
+    counts(&b, 100, now, &[]);
+    assert_eq!((0..20).filter(|_| b.retry_allowed_at(now)).count(), 10);
+    // Ten seconds later the window is empty again.
+    assert_eq!(
+        (0..20).filter(|_| b.retry_allowed_at(now + 10_000)).count(),
+        10
+    );
+    // A registration with another configuration is refused.
+    assert_eq!(
+        t.balancer("api", &BalancerConfig::new())
+            .unwrap_err()
+            .kind(),
+        crate::ErrorKind::ConfigMismatch
+    );
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn heavier_and_faster_backends_get_more() {
+    let (t, path) = table("weights");
+    let b = t.balancer("api", &BalancerConfig::new()).unwrap();
+    b.set_backends(&[("a:1", 1), ("b:1", 3)]).unwrap();
+    let now = 1_000_000;
+    // Hold picks so the in-flight counts matter: weight 3 takes ~3×.
+    let mut held = Vec::new();
+    for _ in 0..400 {
+        held.push(b.pick_at(&PickOptions::default(), now).unwrap());
+    }
+    let s = b.stats_at(now);
+    let (a, heavy) = (
+        s.backends[0].in_flight as f64,
+        s.backends[1].in_flight as f64,
+    );
+    assert!((2.5..3.5).contains(&(heavy / a)), "{a} {heavy}");
+    for mut p in held {
+        b.done_at(&mut p, Outcome::Ignored, None, None, now)
+            .unwrap();
+    }
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
