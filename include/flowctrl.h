@@ -14,8 +14,9 @@
  * fc_task_stats start with `uint32_t size`, set by their _init function from
  * the sizeof the caller passes. The library reads and writes only the first
  * `size` bytes, so a program built against this header keeps working with
- * later libraries whose structs have more fields at their end. fc_permit is
- * fixed at 64 bytes for good. The 0.1 release had no size fields: programs
+ * later libraries whose structs have more fields at their end (so do
+ * fc_balancer_config, fc_pick_options and fc_backend_stats). fc_permit is
+ * fixed at 64 bytes for good, struct fc_pick at 128. The 0.1 release had no size fields: programs
  * built against the 0.1 header must be rebuilt, once.
  */
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The balancing experiment (benches/balance/): HTTP backends and four client
 # processes per policy, three scenarios; writes benches/BALANCE.md and the
-# PNGs under benches/balance/. Takes about 15 minutes. Not part of test.sh.
+# PNGs under benches/balance/. Takes about 25 minutes. Not part of test.sh.
 #   FLOWCTRL_BALANCE_SCALE=0.5 scripts/balance.sh   # scale every rate down
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"

@@ -239,7 +239,8 @@ def blackhole(out):
     out.append(f"Three equal backends (20 ms, 8 slots), {rate:.0f} requests/s; from second 20 "
                "backend 2 answers every request with 503 in well under 1 ms. `share` = share of the "
                "requests of seconds 20–60 sent to it; `after first` = requests sent to it after the "
-               "first 503 had come back to any process; `stops after` = seconds from 20 until every "
+               "first 503 had come back to any process (for flowctrl, a pick between that response's "
+               "arrival and its client recording the failure counts); `stops after` = seconds from 20 until every "
                "later 1-s bin gives it < 1 % of the requests (— = never); p99 of the successful "
                "requests of seconds 20–60.\n")
     out.append("| policy | share 20–60 s | 503s | after first | stops after | p99 ms (ok) |")
@@ -319,7 +320,8 @@ def repeats(out):
     out.append("## 4. The p99 budget, repeated\n")
     out.append(f"The two rows the budget compares, run in turns {REPEATS} more times "
                f"({ROW_SECONDS:.0f} s each, same settings as section 1): p99 in ms per run, the "
-               "ratio flowctrl / peak-EWMA per run, and its median.\n")
+               "ratio flowctrl / peak-EWMA per run, and its median. One row's p99 moves by tens "
+               "of milliseconds between runs on this shared machine (other builds run beside it).\n")
     out.append("| rate/s | peak-EWMA p99 | flowctrl p99 | ratios | median ratio |")
     out.append("|---:|---|---|---|---:|")
     verdicts = []

@@ -13,6 +13,13 @@ table and takes admit/reject decisions from the same atomic counters::
         except flowctrl.Limited as e:
             reject(e.reason)        # "local", "global" or "concurrency"
 
+Balancers choose a backend per request from statistics every process on
+the host shares (in flight, RTT, failures)::
+
+    lb = table.balancer("api", backends=["10.0.0.1:80", "10.0.0.2:80"])
+    with lb.pick() as choice:   # "success", or "dropped" (a failure) if it raises
+        call(choice.backend)
+
 A rejection raises ``Limited`` (``try_acquire`` returns None instead). It is a
 decision, not an error, so it is *not* a ``FlowctrlError``: ``except
 flowctrl.FlowctrlError`` catches failures only. Each error also derives from
