@@ -121,6 +121,26 @@ pub struct QuotaStats {
     pub clock_offset_us: i64,
 }
 
+/// The task a quota operation is for: the table, the task's slot and
+/// name, and its global limit as read with the rest of its configuration.
+#[derive(Clone, Copy)]
+pub(crate) struct TaskRef<'a> {
+    pub shm: &'a Shm,
+    pub slot: &'a TaskSlot,
+    pub task: &'a str,
+    pub g: Global,
+}
+
+/// What an admission asks: `n` permits; while the store fails, the task's
+/// own local rate decides (`has_local`) or the fallback rate with the
+/// task's `burst`.
+#[derive(Clone, Copy)]
+pub(crate) struct Need {
+    pub n: u32,
+    pub burst: u32,
+    pub has_local: bool,
+}
+
 /// How an admission was paid for globally, so a later refusal can give it
 /// back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,72 +233,49 @@ impl Quota {
         table_us + base + self.skew_us + q.offset_us.load(Ordering::Relaxed) as i64
     }
 
-    /// Takes `n` permits of the task's global quota at table-clock instant
-    /// `now`, pulling when the host runs low. `burst` applies to the
-    /// fallback rate; `has_local` says the task's own local rate decides
-    /// while the store is failing.
+    /// Takes `need.n` permits of the task's global quota at table-clock
+    /// instant `now`, pulling when the host runs low.
     #[inline]
-    #[allow(clippy::too_many_arguments)] // the request path: no struct to build
-    pub fn take(
-        &self,
-        shm: &Shm,
-        slot: &TaskSlot,
-        task: &str,
-        g: Global,
-        n: u32,
-        burst: u32,
-        has_local: bool,
-        now: u64,
-    ) -> Result<Result<Spent, Limited>> {
-        let q = &slot.quota;
-        let slice = slice_of(self.store_us_at(&shm.clock, q, now), g.slice_ms);
-        if let Some(left) = spend(q, slice, n) {
+    pub fn take(&self, t: TaskRef<'_>, need: Need, now: u64) -> Result<Result<Spent, Limited>> {
+        let q = &t.slot.quota;
+        let slice = slice_of(self.store_us_at(&t.shm.clock, q, now), t.g.slice_ms);
+        if let Some(left) = spend(q, slice, need.n) {
             if left < q.low_water.load(Ordering::Relaxed) as u32 {
-                self.pull_ahead(shm, slot, task, g, slice);
+                self.pull_ahead(t, slice);
             }
             return Ok(Ok(Spent::Quota(slice)));
         }
-        self.take_slow(shm, slot, task, g, n, burst, has_local)
+        self.take_slow(t, need)
     }
 
     #[cold]
-    #[allow(clippy::too_many_arguments)]
-    fn take_slow(
-        &self,
-        shm: &Shm,
-        slot: &TaskSlot,
-        task: &str,
-        g: Global,
-        n: u32,
-        burst: u32,
-        has_local: bool,
-    ) -> Result<Result<Spent, Limited>> {
-        let q = &slot.quota;
+    fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Limited>> {
+        let q = &t.slot.quota;
         let until = Instant::now() + self.options.timeout;
         let mut pulls = 0;
         loop {
-            let slice = slice_of(self.store_now_us(q), g.slice_ms);
-            if spend(q, slice, n).is_some() {
+            let slice = slice_of(self.store_now_us(q), t.g.slice_ms);
+            if spend(q, slice, need.n).is_some() {
                 return Ok(Ok(Spent::Quota(slice)));
             }
             if pull::failed(q) {
-                if !self.probe_due(shm, q) {
-                    return Ok(self.fallback(shm, q, g, n, burst, has_local));
+                if !self.probe_due(t.shm, q) {
+                    return Ok(self.fallback(t, need));
                 }
             } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1 || pulls >= 3 {
                 return Ok(Err(Limited::Global));
             }
-            match self.try_lock(shm, q)? {
+            match self.try_lock(t.shm, q)? {
                 Some(lock) => {
                     pulls += 1;
-                    let want = self.want(q, g, n);
-                    let _ = self.pull_locked(shm, slot, task, g, want, &lock);
+                    let want = self.want(q, t.g, need.n);
+                    let _ = self.pull_locked(t, want, &lock);
                 }
                 None if Instant::now() >= until => {
                     // Another process's pull is slower than a store command
                     // may be: it is about to fail. Do not wait for it.
                     return Ok(if pull::failed(q) {
-                        self.fallback(shm, q, g, n, burst, has_local)
+                        self.fallback(t, need)
                     } else {
                         Err(Limited::Global)
                     });
@@ -301,26 +298,19 @@ impl Quota {
 
     /// The decision while the store is failing: the task's own local rate
     /// (applied by the caller), else the fallback rate.
-    fn fallback(
-        &self,
-        shm: &Shm,
-        q: &QuotaSlot,
-        g: Global,
-        n: u32,
-        burst: u32,
-        has_local: bool,
-    ) -> Result<Spent, Limited> {
-        if has_local {
+    fn fallback(&self, t: TaskRef<'_>, need: Need) -> Result<Spent, Limited> {
+        if need.has_local {
             return Ok(Spent::Fallback);
         }
-        let rate = if g.fallback_rate > 0.0 {
-            g.fallback_rate
+        let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
+        let rate = if t.g.fallback_rate > 0.0 {
+            t.g.fallback_rate
         } else {
-            g.rate
+            t.g.rate
         };
         let gcra = Gcra {
             interval: ((shm.clock.ticks_per_sec() as f64 / rate).round() as u64).max(1),
-            burst: burst.max(n),
+            burst: need.burst.max(n),
         };
         let tat = q.fallback_tat.load(Ordering::Relaxed);
         let now = shm.clock.now();

@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::store::{Ask, slice_of, wall_us};
-use super::{Global, Quota, QuotaState, QuotaStats};
+use super::{Global, Quota, QuotaState, QuotaStats, TaskRef};
 use crate::error::Result;
 use crate::shm::Shm;
 use crate::shm::layout::{QuotaSlot, TaskSlot};
@@ -94,14 +94,14 @@ impl Quota {
 
     /// Pulls the next chunk if the lock is free: never waits.
     #[cold]
-    pub(super) fn pull_ahead(&self, shm: &Shm, slot: &TaskSlot, task: &str, g: Global, slice: u32) {
-        let q = &slot.quota;
+    pub(super) fn pull_ahead(&self, t: TaskRef<'_>, slice: u32) {
+        let q = &t.slot.quota;
         if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || failed(q) {
             return;
         }
-        if let Ok(Some(lock)) = self.try_lock(shm, q) {
-            let want = self.want(q, g, 1);
-            let _ = self.pull_locked(shm, slot, task, g, want, &lock);
+        if let Ok(Some(lock)) = self.try_lock(t.shm, q) {
+            let want = self.want(q, t.g, 1);
+            let _ = self.pull_locked(t, want, &lock);
         }
     }
 
@@ -164,13 +164,11 @@ impl Quota {
     /// this host thought. Returns what was granted.
     pub(super) fn pull_locked(
         &self,
-        shm: &Shm,
-        slot: &TaskSlot,
-        task: &str,
-        g: Global,
+        t: TaskRef<'_>,
         want: u64,
         _lock: &PullLock<'_>,
     ) -> Result<u64> {
+        let TaskRef { shm, slot, task, g } = t;
         let q = &slot.quota;
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
         for _ in 0..2 {
@@ -228,19 +226,13 @@ impl Quota {
 
     /// [`crate::Task::pull_quota`]: waits up to one command timeout for
     /// another process's pull, then pulls `want` permits.
-    pub fn pull_now(
-        &self,
-        shm: &Shm,
-        slot: &TaskSlot,
-        task: &str,
-        g: Global,
-        want: u64,
-    ) -> Result<u64> {
-        let q = &slot.quota;
+    pub fn pull_now(&self, t: TaskRef<'_>, want: u64) -> Result<u64> {
+        let (q, task) = (&t.slot.quota, t.task);
+
         let until = Instant::now() + self.options.timeout + self.stale_after();
         loop {
-            if let Some(lock) = self.try_lock(shm, q)? {
-                return self.pull_locked(shm, slot, task, g, want, &lock);
+            if let Some(lock) = self.try_lock(t.shm, q)? {
+                return self.pull_locked(t, want, &lock);
             }
             if Instant::now() >= until {
                 return Err(crate::Error::new(

@@ -21,9 +21,9 @@ pub use stats::{Consistency, ProcessStats, TaskStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{self, Update};
-use crate::quota::{Quota, QuotaStats};
+use crate::quota::{Global, Need, Quota, QuotaStats, TaskRef};
 use crate::shm::Shm;
-use crate::shm::layout::{Counter, LANES, Lane};
+use crate::shm::layout::{Counter, LANES, Lane, TaskSlot};
 use permit::{COUNTED, SPENT};
 use stats::{Sums, contribution, lane_ids, ledger_view};
 
@@ -195,16 +195,12 @@ impl Task {
             if gcra.interval == 0 {
                 now = shm.clock.now();
             }
-            let taken = self.quota.take(
-                shm,
-                slot,
-                &self.name,
-                global,
+            let need = Need {
                 n,
-                limits.burst,
-                gcra.interval != 0,
-                now,
-            );
+                burst: limits.burst,
+                has_local: gcra.interval != 0,
+            };
+            let taken = self.quota.take(self.quota_ref(slot, global), need, now);
             match taken {
                 Ok(Ok(s)) => spent = Some(s),
                 refused => {
@@ -271,14 +267,21 @@ impl Task {
                 global.quota
             )));
         }
-        let granted = self
-            .quota
-            .pull_now(&self.shm, slot, &self.name, global, want)?;
+        let granted = self.quota.pull_now(self.quota_ref(slot, global), want)?;
         Ok(if granted == 0 {
             Err(Limited::Global)
         } else {
             Ok(granted)
         })
+    }
+
+    fn quota_ref<'a>(&'a self, slot: &'a TaskSlot, g: Global) -> TaskRef<'a> {
+        TaskRef {
+            shm: &self.shm,
+            slot,
+            task: &self.name,
+            g,
+        }
     }
 
     /// What the task's global quota did on this host.
