@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limit::ledger;
 use crate::shm::Shm;
 use crate::shm::layout::{NAME_MAX, NAME_WORDS};
-use crate::task::name_words;
+use crate::shm::named::name_words;
 
 /// The largest weight (weights are relative; this keeps costs finite).
 pub const MAX_WEIGHT: u32 = 1_000_000;

@@ -7,6 +7,7 @@ mod attach;
 mod file;
 mod fork;
 pub(crate) mod layout;
+pub(crate) mod named;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

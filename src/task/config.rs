@@ -4,7 +4,6 @@
 //! show anyone half an update.
 
 use std::sync::atomic::{Ordering, fence};
-use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
@@ -12,8 +11,8 @@ use crate::limit::adaptive::Spec as LimiterSpec;
 use crate::limit::ledger::MAX_COUNT;
 use crate::quota::Global;
 
+use crate::shm::Shm;
 use crate::shm::layout::{GlobalCopy, TaskSlot};
-use crate::shm::{Owner, Shm};
 
 /// Bounds of a global-quota slice: shorter slices cost more pulls than they
 /// save in precision; longer ones strand more quota per slice.
@@ -21,9 +20,6 @@ pub(crate) const MIN_SLICE_MS: u32 = 100;
 pub(crate) const MAX_SLICE_MS: u32 = 60_000;
 /// Permits per slice fit the host word's 32-bit count, with room to spare.
 pub(crate) const MAX_SLICE_QUOTA: u32 = 1 << 30;
-
-/// How long a writer waits for another live process's configuration write.
-pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The configuration asked for when registering or updating a task. Fields
 /// left `None` keep their current value (or the default for a new task) and
@@ -400,40 +396,10 @@ pub(crate) fn write(slot: &TaskSlot, limits: Limits, rate: f64, limiter: &Limite
     crate::task::adaptive::configured(slot, limiter, generation);
 }
 
-/// Runs `body` holding the task's configuration lock. A lock held by a dead
-/// process is taken over; one held by a live process is waited for up to
-/// [`WRITE_DEADLINE`].
-pub(crate) fn with_lock<T>(
-    shm: &Shm,
-    slot: &TaskSlot,
-    me: Owner,
-    body: impl FnOnce() -> T,
-) -> Result<T> {
-    let start = Instant::now();
-    loop {
-        let current = slot.config_lock.load(Ordering::Acquire);
-        let free = current == 0 || (current != me.0 && !shm.owner_alive(Owner(current)));
-        if free
-            && slot
-                .config_lock
-                .compare_exchange(current, me.0, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            let result = body();
-            slot.config_lock.store(0, Ordering::Release);
-            return Ok(result);
-        }
-        if start.elapsed() > WRITE_DEADLINE {
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "the task's configuration has been locked by a live process for over {:?}",
-                    WRITE_DEADLINE
-                ),
-            ));
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
+/// Runs `body` holding the task's configuration lock (see
+/// `shm::named::with_owner_lock`).
+pub(crate) fn with_lock<T>(shm: &Shm, slot: &TaskSlot, body: impl FnOnce() -> T) -> Result<T> {
+    crate::shm::named::with_owner_lock(shm, &slot.config_lock, "the task's configuration", body)
 }
 
 /// The GCRA emission interval for `rate` requests/s, in clock ticks (0 for no

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 pub use config::{TaskConfig, TaskSettings};
 pub use permit::{Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-pub(crate) use register::{find_or_claim, hash, name_words, slot_name, validate_name};
+pub(crate) use register::{find_or_claim, slot_name, validate_name};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -107,8 +107,7 @@ impl Task {
         let slot = self.shm.task_slot(self.index);
         // Validate before taking the lock, against the current settings.
         config.over(self.settings()).limits(&self.shm.clock)?;
-        let me = self.shm.owner()?;
-        config::with_lock(&self.shm, slot, me, || {
+        config::with_lock(&self.shm, slot, || {
             let settings = config.over(config::settings(slot));
             let limits = settings.limits(&self.shm.clock)?;
             config::write(slot, limits, settings.local_rate, &settings.limiter);

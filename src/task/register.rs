@@ -1,22 +1,14 @@
-//! Finding a task's slot by name, or claiming one for a new task.
-//!
-//! Names are spread over the slots by an FNV-1a hash with linear probing. A
-//! slot being filled is marked with its claimer's [`Owner`] (slot and epoch):
-//! a claim whose owner died is taken over, one whose owner lives is waited
-//! for up to a deadline, then an error — never an endless spin.
+//! Task names, and finding a task's slot by name or claiming one for a new
+//! task (the probing and claiming are `shm::named`'s, shared with
+//! balancers).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use super::config::{self, TaskSettings};
 use crate::error::{Error, ErrorKind, Result};
-use crate::shm::layout::{
-    NAME_MAX, NAME_WORDS, TASK_CLAIMING, TASK_EMPTY, TASK_KIND, TASK_READY, TaskSlot,
-};
-use crate::shm::{Owner, Shm};
-
-/// How long registration waits for another live process filling a slot.
-const CLAIM_DEADLINE: Duration = Duration::from_secs(2);
+use crate::shm::Shm;
+use crate::shm::layout::{NAME_MAX, TaskSlot};
+use crate::shm::named::{self, Named};
 
 /// Checks a task name: 1–63 bytes of UTF-8, not blank, with no control,
 /// format or invisible characters (bidi overrides, zero-width characters,
@@ -53,28 +45,6 @@ fn is_invisible(c: char) -> bool {
         | 0x1D173..=0x1D17A | 0xE0000..=0xE0FFF)
 }
 
-pub(crate) fn name_words(name: &str) -> [u64; NAME_WORDS] {
-    let mut bytes = [0u8; NAME_WORDS * 8];
-    bytes[..name.len()].copy_from_slice(name.as_bytes());
-    std::array::from_fn(|i| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap()))
-}
-
-/// FNV-1a: spreads names over the slots; collisions probe linearly.
-pub(crate) fn hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-fn holds(slot: &TaskSlot, name: &str, words: &[u64; NAME_WORDS]) -> bool {
-    slot.name_len.load(Ordering::Relaxed) == name.len() as u64
-        && slot
-            .name
-            .iter()
-            .zip(words)
-            .all(|(w, v)| w.load(Ordering::Relaxed) == *v)
-}
-
 /// The name a slot holds, if it is readable (for reports).
 pub(crate) fn slot_name(slot: &TaskSlot) -> Option<String> {
     let len = usize::try_from(slot.name_len.load(Ordering::Relaxed)).ok()?;
@@ -94,95 +64,27 @@ pub(crate) fn slot_name(slot: &TaskSlot) -> Option<String> {
 /// `settings` (already validated). Returns the slot index.
 pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Result<u32> {
     let limits = settings.limits(&shm.clock)?;
-    let words = name_words(name);
+    let named = |index| named(shm.task_slot(index));
     let capacity = shm.geometry.task_capacity;
-    let start = (hash(name) % capacity as u64) as u32;
-    let me = shm.owner()?;
-    let began = Instant::now();
-    for probe in 0..capacity {
-        let index = (start + probe) % capacity;
+    let (index, _) = named::find_or_claim(shm, "task", capacity, name, named, |index| {
+        // Nobody reads an unpublished slot's configuration: it is written
+        // without the configuration lock.
         let slot = shm.task_slot(index);
-        loop {
-            let state = slot.state.load(Ordering::Acquire);
-            match state & TASK_KIND {
-                TASK_READY if state == TASK_READY => {
-                    if holds(slot, name, &words) {
-                        return Ok(index);
-                    }
-                    break;
-                }
-                TASK_EMPTY if state == TASK_EMPTY => {
-                    if claim(slot, state, me) {
-                        publish(slot, name, &words, limits, &settings);
-                        return Ok(index);
-                    }
-                }
-                TASK_CLAIMING => {
-                    let claimer = Owner(state & !TASK_KIND);
-                    if claimer != me && !shm.owner_alive(claimer) {
-                        // Died half-way: the slot is ours to fill.
-                        if claim(slot, state, me) {
-                            publish(slot, name, &words, limits, &settings);
-                            return Ok(index);
-                        }
-                    } else if began.elapsed() > CLAIM_DEADLINE {
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "task slot {index} of {} has been being registered by a live \
-                                 process for over {CLAIM_DEADLINE:?}",
-                                shm.path().display()
-                            ),
-                        ));
-                    } else {
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                }
-                _ => {
-                    return Err(Error::corrupt(format!(
-                        "{}: task slot {index} has an unknown state {state:#x}",
-                        shm.path().display()
-                    )));
-                }
-            }
-        }
-    }
-    Err(Error::new(
-        ErrorKind::TableFull,
-        format!(
-            "all {capacity} task slots of {} are taken; cannot register {name:?}",
-            shm.path().display()
-        ),
-    ))
+        let named = named(index);
+        named.write_name(name);
+        slot.config_lock.store(0, Ordering::Relaxed);
+        config::write(slot, limits, settings.local_rate, &settings.limiter);
+        named.publish();
+    })?;
+    Ok(index)
 }
 
-fn claim(slot: &TaskSlot, seen: u64, me: Owner) -> bool {
-    slot.state
-        .compare_exchange(
-            seen,
-            TASK_CLAIMING | me.0,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .is_ok()
-}
-
-/// Fills a claimed slot and publishes it. Nobody reads an unpublished slot's
-/// configuration, so it is written without the configuration lock.
-fn publish(
-    slot: &TaskSlot,
-    name: &str,
-    words: &[u64; NAME_WORDS],
-    limits: config::Limits,
-    settings: &TaskSettings,
-) {
-    for (w, v) in slot.name.iter().zip(words) {
-        w.store(*v, Ordering::Relaxed);
+fn named(slot: &TaskSlot) -> Named<'_> {
+    Named {
+        state: &slot.state,
+        name_len: &slot.name_len,
+        name: &slot.name,
     }
-    slot.name_len.store(name.len() as u64, Ordering::Relaxed);
-    slot.config_lock.store(0, Ordering::Relaxed);
-    config::write(slot, limits, settings.local_rate, &settings.limiter);
-    slot.state.store(TASK_READY, Ordering::Release);
 }
 
 #[cfg(test)]
