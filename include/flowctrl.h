@@ -369,103 +369,6 @@ typedef struct fc_permit {
 typedef uint32_t fc_outcome;
 
 /**
- * A task's counters, in permits, summed over every process on the host.
- * Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
- * `fc_task_stats` may refill it any number of times.
- *
- * It grows at its end in later versions: the library writes only the first
- * `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
- * 4096.
- *
- * Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
- * shares the name, which C allows for a tag but not for a typedef.
- */
-struct fc_task_stats {
-  /**
-   * `sizeof` the struct as the caller compiled it; set by
-   * `fc_task_stats_init`.
-   */
-  uint32_t size;
-  /**
-   * Written as 0.
-   */
-  uint32_t reserved;
-  uint64_t admitted;
-  uint64_t limited_local;
-  uint64_t limited_global;
-  uint64_t limited_concurrency;
-  uint64_t released_success;
-  uint64_t released_dropped;
-  uint64_t released_ignored;
-  /**
-   * Permits of dead processes given back by the reaper.
-   */
-  uint64_t reclaimed;
-  /**
-   * The host's concurrency count: permits counted against the cap now
-   * (permits of a task without a cap are not counted).
-   */
-  uint64_t in_flight;
-  /**
-   * Sum of acquire-to-release times of success and dropped releases (ns).
-   */
-  uint64_t rtt_sum_ns;
-  uint64_t rtt_samples;
-  /**
-   * What the processes' ledgers say they hold: equal to `in_flight` when
-   * nothing is in motion (`fc_task_check` compares them at one instant).
-   */
-  int64_t held;
-  /**
-   * The global quota's state: `FC_QUOTA_*`.
-   */
-  uint32_t quota_state;
-  /**
-   * Written as 0.
-   */
-  uint32_t reserved1;
-  /**
-   * Round trips to the store (failed ones included) and failed ones.
-   */
-  uint64_t pulls;
-  uint64_t failed_pulls;
-  /**
-   * Time spent in pulls: total and longest, in ns.
-   */
-  uint64_t pull_ns_sum;
-  uint64_t pull_ns_max;
-  /**
-   * Permits pulled from the store, and those left unspent when their
-   * slice ended.
-   */
-  uint64_t quota_granted;
-  uint64_t quota_stranded;
-  /**
-   * Time spent open, limited and failed, in ms.
-   */
-  uint64_t open_ms;
-  uint64_t limited_ms;
-  uint64_t failed_ms;
-  /**
-   * The store's clock minus this host's, as last measured, in µs.
-   */
-  int64_t clock_offset_us;
-  /**
-   * The concurrency limit applied now: the adaptive limit, or
-   * `max_concurrency`; 0 = no cap.
-   */
-  uint64_t limit;
-  /**
-   * The adaptive limiter's no-load RTT estimate (ns; 0 = none).
-   */
-  uint64_t baseline_rtt_ns;
-  /**
-   * The RTT of its last window with samples (ns; 0 = none).
-   */
-  uint64_t recent_rtt_ns;
-};
-
-/**
  * A balancer's configuration. Fill it with
  * `fc_balancer_config_init(&config, sizeof config)`, which sets the
  * defaults, then change fields. Every process registering the balancer
@@ -623,6 +526,103 @@ struct fc_pick {
   uint32_t reserved0;
   uint64_t check;
   uint64_t reserved[2];
+};
+
+/**
+ * A task's counters, in permits, summed over every process on the host.
+ * Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
+ * `fc_task_stats` may refill it any number of times.
+ *
+ * It grows at its end in later versions: the library writes only the first
+ * `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
+ * 4096.
+ *
+ * Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
+ * shares the name, which C allows for a tag but not for a typedef.
+ */
+struct fc_task_stats {
+  /**
+   * `sizeof` the struct as the caller compiled it; set by
+   * `fc_task_stats_init`.
+   */
+  uint32_t size;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved;
+  uint64_t admitted;
+  uint64_t limited_local;
+  uint64_t limited_global;
+  uint64_t limited_concurrency;
+  uint64_t released_success;
+  uint64_t released_dropped;
+  uint64_t released_ignored;
+  /**
+   * Permits of dead processes given back by the reaper.
+   */
+  uint64_t reclaimed;
+  /**
+   * The host's concurrency count: permits counted against the cap now
+   * (permits of a task without a cap are not counted).
+   */
+  uint64_t in_flight;
+  /**
+   * Sum of acquire-to-release times of success and dropped releases (ns).
+   */
+  uint64_t rtt_sum_ns;
+  uint64_t rtt_samples;
+  /**
+   * What the processes' ledgers say they hold: equal to `in_flight` when
+   * nothing is in motion (`fc_task_check` compares them at one instant).
+   */
+  int64_t held;
+  /**
+   * The global quota's state: `FC_QUOTA_*`.
+   */
+  uint32_t quota_state;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved1;
+  /**
+   * Round trips to the store (failed ones included) and failed ones.
+   */
+  uint64_t pulls;
+  uint64_t failed_pulls;
+  /**
+   * Time spent in pulls: total and longest, in ns.
+   */
+  uint64_t pull_ns_sum;
+  uint64_t pull_ns_max;
+  /**
+   * Permits pulled from the store, and those left unspent when their
+   * slice ended.
+   */
+  uint64_t quota_granted;
+  uint64_t quota_stranded;
+  /**
+   * Time spent open, limited and failed, in ms.
+   */
+  uint64_t open_ms;
+  uint64_t limited_ms;
+  uint64_t failed_ms;
+  /**
+   * The store's clock minus this host's, as last measured, in µs.
+   */
+  int64_t clock_offset_us;
+  /**
+   * The concurrency limit applied now: the adaptive limit, or
+   * `max_concurrency`; 0 = no cap.
+   */
+  uint64_t limit;
+  /**
+   * The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+   */
+  uint64_t baseline_rtt_ns;
+  /**
+   * The RTT of its last window with samples (ns; 0 = none).
+   */
+  uint64_t recent_rtt_ns;
 };
 
 /**
@@ -785,41 +785,6 @@ fc_status fc_acquire(const struct fc_task *task, uint32_t n, struct fc_permit *p
 fc_status fc_release(const struct fc_task *task, struct fc_permit *permit, fc_outcome outcome);
 
 /**
- * Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its
- * size and zeros. Touches no other memory; thread-safe.
- */
-fc_status fc_task_stats_init(struct fc_task_stats *stats, size_t size);
-
-/**
- * Reads a task's counters, summed over every process on the host. `*out`
- * must have been filled by `fc_task_stats_init` (its `size` is read); only
- * its first `size` bytes are written. Thread-safe; no system call.
- */
-fc_status fc_task_stats(const struct fc_task *task, struct fc_task_stats *out);
-
-/**
- * Pulls up to `want` permits of the current slice from the store into the
- * host's quota now, e.g. to warm up before a known spike (admissions pull
- * by themselves). Waits for another process's pull in flight, then for at
- * most one store command. `FC_OK` with `*granted` set; `FC_LIMITED_GLOBAL`
- * when the slice is exhausted (`*granted` = 0); `FC_ERR_STORE` when the
- * store failed (the task then decides by its local limits, or its
- * fallback rate, until a probe succeeds); `FC_ERR_INVALID_ARGUMENT` for a
- * task without `global_rate` or `want` outside 1..=a slice's quota.
- * Thread-safe.
- */
-fc_status fc_pull_quota(const struct fc_task *task, int64_t want, int64_t *granted);
-
-/**
- * Compares the task's concurrency count with what the processes' ledgers
- * hold, at one instant: `*drift` = count - held, 0 when the count is exact
- * (positive = capacity leaked, negative = handed out twice). Retries while
- * traffic keeps moving the count; `FC_ERR_TIMEOUT` if it never holds still
- * for 1 s. For monitoring, not the request path. Thread-safe.
- */
-fc_status fc_task_check(const struct fc_task *task, int64_t *drift);
-
-/**
  * The library version, e.g. "0.1.0". Static; do not free.
  */
 const char *fc_version(void);
@@ -917,6 +882,41 @@ fc_status fc_balancer_stats(const struct fc_balancer *balancer,
  * it stay held until this process detaches or dies.
  */
 void fc_balancer_free(struct fc_balancer *balancer);
+
+/**
+ * Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its
+ * size and zeros. Touches no other memory; thread-safe.
+ */
+fc_status fc_task_stats_init(struct fc_task_stats *stats, size_t size);
+
+/**
+ * Reads a task's counters, summed over every process on the host. `*out`
+ * must have been filled by `fc_task_stats_init` (its `size` is read); only
+ * its first `size` bytes are written. Thread-safe; no system call.
+ */
+fc_status fc_task_stats(const struct fc_task *task, struct fc_task_stats *out);
+
+/**
+ * Pulls up to `want` permits of the current slice from the store into the
+ * host's quota now, e.g. to warm up before a known spike (admissions pull
+ * by themselves). Waits for another process's pull in flight, then for at
+ * most one store command. `FC_OK` with `*granted` set; `FC_LIMITED_GLOBAL`
+ * when the slice is exhausted (`*granted` = 0); `FC_ERR_STORE` when the
+ * store failed (the task then decides by its local limits, or its
+ * fallback rate, until a probe succeeds); `FC_ERR_INVALID_ARGUMENT` for a
+ * task without `global_rate` or `want` outside 1..=a slice's quota.
+ * Thread-safe.
+ */
+fc_status fc_pull_quota(const struct fc_task *task, int64_t want, int64_t *granted);
+
+/**
+ * Compares the task's concurrency count with what the processes' ledgers
+ * hold, at one instant: `*drift` = count - held, 0 when the count is exact
+ * (positive = capacity leaked, negative = handed out twice). Retries while
+ * traffic keeps moving the count; `FC_ERR_TIMEOUT` if it never holds still
+ * for 1 s. For monitoring, not the request path. Thread-safe.
+ */
+fc_status fc_task_check(const struct fc_task *task, int64_t *drift);
 
 /**
  * A static, NUL-terminated description of a status code (any value, also

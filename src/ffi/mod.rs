@@ -34,12 +34,14 @@
 mod api;
 mod balance;
 mod sized;
+mod stats;
 mod status;
 mod types;
 mod waiting;
 
 pub use api::*;
 pub use balance::*;
+pub use stats::*;
 pub use status::*;
 pub use types::*;
 pub use waiting::*;

@@ -2,6 +2,7 @@
 
 mod adaptive;
 mod config;
+mod global;
 mod permit;
 mod reclaim;
 mod register;
@@ -21,11 +22,11 @@ pub use stats::{Consistency, ProcessStats, TaskStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{self, Update};
-use crate::quota::{Global, Need, Quota, QuotaStats, TaskRef};
+use crate::quota::{Need, Quota};
 use crate::shm::Shm;
-use crate::shm::layout::{Counter, LANES, Lane, TaskSlot};
+use crate::shm::layout::{Counter, LANES, Lane};
 use permit::{COUNTED, SPENT};
-use stats::{Sums, contribution, lane_ids, ledger_view};
+use stats::{lane_ids, ledger_view};
 
 /// Which limit turned a request away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -245,50 +246,6 @@ impl Task {
         )))
     }
 
-    /// Pulls up to `want` permits of the current slice from the store into
-    /// the host's quota now — to warm up before a known spike; admissions
-    /// pull by themselves. Waits for another process's pull in flight, then
-    /// for at most one store command. `Ok(Ok(granted))`, or
-    /// `Ok(Err(Limited::Global))` when the slice is exhausted; an
-    /// [`ErrorKind::Store`] error when the store failed (the task then
-    /// decides by its fallback until a probe succeeds).
-    pub fn pull_quota(&self, want: u64) -> Result<Result<u64, Limited>> {
-        let slot = self.shm.task_slot(self.index);
-        let Some(global) = config::read(slot).0.global else {
-            return Err(Error::invalid(format!(
-                "task {:?} has no global_rate: there is no quota to pull",
-                self.name
-            )));
-        };
-        if want == 0 || want > global.quota as u64 {
-            return Err(Error::invalid(format!(
-                "want must be 1..={} (a slice's quota), not {want}",
-                global.quota
-            )));
-        }
-        let granted = self.quota.pull_now(self.quota_ref(slot, global), want)?;
-        Ok(if granted == 0 {
-            Err(Limited::Global)
-        } else {
-            Ok(granted)
-        })
-    }
-
-    fn quota_ref<'a>(&'a self, slot: &'a TaskSlot, g: Global) -> TaskRef<'a> {
-        TaskRef {
-            shm: &self.shm,
-            slot,
-            task: &self.name,
-            g,
-        }
-    }
-
-    /// What the task's global quota did on this host.
-    pub fn quota_stats(&self) -> QuotaStats {
-        let slot = self.shm.task_slot(self.index);
-        self.quota.stats(slot, config::read(slot).0.global)
-    }
-
     /// Moves the task's concurrency count by `delta` through this thread's
     /// lane of `attach`, or another lane of it when that one is busy.
     #[inline]
@@ -462,95 +419,6 @@ impl Task {
             .filter_map(|id| self.ledger_lane(id))
             .map(|lane| ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64)
             .sum()
-    }
-
-    /// The task's counters, summed over every process that ever used it.
-    pub fn stats(&self) -> TaskStats {
-        let shm = &*self.shm;
-        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
-        let mut sums = Sums::default();
-        let mut held = 0;
-        for attach in 0..shm.geometry.attach_capacity {
-            let lanes = self.lanes_of(attach);
-            lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
-            held += contribution(word, lanes);
-        }
-        let mut stats = sums.into_stats(ledger::word_count(word), held);
-        let slot = shm.task_slot(self.index);
-        stats.limit = self.limit().map_or(0, u64::from);
-        if adaptive::limit_of(slot.adaptive.limit.load(Ordering::Acquire)).is_some() {
-            let state = adaptive::committed(slot);
-            stats.baseline_rtt_ns = state.baseline_ns as u64;
-            stats.recent_rtt_ns = state.recent_ns as u64;
-        }
-        stats
-    }
-
-    fn lanes_of(&self, attach: u32) -> impl Iterator<Item = (u32, &Lane)> + Clone {
-        lane_ids(attach).filter_map(|id| Some((id, self.shm.lane(self.index, id)?)))
-    }
-
-    /// The counters of each attachment live now, since it attached; its
-    /// `in_flight` and `held` are what its ledgers hold.
-    pub fn stats_by_process(&self) -> Vec<ProcessStats> {
-        let shm = &*self.shm;
-        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
-        shm.attachments()
-            .map(|(slot, pid)| {
-                let mut sums = Sums::default();
-                let lanes = self.lanes_of(slot);
-                lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
-                let held = contribution(word, lanes);
-                let base = Sums::load(shm.baseline(self.index, slot));
-                let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
-                ProcessStats { pid, slot, stats }
-            })
-            .collect()
-    }
-
-    /// Compares the shared concurrency count with the sum of every ledger at
-    /// one instant. The ledgers are read, then the word, then the ledgers
-    /// again: when no ledger word changed (each carries a sequence number, so
-    /// "same" means "untouched"), every ledger held its value at the instant
-    /// the word was read. Retries while traffic keeps moving them; a
-    /// [`ErrorKind::Timeout`] error if they never hold still for a whole read.
-    pub fn check(&self) -> Result<Consistency> {
-        let shm = &*self.shm;
-        let word = &shm.task_slot(self.index).in_flight;
-        let lanes: Vec<(u32, &Lane)> = (0..shm.geometry.attach_capacity)
-            .flat_map(|attach| self.lanes_of(attach))
-            .collect();
-        let began = Instant::now();
-        let mut first = Vec::with_capacity(lanes.len());
-        loop {
-            first.clear();
-            first.extend(lanes.iter().map(|(_, l)| l.ledger.load(Ordering::Acquire)));
-            let at = word.load(Ordering::Acquire);
-            let mut held = 0;
-            let still = lanes.iter().zip(&first).all(|((id, lane), seen)| {
-                let ledger = lane.ledger.load(Ordering::Acquire);
-                held += ledger::contribution_of(at, *id, ledger, || {
-                    lane.intent.load(Ordering::Acquire)
-                });
-                ledger == *seen
-            });
-            if still {
-                return Ok(Consistency {
-                    in_flight: ledger::word_count(at),
-                    held,
-                });
-            }
-            if began.elapsed() > Duration::from_secs(1) {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "task {:?} kept changing for 1 s: no instant to compare at",
-                        self.name
-                    ),
-                ));
-            }
-            std::thread::yield_now();
-        }
     }
 }
 

@@ -3,7 +3,10 @@
 //! arithmetic: a damaged or hostile table gives odd numbers, never a panic.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
+use super::adaptive;
+use crate::error::{Error, ErrorKind, Result};
 use crate::limit::ledger;
 use crate::shm::layout::{Baseline, COUNTERS, Counter, LANES, Lane};
 
@@ -184,5 +187,96 @@ impl TaskStats {
     pub fn mean_rtt(&self) -> Option<std::time::Duration> {
         (self.rtt_samples > 0)
             .then(|| std::time::Duration::from_nanos(self.rtt_sum_ns / self.rtt_samples))
+    }
+}
+
+impl super::Task {
+    /// The task's counters, summed over every process that ever used it.
+    pub fn stats(&self) -> TaskStats {
+        let shm = &*self.shm;
+        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
+        let mut sums = Sums::default();
+        let mut held = 0;
+        for attach in 0..shm.geometry.attach_capacity {
+            let lanes = self.lanes_of(attach);
+            lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+            held += contribution(word, lanes);
+        }
+        let mut stats = sums.into_stats(ledger::word_count(word), held);
+        let slot = shm.task_slot(self.index);
+        stats.limit = self.limit().map_or(0, u64::from);
+        if adaptive::limit_of(slot.adaptive.limit.load(Ordering::Acquire)).is_some() {
+            let state = adaptive::committed(slot);
+            stats.baseline_rtt_ns = state.baseline_ns as u64;
+            stats.recent_rtt_ns = state.recent_ns as u64;
+        }
+        stats
+    }
+
+    fn lanes_of(&self, attach: u32) -> impl Iterator<Item = (u32, &Lane)> + Clone {
+        lane_ids(attach).filter_map(|id| Some((id, self.shm.lane(self.index, id)?)))
+    }
+
+    /// The counters of each attachment live now, since it attached; its
+    /// `in_flight` and `held` are what its ledgers hold.
+    pub fn stats_by_process(&self) -> Vec<ProcessStats> {
+        let shm = &*self.shm;
+        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
+        shm.attachments()
+            .map(|(slot, pid)| {
+                let mut sums = Sums::default();
+                let lanes = self.lanes_of(slot);
+                lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+                let held = contribution(word, lanes);
+                let base = Sums::load(shm.baseline(self.index, slot));
+                let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
+                ProcessStats { pid, slot, stats }
+            })
+            .collect()
+    }
+
+    /// Compares the shared concurrency count with the sum of every ledger at
+    /// one instant. The ledgers are read, then the word, then the ledgers
+    /// again: when no ledger word changed (each carries a sequence number, so
+    /// "same" means "untouched"), every ledger held its value at the instant
+    /// the word was read. Retries while traffic keeps moving them; a
+    /// [`ErrorKind::Timeout`] error if they never hold still for a whole read.
+    pub fn check(&self) -> Result<Consistency> {
+        let shm = &*self.shm;
+        let word = &shm.task_slot(self.index).in_flight;
+        let lanes: Vec<(u32, &Lane)> = (0..shm.geometry.attach_capacity)
+            .flat_map(|attach| self.lanes_of(attach))
+            .collect();
+        let began = Instant::now();
+        let mut first = Vec::with_capacity(lanes.len());
+        loop {
+            first.clear();
+            first.extend(lanes.iter().map(|(_, l)| l.ledger.load(Ordering::Acquire)));
+            let at = word.load(Ordering::Acquire);
+            let mut held = 0;
+            let still = lanes.iter().zip(&first).all(|((id, lane), seen)| {
+                let ledger = lane.ledger.load(Ordering::Acquire);
+                held += ledger::contribution_of(at, *id, ledger, || {
+                    lane.intent.load(Ordering::Acquire)
+                });
+                ledger == *seen
+            });
+            if still {
+                return Ok(Consistency {
+                    in_flight: ledger::word_count(at),
+                    held,
+                });
+            }
+            if began.elapsed() > Duration::from_secs(1) {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "task {:?} kept changing for 1 s: no instant to compare at",
+                        self.name
+                    ),
+                ));
+            }
+            std::thread::yield_now();
+        }
     }
 }

@@ -1,0 +1,331 @@
+//! The Python face of tasks and permits: `Table.task(...)` returns a `Task`;
+//! its acquires return `Permit`s, which release once (by hand, on leaving a
+//! `with` block, or as "ignored" when dropped).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use flowctrl::{Outcome, QuotaState, QuotaStats, RawPermit, TaskConfig, TaskStats};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::adaptive;
+use crate::errors::*;
+use crate::{exit_outcome, limited, lock, outcome, to_py};
+
+/// A task registered in a table.
+#[pyclass(frozen, module = "flowctrl")]
+pub(crate) struct Task {
+    pub(crate) task: flowctrl::Task,
+    /// Its table's flag: a Task of a closed Table refuses use.
+    pub(crate) closed: Arc<AtomicBool>,
+}
+
+impl Task {
+    /// The core task, unless its Table was closed.
+    #[inline]
+    fn live(&self) -> PyResult<&flowctrl::Task> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(TableClosedError::new_err(format!(
+                "task {:?}: its table is closed",
+                self.task.name()
+            )));
+        }
+        Ok(&self.task)
+    }
+
+    fn permit(&self, raw: RawPermit) -> Permit {
+        Permit {
+            task: self.task.clone(),
+            raw: Mutex::new(raw),
+        }
+    }
+}
+
+#[pymethods]
+impl Task {
+    /// Returns a Permit, or None when a limit rejects the request.
+    #[pyo3(signature = (n=1))]
+    fn try_acquire(&self, n: u32) -> PyResult<Option<Permit>> {
+        Ok(self
+            .live()?
+            .acquire_raw(n)
+            .map_err(to_py)?
+            .ok()
+            .map(|raw| self.permit(raw)))
+    }
+
+    /// Returns a Permit (a context manager), or raises Limited. With a
+    /// `timeout` (seconds), waits up to it for a permit, without the GIL.
+    #[pyo3(signature = (n=1, timeout=None))]
+    fn acquire(&self, py: Python<'_>, n: u32, timeout: Option<f64>) -> PyResult<Permit> {
+        let task = self.live()?;
+        let decision = match adaptive::timeout(timeout)? {
+            None => task.acquire_raw(n),
+            Some(t) => py.detach(|| task.acquire_raw_wait(n, Some(t))),
+        };
+        match decision.map_err(to_py)? {
+            Ok(raw) => Ok(self.permit(raw)),
+            Err(why) => Err(limited(self.task.name(), why)),
+        }
+    }
+
+    /// An async context manager (and awaitable) giving a Permit, waiting up
+    /// to `timeout` seconds without blocking the event loop.
+    #[pyo3(signature = (n=1, timeout=None))]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        n: u32,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        adaptive::timeout(timeout)?;
+        let py = slf.py();
+        py.import("flowctrl._aio")?
+            .getattr("AsyncAcquire")?
+            .call1((slf, n, timeout))
+    }
+
+    /// The concurrency limit every process applies now (the adaptive
+    /// limit, or max_concurrency); None when there is no cap.
+    #[getter]
+    fn limit(&self) -> PyResult<Option<u32>> {
+        Ok(self.live()?.limit())
+    }
+
+    /// Changes the given fields of the configuration for the whole host.
+    #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
+                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None,
+                        limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
+    fn update(
+        &self,
+        py: Python<'_>,
+        local_rate: Option<f64>,
+        burst: Option<u32>,
+        max_concurrency: Option<u32>,
+        global_rate: Option<f64>,
+        slice_ms: Option<u32>,
+        chunk: Option<u32>,
+        fallback_rate: Option<f64>,
+        limiter: Option<&str>,
+        min_limit: Option<u32>,
+        max_limit: Option<u32>,
+        initial_limit: Option<u32>,
+    ) -> PyResult<()> {
+        let config = TaskConfig {
+            local_rate,
+            burst,
+            max_concurrency,
+            global_rate,
+            slice_ms,
+            chunk,
+            fallback_rate,
+            ..adaptive::config(limiter, min_limit, max_limit, initial_limit)?
+        };
+        let task = self.live()?;
+        py.detach(|| task.update(&config)).map_err(to_py)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let task = self.live()?;
+        // Sums over every process slot of the table.
+        let (stats, quota) = py.detach(|| (task.stats(), task.quota_stats()));
+        let d = stats_dict(py, &stats)?;
+        quota_items(&d, &quota)?;
+        Ok(d)
+    }
+
+    /// Pulls up to `want` permits of the current slice from the store into
+    /// the host's quota now (to warm up before a known spike); returns how
+    /// many were granted, 0 when the slice is exhausted. Raises StoreError
+    /// when the store failed (decisions then fall back to local limits).
+    fn pull_quota(&self, py: Python<'_>, want: u64) -> PyResult<u64> {
+        let task = self.live()?;
+        Ok(py
+            .detach(|| task.pull_quota(want))
+            .map_err(to_py)?
+            .unwrap_or(0))
+    }
+
+    /// Statistics of each attachment live now (each open table handle of a
+    /// process is one): a list of stats dicts with "pid" and "slot".
+    fn stats_by_process<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let task = self.live()?;
+        let rows = py.detach(|| task.stats_by_process());
+        rows.iter()
+            .map(|row| {
+                let d = stats_dict(py, &row.stats)?;
+                d.set_item("pid", row.pid)?;
+                d.set_item("slot", row.slot)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Compares the host's concurrency count with what every process's
+    /// ledger holds, at one instant: {"in_flight", "held", "drift"}.
+    fn check<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let task = self.live()?;
+        let c = py.detach(|| task.check()).map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("in_flight", c.in_flight)?;
+        d.set_item("held", c.held)?;
+        d.set_item("drift", c.drift())?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        self.task.name()
+    }
+
+    #[getter]
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.live()?.settings();
+        let d = PyDict::new(py);
+        d.set_item("local_rate", s.local_rate)?;
+        d.set_item("burst", s.burst)?;
+        d.set_item("max_concurrency", s.max_concurrency)?;
+        d.set_item("global_rate", s.global_rate)?;
+        d.set_item("slice_ms", s.slice_ms)?;
+        d.set_item("chunk", s.chunk)?;
+        d.set_item("fallback_rate", s.fallback_rate)?;
+        adaptive::settings(&d, &s.limiter)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<flowctrl.Task {:?}>", self.task.name())
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let fields = [
+        ("admitted", s.admitted),
+        ("limited_local", s.limited_local),
+        ("limited_global", s.limited_global),
+        ("limited_concurrency", s.limited_concurrency),
+        ("released_success", s.released_success),
+        ("released_dropped", s.released_dropped),
+        ("released_ignored", s.released_ignored),
+        ("reclaimed", s.reclaimed),
+        ("in_flight", s.in_flight),
+        ("rtt_sum_ns", s.rtt_sum_ns),
+        ("rtt_samples", s.rtt_samples),
+        ("limit", s.limit),
+        ("baseline_rtt_ns", s.baseline_rtt_ns),
+        ("recent_rtt_ns", s.recent_rtt_ns),
+    ];
+    for (k, v) in fields {
+        d.set_item(k, v)?;
+    }
+    d.set_item("held", s.held)?;
+    Ok(d)
+}
+
+/// The global quota's part of `stats()`.
+fn quota_items(d: &Bound<'_, PyDict>, q: &QuotaStats) -> PyResult<()> {
+    let state = q.state.map(|s| match s {
+        QuotaState::Open => "open",
+        QuotaState::Limited => "limited",
+        QuotaState::Failed => "failed",
+    });
+    d.set_item("quota_state", state)?;
+    for (k, v) in [
+        ("pulls", q.pulls),
+        ("failed_pulls", q.failed_pulls),
+        ("pull_ns_sum", q.pull_ns_sum),
+        ("pull_ns_max", q.pull_ns_max),
+        ("quota_granted", q.granted),
+        ("quota_stranded", q.stranded),
+        ("open_ms", q.open_ms),
+        ("limited_ms", q.limited_ms),
+        ("failed_ms", q.failed_ms),
+    ] {
+        d.set_item(k, v)?;
+    }
+    d.set_item("clock_offset_us", q.clock_offset_us)
+}
+
+/// Admission for `n` permits. Release it once; as a context manager it is
+/// released on exit, as "dropped" if the block raised, else "success". A
+/// permit dropped unreleased is released as "ignored". It stays releasable
+/// after its Table is closed, so the concurrency it holds goes back.
+#[pyclass(frozen, module = "flowctrl")]
+pub(crate) struct Permit {
+    task: flowctrl::Task,
+    /// Released under the lock, so two threads cannot both release it; the
+    /// core marks it spent only when the release succeeded.
+    raw: Mutex<RawPermit>,
+}
+
+impl Permit {
+    /// Releases the permit unless it was released already; tells which.
+    fn release_once(&self, outcome: Outcome, rtt: Option<std::time::Duration>) -> PyResult<bool> {
+        let mut raw = lock(&self.raw);
+        if raw.is_spent() {
+            return Ok(false);
+        }
+        self.task
+            .release_raw_rtt(&mut raw, outcome, rtt)
+            .map_err(to_py)?;
+        Ok(true)
+    }
+}
+
+#[pymethods]
+impl Permit {
+    /// `rtt`: the round-trip time the caller measured (seconds), used as
+    /// the latency sample instead of the time since the acquire.
+    #[pyo3(signature = (outcome="success", *, rtt=None))]
+    fn release(&self, outcome: &str, rtt: Option<f64>) -> PyResult<()> {
+        let rtt = adaptive::rtt(rtt)?;
+        if self.release_once(self::outcome(outcome)?, rtt)? {
+            Ok(())
+        } else {
+            Err(InvalidArgumentError::new_err(format!(
+                "task {:?}: permit already released",
+                self.task.name()
+            )))
+        }
+    }
+
+    #[getter]
+    fn n(&self) -> u32 {
+        lock(&self.raw).n
+    }
+
+    #[getter]
+    fn released(&self) -> bool {
+        lock(&self.raw).is_spent()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Releases the permit unless the block released it already.
+    fn __exit__(
+        &self,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let _ = (exc_value, traceback);
+        self.release_once(exit_outcome(exc_type), None).map(drop)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<flowctrl.Permit {:?} n={}>", self.task.name(), self.n())
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let raw = self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if !raw.is_spent() {
+            let _ = self.task.release_raw(raw, Outcome::Ignored);
+        }
+    }
+}
