@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Global-quota benchmarks against a real Redis started here on a free
-# loopback port (and stopped by its pid): writes benches/QUOTA.md.
+# loopback port (and stopped by its pid), from Rust (against one INCR per
+# request) and from Python (against the `limits` package over Redis): writes
+# benches/QUOTA.md.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
@@ -10,6 +12,8 @@ redis_pid=$!
 trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
 until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; do sleep 0.05; done
 cargo bench --bench quota --no-run -q
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "limits[redis]"
+install_python_module
 {
     echo "# Global quota benchmark"
     echo
@@ -18,6 +22,8 @@ cargo bench --bench quota --no-run -q
     echo "The machine is a shared 2-core VM: read ratios, not absolutes."
     echo
     FLOWCTRL_BENCH_REDIS="redis://127.0.0.1:$port/0" cargo bench --bench quota -q
+    echo
+    "$VENV/bin/python" benches/quota_python.py "redis://127.0.0.1:$port/0"
 } > target/QUOTA.md.new
 mv target/QUOTA.md.new benches/QUOTA.md
 cat benches/QUOTA.md
