@@ -39,7 +39,7 @@
 
 #define FC_VERSION_MAJOR 0
 
-#define FC_VERSION_MINOR 2
+#define FC_VERSION_MINOR 3
 
 #define FC_VERSION_PATCH 0
 

@@ -13,7 +13,7 @@ const _: () = assert!(
     "the core's LAYOUT_VERSION changed: update FC_LAYOUT_VERSION"
 );
 pub const FC_VERSION_MAJOR: u32 = 0;
-pub const FC_VERSION_MINOR: u32 = 2;
+pub const FC_VERSION_MINOR: u32 = 3;
 pub const FC_VERSION_PATCH: u32 = 0;
 /// The longest task name, in bytes (without the terminating NUL).
 pub const FC_NAME_MAX: u32 = 63;
