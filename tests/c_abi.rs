@@ -390,14 +390,8 @@ fn programs_under_asan_and_ubsan() {
 mod quota {
     use super::*;
     use crate::common::redis::RedisServer;
+    use crate::common::wall_us;
     use std::collections::BTreeMap;
-
-    fn wall_us() -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_micros() as i64
-    }
 
     struct Worker(std::process::Child);
 

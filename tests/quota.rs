@@ -22,16 +22,8 @@ fn options(url: Option<String>, skew_ms: i64) -> TableOptions {
     // six busy processes (production keeps the few-ms default).
     o.store.timeout = Duration::from_millis(100);
     o.store.probe_interval = Duration::from_millis(1000);
-    o.store.clock_skew = Duration::from_millis(skew_ms.unsigned_abs());
-    o.store.clock_skew_negative = skew_ms < 0;
+    o.store.clock_skew_ms = skew_ms;
     o
-}
-
-fn wall_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
 }
 
 /// One worker: saturating demand for `secs`, counting admissions per slice

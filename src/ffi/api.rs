@@ -153,6 +153,16 @@ fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     })
 }
 
+/// An `FC_OUTCOME_*` value, checked (C may pass any integer).
+pub(super) fn outcome_of(outcome: fc_outcome) -> Result<Outcome, Error> {
+    match outcome {
+        FC_OUTCOME_SUCCESS => Ok(Outcome::Success),
+        FC_OUTCOME_DROPPED => Ok(Outcome::Dropped),
+        FC_OUTCOME_IGNORED => Ok(Outcome::Ignored),
+        other => Err(Error::invalid(format!("unknown outcome {other}"))),
+    }
+}
+
 pub(super) fn task_of(handle: &fc_task) -> &Task {
     &handle.task
 }
@@ -448,12 +458,7 @@ pub(super) unsafe fn release(
         let task = unsafe { arg(task, "task") }?;
         // SAFETY: NULL or valid per the contract; C owns the memory.
         let p = unsafe { permit.as_mut() }.ok_or_else(|| null("permit"))?;
-        let outcome = match outcome {
-            FC_OUTCOME_SUCCESS => Outcome::Success,
-            FC_OUTCOME_DROPPED => Outcome::Dropped,
-            FC_OUTCOME_IGNORED => Outcome::Ignored,
-            other => return Err(Error::invalid(format!("unknown outcome {other}"))),
-        };
+        let outcome = outcome_of(outcome)?;
         if p.reserved0 != 0 || p.reserved != [0; 3] {
             return Err(Error::invalid(format!(
                 "task {:?}: cannot release this permit: its reserved words were altered",

@@ -5,11 +5,11 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::api::{arg, name_arg, null, out_arg, put};
+use super::api::{arg, name_arg, null, out_arg, outcome_of, put};
 use super::sized::{Out, SizedStruct, init_sized, read_sized};
 use super::status::{boundary, fc_status};
 use super::types::*;
-use crate::{Balancer, BalancerConfig, Error, Outcome, PickOptions, RawPick};
+use crate::{Balancer, BalancerConfig, Error, PickOptions, RawPick};
 
 /// The longest backend address, in bytes (without the terminating NUL).
 pub const FC_ADDRESS_MAX: u32 = 63;
@@ -203,15 +203,6 @@ fn c_address(address: &str) -> [c_char; 64] {
 
 fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
-}
-
-fn outcome_of(outcome: fc_outcome) -> Result<Outcome, Error> {
-    match outcome {
-        FC_OUTCOME_SUCCESS => Ok(Outcome::Success),
-        FC_OUTCOME_DROPPED => Ok(Outcome::Dropped),
-        FC_OUTCOME_IGNORED => Ok(Outcome::Ignored),
-        other => Err(Error::invalid(format!("unknown outcome {other}"))),
-    }
 }
 
 /// Fills `*config` (pass `sizeof *config`) with its size and the defaults.

@@ -57,11 +57,10 @@ pub struct StoreOptions {
     /// How long a failed store is left alone before one process probes it
     /// again (default 3 s, ±20 % jitter so hosts do not probe in step).
     pub probe_interval: Duration,
-    /// Added to this host's wall clock (tests of clock alignment).
+    /// Milliseconds added to this host's wall clock (tests of clock
+    /// alignment).
     #[doc(hidden)]
-    pub clock_skew: Duration,
-    #[doc(hidden)]
-    pub clock_skew_negative: bool,
+    pub clock_skew_ms: i64,
 }
 
 impl Default for StoreOptions {
@@ -72,8 +71,7 @@ impl Default for StoreOptions {
             timeout: Duration::from_millis(5),
             connect_timeout: Duration::from_millis(20),
             probe_interval: Duration::from_secs(3),
-            clock_skew: Duration::ZERO,
-            clock_skew_negative: false,
+            clock_skew_ms: 0,
         }
     }
 }
@@ -197,15 +195,10 @@ impl Quota {
                 )));
             }
         }
-        let skew = options.clock_skew.as_micros() as i64;
         Ok(Self {
             store,
             options: options.clone(),
-            skew_us: if options.clock_skew_negative {
-                -skew
-            } else {
-                skew
-            },
+            skew_us: options.clock_skew_ms.saturating_mul(1000),
             wall_base_us: AtomicI64::new(0),
             based_at: AtomicU64::new(0),
         })

@@ -7,6 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+/// The wall clock in µs since the Unix epoch (slices of the global quota
+/// are cut from it).
+pub fn wall_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_micros() as i64
+}
+
 /// A directory removed when dropped.
 pub struct Scratch(PathBuf);
 

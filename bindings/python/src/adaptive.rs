@@ -1,4 +1,5 @@
-//! Argument conversions of the adaptive limit and the waiting acquire.
+//! Argument conversions of the adaptive limit, the waiting acquire, and
+//! durations given in seconds.
 
 use std::time::Duration;
 
@@ -33,7 +34,8 @@ pub fn settings(d: &Bound<'_, PyDict>, spec: &LimiterSpec) -> PyResult<()> {
     Ok(())
 }
 
-fn seconds(what: &str, value: f64) -> PyResult<Duration> {
+/// A duration given in seconds: finite and not negative.
+pub fn seconds(what: &str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         InvalidArgumentError::new_err(format!(
             "{what} must be a finite number of seconds >= 0, not {value}"

@@ -192,9 +192,7 @@ impl Table {
             ),
         ] {
             if let Some(s) = seconds {
-                *field = std::time::Duration::try_from_secs_f64(s).map_err(|_| {
-                    InvalidArgumentError::new_err(format!("{name} must be seconds >= 0, not {s}"))
-                })?;
+                *field = adaptive::seconds(name, s)?;
             }
         }
         // Opening may create and calibrate a table (~10 ms): let other threads run.
