@@ -188,6 +188,268 @@ typedef struct fc_table fc_table;
 typedef struct fc_task fc_task;
 
 /**
+ * A balancer's configuration. Fill it with
+ * `fc_balancer_config_init(&config, sizeof config)`, which sets the
+ * defaults, then change fields. Every process registering the balancer
+ * must pass the same configuration (else `FC_ERR_CONFIG_MISMATCH`).
+ *
+ * It grows at its end in later versions: the library reads only the first
+ * `size` bytes, and fields past them take their defaults. Accepted sizes:
+ * 56 to 4096.
+ */
+typedef struct fc_balancer_config {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved;
+  /**
+   * Time constant of the RTT estimate's decay, ms (default 10000).
+   */
+  uint64_t decay_ms;
+  /**
+   * The RTT a failed call records at least, ms (default 5000).
+   */
+  uint64_t failure_penalty_ms;
+  /**
+   * Ramp-up period of a new backend, ms (default 30000; 0 = off).
+   */
+  uint64_t slow_start_ms;
+  /**
+   * The RTT assumed before any sample, µs (default 100000).
+   */
+  uint64_t default_rtt_us;
+  /**
+   * Retries allowed as a share of the last 10 s of picks (default 0.2).
+   */
+  double retry_ratio;
+  /**
+   * Retries allowed per second on top (default 10).
+   */
+  double retry_min_per_sec;
+} fc_balancer_config;
+
+/**
+ * What a pick must avoid. Fill it with
+ * `fc_pick_options_init(&options, sizeof options)`. Accepted sizes: 16 to
+ * 4096.
+ */
+typedef struct fc_pick_options {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * Number of indices in `exclude`.
+   */
+  uint32_t exclude_count;
+  /**
+   * Backend indices not to choose (NULL when `exclude_count` is 0).
+   */
+  const uint32_t *exclude;
+} fc_pick_options;
+
+/**
+ * One backend's statistics, host-wide. Fill each element of the array
+ * passed to `fc_balancer_stats` with `fc_backend_stats_init` (all with the
+ * same size). Accepted sizes: 160 to 4096.
+ */
+typedef struct fc_backend_stats {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * The backend's index.
+   */
+  uint32_t index;
+  uint32_t weight;
+  /**
+   * 1 = in the set; 0 = removed (its picks in flight still end).
+   */
+  uint32_t active;
+  /**
+   * Picks in flight on it from every process on the host.
+   */
+  uint64_t in_flight;
+  /**
+   * Picks of it since it joined.
+   */
+  uint64_t picked;
+  /**
+   * The RTT estimate now (decayed), ns.
+   */
+  uint64_t rtt_ns;
+  /**
+   * Successes and failures in the last 10 s.
+   */
+  uint64_t recent_successes;
+  uint64_t recent_failures;
+  /**
+   * How long it stays ejected, ns (0 = not ejected).
+   */
+  uint64_t ejected_for_ns;
+  /**
+   * Ejections in a row.
+   */
+  uint32_t ejections;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Time since it joined, ns.
+   */
+  uint64_t age_ns;
+  /**
+   * Its slow-start share of its weight now (1 = full).
+   */
+  double ramp;
+  /**
+   * The load its server last reported, if fresh; -1 = none.
+   */
+  double load;
+  /**
+   * Its address, NUL-terminated.
+   */
+  char address[64];
+} fc_backend_stats;
+
+/**
+ * A chosen backend, in caller memory, like `fc_permit`: 128 bytes, never
+ * changes, no init call. `backend` (the index) and `address` (NUL-terminated)
+ * are for the caller to read; the rest is opaque. Pass it to
+ * `fc_pick_done` once, in the same process.
+ */
+struct fc_pick {
+  /**
+   * The backend's index (what `fc_pick_options.exclude` takes).
+   */
+  uint32_t backend;
+  /**
+   * Bytes of `address` before its NUL.
+   */
+  uint32_t address_len;
+  /**
+   * The backend's address, NUL-terminated.
+   */
+  char address[64];
+  uint64_t picked_at;
+  uint64_t owner;
+  uint32_t balancer;
+  uint32_t generation;
+  uint32_t flags;
+  uint32_t reserved0;
+  uint64_t check;
+  uint64_t reserved[2];
+};
+
+/**
+ * How a request ended, passed to `fc_release`.
+ */
+typedef uint32_t fc_outcome;
+
+/**
+ * A task's counters, in permits, summed over every process on the host.
+ * Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
+ * `fc_task_stats` may refill it any number of times.
+ *
+ * It grows at its end in later versions: the library writes only the first
+ * `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
+ * 4096.
+ *
+ * Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
+ * shares the name, which C allows for a tag but not for a typedef.
+ */
+struct fc_task_stats {
+  /**
+   * `sizeof` the struct as the caller compiled it; set by
+   * `fc_task_stats_init`.
+   */
+  uint32_t size;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved;
+  uint64_t admitted;
+  uint64_t limited_local;
+  uint64_t limited_global;
+  uint64_t limited_concurrency;
+  uint64_t released_success;
+  uint64_t released_dropped;
+  uint64_t released_ignored;
+  /**
+   * Permits of dead processes given back by the reaper.
+   */
+  uint64_t reclaimed;
+  /**
+   * The host's concurrency count: permits counted against the cap now
+   * (permits of a task without a cap are not counted).
+   */
+  uint64_t in_flight;
+  /**
+   * Sum of acquire-to-release times of success and dropped releases (ns).
+   */
+  uint64_t rtt_sum_ns;
+  uint64_t rtt_samples;
+  /**
+   * What the processes' ledgers say they hold: equal to `in_flight` when
+   * nothing is in motion (`fc_task_check` compares them at one instant).
+   */
+  int64_t held;
+  /**
+   * The global quota's state: `FC_QUOTA_*`.
+   */
+  uint32_t quota_state;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved1;
+  /**
+   * Round trips to the store (failed ones included) and failed ones.
+   */
+  uint64_t pulls;
+  uint64_t failed_pulls;
+  /**
+   * Time spent in pulls: total and longest, in ns.
+   */
+  uint64_t pull_ns_sum;
+  uint64_t pull_ns_max;
+  /**
+   * Permits pulled from the store, and those left unspent when their
+   * slice ended.
+   */
+  uint64_t quota_granted;
+  uint64_t quota_stranded;
+  /**
+   * Time spent open, limited and failed, in ms.
+   */
+  uint64_t open_ms;
+  uint64_t limited_ms;
+  uint64_t failed_ms;
+  /**
+   * The store's clock minus this host's, as last measured, in µs.
+   */
+  int64_t clock_offset_us;
+  /**
+   * The concurrency limit applied now: the adaptive limit, or
+   * `max_concurrency`; 0 = no cap.
+   */
+  uint64_t limit;
+  /**
+   * The adaptive limiter's no-load RTT estimate (ns; 0 = none).
+   */
+  uint64_t baseline_rtt_ns;
+  /**
+   * The RTT of its last window with samples (ns; 0 = none).
+   */
+  uint64_t recent_rtt_ns;
+};
+
+/**
  * Options for opening or creating a table. Fill it with
  * `fc_table_options_init(&options, sizeof options)`, then change fields.
  * `capacity`, `max_processes` and `mode` apply only when the file does not
@@ -364,268 +626,6 @@ typedef struct fc_permit {
 } fc_permit;
 
 /**
- * How a request ended, passed to `fc_release`.
- */
-typedef uint32_t fc_outcome;
-
-/**
- * A balancer's configuration. Fill it with
- * `fc_balancer_config_init(&config, sizeof config)`, which sets the
- * defaults, then change fields. Every process registering the balancer
- * must pass the same configuration (else `FC_ERR_CONFIG_MISMATCH`).
- *
- * It grows at its end in later versions: the library reads only the first
- * `size` bytes, and fields past them take their defaults. Accepted sizes:
- * 56 to 4096.
- */
-typedef struct fc_balancer_config {
-  /**
-   * `sizeof` the struct as the caller compiled it.
-   */
-  uint32_t size;
-  /**
-   * Must be 0.
-   */
-  uint32_t reserved;
-  /**
-   * Time constant of the RTT estimate's decay, ms (default 10000).
-   */
-  uint64_t decay_ms;
-  /**
-   * The RTT a failed call records at least, ms (default 5000).
-   */
-  uint64_t failure_penalty_ms;
-  /**
-   * Ramp-up period of a new backend, ms (default 30000; 0 = off).
-   */
-  uint64_t slow_start_ms;
-  /**
-   * The RTT assumed before any sample, µs (default 100000).
-   */
-  uint64_t default_rtt_us;
-  /**
-   * Retries allowed as a share of the last 10 s of picks (default 0.2).
-   */
-  double retry_ratio;
-  /**
-   * Retries allowed per second on top (default 10).
-   */
-  double retry_min_per_sec;
-} fc_balancer_config;
-
-/**
- * What a pick must avoid. Fill it with
- * `fc_pick_options_init(&options, sizeof options)`. Accepted sizes: 16 to
- * 4096.
- */
-typedef struct fc_pick_options {
-  /**
-   * `sizeof` the struct as the caller compiled it.
-   */
-  uint32_t size;
-  /**
-   * Number of indices in `exclude`.
-   */
-  uint32_t exclude_count;
-  /**
-   * Backend indices not to choose (NULL when `exclude_count` is 0).
-   */
-  const uint32_t *exclude;
-} fc_pick_options;
-
-/**
- * One backend's statistics, host-wide. Fill each element of the array
- * passed to `fc_balancer_stats` with `fc_backend_stats_init` (all with the
- * same size). Accepted sizes: 160 to 4096.
- */
-typedef struct fc_backend_stats {
-  /**
-   * `sizeof` the struct as the caller compiled it.
-   */
-  uint32_t size;
-  /**
-   * The backend's index.
-   */
-  uint32_t index;
-  uint32_t weight;
-  /**
-   * 1 = in the set; 0 = removed (its picks in flight still end).
-   */
-  uint32_t active;
-  /**
-   * Picks in flight on it from every process on the host.
-   */
-  uint64_t in_flight;
-  /**
-   * Picks of it since it joined.
-   */
-  uint64_t picked;
-  /**
-   * The RTT estimate now (decayed), ns.
-   */
-  uint64_t rtt_ns;
-  /**
-   * Successes and failures in the last 10 s.
-   */
-  uint64_t recent_successes;
-  uint64_t recent_failures;
-  /**
-   * How long it stays ejected, ns (0 = not ejected).
-   */
-  uint64_t ejected_for_ns;
-  /**
-   * Ejections in a row.
-   */
-  uint32_t ejections;
-  /**
-   * Written as 0.
-   */
-  uint32_t reserved;
-  /**
-   * Time since it joined, ns.
-   */
-  uint64_t age_ns;
-  /**
-   * Its slow-start share of its weight now (1 = full).
-   */
-  double ramp;
-  /**
-   * The load its server last reported, if fresh; -1 = none.
-   */
-  double load;
-  /**
-   * Its address, NUL-terminated.
-   */
-  char address[64];
-} fc_backend_stats;
-
-/**
- * A chosen backend, in caller memory, like `fc_permit`: 128 bytes, never
- * changes, no init call. `backend` (the index) and `address` (NUL-terminated)
- * are for the caller to read; the rest is opaque. Pass it to
- * `fc_pick_done` once, in the same process.
- */
-struct fc_pick {
-  /**
-   * The backend's index (what `fc_pick_options.exclude` takes).
-   */
-  uint32_t backend;
-  /**
-   * Bytes of `address` before its NUL.
-   */
-  uint32_t address_len;
-  /**
-   * The backend's address, NUL-terminated.
-   */
-  char address[64];
-  uint64_t picked_at;
-  uint64_t owner;
-  uint32_t balancer;
-  uint32_t generation;
-  uint32_t flags;
-  uint32_t reserved0;
-  uint64_t check;
-  uint64_t reserved[2];
-};
-
-/**
- * A task's counters, in permits, summed over every process on the host.
- * Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
- * `fc_task_stats` may refill it any number of times.
- *
- * It grows at its end in later versions: the library writes only the first
- * `size` bytes. Accepted sizes: 96 (the fields through `rtt_samples`) to
- * 4096.
- *
- * Named by its tag, `struct fc_task_stats`: the function `fc_task_stats`
- * shares the name, which C allows for a tag but not for a typedef.
- */
-struct fc_task_stats {
-  /**
-   * `sizeof` the struct as the caller compiled it; set by
-   * `fc_task_stats_init`.
-   */
-  uint32_t size;
-  /**
-   * Written as 0.
-   */
-  uint32_t reserved;
-  uint64_t admitted;
-  uint64_t limited_local;
-  uint64_t limited_global;
-  uint64_t limited_concurrency;
-  uint64_t released_success;
-  uint64_t released_dropped;
-  uint64_t released_ignored;
-  /**
-   * Permits of dead processes given back by the reaper.
-   */
-  uint64_t reclaimed;
-  /**
-   * The host's concurrency count: permits counted against the cap now
-   * (permits of a task without a cap are not counted).
-   */
-  uint64_t in_flight;
-  /**
-   * Sum of acquire-to-release times of success and dropped releases (ns).
-   */
-  uint64_t rtt_sum_ns;
-  uint64_t rtt_samples;
-  /**
-   * What the processes' ledgers say they hold: equal to `in_flight` when
-   * nothing is in motion (`fc_task_check` compares them at one instant).
-   */
-  int64_t held;
-  /**
-   * The global quota's state: `FC_QUOTA_*`.
-   */
-  uint32_t quota_state;
-  /**
-   * Written as 0.
-   */
-  uint32_t reserved1;
-  /**
-   * Round trips to the store (failed ones included) and failed ones.
-   */
-  uint64_t pulls;
-  uint64_t failed_pulls;
-  /**
-   * Time spent in pulls: total and longest, in ns.
-   */
-  uint64_t pull_ns_sum;
-  uint64_t pull_ns_max;
-  /**
-   * Permits pulled from the store, and those left unspent when their
-   * slice ended.
-   */
-  uint64_t quota_granted;
-  uint64_t quota_stranded;
-  /**
-   * Time spent open, limited and failed, in ms.
-   */
-  uint64_t open_ms;
-  uint64_t limited_ms;
-  uint64_t failed_ms;
-  /**
-   * The store's clock minus this host's, as last measured, in µs.
-   */
-  int64_t clock_offset_us;
-  /**
-   * The concurrency limit applied now: the adaptive limit, or
-   * `max_concurrency`; 0 = no cap.
-   */
-  uint64_t limit;
-  /**
-   * The adaptive limiter's no-load RTT estimate (ns; 0 = none).
-   */
-  uint64_t baseline_rtt_ns;
-  /**
-   * The RTT of its last window with samples (ns; 0 = none).
-   */
-  uint64_t recent_rtt_ns;
-};
-
-/**
  * The request completed; its round-trip time is a latency sample.
  */
 #define FC_OUTCOME_SUCCESS 0
@@ -643,151 +643,6 @@ struct fc_task_stats {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-/**
- * Fills `*options`, a struct of `size` bytes (pass `sizeof *options`), with
- * its size and the defaults. Touches no other memory; thread-safe.
- */
-fc_status fc_table_options_init(struct fc_table_options *options, size_t size);
-
-/**
- * Opens the table at `path`, creating it if missing, and attaches this
- * process to it. `path` NULL = `/dev/shm/flowctrl`; a bare name =
- * `/dev/shm/<name>`. `options` NULL = the defaults; it is only read.
- *
- * Refused with `FC_ERR_PERMISSION`: a symbolic link at the path (never
- * followed), a special file (a FIFO, a device), a table owned by another
- * uid than `owner_uid`, and one that group or others may write unless
- * `shared` is 1. A directory is `FC_ERR_IO`.
- *
- * Attaching sweeps the table for dead processes once and starts a
- * background thread in this process ("flowctrl-reaper") that sweeps it
- * every ~20 ms while the handle or one of its tasks lives.
- *
- * On `FC_OK`, `*out` is a new handle, owned by the caller and freed with
- * `fc_table_close`. Thread-safe.
- */
-fc_status fc_table_open(const char *path,
-                        const struct fc_table_options *options,
-                        struct fc_table **out);
-
-/**
- * Frees a table handle (NULL is ignored); the handle must not be used
- * after, and no other thread may be using it. Tasks registered through it
- * stay valid: this process detaches once the table handle and all its
- * tasks are freed, giving back any permits it still holds through them.
- */
-void fc_table_close(struct fc_table *table);
-
-/**
- * Sweeps the table for dead processes now and gives back what they held;
- * `*reaped` = how many were found. Rarely needed: each attached process
- * does this in a background thread. Thread-safe; makes system calls (one
- * lock probe per attachment slot in use).
- */
-fc_status fc_table_reap(const struct fc_table *table, uint32_t *reaped);
-
-/**
- * Fills `*config`, a struct of `size` bytes (pass `sizeof *config`), with
- * its size and every field unset (`FC_RATE_UNSET`, `FC_UNSET`). Touches no
- * other memory; thread-safe.
- */
-fc_status fc_task_config_init(struct fc_task_config *config, size_t size);
-
-/**
- * Registers the task `name` host-wide, or attaches to it if any process
- * registered it already. A new task takes the set fields of `config` and
- * the defaults for the others (no rate limit, burst 1, no cap). An existing
- * task is compared on the set fields only: one that differs answers
- * `FC_ERR_CONFIG_MISMATCH` (`fc_task_update` changes a configuration on
- * purpose). `config` NULL = every field unset; it is only read.
- *
- * Waits up to 2 s for another live process registering a task in the same
- * slot, then answers `FC_ERR_TIMEOUT`. On `FC_OK`, `*out` is a new handle,
- * owned by the caller and freed with `fc_task_free`. Thread-safe.
- */
-fc_status fc_task_register(const struct fc_table *table,
-                           const char *name,
-                           const struct fc_task_config *config,
-                           struct fc_task **out);
-
-/**
- * Changes the set fields of `config` for every process on the host, as
- * one unit; unset fields keep their current values. `config` is only read.
- * Waits up to 2 s for another live process writing the task's
- * configuration, then answers `FC_ERR_TIMEOUT`. Thread-safe.
- *
- * Permits already held keep what they hold: a permit acquired while the
- * task had no cap is not counted against a cap set later, and its release
- * does not lower the count of the permits acquired since.
- */
-fc_status fc_task_update(const struct fc_task *task, const struct fc_task_config *config);
-
-/**
- * Fills `*out` with the configuration every process on the host applies
- * now: every field set. `*out` must have been filled by
- * `fc_task_config_init` (its `size` is read); only its first `size` bytes
- * are written. Thread-safe.
- */
-fc_status fc_task_config_get(const struct fc_task *task, struct fc_task_config *out);
-
-/**
- * Frees a task handle (NULL is ignored); the handle must not be used
- * after, and no other thread may be using it. Its permits stay held: they
- * can still be released through another handle of the same task registered
- * through the same table handle, and are given back when this process
- * detaches from the table or dies.
- */
-void fc_task_free(struct fc_task *task);
-
-/**
- * Asks for `n` permits. The rate is looked at first without taking
- * anything, then the concurrency cap is taken, then the rate: a rejection
- * names the limit that refused and holds nothing. `FC_OK` = admitted,
- * `*permit` filled (release it with `fc_release`); `FC_LIMITED_*` =
- * rejected, `*permit` untouched. `n` = 0, above the burst (with a rate) or
- * above the cap = `FC_ERR_INVALID_ARGUMENT`.
- *
- * Cost: no allocation and no system call, with two exceptions. The first
- * call through a handle in a process forked since the handle was opened
- * attaches that process (system calls and a sweep for dead processes,
- * once). And when more threads of this process than it has ledger lanes
- * (4) are inside `fc_acquire`/`fc_release` of the task at once and one of
- * them is descheduled, a thread yields (`sched_yield`) until a lane frees,
- * for at most 1 s, then answers `FC_ERR_TIMEOUT`. The clock is read with
- * `rdtsc`, or `clock_gettime` through the vDSO. Dead processes are never
- * reaped here.
- *
- * Thread-safe: any number of threads may acquire from one task at once.
- */
-fc_status fc_acquire(const struct fc_task *task, uint32_t n, struct fc_permit *permit);
-
-/**
- * Releases a permit with the request's outcome (`FC_OUTCOME_*`) and marks
- * `*permit` released; the library measures the round-trip time since
- * `fc_acquire`. Same cost as `fc_acquire`.
- *
- * Refused with `FC_ERR_INVALID_ARGUMENT`, nothing given back: a permit
- * released already, one of another task, table handle or process (permits
- * do not cross fork), one whose bytes were altered, and an unknown outcome.
- * The mark is in the caller's memory: a copy of a permit taken before its
- * release is not marked, and is refused only when this process holds fewer
- * permits of the task than it names (if the process holds others, one of
- * those is released in its place, and is then refused itself; for a task
- * without a cap, nothing is held and the copy is counted as one more
- * release). Release each permit once, through the `fc_permit` `fc_acquire`
- * filled.
- *
- * Thread-safe: any thread may release a permit any thread acquired, but
- * two threads must not pass the same `fc_permit` at once (a data race in
- * the caller's memory).
- */
-fc_status fc_release(const struct fc_task *task, struct fc_permit *permit, fc_outcome outcome);
-
-/**
- * The library version, e.g. "0.1.0". Static; do not free.
- */
-const char *fc_version(void);
 
 /**
  * Fills `*config` (pass `sizeof *config`) with its size and the defaults.
@@ -931,6 +786,151 @@ const char *fc_status_str(uint32_t status);
  * end. Callable at any time, in thread-local destructors too.
  */
 const char *fc_last_error(void);
+
+/**
+ * Fills `*options`, a struct of `size` bytes (pass `sizeof *options`), with
+ * its size and the defaults. Touches no other memory; thread-safe.
+ */
+fc_status fc_table_options_init(struct fc_table_options *options, size_t size);
+
+/**
+ * Opens the table at `path`, creating it if missing, and attaches this
+ * process to it. `path` NULL = `/dev/shm/flowctrl`; a bare name =
+ * `/dev/shm/<name>`. `options` NULL = the defaults; it is only read.
+ *
+ * Refused with `FC_ERR_PERMISSION`: a symbolic link at the path (never
+ * followed), a special file (a FIFO, a device), a table owned by another
+ * uid than `owner_uid`, and one that group or others may write unless
+ * `shared` is 1. A directory is `FC_ERR_IO`.
+ *
+ * Attaching sweeps the table for dead processes once and starts a
+ * background thread in this process ("flowctrl-reaper") that sweeps it
+ * every ~20 ms while the handle or one of its tasks lives.
+ *
+ * On `FC_OK`, `*out` is a new handle, owned by the caller and freed with
+ * `fc_table_close`. Thread-safe.
+ */
+fc_status fc_table_open(const char *path,
+                        const struct fc_table_options *options,
+                        struct fc_table **out);
+
+/**
+ * Frees a table handle (NULL is ignored); the handle must not be used
+ * after, and no other thread may be using it. Tasks registered through it
+ * stay valid: this process detaches once the table handle and all its
+ * tasks are freed, giving back any permits it still holds through them.
+ */
+void fc_table_close(struct fc_table *table);
+
+/**
+ * Sweeps the table for dead processes now and gives back what they held;
+ * `*reaped` = how many were found. Rarely needed: each attached process
+ * does this in a background thread. Thread-safe; makes system calls (one
+ * lock probe per attachment slot in use).
+ */
+fc_status fc_table_reap(const struct fc_table *table, uint32_t *reaped);
+
+/**
+ * The library version, e.g. "0.3.0". Static; do not free.
+ */
+const char *fc_version(void);
+
+/**
+ * Fills `*config`, a struct of `size` bytes (pass `sizeof *config`), with
+ * its size and every field unset (`FC_RATE_UNSET`, `FC_UNSET`). Touches no
+ * other memory; thread-safe.
+ */
+fc_status fc_task_config_init(struct fc_task_config *config, size_t size);
+
+/**
+ * Registers the task `name` host-wide, or attaches to it if any process
+ * registered it already. A new task takes the set fields of `config` and
+ * the defaults for the others (no rate limit, burst 1, no cap). An existing
+ * task is compared on the set fields only: one that differs answers
+ * `FC_ERR_CONFIG_MISMATCH` (`fc_task_update` changes a configuration on
+ * purpose). `config` NULL = every field unset; it is only read.
+ *
+ * Waits up to 2 s for another live process registering a task in the same
+ * slot, then answers `FC_ERR_TIMEOUT`. On `FC_OK`, `*out` is a new handle,
+ * owned by the caller and freed with `fc_task_free`. Thread-safe.
+ */
+fc_status fc_task_register(const struct fc_table *table,
+                           const char *name,
+                           const struct fc_task_config *config,
+                           struct fc_task **out);
+
+/**
+ * Changes the set fields of `config` for every process on the host, as
+ * one unit; unset fields keep their current values. `config` is only read.
+ * Waits up to 2 s for another live process writing the task's
+ * configuration, then answers `FC_ERR_TIMEOUT`. Thread-safe.
+ *
+ * Permits already held keep what they hold: a permit acquired while the
+ * task had no cap is not counted against a cap set later, and its release
+ * does not lower the count of the permits acquired since.
+ */
+fc_status fc_task_update(const struct fc_task *task, const struct fc_task_config *config);
+
+/**
+ * Fills `*out` with the configuration every process on the host applies
+ * now: every field set. `*out` must have been filled by
+ * `fc_task_config_init` (its `size` is read); only its first `size` bytes
+ * are written. Thread-safe.
+ */
+fc_status fc_task_config_get(const struct fc_task *task, struct fc_task_config *out);
+
+/**
+ * Frees a task handle (NULL is ignored); the handle must not be used
+ * after, and no other thread may be using it. Its permits stay held: they
+ * can still be released through another handle of the same task registered
+ * through the same table handle, and are given back when this process
+ * detaches from the table or dies.
+ */
+void fc_task_free(struct fc_task *task);
+
+/**
+ * Asks for `n` permits. The rate is looked at first without taking
+ * anything, then the concurrency cap is taken, then the rate: a rejection
+ * names the limit that refused and holds nothing. `FC_OK` = admitted,
+ * `*permit` filled (release it with `fc_release`); `FC_LIMITED_*` =
+ * rejected, `*permit` untouched. `n` = 0, above the burst (with a rate) or
+ * above the cap = `FC_ERR_INVALID_ARGUMENT`.
+ *
+ * Cost: no allocation and no system call, with two exceptions. The first
+ * call through a handle in a process forked since the handle was opened
+ * attaches that process (system calls and a sweep for dead processes,
+ * once). And when more threads of this process than it has ledger lanes
+ * (4) are inside `fc_acquire`/`fc_release` of the task at once and one of
+ * them is descheduled, a thread yields (`sched_yield`) until a lane frees,
+ * for at most 1 s, then answers `FC_ERR_TIMEOUT`. The clock is read with
+ * `rdtsc`, or `clock_gettime` through the vDSO. Dead processes are never
+ * reaped here.
+ *
+ * Thread-safe: any number of threads may acquire from one task at once.
+ */
+fc_status fc_acquire(const struct fc_task *task, uint32_t n, struct fc_permit *permit);
+
+/**
+ * Releases a permit with the request's outcome (`FC_OUTCOME_*`) and marks
+ * `*permit` released; the library measures the round-trip time since
+ * `fc_acquire`. Same cost as `fc_acquire`.
+ *
+ * Refused with `FC_ERR_INVALID_ARGUMENT`, nothing given back: a permit
+ * released already, one of another task, table handle or process (permits
+ * do not cross fork), one whose bytes were altered, and an unknown outcome.
+ * The mark is in the caller's memory: a copy of a permit taken before its
+ * release is not marked, and is refused only when this process holds fewer
+ * permits of the task than it names (if the process holds others, one of
+ * those is released in its place, and is then refused itself; for a task
+ * without a cap, nothing is held and the copy is counted as one more
+ * release). Release each permit once, through the `fc_permit` `fc_acquire`
+ * filled.
+ *
+ * Thread-safe: any thread may release a permit any thread acquired, but
+ * two threads must not pass the same `fc_permit` at once (a data race in
+ * the caller's memory).
+ */
+fc_status fc_release(const struct fc_task *task, struct fc_permit *permit, fc_outcome outcome);
 
 /**
  * `fc_acquire` that waits up to `timeout_ms` for a permit (0 = do not

@@ -3,9 +3,10 @@
 use std::fmt;
 
 /// What kind of failure an [`Error`] is. The C face turns each kind into one
-/// `fc_status`, the Python face into one exception class.
+/// `fc_status`, the Python face into one exception class. Exhaustive on
+/// purpose: both faces match every kind, so a new kind cannot silently
+/// become an internal error there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum ErrorKind {
     /// An argument is out of range or does not fit the task (n = 0, n above the burst, ...).
     InvalidArgument,

@@ -31,25 +31,31 @@ mod balance;
 pub mod clock;
 mod error;
 pub mod ffi;
+mod format;
 mod limit;
 mod quota;
 mod shm;
 pub mod table;
 mod task;
+mod token;
+mod words;
 
 pub use balance::{
-    BackendStats, Balancer, BalancerConfig, BalancerStats, MAX_WEIGHT, Pick, PickOptions, RawPick,
+    BackendStats, Balancer, BalancerConfig, BalancerStats, MAX_WEIGHT, OwnedPick, Pick,
+    PickOptions, RawPick,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use limit::adaptive::{Algorithm as LimiterAlgorithm, Spec as LimiterSpec};
-pub use quota::{QuotaState, QuotaStats, StoreOptions};
+pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
+pub use quota::{GlobalConfig, GlobalSettings, QuotaState, QuotaStats, StoreOptions};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
-    Consistency, Decision, Limited, Outcome, Permit, ProcessStats, RawPermit, Task, TaskConfig,
-    TaskSettings, TaskStats,
+    Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, Permit, ProcessStats,
+    RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
+pub use token::{Finish, Guard, Issuer};
+pub use words::{Limited, NAME_MAX, Outcome, validate_name};
 
 /// The crate version, as the C face reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The version of the table file layout this build reads and writes.
-pub const LAYOUT_VERSION: u32 = shm::layout::LAYOUT_VERSION;
+pub const LAYOUT_VERSION: u32 = format::LAYOUT_VERSION;

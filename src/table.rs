@@ -7,13 +7,13 @@ use std::sync::Arc;
 use crate::balance::{self, Balancer, BalancerConfig};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::quota::{Quota, StoreOptions};
 use crate::shm::Reclaim;
-use crate::shm::layout::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::shm::{OpenSpec, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
 
-use crate::shm::layout::Geometry;
+use crate::format::Geometry;
 
 /// Where a table lives when no path is given.
 pub const DEFAULT_DIR: &str = "/dev/shm";
@@ -192,7 +192,7 @@ impl Table {
     /// Waits up to 2 s for another live process registering a task in the
     /// same slot, then fails with [`ErrorKind::Timeout`].
     pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
-        task::validate_name(name)?;
+        crate::words::validate_name(name, "task name")?;
         let settings = config.over(TaskSettings::default());
         let index = task::find_or_claim(&self.shm, name, settings)?;
         let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);

@@ -7,7 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use common::*;
 use flowctrl::{
-    Decision, ErrorKind, Limited, Outcome, Table, TableOptions, TaskConfig, TaskSettings,
+    Decision, ErrorKind, Limited, LocalSettings, Outcome, Table, TableOptions, TaskConfig,
+    TaskSettings,
 };
 
 fn open(path: &std::path::Path) -> flowctrl::Result<Table> {
@@ -178,9 +179,11 @@ fn the_first_registration_wins_and_update_changes_it() {
     assert_eq!(
         attached.settings(),
         TaskSettings {
-            local_rate: 50.0,
-            burst: 3,
-            max_concurrency: 7,
+            local: LocalSettings {
+                local_rate: 50.0,
+                burst: 3,
+                max_concurrency: 7,
+            },
             ..TaskSettings::default()
         }
     );
@@ -188,7 +191,7 @@ fn the_first_registration_wins_and_update_changes_it() {
     assert_eq!(err.kind(), ErrorKind::ConfigMismatch);
     assert!(err.message().contains("burst 3 (asked 4)"), "{err}");
     task.update(&TaskConfig::new().burst(4)).unwrap();
-    assert_eq!(attached.settings().burst, 4);
+    assert_eq!(attached.settings().local.burst, 4);
     table.task("svc", &TaskConfig::new().burst(4)).unwrap();
     assert_eq!(
         task.update(&TaskConfig::new().burst(0)).unwrap_err().kind(),

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::layout::BUCKETS;
+use crate::format::BUCKETS;
 
 const SEC_BITS: u32 = 24;
 const SEC_MASK: u64 = (1 << SEC_BITS) - 1;

@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::layout::BalancerSlot;
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::BalancerSlot;
 
 /// How a balancer weighs its backends. Every field has a default; see the
 /// README's "Load balancing" section for why each is what it is.

@@ -9,12 +9,13 @@
 use std::sync::atomic::Ordering;
 
 use super::cost::{decayed_rtt, pack_rtt};
-use super::layout::{BACKEND_ACTIVE, BACKEND_EMPTY, BACKEND_REMOVED, BackendSlot, backend_slot};
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::NAME_WORDS;
+use crate::format::{BACKEND_ACTIVE, BACKEND_EMPTY, BACKEND_REMOVED, BackendSlot};
 use crate::limit::ledger;
 use crate::shm::Shm;
-use crate::shm::layout::{NAME_MAX, NAME_WORDS};
 use crate::shm::named::name_words;
+use crate::words::NAME_MAX;
 
 /// The largest weight (weights are relative; this keeps costs finite).
 pub const MAX_WEIGHT: u32 = 1_000_000;
@@ -59,21 +60,24 @@ pub(crate) fn validate_address(address: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks the length of a backend list against the table's capacity.
+pub(crate) fn check_count(count: usize, capacity: u32) -> Result<()> {
+    if count > capacity as usize {
+        return Err(Error::new(
+            ErrorKind::TableFull,
+            format!("{count} backends given; the table holds {capacity} per balancer"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a new backend list: not empty, within capacity, no duplicate
 /// address, weights 1..=MAX_WEIGHT.
 pub(crate) fn validate(backends: &[(&str, u32)], capacity: u32) -> Result<()> {
     if backends.is_empty() {
         return Err(Error::invalid("a balancer needs at least one backend"));
     }
-    if backends.len() > capacity as usize {
-        return Err(Error::new(
-            ErrorKind::TableFull,
-            format!(
-                "{} backends given; the table holds {capacity} per balancer",
-                backends.len()
-            ),
-        ));
-    }
+    check_count(backends.len(), capacity)?;
     for (i, (address, weight)) in backends.iter().enumerate() {
         validate_address(address)?;
         if !(1..=MAX_WEIGHT).contains(weight) {
@@ -121,7 +125,10 @@ pub(crate) fn apply(
     decay_ms: u64,
 ) -> Result<()> {
     let capacity = shm.geometry.backend_capacity;
-    let slot = |i| backend_slot(shm, balancer, i).expect("index below the capacity");
+    let slot = |i| {
+        shm.backend_slot(balancer, i)
+            .expect("index below the capacity")
+    };
     let kinds: Vec<u64> = (0..capacity)
         .map(|i| kind(slot(i).state.load(Ordering::Acquire)))
         .collect();
@@ -213,7 +220,7 @@ pub(crate) fn apply(
 /// unknown), or `None` when there are none.
 fn seed_rtt(shm: &Shm, balancer: u32, now_ms: u64, decay_ms: u64) -> Option<f64> {
     let estimates: Vec<f64> = (0..shm.geometry.backend_capacity)
-        .filter_map(|i| backend_slot(shm, balancer, i))
+        .filter_map(|i| shm.backend_slot(balancer, i))
         .filter(|s| kind(s.state.load(Ordering::Acquire)) == BACKEND_ACTIVE)
         .map(|s| decayed_rtt(s.rtt.load(Ordering::Relaxed), now_ms, decay_ms as f64))
         .filter(|&e| e > 0.0)

@@ -14,7 +14,6 @@
 mod buckets;
 mod config;
 mod cost;
-pub(crate) mod layout;
 mod membership;
 mod penalty;
 mod pick;
@@ -33,10 +32,10 @@ pub(crate) use reclaim::BalanceReclaim;
 pub use stats::{BackendStats, BalancerStats};
 
 use crate::error::{Error, Result};
+use crate::format::{MAX_BACKEND_CAPACITY, MAX_BALANCER_CAPACITY};
 use crate::shm::Shm;
-use crate::shm::layout::NAME_MAX;
-use crate::task::{Outcome, validate_name};
-use layout::{MAX_BACKEND_CAPACITY, MAX_BALANCER_CAPACITY, balancer_slot};
+use crate::token::{self, Finish, Guard, Issuer, Kind, SPENT, Token};
+use crate::words::{NAME_MAX, Outcome, validate_name};
 
 /// Checks the balancer capacities of `TableOptions`; the backend capacity
 /// the table records (0 when there are no balancers).
@@ -64,10 +63,10 @@ pub(crate) fn check_backends(shm: &Shm, backends: &[(&str, u32)]) -> Result<()> 
 
 /// Registers (or attaches to) the balancer `name`.
 pub(crate) fn register(shm: &Arc<Shm>, name: &str, config: &BalancerConfig) -> Result<Balancer> {
-    validate_name(name)?;
+    validate_name(name, "balancer name")?;
     let asked = config.params()?;
     let (index, _) = register::find_or_claim(shm, name, asked)?;
-    let stored = config::Params::load(balancer_slot(shm, index));
+    let stored = config::Params::load(shm.balancer_slot(index));
     config::check_matches(name, stored, asked)?;
     Ok(Balancer {
         shm: shm.clone(),
@@ -97,29 +96,75 @@ pub struct PickOptions<'a> {
 
 /// A pick as plain data, for faces that keep it themselves (C, Python):
 /// every `RawPick` from [`Balancer::pick_raw`] goes to [`Balancer::done_raw`]
-/// once. Rust code uses [`Pick`].
+/// once. Rust code uses [`Pick`] or [`OwnedPick`]. Laid out as the C face's
+/// 128-byte `fc_pick`.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawPick {
+    /// The backend's slot index.
+    pub backend: u32,
+    pub addr_len: u32,
+    /// The backend's address (the first `addr_len` bytes), NUL-padded.
+    pub addr: [u8; NAME_MAX + 1],
     /// Clock ticks when it was picked.
     pub picked_at: u64,
     /// The attachment that holds it: slot and epoch of its claim.
     pub owner: u64,
     pub balancer: u32,
-    /// The backend's slot index.
-    pub backend: u32,
     /// The generation of the backend's slot when it was picked.
     pub generation: u32,
     /// Bit 1: done.
     pub flags: u32,
-    /// A keyed check of the fields above (as a permit's).
+    /// Zero: room for later versions (a pick with them set is refused).
+    pub reserved0: u32,
+    /// A keyed check of the fields above (see `token`).
     pub check: u64,
-    pub addr_len: u32,
-    /// The backend's address (the first `addr_len` bytes).
-    pub addr: [u8; NAME_MAX + 1],
+    pub reserved: [u64; 2],
 }
 
-/// [`RawPick::flags`]: done; another `done` is refused.
-pub(crate) const DONE: u32 = 2;
+const _: () = assert!(size_of::<RawPick>() == 128);
+
+impl Token for RawPick {
+    const KIND: Kind = Kind {
+        salt: 0x5bd1_e995,
+        flags: 0,
+        noun: "pick",
+        verb: "finish",
+        spent: "it is done already",
+        foreign: "it was picked by another process or table handle (picks do not cross fork)",
+        elsewhere: "it was picked from another balancer",
+    };
+
+    fn fields(&self) -> token::Fields {
+        token::Fields {
+            at: self.picked_at,
+            owner: self.owner,
+            subject: self.balancer,
+            item: self.backend,
+            extra: self.generation as u64,
+        }
+    }
+
+    fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    fn flags_mut(&mut self) -> &mut u32 {
+        &mut self.flags
+    }
+
+    fn check(&self) -> u64 {
+        self.check
+    }
+
+    fn set_check(&mut self, check: u64) {
+        self.check = check;
+    }
+
+    fn reserved_clear(&self) -> bool {
+        self.reserved0 == 0 && self.reserved == [0; 2] && self.addr_len as usize <= NAME_MAX
+    }
+}
 
 impl RawPick {
     /// The chosen backend's address.
@@ -129,76 +174,56 @@ impl RawPick {
     }
 
     pub fn is_done(&self) -> bool {
-        self.flags & DONE != 0
-    }
-
-    fn mac(&self, key: u64) -> u64 {
-        let folded = self.picked_at
-            ^ self.owner.rotate_left(21)
-            ^ ((self.balancer as u64) << 32 | self.backend as u64).rotate_left(42)
-            ^ (self.generation as u64).rotate_left(7);
-        let h = (folded ^ key ^ 0x5bd1_e995).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        h ^ (h >> 31)
+        self.flags & SPENT != 0
     }
 }
 
-/// A backend chosen for one request. Finish it with [`Pick::done`];
-/// dropping it finishes it as [`Outcome::Ignored`] (no sample).
-#[must_use = "a pick holds the backend's in-flight count until it is done"]
-pub struct Pick<'a> {
-    balancer: &'a Balancer,
-    raw: RawPick,
+impl Issuer for Balancer {
+    type Raw = RawPick;
+
+    fn finish_raw(&self, raw: &mut RawPick, how: Finish) -> Result<()> {
+        self.done_raw(raw, how.outcome, how.rtt, how.load)
+    }
+
+    fn is_spent(raw: &RawPick) -> bool {
+        raw.is_done()
+    }
 }
 
-impl Pick<'_> {
+/// A backend chosen for one request, borrowing its balancer. Finish it with
+/// [`Pick::done`]; dropping it finishes it as [`Outcome::Ignored`] (no
+/// sample).
+pub type Pick<'a> = Guard<Balancer, &'a Balancer>;
+
+/// A pick that keeps its balancer alive (`Send + 'static`).
+pub type OwnedPick = Guard<Balancer, Balancer>;
+
+impl<H: std::borrow::Borrow<Balancer>> Guard<Balancer, H> {
     /// The chosen backend's address.
     pub fn backend(&self) -> &str {
-        self.raw.address()
+        self.raw().address()
     }
 
     /// The chosen backend's slot index (what [`PickOptions::exclude`] takes).
     pub fn index(&self) -> u32 {
-        self.raw.backend
-    }
-
-    pub fn raw(&self) -> &RawPick {
-        &self.raw
+        self.raw().backend
     }
 
     /// Records the call's outcome; its RTT is measured since the pick.
-    pub fn done(mut self, outcome: Outcome) -> Result<()> {
-        self.balancer.done_raw(&mut self.raw, outcome, None, None)
+    pub fn done(self, outcome: Outcome) -> Result<()> {
+        self.finish(outcome.into())
     }
 
     /// As [`Pick::done`], with the RTT the caller measured (`None` = since the
     /// pick) and the load the server reported with its response (0 = idle,
     /// 1 = saturated; `None` = no report).
     pub fn done_with(
-        mut self,
+        self,
         outcome: Outcome,
         rtt: Option<Duration>,
         load: Option<f64>,
     ) -> Result<()> {
-        self.balancer.done_raw(&mut self.raw, outcome, rtt, load)
-    }
-}
-
-impl Drop for Pick<'_> {
-    fn drop(&mut self) {
-        if !self.raw.is_done() {
-            let _ = self
-                .balancer
-                .done_raw(&mut self.raw, Outcome::Ignored, None, None);
-        }
-    }
-}
-
-impl std::fmt::Debug for Pick<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pick")
-            .field("balancer", &self.balancer.name())
-            .field("backend", &self.backend())
-            .finish()
+        self.finish(Finish { outcome, rtt, load })
     }
 }
 
@@ -209,12 +234,18 @@ impl Balancer {
 
     /// The configuration every process applies.
     pub fn config(&self) -> BalancerConfig {
-        config::Params::load(balancer_slot(&self.shm, self.index)).config()
+        config::Params::load(self.shm.balancer_slot(self.index)).config()
     }
 
     /// Backends per balancer in this table (the largest backend index + 1).
     pub fn capacity(&self) -> u32 {
         self.shm.geometry.backend_capacity
+    }
+
+    /// Refuses a backend list longer than the table holds, before a face
+    /// reads it from caller memory.
+    pub fn check_backend_count(&self, count: usize) -> Result<()> {
+        membership::check_count(count, self.capacity())
     }
 
     /// Sets the backends: `(address, weight)` pairs, weights 1..=1,000,000.
@@ -224,7 +255,7 @@ impl Balancer {
     /// up to 2 s for another live process changing them.
     pub fn set_backends(&self, backends: &[(&str, u32)]) -> Result<()> {
         membership::validate(backends, self.capacity())?;
-        let slot = balancer_slot(&self.shm, self.index);
+        let slot = self.shm.balancer_slot(self.index);
         let p = config::Params::load(slot);
         register::with_lock(&self.shm, &slot.member_lock, || {
             membership::apply(
@@ -243,21 +274,24 @@ impl Balancer {
     pub fn index_of(&self, address: &str) -> Option<u32> {
         let mut bytes = [0; NAME_MAX + 1];
         (0..self.capacity()).find(|&i| {
-            layout::backend_slot(&self.shm, self.index, i).is_some_and(|s| {
-                membership::kind(s.state.load(Ordering::Acquire)) == layout::BACKEND_ACTIVE && {
-                    let len = membership::address_into(s, &mut bytes);
-                    &bytes[..len] == address.as_bytes()
-                }
+            self.shm.backend_slot(self.index, i).is_some_and(|s| {
+                membership::kind(s.state.load(Ordering::Acquire)) == crate::format::BACKEND_ACTIVE
+                    && {
+                        let len = membership::address_into(s, &mut bytes);
+                        &bytes[..len] == address.as_bytes()
+                    }
             })
         })
     }
 
     /// Chooses a backend for one request.
     pub fn pick(&self, options: &PickOptions) -> Result<Pick<'_>> {
-        Ok(Pick {
-            balancer: self,
-            raw: self.pick_raw(options)?,
-        })
+        Ok(Pick::new(self, self.pick_raw(options)?))
+    }
+
+    /// [`Balancer::pick`] giving a pick that owns a handle of the balancer.
+    pub fn pick_owned(&self, options: &PickOptions) -> Result<OwnedPick> {
+        Ok(OwnedPick::new(self.clone(), self.pick_raw(options)?))
     }
 
     /// [`Balancer::pick`] for faces that keep the pick themselves.

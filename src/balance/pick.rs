@@ -7,16 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::cost::{self, Inputs};
-use super::layout::{
-    BACKEND_ACTIVE, BUCKETS, BackendSlot, MAX_BACKEND_CAPACITY, backend_slot, balancer_slot,
-    pick_ledger,
-};
 use super::membership::{address_into, generation, kind};
-use super::{Balancer, DONE, PickOptions, RawPick, buckets, penalty, retry};
+use super::{Balancer, PickOptions, RawPick, buckets, penalty, retry};
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::{BACKEND_ACTIVE, BUCKETS, BackendSlot, MAX_BACKEND_CAPACITY};
 use crate::limit::ledger::{self, Update};
-use crate::shm::layout::NAME_MAX;
-use crate::task::Outcome;
+use crate::token;
+use crate::words::NAME_MAX;
+use crate::words::Outcome;
 
 /// How long a thread waits for another thread of its process that is
 /// mid-update on the same backend's ledger (one lane per process).
@@ -53,7 +51,7 @@ pub(crate) fn unit() -> f64 {
 
 impl Balancer {
     fn slot(&self, backend: u32) -> Option<&BackendSlot> {
-        backend_slot(&self.shm, self.index, backend)
+        self.shm.backend_slot(self.index, backend)
     }
 
     fn inputs(&self, s: &BackendSlot, now_ms: u64, p: &super::config::Params) -> Inputs {
@@ -78,11 +76,12 @@ impl Balancer {
             .ok_or_else(|| Error::invalid("backend index outside the table"))?
             .in_flight;
         let lane = |id: u32| {
-            pick_ledger(shm, self.index, id, backend).map(|l| ledger::Lane {
-                id,
-                ledger: &l.ledger,
-                intent: &l.intent,
-            })
+            shm.pick_ledger(self.index, id, backend)
+                .map(|l| ledger::Lane {
+                    id,
+                    ledger: &l.ledger,
+                    intent: &l.intent,
+                })
         };
         let mine = lane(attach)
             .ok_or_else(|| Error::new(ErrorKind::Internal, "attachment outside the table"))?;
@@ -107,7 +106,8 @@ impl Balancer {
 
     /// What this process's ledger holds on `backend`.
     fn held(&self, attach: u32, backend: u32) -> i32 {
-        pick_ledger(&self.shm, self.index, attach, backend)
+        self.shm
+            .pick_ledger(self.index, attach, backend)
             .map(|l| ledger::ledger_held(l.ledger.load(Ordering::Acquire)))
             .unwrap_or(0)
     }
@@ -116,7 +116,7 @@ impl Balancer {
         let shm = &*self.shm;
         let owner = shm.owner()?;
         let attach = owner.index().unwrap_or(0);
-        let p = super::config::Params::load(balancer_slot(shm, self.index));
+        let p = super::config::Params::load(shm.balancer_slot(self.index));
         let capacity = self.capacity().min(MAX_BACKEND_CAPACITY);
         for _ in 0..RACE_RETRIES {
             // Candidates (active, not excluded), healthy ones first.
@@ -179,20 +179,22 @@ impl Balancer {
                 continue;
             }
             s.picked.fetch_add(1, Ordering::Relaxed);
-            buckets::add(&balancer_slot(shm, self.index).budget, now_ms / 1000, 1, 0);
+            buckets::add(&shm.balancer_slot(self.index).budget, now_ms / 1000, 1, 0);
             let mut raw = RawPick {
+                backend: chosen,
+                addr_len: 0,
+                addr: [0; NAME_MAX + 1],
                 picked_at: shm.clock.now(),
                 owner: owner.0,
                 balancer: self.index,
-                backend: chosen,
                 generation: generation(state),
                 flags: 0,
+                reserved0: 0,
                 check: 0,
-                addr_len: 0,
-                addr: [0; NAME_MAX + 1],
+                reserved: [0; 2],
             };
             raw.addr_len = address_into(s, &mut raw.addr) as u32;
-            raw.check = raw.mac(shm.permit_key);
+            token::seal(&mut raw, shm.permit_key);
             return Ok(raw);
         }
         Err(Error::new(
@@ -214,22 +216,16 @@ impl Balancer {
     ) -> Result<()> {
         let shm = &*self.shm;
         let owner = shm.owner()?;
-        let why = if pick.is_done() {
-            "it is done already"
-        } else if pick.owner != owner.0 {
-            "it was picked by another process or table handle (picks do not cross fork)"
-        } else if pick.balancer != self.index {
-            "it was picked from another balancer"
-        } else if pick.flags & !DONE != 0 || pick.check != pick.mac(shm.permit_key) {
-            "its fields were altered"
-        } else if self.slot(pick.backend).is_none() {
-            "it names no backend of this table"
-        } else {
-            ""
-        };
-        if !why.is_empty() {
+        token::verify(
+            pick,
+            shm.permit_key,
+            owner,
+            self.index,
+            &format_args!("balancer {:?}", self.name),
+        )?;
+        if self.slot(pick.backend).is_none() {
             return Err(Error::invalid(format!(
-                "balancer {:?}: cannot finish this pick: {why}",
+                "balancer {:?}: cannot finish this pick: it names no backend of this table",
                 self.name
             )));
         }
@@ -241,12 +237,12 @@ impl Balancer {
             )));
         }
         self.move_in_flight(attach, pick.backend, -1)?;
-        pick.flags |= DONE;
+        token::spend(pick);
         let s = self.slot(pick.backend).expect("checked above");
         if generation(s.state.load(Ordering::Acquire)) != pick.generation {
             return Ok(()); // the slot holds another backend now: no sample
         }
-        let p = super::config::Params::load(balancer_slot(shm, self.index));
+        let p = super::config::Params::load(shm.balancer_slot(self.index));
         let elapsed_us = match rtt {
             Some(d) => d.as_micros().min(u32::MAX as u128) as f64,
             None => {
@@ -290,7 +286,7 @@ impl Balancer {
     }
 
     pub(super) fn retry_allowed_at(&self, now_ms: u64) -> bool {
-        let slot = balancer_slot(&self.shm, self.index);
+        let slot = self.shm.balancer_slot(self.index);
         let p = super::config::Params::load(slot);
         let sec = now_ms / 1000;
         let (picks, retries) = buckets::window(&slot.budget, sec);

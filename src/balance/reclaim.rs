@@ -5,9 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::layout::{backend_slot, balancer_slot, pick_ledger};
+use crate::format::TASK_READY;
 use crate::limit::ledger;
-use crate::shm::layout::TASK_READY;
 use crate::shm::{Reclaim, Shm};
 
 pub(crate) struct BalanceReclaim;
@@ -15,22 +14,23 @@ pub(crate) struct BalanceReclaim;
 impl Reclaim for BalanceReclaim {
     fn reclaim(&self, shm: &Shm, attach: u32) {
         for balancer in 0..shm.geometry.balancer_capacity {
-            if balancer_slot(shm, balancer).state.load(Ordering::Acquire) != TASK_READY {
+            if shm.balancer_slot(balancer).state.load(Ordering::Acquire) != TASK_READY {
                 continue;
             }
             for backend in 0..shm.geometry.backend_capacity {
                 let (Some(slot), Some(mine)) = (
-                    backend_slot(shm, balancer, backend),
-                    pick_ledger(shm, balancer, attach, backend),
+                    shm.backend_slot(balancer, backend),
+                    shm.pick_ledger(balancer, attach, backend),
                 ) else {
                     continue;
                 };
                 let resolve = |id| {
-                    pick_ledger(shm, balancer, id, backend).map(|l| ledger::Lane {
-                        id,
-                        ledger: &l.ledger,
-                        intent: &l.intent,
-                    })
+                    shm.pick_ledger(balancer, id, backend)
+                        .map(|l| ledger::Lane {
+                            id,
+                            ledger: &l.ledger,
+                            intent: &l.intent,
+                        })
                 };
                 let lane = ledger::Lane {
                     id: attach,

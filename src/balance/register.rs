@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::config::Params;
-use super::layout::{BalancerSlot, balancer_slot};
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::BalancerSlot;
 use crate::shm::Shm;
 use crate::shm::named::{self, Named};
 
@@ -23,12 +23,12 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, params: Params) -> Result<(u3
             ),
         ));
     }
-    let named = |index| named(balancer_slot(shm, index));
+    let named = |index| named(shm.balancer_slot(index));
     named::find_or_claim(shm, "balancer", capacity, name, named, |index| {
         // Its backends are empty: a slot is never freed, and a claim taken
         // over from a dead claimer never got as far as adding any
         // (membership needs the slot published).
-        let slot = balancer_slot(shm, index);
+        let slot = shm.balancer_slot(index);
         let named = named(index);
         named.write_name(name);
         slot.member_lock.store(0, Ordering::Relaxed);

@@ -4,11 +4,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::config::Params;
-use super::layout::{BACKEND_ACTIVE, BACKEND_REMOVED, backend_slot, balancer_slot};
 use super::membership::{address_into, kind};
 use super::{Balancer, buckets, cost, penalty};
+use crate::format::{BACKEND_ACTIVE, BACKEND_REMOVED};
 use crate::limit::ledger;
-use crate::shm::layout::NAME_MAX;
+use crate::words::NAME_MAX;
 
 /// One backend, host-wide.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,11 +56,11 @@ impl Balancer {
     }
 
     pub(super) fn stats_at(&self, now_ms: u64) -> BalancerStats {
-        let slot = balancer_slot(&self.shm, self.index);
+        let slot = self.shm.balancer_slot(self.index);
         let p = Params::load(slot);
         let sec = now_ms / 1000;
         let backends = (0..self.capacity())
-            .filter_map(|i| Some((i, backend_slot(&self.shm, self.index, i)?)))
+            .filter_map(|i| Some((i, self.shm.backend_slot(self.index, i)?)))
             .filter_map(|(i, s)| {
                 let k = kind(s.state.load(Ordering::Acquire));
                 if k != BACKEND_ACTIVE && k != BACKEND_REMOVED {

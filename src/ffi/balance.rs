@@ -5,7 +5,7 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::api::{arg, name_arg, null, out_arg, outcome_of, put};
+use super::args::{arg, arg_mut, name_arg, null, out_arg, outcome_of, put, to_array};
 use super::sized::{Out, SizedStruct, init_sized, read_sized};
 use super::status::{boundary, fc_status};
 use super::types::*;
@@ -193,14 +193,6 @@ unsafe impl SizedStruct for fc_backend_stats {
     }
 }
 
-fn c_address(address: &str) -> [c_char; 64] {
-    let mut out = [0 as c_char; 64];
-    for (o, b) in out.iter_mut().zip(address.bytes().take(63)) {
-        *o = b as c_char;
-    }
-    out
-}
-
 fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -255,7 +247,7 @@ pub unsafe extern "C" fn fc_balancer_register(
     boundary(|| {
         let table = unsafe { arg(table, "table") }?;
         let out = out_arg(out, "out")?;
-        let name = unsafe { name_arg(name) }?;
+        let name = unsafe { name_arg(name, "balancer name") }?;
         let config = if config.is_null() {
             BalancerConfig::default()
         } else {
@@ -296,23 +288,13 @@ pub unsafe extern "C" fn fc_balancer_set_backends(
         if count > 0 && addresses.is_null() {
             return Err(null("addresses"));
         }
-        if count > b.balancer.capacity() as usize {
-            return Err(Error::new(
-                crate::ErrorKind::TableFull,
-                format!(
-                    "{count} backends given; the table holds {}",
-                    b.balancer.capacity()
-                ),
-            ));
-        }
+        b.balancer.check_backend_count(count)?;
         let mut list = Vec::with_capacity(count);
         for i in 0..count {
             // SAFETY: `count` readable pointers per the contract.
             let a = unsafe { *addresses.add(i) };
-            let address = unsafe { name_arg(a) }.map_err(|e| {
-                let why = e.message().replace("task name", "backend address");
-                Error::new(e.kind(), format!("address {i}: {why}"))
-            })?;
+            let address = unsafe { name_arg(a, "backend address") }
+                .map_err(|e| Error::new(e.kind(), format!("address {i}: {}", e.message())))?;
             // SAFETY: NULL or `count` readable weights per the contract.
             let weight = if weights.is_null() {
                 1
@@ -351,20 +333,7 @@ pub unsafe extern "C" fn fc_pick(
             (n, false) => unsafe { std::slice::from_raw_parts(o.exclude, n as usize) },
         };
         let raw = b.balancer.pick_raw(&PickOptions { exclude })?;
-        let value = fc_pick {
-            backend: raw.backend,
-            address_len: raw.addr_len,
-            address: c_address(raw.address()),
-            picked_at: raw.picked_at,
-            owner: raw.owner,
-            balancer: raw.balancer,
-            generation: raw.generation,
-            flags: raw.flags,
-            reserved0: 0,
-            check: raw.check,
-            reserved: [0; 2],
-        };
-        unsafe { put(pick, value) };
+        unsafe { put(pick, raw.into()) };
         Ok(fc_status::FC_OK)
     })
 }
@@ -377,25 +346,9 @@ fn done(
     load: Option<f64>,
 ) -> Result<fc_status, Error> {
     let b = unsafe { arg(balancer, "balancer") }?;
-    // SAFETY: NULL or valid per the contract; C owns the memory.
-    let p = unsafe { pick.as_mut() }.ok_or_else(|| null("pick"))?;
+    let p = unsafe { arg_mut(pick, "pick") }?;
     let outcome = outcome_of(outcome)?;
-    if p.reserved0 != 0 || p.reserved != [0; 2] || p.address_len > FC_ADDRESS_MAX {
-        return Err(Error::invalid(
-            "cannot finish this pick: its bytes were altered",
-        ));
-    }
-    let mut raw = RawPick {
-        picked_at: p.picked_at,
-        owner: p.owner,
-        balancer: p.balancer,
-        backend: p.backend,
-        generation: p.generation,
-        flags: p.flags,
-        check: p.check,
-        addr_len: 0,
-        addr: [0; 64],
-    };
+    let mut raw = RawPick::from(*p);
     b.balancer.done_raw(&mut raw, outcome, rtt, load)?;
     p.flags = raw.flags;
     Ok(fc_status::FC_OK)
@@ -489,7 +442,7 @@ pub unsafe extern "C" fn fc_balancer_stats(
                     age_ns: nanos(s.age),
                     ramp: s.ramp,
                     load: s.load.unwrap_or(-1.0),
-                    address: c_address(&s.address),
+                    address: to_array(&s.address),
                 });
             }
         }
@@ -508,5 +461,42 @@ pub unsafe extern "C" fn fc_balancer_free(balancer: *mut fc_balancer) {
             drop(unsafe { Box::from_raw(balancer) });
             Ok(fc_status::FC_OK)
         });
+    }
+}
+
+// `fc_pick` is `RawPick` field for field: C's copy of the core's token.
+impl From<RawPick> for fc_pick {
+    fn from(r: RawPick) -> Self {
+        Self {
+            backend: r.backend,
+            address_len: r.addr_len,
+            address: r.addr.map(|b| b as c_char),
+            picked_at: r.picked_at,
+            owner: r.owner,
+            balancer: r.balancer,
+            generation: r.generation,
+            flags: r.flags,
+            reserved0: r.reserved0,
+            check: r.check,
+            reserved: r.reserved,
+        }
+    }
+}
+
+impl From<fc_pick> for RawPick {
+    fn from(p: fc_pick) -> Self {
+        Self {
+            backend: p.backend,
+            addr_len: p.address_len,
+            addr: p.address.map(|b| b as u8),
+            picked_at: p.picked_at,
+            owner: p.owner,
+            balancer: p.balancer,
+            generation: p.generation,
+            flags: p.flags,
+            reserved0: p.reserved0,
+            check: p.check,
+            reserved: p.reserved,
+        }
     }
 }

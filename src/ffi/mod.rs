@@ -31,17 +31,21 @@
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
-mod api;
+mod args;
 mod balance;
+mod config;
 mod sized;
 mod stats;
 mod status;
+mod table;
+mod task;
 mod types;
 mod waiting;
 
-pub use api::*;
 pub use balance::*;
 pub use stats::*;
 pub use status::*;
+pub use table::*;
+pub use task::*;
 pub use types::*;
 pub use waiting::*;

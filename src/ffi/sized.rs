@@ -74,7 +74,7 @@ unsafe fn claimed<T: SizedStruct>(ptr: *const T) -> Result<usize, Error> {
 /// Reads the caller's struct: its first `size` bytes over the defaults.
 pub(crate) unsafe fn read_sized<T: SizedStruct>(ptr: *const T, what: &str) -> Result<T, Error> {
     if ptr.is_null() {
-        return Err(super::api::null(what));
+        return Err(super::args::null(what));
     }
     // SAFETY: non-NULL, valid for its type per the contract.
     let len = unsafe { claimed(ptr) }?;
@@ -95,7 +95,7 @@ impl<T: SizedStruct> Out<T> {
     /// Checks the output struct at `ptr`, whose `size` the caller set.
     pub(crate) unsafe fn new(ptr: *mut T, what: &str) -> Result<Self, Error> {
         if ptr.is_null() {
-            return Err(super::api::null(what));
+            return Err(super::args::null(what));
         }
         // SAFETY: non-NULL, valid for its type per the contract.
         let len = unsafe { claimed(ptr) }?;
@@ -125,7 +125,7 @@ pub(crate) unsafe fn init_sized<T: SizedStruct>(
     what: &str,
 ) -> Result<(), Error> {
     if ptr.is_null() {
-        return Err(super::api::null(what));
+        return Err(super::args::null(what));
     }
     let len = usable::<T>(size)?;
     // SAFETY: the caller's struct has `size` >= `len` bytes, valid for writes.

@@ -1,9 +1,10 @@
 //! What a task reports: its counters and quota state, the check of its
 //! concurrency count, and the explicit pull of global quota.
 
-use super::api::{arg, out_arg, put, task_of};
+use super::args::{arg, out_arg, put};
 use super::sized::{Out, init_sized};
 use super::status::{boundary, fc_status};
+use super::task::task_of;
 use super::types::*;
 use crate::{Error, QuotaState};
 

@@ -65,7 +65,7 @@ impl From<&Error> for fc_status {
             ErrorKind::Permission => Self::FC_ERR_PERMISSION,
             ErrorKind::Timeout => Self::FC_ERR_TIMEOUT,
             ErrorKind::Store => Self::FC_ERR_STORE,
-            _ => Self::FC_ERR_INTERNAL,
+            ErrorKind::Internal => Self::FC_ERR_INTERNAL,
         }
     }
 }

@@ -1,57 +1,12 @@
-//! The C face of adaptive limits and waiting: the limiter fields of
-//! `fc_task_config`, `fc_acquire_wait`, `fc_release_rtt`, `fc_task_limit`.
+//! The C face of adaptive limits and waiting: `fc_acquire_wait`,
+//! `fc_release_rtt`, `fc_task_limit`.
 
-use std::ffi::{CStr, c_char};
 use std::time::Duration;
 
-use super::api::{admitted, arg, out_arg, put, release, task_of};
-use super::sized::SizedStruct;
+use super::args::{arg, out_arg, put};
 use super::status::{boundary, fc_status};
+use super::task::{admitted, release, task_of};
 use super::types::*;
-use crate::{Error, LimiterSpec, TaskConfig};
-
-/// The limiter fields of `c` as a `TaskConfig` (other fields unset).
-pub(super) fn limiter_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
-    if c.reserved2 != 0 {
-        return Err(Error::invalid(format!(
-            "fc_task_config.reserved2 must be 0, not {}",
-            c.reserved2
-        )));
-    }
-    let bytes: Vec<u8> = c.limiter.iter().map(|b| *b as u8).collect();
-    let text = CStr::from_bytes_until_nul(&bytes)
-        .map_err(|_| Error::invalid("fc_task_config.limiter is not NUL-terminated"))?
-        .to_str()
-        .map_err(|_| Error::invalid("fc_task_config.limiter is not UTF-8"))?;
-    let set = |v: u32| (v != FC_UNSET).then_some(v);
-    Ok(TaskConfig {
-        limiter: if text.is_empty() {
-            None
-        } else {
-            Some(LimiterSpec::parse(text)?)
-        },
-        min_limit: set(c.min_limit),
-        max_limit: set(c.max_limit),
-        initial_limit: set(c.initial_limit),
-        ..TaskConfig::default()
-    })
-}
-
-/// A config whose limiter fields say `spec` (the others at their defaults).
-pub(super) fn limiter_fields(spec: &LimiterSpec) -> fc_task_config {
-    let mut c = fc_task_config::defaults();
-    let text = spec.canonical();
-    let len = text.len().min(c.limiter.len() - 1);
-    for (dst, src) in c.limiter.iter_mut().zip(&text.as_bytes()[..len]) {
-        *dst = *src as c_char;
-    }
-    if spec.is_adaptive() {
-        (c.min_limit, c.max_limit, c.initial_limit) = (spec.min, spec.max, spec.initial);
-    } else {
-        (c.min_limit, c.max_limit, c.initial_limit) = (0, 0, 0);
-    }
-    c
-}
 
 /// `fc_acquire` that waits up to `timeout_ms` for a permit (0 = do not
 /// wait), sleeping in the kernel (a futex in the table) until a release

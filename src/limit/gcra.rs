@@ -20,6 +20,14 @@ pub struct Gcra {
 }
 
 impl Gcra {
+    /// Ticks between two permits at `rate` requests/s, unrounded (the caller
+    /// checks its range: validation refuses what does not fit, a fallback
+    /// clamps it).
+    #[inline]
+    pub fn interval_of(rate: f64, ticks_per_sec: u64) -> f64 {
+        ticks_per_sec as f64 / rate
+    }
+
     /// The pure decision: the new TAT if `n` permits fit at `now`, else `None`.
     #[inline]
     pub fn decide(&self, tat: u64, now: u64, n: u32) -> Option<u64> {

@@ -22,6 +22,7 @@
 //! pull is one round trip per chunk. See `pull.rs` for the lock, the chunk
 //! size and the transitions.
 
+mod config;
 mod pull;
 mod redis;
 mod store;
@@ -31,10 +32,12 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::error::Result;
+pub(crate) use crate::format::Global;
+use crate::format::{QuotaSlot, TaskSlot};
 use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
-use crate::shm::layout::{QuotaSlot, TaskSlot};
-use crate::task::Limited;
+use crate::words::Limited;
+pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use pull::reclaim_pull_lock;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
 
@@ -74,19 +77,6 @@ impl Default for StoreOptions {
             clock_skew_ms: 0,
         }
     }
-}
-
-/// A task's global limit as the request path reads it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Global {
-    pub rate: f64,
-    /// Permits per slice.
-    pub quota: u32,
-    pub slice_ms: u32,
-    /// Fixed chunk; 0 = adaptive.
-    pub chunk: u32,
-    /// While failed and without a local rate; 0 = `rate`.
-    pub fallback_rate: f64,
 }
 
 /// Where the state machine of a task's global quota is.
@@ -302,7 +292,7 @@ impl Quota {
             t.g.rate
         };
         let gcra = Gcra {
-            interval: ((shm.clock.ticks_per_sec() as f64 / rate).round() as u64).max(1),
+            interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64).max(1),
             burst: need.burst.max(n),
         };
         let tat = q.fallback_tat.load(Ordering::Relaxed);

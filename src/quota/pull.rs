@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use super::store::{Ask, slice_of, wall_us};
 use super::{Global, Quota, QuotaState, QuotaStats, TaskRef};
 use crate::error::Result;
+use crate::format::{QuotaSlot, TaskSlot};
 use crate::shm::Shm;
-use crate::shm::layout::{QuotaSlot, TaskSlot};
 
 /// Phases of [`QuotaSlot::phase`], in the top two bits; below, the host wall
 /// clock in ms when the phase began.

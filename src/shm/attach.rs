@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use super::Shm;
 use super::fork::{self, LOST};
-use super::layout::*;
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::*;
 
 /// How often at most the table is swept for dead processes, host-wide.
 pub(crate) const REAP_INTERVAL: Duration = Duration::from_millis(10);

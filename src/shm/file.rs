@@ -25,12 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use super::layout::*;
-use crate::balance::layout::{
-    BackendSlot, BalancerSlot, MAX_BACKEND_CAPACITY, MAX_BALANCER_CAPACITY,
-};
 use crate::clock::{Clock, ClockKind};
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::*;
 
 /// Who may own the file and whether others may write it.
 #[derive(Clone, Copy, Debug)]
@@ -367,19 +364,10 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
         backend_capacity: get(&h.backend_capacity),
     };
     // A table made before balancers has zeros here: no balancer regions.
-    let balancers_ok = match geometry.balancer_capacity {
-        0 => geometry.backend_capacity == 0,
-        n => {
-            n <= MAX_BALANCER_CAPACITY
-                && (1..=MAX_BACKEND_CAPACITY).contains(&geometry.backend_capacity)
-                && get(&h.balancer_slot_size) as usize == size_of::<BalancerSlot>()
-                && get(&h.backend_slot_size) as usize == size_of::<BackendSlot>()
-        }
-    };
-    if !(1..=MAX_TASK_CAPACITY).contains(&geometry.task_capacity)
-        || !(1..=MAX_ATTACH_CAPACITY).contains(&geometry.attach_capacity)
-        || !balancers_ok
-    {
+    let balancer_sizes_ok = geometry.balancer_capacity == 0
+        || (get(&h.balancer_slot_size) as usize == size_of::<BalancerSlot>()
+            && get(&h.backend_slot_size) as usize == size_of::<BackendSlot>());
+    if !geometry.within_bounds() || !balancer_sizes_ok {
         return Err(Error::corrupt(format!(
             "{shown}: capacities {geometry:?} are out of range (damaged header)"
         )));

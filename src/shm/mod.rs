@@ -1,12 +1,12 @@
-//! The shared-memory file: its layout, creating and trusting it, and the
-//! attachments of the processes that use it. This layer knows regions and
-//! owners, not tasks: what a dead attachment held is given back by a
-//! [`Reclaim`] hook the task layer implements.
+//! The shared-memory file: creating, trusting and mapping it against the
+//! geometry `crate::format` defines, the attachments of the processes that
+//! use it, and the reaper. This layer knows regions and owners, not
+//! features: what a dead attachment held is given back by the [`Reclaim`]
+//! hooks the table installs (the tasks' and the balancers').
 
 mod attach;
 mod file;
 mod fork;
-pub(crate) mod layout;
 pub(crate) mod named;
 
 use std::path::{Path, PathBuf};
@@ -15,11 +15,11 @@ use std::sync::{Arc, Weak};
 
 use memmap2::MmapRaw;
 
+use crate::format::*;
 use attach::Attachment;
 pub(crate) use attach::Owner;
 pub(crate) use file::random_u64;
 use fork::{ForkSafeLock, TrackedFd};
-use layout::*;
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -106,7 +106,7 @@ impl Shm {
 
     /// # Safety
     /// `offset + size_of::<T>()` lies within the validated mapping and `T` is
-    /// one of the all-atomic structs of [`layout`].
+    /// one of the all-atomic structs of [`crate::format`].
     pub(crate) unsafe fn at<T>(&self, offset: usize) -> &T {
         debug_assert!(offset + size_of::<T>() <= self.geometry.total_size());
         // SAFETY: per the contract; the mapping lives as long as `self`.
@@ -151,6 +151,45 @@ impl Shm {
         let offset = self.geometry.baselines_offset() + index * size_of::<Baseline>();
         // SAFETY: both indices checked above.
         unsafe { self.at(offset) }
+    }
+
+    pub fn balancer_slot(&self, balancer: u32) -> &BalancerSlot {
+        assert!(balancer < self.geometry.balancer_capacity);
+        let offset =
+            self.geometry.balancers_offset() + balancer as usize * size_of::<BalancerSlot>();
+        // SAFETY: index checked against the validated geometry.
+        unsafe { self.at(offset) }
+    }
+
+    /// A backend slot, or `None` for an index outside the table (indices
+    /// come from caller memory and the file: checked, not trusted).
+    pub fn backend_slot(&self, balancer: u32, backend: u32) -> Option<&BackendSlot> {
+        let g = &self.geometry;
+        if balancer >= g.balancer_capacity || backend >= g.backend_capacity {
+            return None;
+        }
+        let index = balancer as usize * g.backend_capacity as usize + backend as usize;
+        let offset = g.backends_offset() + index * size_of::<BackendSlot>();
+        // SAFETY: both indices checked above.
+        Some(unsafe { self.at(offset) })
+    }
+
+    /// The ledger of `attach`'s picks on a backend, or `None` for indices
+    /// outside the table.
+    pub fn pick_ledger(&self, balancer: u32, attach: u32, backend: u32) -> Option<&PickLedger> {
+        let g = &self.geometry;
+        if balancer >= g.balancer_capacity
+            || attach >= g.attach_capacity
+            || backend >= g.backend_capacity
+        {
+            return None;
+        }
+        let index = (balancer as usize * g.attach_capacity as usize + attach as usize)
+            * g.backend_capacity as usize
+            + backend as usize;
+        let offset = g.pick_ledgers_offset() + index * size_of::<PickLedger>();
+        // SAFETY: every index checked above.
+        Some(unsafe { self.at(offset) })
     }
 
     /// Whether the file at the path is no longer the one mapped (deleted or

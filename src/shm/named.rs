@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::layout::{NAME_WORDS, TASK_CLAIMING, TASK_EMPTY, TASK_KIND, TASK_READY};
 use super::{Owner, Shm};
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::{NAME_WORDS, TASK_CLAIMING, TASK_EMPTY, TASK_KIND, TASK_READY};
 
 /// How long registration, and a write under an owner-word lock, wait for a
 /// live process holding the claim or the lock.

@@ -17,116 +17,24 @@
 
 use std::sync::atomic::{Ordering, fence};
 
-use super::TaskConfig;
-use crate::limit::adaptive::{self, Algorithm, STATE_WORDS, Spec, State, Window};
+use crate::format::{
+    Counter, LANES, TaskSlot, WAITERS, generation_of, make_limit, next_generation,
+};
+use crate::limit::adaptive::{self, Spec, State, Window};
 use crate::limit::ledger::{self, MAX_COUNT};
-use crate::shm::layout::{Counter, LANES, LIMIT_ADAPTIVE, LimiterCopy, TaskSlot, WindowCopy};
 use crate::shm::{Owner, Shm};
 
-const GEN_SHIFT: u32 = 24;
-const GEN_MASK: u64 = (1 << 39) - 1;
-
-/// The limit word's parts: the limit if adaptive, and its generation.
-#[inline]
-pub(crate) fn limit_of(word: u64) -> Option<u32> {
-    (word & LIMIT_ADAPTIVE != 0).then_some((word & MAX_COUNT) as u32)
-}
-
-fn make_limit(adaptive: bool, generation: u64, limit: f64) -> u64 {
-    let limit = (limit.max(0.0) as u64).min(MAX_COUNT);
-    (if adaptive { LIMIT_ADAPTIVE } else { 0 }) | (generation & GEN_MASK) << GEN_SHIFT | limit
-}
-
-// ---- configuration --------------------------------------------------------
-
-/// The limiter `config` asks for over `base`: a new algorithm brings its
-/// default bounds; bounds that are set override.
-pub(crate) fn limiter_over(config: &TaskConfig, base: Spec) -> Spec {
-    let mut spec = match config.limiter {
-        Some(asked) if asked.algorithm != base.algorithm => asked,
-        Some(asked) => Spec {
-            window_ms: asked.window_ms,
-            params: asked.params,
-            ..base
-        },
-        None => base,
-    };
-    if spec.is_adaptive() {
-        spec.min = config.min_limit.unwrap_or(spec.min);
-        spec.max = config.max_limit.unwrap_or(spec.max);
-        spec.initial = config.initial_limit.unwrap_or(spec.initial);
-        if config.initial_limit.is_none() {
-            spec.initial = spec.initial.clamp(spec.min, spec.max.max(spec.min));
-        }
-    }
-    spec
-}
-
-/// Describes where `asked` differs from the registered `spec`.
-pub(crate) fn mismatches(spec: &Spec, asked: &TaskConfig, out: &mut Vec<String>) {
-    if let Some(a) = asked.limiter
-        && (a.algorithm != spec.algorithm
-            || a.window_ms != spec.window_ms
-            || a.params != spec.params)
-    {
-        out.push(format!("limiter \"{spec}\" (asked \"{a}\")"));
-    }
-    for (name, value, want) in [
-        ("min_limit", spec.min, asked.min_limit),
-        ("max_limit", spec.max, asked.max_limit),
-        ("initial_limit", spec.initial, asked.initial_limit),
-    ] {
-        if let Some(w) = want.filter(|w| *w != value) {
-            out.push(format!("{name} {value} (asked {w})"));
-        }
-    }
-}
-
-/// Reads a copy; one a damaged table made invalid reads as `fixed`.
-pub(crate) fn read_copy(copy: &LimiterCopy) -> (Spec, u64) {
-    let word = copy.spec.load(Ordering::Relaxed);
-    let initial = copy.initial.load(Ordering::Relaxed);
-    let window_ms = f64::from_bits(copy.window_ms.load(Ordering::Relaxed));
-    let params = std::array::from_fn(|i| f64::from_bits(copy.params[i].load(Ordering::Relaxed)));
-    let generation = initial >> GEN_SHIFT;
-    let spec = Algorithm::from_raw(word & 0xFF).map(|algorithm| Spec {
-        algorithm,
-        min: ((word >> 8) & MAX_COUNT) as u32,
-        max: ((word >> 32) & MAX_COUNT) as u32,
-        initial: (initial & MAX_COUNT) as u32,
-        window_ms,
-        params,
-    });
-    match spec.filter(|s| s.validate().is_ok()) {
-        Some(s) => (s, generation),
-        None => (Spec::fixed(), generation),
-    }
-}
-
-/// Writes `spec` into the copy readers are not using (the caller holds the
-/// configuration lock and bumps `config_version` next). Returns its
-/// generation: the current one if the limiter did not change.
-pub(crate) fn write_copy(slot: &TaskSlot, version: u64, spec: &Spec) -> u64 {
-    let (current, generation) = read_copy(&slot.adaptive.config[(version & 1) as usize]);
+/// Writes `spec` into copy `next` (the caller holds the configuration lock
+/// and commits `version` next). Returns its generation: the current one if
+/// the limiter did not change.
+pub(crate) fn write_copy(slot: &TaskSlot, version: u64, next: usize, spec: &Spec) -> u64 {
+    let (current, generation) = slot.adaptive.config[(version & 1) as usize].load();
     let generation = if current == *spec && version != 0 {
         generation
     } else {
-        generation.wrapping_add(1) & GEN_MASK
+        next_generation(generation)
     };
-    let copy = &slot.adaptive.config[(version.wrapping_add(1) & 1) as usize];
-    copy.spec.store(
-        spec.algorithm as u64 | (spec.min as u64) << 8 | (spec.max as u64) << 32,
-        Ordering::Relaxed,
-    );
-    copy.initial.store(
-        spec.initial as u64 | generation << GEN_SHIFT,
-        Ordering::Relaxed,
-    );
-    copy.window_ms
-        .store(spec.window_ms.to_bits(), Ordering::Relaxed);
-    for (w, p) in copy.params.iter().zip(spec.params) {
-        w.store(p.to_bits(), Ordering::Relaxed);
-    }
+    slot.adaptive.config[next].store(spec, generation);
     generation
 }
 
@@ -135,7 +43,7 @@ pub(crate) fn write_copy(slot: &TaskSlot, version: u64, spec: &Spec) -> u64 {
 pub(crate) fn configured(slot: &TaskSlot, spec: &Spec, generation: u64) {
     let a = &slot.adaptive;
     let word = a.limit.load(Ordering::Acquire);
-    if (word >> GEN_SHIFT) & GEN_MASK == generation && word != 0 {
+    if generation_of(word) == generation && word != 0 {
         return;
     }
     let limit = make_limit(spec.is_adaptive(), generation, spec.initial as f64);
@@ -215,7 +123,7 @@ fn run_window(shm: &Shm, index: u32, slot: &TaskSlot, now: u64) {
             in_flight: ledger::word_count(slot.in_flight.load(Ordering::Acquire)),
         };
         applied = applied.wrapping_add(window.samples);
-        let mut state = load_state(current);
+        let mut state = current.load_state();
         state.limit = spec.clamp(state.limit);
         let next = adaptive::update(&spec, &mut state, &window);
         (state, next)
@@ -226,9 +134,7 @@ fn run_window(shm: &Shm, index: u32, slot: &TaskSlot, now: u64) {
     for (w, s) in next.consumed.iter().zip(sums) {
         w.store(s, Ordering::Relaxed);
     }
-    for (w, s) in next.state.iter().zip(state.to_words()) {
-        w.store(s, Ordering::Relaxed);
-    }
+    next.store_state(&state);
     a.applied[(version.wrapping_add(1) & 1) as usize].store(applied, Ordering::Relaxed);
     // Commit: the copy's words before the version (Release).
     a.window_version
@@ -249,11 +155,11 @@ fn publish(slot: &TaskSlot, due: u64, generation: Option<u64>) {
     let (spec, configured) = super::config::limiter(slot);
     let old = a.limit.load(Ordering::Acquire);
     // A configuration written meanwhile wins: its generation is newer.
-    if configured != generation || (old >> GEN_SHIFT) & GEN_MASK != generation {
+    if configured != generation || generation_of(old) != generation {
         a.due.store(0, Ordering::Release);
         return;
     }
-    let limit = spec.clamp(load_state(current).limit);
+    let limit = spec.clamp(current.load_state().limit);
     let word = make_limit(spec.is_adaptive(), generation, limit);
     if a.limit
         .compare_exchange(old, word, Ordering::AcqRel, Ordering::Relaxed)
@@ -263,11 +169,6 @@ fn publish(slot: &TaskSlot, due: u64, generation: Option<u64>) {
         wake_waiters(slot);
     }
     a.due.store(due, Ordering::Release);
-}
-
-fn load_state(copy: &WindowCopy) -> State {
-    let words: [u64; STATE_WORDS] = std::array::from_fn(|i| copy.state[i].load(Ordering::Relaxed));
-    State::from_words(words)
 }
 
 /// Success, dropped, RTT sum and concurrency rejections over every lane.
@@ -292,15 +193,12 @@ fn lane_sums(shm: &Shm, index: u32) -> [u64; 4] {
 pub(crate) fn committed(slot: &TaskSlot) -> State {
     let a = &slot.adaptive;
     let version = a.window_version.load(Ordering::Acquire);
-    let state = load_state(&a.windows[(version & 1) as usize]);
+    let state = a.windows[(version & 1) as usize].load_state();
     fence(Ordering::Acquire);
     state
 }
 
 // ---- waking waiters ---------------------------------------------------------
-
-/// Bit 0 of the wake word: someone may be waiting.
-pub(crate) const WAITERS: u32 = 1;
 
 /// Bumps the wake word and wakes every waiter, if any may be waiting.
 #[inline]

@@ -3,8 +3,8 @@
 
 use super::{Limited, Task, config};
 use crate::error::{Error, Result};
+use crate::format::TaskSlot;
 use crate::quota::{Global, QuotaStats, TaskRef};
-use crate::shm::layout::TaskSlot;
 
 impl Task {
     /// Pulls up to `want` permits of the current slice from the store into
@@ -16,7 +16,7 @@ impl Task {
     /// decides by its fallback until a probe succeeds).
     pub fn pull_quota(&self, want: u64) -> Result<Result<u64, Limited>> {
         let slot = self.shm.task_slot(self.index);
-        let Some(global) = config::read(slot).0.global else {
+        let Some(global) = config::read(slot).global else {
             return Err(Error::invalid(format!(
                 "task {:?} has no global_rate: there is no quota to pull",
                 self.name
@@ -48,6 +48,6 @@ impl Task {
     /// What the task's global quota did on this host.
     pub fn quota_stats(&self) -> QuotaStats {
         let slot = self.shm.task_slot(self.index);
-        self.quota.stats(slot, config::read(slot).0.global)
+        self.quota.stats(slot, config::read(slot).global)
     }
 }

@@ -13,44 +13,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub use config::{TaskConfig, TaskSettings};
-pub use permit::{Permit, RawPermit};
+pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
+pub use permit::{OwnedPermit, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-pub(crate) use register::{find_or_claim, slot_name, validate_name};
+pub(crate) use register::{find_or_claim, slot_name};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::{Counter, LANES, Lane, limit_of};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{self, Update};
 use crate::quota::{Need, Quota};
 use crate::shm::Shm;
-use crate::shm::layout::{Counter, LANES, Lane};
-use permit::{COUNTED, SPENT};
+use crate::token;
+use crate::words::{Limited, Outcome};
+use permit::COUNTED;
 use stats::{lane_ids, ledger_view};
-
-/// Which limit turned a request away.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Limited {
-    /// The host's local rate for the task is used up.
-    Local,
-    /// The host's concurrency cap for the task is reached.
-    Concurrency,
-    /// The cluster's quota for the current slice is used up (or, while the
-    /// store fails, the fallback rate).
-    Global,
-}
-
-/// How a request ended; reported at release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// It completed; its round-trip time is a latency sample.
-    Success,
-    /// It timed out or was shed: a sign the backend is struggling.
-    Dropped,
-    /// It ended before a meaningful round-trip time existed (no sample).
-    Ignored,
-}
 
 /// The answer to an acquire.
 #[must_use]
@@ -111,7 +89,7 @@ impl Task {
         config::with_lock(&self.shm, slot, || {
             let settings = config.over(config::settings(slot));
             let limits = settings.limits(&self.shm.clock)?;
-            config::write(slot, limits, settings.local_rate, &settings.limiter);
+            config::write(slot, &limits, &settings.limiter);
             Ok(())
         })?
     }
@@ -139,6 +117,14 @@ impl Task {
         })
     }
 
+    /// [`Task::acquire`] giving a permit that owns a handle of the task
+    /// (an `Arc` clone): one to move into a spawned future.
+    pub fn acquire_owned(&self, n: u32) -> Result<Result<OwnedPermit, Limited>> {
+        Ok(self
+            .acquire_raw(n)?
+            .map(|raw| OwnedPermit::new(self.clone(), raw)))
+    }
+
     /// [`Task::acquire`] for faces that keep the permit themselves; every
     /// admitted `RawPermit` must be given to [`Task::release_raw`] once.
     ///
@@ -152,7 +138,10 @@ impl Task {
         let owner = shm.owner()?;
         let attach = owner.index().unwrap_or(0);
         let slot = shm.task_slot(self.index);
-        let (limits, _) = config::read(slot);
+        let config::Limits {
+            local: limits,
+            global,
+        } = config::read(slot);
         if n == 0
             || (limits.interval != 0 && n > limits.burst)
             || (limits.cap != 0 && n > limits.cap)
@@ -160,7 +149,7 @@ impl Task {
             return Err(self.unadmittable(n));
         }
         let a = &slot.adaptive;
-        let adaptive = adaptive::limit_of(a.limit.load(Ordering::Relaxed));
+        let adaptive = limit_of(a.limit.load(Ordering::Relaxed));
         let cap = match adaptive {
             Some(limit) if limits.cap != 0 => limit.clamp(1, limits.cap),
             Some(limit) => limit.max(1),
@@ -191,7 +180,7 @@ impl Task {
             return Ok(Err(Limited::Concurrency));
         }
         let mut spent = None;
-        if let Some(global) = limits.global {
+        if let Some(global) = global {
             if gcra.interval == 0 {
                 now = shm.clock.now();
             }
@@ -299,15 +288,15 @@ impl Task {
         let s = self.settings();
         let why = if n == 0 {
             "n must be at least 1".to_string()
-        } else if s.local_rate != 0.0 && n > s.burst {
+        } else if s.local.local_rate != 0.0 && n > s.local.burst {
             format!(
                 "n = {n} is above the burst of {}: it could never be admitted",
-                s.burst
+                s.local.burst
             )
         } else {
             format!(
                 "n = {n} is above max_concurrency {}: it could never be admitted",
-                s.max_concurrency
+                s.local.max_concurrency
             )
         };
         Error::invalid(format!("task {:?}: {why}", self.name))
@@ -334,7 +323,13 @@ impl Task {
     ) -> Result<()> {
         let shm = &*self.shm;
         let owner = shm.owner()?;
-        permit.verify(shm, owner, self.index, &self.name)?;
+        token::verify(
+            permit,
+            shm.permit_key,
+            owner,
+            self.index,
+            &format_args!("task {:?}", self.name),
+        )?;
         let attach = owner.index().unwrap_or(0);
         let lane = preferred_lane();
         let n = permit.n;
@@ -358,7 +353,7 @@ impl Task {
             Outcome::Ignored => Counter::ReleasedIgnored,
         };
         let a = &shm.task_slot(self.index).adaptive;
-        let adaptive = adaptive::limit_of(a.limit.load(Ordering::Relaxed)).is_some();
+        let adaptive = limit_of(a.limit.load(Ordering::Relaxed)).is_some();
         let now = if outcome != Outcome::Ignored || adaptive {
             shm.clock.now()
         } else {
@@ -374,7 +369,7 @@ impl Task {
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
         }
         count(counters, counter, n as u64);
-        permit.flags |= SPENT;
+        token::spend(permit);
         if adaptive {
             self.window_due(now);
         }
@@ -405,8 +400,8 @@ impl Task {
     /// or `max_concurrency` (`None` when there is no cap).
     pub fn limit(&self) -> Option<u32> {
         let slot = self.shm.task_slot(self.index);
-        let cap = config::read(slot).0.cap;
-        match adaptive::limit_of(slot.adaptive.limit.load(Ordering::Acquire)) {
+        let cap = config::read(slot).local.cap;
+        match limit_of(slot.adaptive.limit.load(Ordering::Acquire)) {
             Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
             Some(limit) => Some(limit.max(1)),
             None => (cap != 0).then_some(cap),

@@ -1,16 +1,21 @@
-//! Permits: what an admitted request holds until it is released.
+//! Permits: what an admitted request holds until it is released — a
+//! [`crate::token`] issued by its task.
 
-use super::{Outcome, Task};
-use crate::error::{Error, Result};
+use std::time::Duration;
+
+use super::Task;
+use crate::error::Result;
 use crate::shm::{Owner, Shm};
+use crate::token::{self, Finish, Guard, Issuer, Kind, SPENT, Token};
+use crate::words::Outcome;
 
 /// [`RawPermit::flags`]: the permit holds `n` of the task's concurrency.
 pub(crate) const COUNTED: u32 = 1;
-/// [`RawPermit::flags`]: released; releasing it again is refused.
-pub(crate) const SPENT: u32 = 2;
 
 /// A permit as plain data, for faces that keep it in caller memory (C) or in
-/// an object of their own (Python). Rust code uses [`Permit`].
+/// an object of their own. Rust code uses [`Permit`] or [`OwnedPermit`].
+/// Laid out as the C face's 64-byte `fc_permit`.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawPermit {
     /// Clock ticks at admission.
@@ -22,9 +27,56 @@ pub struct RawPermit {
     pub n: u32,
     /// Bit 0: it holds concurrency; bit 1: it was released.
     pub flags: u32,
-    /// A keyed check of the fields above, so a permit altered in caller
-    /// memory is refused instead of returning capacity it never held.
+    /// Zero: room for later versions (a permit with them set is refused).
+    pub reserved0: u32,
+    /// A keyed check of the fields above (see `token`).
     pub check: u64,
+    pub reserved: [u64; 3],
+}
+
+const _: () = assert!(size_of::<RawPermit>() == 64);
+
+impl Token for RawPermit {
+    const KIND: Kind = Kind {
+        salt: 0,
+        flags: COUNTED,
+        noun: "permit",
+        verb: "release",
+        spent: "it was released already",
+        foreign: "it was issued to another process or table handle (permits do not cross fork)",
+        elsewhere: "it was issued for another task",
+    };
+
+    #[inline]
+    fn fields(&self) -> token::Fields {
+        token::Fields {
+            at: self.acquired_at,
+            owner: self.owner,
+            subject: self.task,
+            item: self.n,
+            extra: (self.flags & COUNTED) as u64,
+        }
+    }
+
+    fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    fn flags_mut(&mut self) -> &mut u32 {
+        &mut self.flags
+    }
+
+    fn check(&self) -> u64 {
+        self.check
+    }
+
+    fn set_check(&mut self, check: u64) {
+        self.check = check;
+    }
+
+    fn reserved_clear(&self) -> bool {
+        self.reserved0 == 0 && self.reserved == [0; 3] && self.n != 0
+    }
 }
 
 impl RawPermit {
@@ -36,9 +88,11 @@ impl RawPermit {
             task,
             n,
             flags,
+            reserved0: 0,
             check: 0,
+            reserved: [0; 3],
         };
-        p.check = p.mac(shm.permit_key);
+        token::seal(&mut p, shm.permit_key);
         p
     }
 
@@ -46,90 +100,48 @@ impl RawPermit {
     pub fn is_spent(&self) -> bool {
         self.flags & SPENT != 0
     }
+}
 
-    /// A cheap keyed check of every field: the fields are folded into one
-    /// word (each rotated apart), keyed, and multiplied by an odd constant,
-    /// a bijection, so changing any one field always changes the check. The
-    /// key is random per handle and never leaves the process. It detects
-    /// damage and forgery by mistake, not a determined attacker inside the
-    /// process.
+impl Issuer for Task {
+    type Raw = RawPermit;
+
     #[inline]
-    fn mac(&self, key: u64) -> u64 {
-        let folded = self.acquired_at
-            ^ self.owner.rotate_left(21)
-            ^ ((self.task as u64) << 32 | self.n as u64).rotate_left(42)
-            ^ (self.flags & COUNTED) as u64;
-        let h = (folded ^ key).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        h ^ (h >> 31)
+    fn finish_raw(&self, raw: &mut RawPermit, how: Finish) -> Result<()> {
+        self.release_raw_rtt(raw, how.outcome, how.rtt)
     }
 
-    /// Refuses a permit this handle cannot release for `task` now.
-    #[inline]
-    pub(crate) fn verify(&self, shm: &Shm, owner: Owner, task: u32, name: &str) -> Result<()> {
-        let why = if self.flags & SPENT != 0 {
-            "it was released already"
-        } else if self.owner != owner.0 {
-            "it was issued to another process or table handle (permits do not cross fork)"
-        } else if self.task != task {
-            "it was issued for another task"
-        } else if self.n == 0
-            || self.flags & !COUNTED != 0
-            || self.check != self.mac(shm.permit_key)
-        {
-            "its fields were altered"
-        } else {
-            return Ok(());
-        };
-        Err(Error::invalid(format!(
-            "task {name:?}: cannot release this permit: {why}"
-        )))
+    fn is_spent(raw: &RawPermit) -> bool {
+        raw.is_spent()
     }
 }
 
-/// An admitted request. Release it with an outcome; dropping it releases it
-/// as [`Outcome::Ignored`]. It can be released once: `release` consumes it.
-#[must_use = "a permit holds concurrency until it is released"]
-pub struct Permit<'a> {
-    task: &'a Task,
-    raw: RawPermit,
-}
+/// An admitted request, borrowing its task. Release it with an outcome;
+/// dropping it releases it as [`Outcome::Ignored`].
+pub type Permit<'a> = Guard<Task, &'a Task>;
 
-impl<'a> Permit<'a> {
-    pub(crate) fn new(task: &'a Task, raw: RawPermit) -> Self {
-        Self { task, raw }
-    }
+/// An admitted request that keeps its task alive: `Send + 'static`, so it
+/// can move into a spawned future and cross an `.await`.
+pub type OwnedPermit = Guard<Task, Task>;
 
+impl<H: std::borrow::Borrow<Task>> Guard<Task, H> {
     pub fn n(&self) -> u32 {
-        self.raw.n
+        self.raw().n
     }
 
-    pub fn raw(&self) -> &RawPermit {
-        &self.raw
-    }
-
-    pub fn task(&self) -> &'a Task {
-        self.task
+    pub fn task(&self) -> &Task {
+        self.issuer()
     }
 
     /// Releases the permit with the request's outcome.
-    pub fn release(mut self, outcome: Outcome) -> Result<()> {
-        self.task.release_raw(&mut self.raw, outcome)
+    pub fn release(self, outcome: Outcome) -> Result<()> {
+        self.finish(outcome.into())
     }
-}
 
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        if !self.raw.is_spent() {
-            let _ = self.task.release_raw(&mut self.raw, Outcome::Ignored);
-        }
-    }
-}
-
-impl std::fmt::Debug for Permit<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Permit")
-            .field("task", &self.task.name())
-            .field("n", &self.raw.n)
-            .finish()
+    /// Releases it with the round-trip time the caller measured.
+    pub fn release_rtt(self, outcome: Outcome, rtt: Duration) -> Result<()> {
+        self.finish(Finish {
+            rtt: Some(rtt),
+            ..outcome.into()
+        })
     }
 }

@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use super::stats::{Sums, lane_ids, ledger_view, record_reclaimed};
+use crate::format::{Lane, TASK_READY};
 use crate::limit::ledger;
-use crate::shm::layout::{Lane, TASK_READY};
 use crate::shm::{Reclaim, Shm};
 
 /// Drains the ledger lanes of a dead attachment (see `limit::ledger`).

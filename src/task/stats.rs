@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::adaptive;
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::{Baseline, COUNTERS, Counter, LANES, Lane};
 use crate::limit::ledger;
-use crate::shm::layout::{Baseline, COUNTERS, Counter, LANES, Lane};
 
 /// Counters of one task, in permits unless named otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl super::Task {
         let mut stats = sums.into_stats(ledger::word_count(word), held);
         let slot = shm.task_slot(self.index);
         stats.limit = self.limit().map_or(0, u64::from);
-        if adaptive::limit_of(slot.adaptive.limit.load(Ordering::Acquire)).is_some() {
+        if crate::format::limit_of(slot.adaptive.limit.load(Ordering::Acquire)).is_some() {
             let state = adaptive::committed(slot);
             stats.baseline_rtt_ns = state.baseline_ns as u64;
             stats.recent_rtt_ns = state.recent_ns as u64;

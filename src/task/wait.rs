@@ -17,9 +17,9 @@
 use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use super::adaptive::WAITERS;
 use super::{Decision, Limited, Permit, RawPermit, Task};
 use crate::error::Result;
+use crate::format::WAITERS;
 
 /// The longest single sleep: a wake that never comes costs at most this.
 const MAX_SLEEP: Duration = Duration::from_millis(20);

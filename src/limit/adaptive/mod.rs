@@ -10,10 +10,12 @@
 
 mod aimd;
 mod auto;
+mod config;
 mod gradient2;
 mod spec;
 mod vegas;
 
+pub use config::LimiterConfig;
 pub use spec::{Algorithm, Spec};
 
 /// Words of algorithm state kept in the table (f64 bits each).

@@ -1,16 +1,10 @@
-//! The balancer regions of a table file: one slot per balancer, one slot per
-//! backend of each balancer, and per (balancer, attachment) the ledger words
-//! of the picks it holds in flight on each backend. Same rules as
-//! `shm::layout`: `#[repr(C)]`, atomics only, hot words on lines of their own.
+//! The balancer regions: one slot per balancer, one slot per backend of each
+//! balancer, and per (balancer, attachment) the ledger words of the picks it
+//! holds in flight on each backend.
 
 use std::sync::atomic::AtomicU64;
 
-use crate::shm::Shm;
-use crate::shm::layout::{Geometry, NAME_WORDS};
-
-/// Bounds on the balancer geometry read from a file or asked for.
-pub(crate) const MAX_BALANCER_CAPACITY: u32 = 1 << 10;
-pub(crate) const MAX_BACKEND_CAPACITY: u32 = 256;
+use super::NAME_WORDS;
 
 /// Time buckets of the success counts and of the retry budget: ten of one
 /// second each.
@@ -23,6 +17,9 @@ pub(crate) const BACKEND_ACTIVE: u64 = 1;
 /// Taken out of the set: not picked again, its picks in flight still end.
 pub(crate) const BACKEND_REMOVED: u64 = 2;
 
+/// Words of a balancer's configuration (see `balance::config::Params`).
+pub(crate) const BALANCER_CONFIG_WORDS: usize = 8;
+
 /// One balancer: identity and configuration on the first lines (written
 /// once), then the host-wide buckets of its retry budget.
 #[repr(C, align(64))]
@@ -34,8 +31,8 @@ pub(crate) struct BalancerSlot {
     pub member_lock: AtomicU64,
     _pad0: [AtomicU64; 5],
     pub name: [AtomicU64; NAME_WORDS],
-    /// See `balance::config::Stored`.
-    pub config: [AtomicU64; 8],
+    /// Written once, before the slot is published (see `balance::config`).
+    pub config: [AtomicU64; BALANCER_CONFIG_WORDS],
     /// Per second, for the retry budget: picks and retries allowed (see
     /// `balance::buckets`).
     pub budget: [AtomicU64; BUCKETS],
@@ -91,66 +88,3 @@ const _: () = {
     assert!(std::mem::offset_of!(BackendSlot, buckets) == 256);
     assert!(size_of::<PickLedger>() == 16);
 };
-
-fn backends_offset(g: &Geometry) -> usize {
-    g.balancers_offset() + g.balancer_capacity as usize * size_of::<BalancerSlot>()
-}
-
-fn backend_count(g: &Geometry) -> usize {
-    g.balancer_capacity as usize * g.backend_capacity as usize
-}
-
-fn ledgers_offset(g: &Geometry) -> usize {
-    backends_offset(g) + backend_count(g) * size_of::<BackendSlot>()
-}
-
-/// Bytes of the balancer regions.
-pub(crate) fn region_size(g: &Geometry) -> usize {
-    g.balancer_capacity as usize * size_of::<BalancerSlot>()
-        + backend_count(g)
-            * (size_of::<BackendSlot>() + g.attach_capacity as usize * size_of::<PickLedger>())
-}
-
-pub(crate) fn balancer_slot(shm: &Shm, balancer: u32) -> &BalancerSlot {
-    let g = &shm.geometry;
-    assert!(balancer < g.balancer_capacity);
-    let offset = g.balancers_offset() + balancer as usize * size_of::<BalancerSlot>();
-    // SAFETY: index checked against the validated geometry.
-    unsafe { shm.at(offset) }
-}
-
-/// A backend slot, or `None` for an index outside the table (indices come
-/// from caller memory and the file: checked, not trusted).
-pub(crate) fn backend_slot(shm: &Shm, balancer: u32, backend: u32) -> Option<&BackendSlot> {
-    let g = &shm.geometry;
-    if balancer >= g.balancer_capacity || backend >= g.backend_capacity {
-        return None;
-    }
-    let index = balancer as usize * g.backend_capacity as usize + backend as usize;
-    let offset = backends_offset(g) + index * size_of::<BackendSlot>();
-    // SAFETY: both indices checked above.
-    Some(unsafe { shm.at(offset) })
-}
-
-/// The ledger of `attach`'s picks on a backend; laid out per (balancer,
-/// attachment) so one process's words share its own lines only.
-pub(crate) fn pick_ledger(
-    shm: &Shm,
-    balancer: u32,
-    attach: u32,
-    backend: u32,
-) -> Option<&PickLedger> {
-    let g = &shm.geometry;
-    if balancer >= g.balancer_capacity
-        || attach >= g.attach_capacity
-        || backend >= g.backend_capacity
-    {
-        return None;
-    }
-    let index = (balancer as usize * g.attach_capacity as usize + attach as usize)
-        * g.backend_capacity as usize
-        + backend as usize;
-    let offset = ledgers_offset(g) + index * size_of::<PickLedger>();
-    // SAFETY: every index checked above.
-    Some(unsafe { shm.at(offset) })
-}

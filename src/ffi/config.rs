@@ -1,0 +1,65 @@
+//! `fc_task_config` both ways: C's fields to the core's `TaskConfig` (its
+//! three parts one to one; `FC_UNSET` / `FC_RATE_UNSET` = unset), and the
+//! settings in force back into C's fields.
+
+use super::args::{array_str, rate, reserved, set, to_array};
+use super::types::fc_task_config;
+use crate::{
+    Error, GlobalConfig, LimiterConfig, LimiterSpec, LocalConfig, TaskConfig, TaskSettings,
+};
+
+/// The core configuration the caller's struct asks for.
+pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
+    reserved(c.reserved, "fc_task_config.reserved")?;
+    reserved(c.reserved2, "fc_task_config.reserved2")?;
+    let limiter = array_str(&c.limiter, "fc_task_config.limiter")?;
+    Ok(TaskConfig {
+        local: LocalConfig {
+            local_rate: rate(c.local_rate),
+            burst: set(c.burst),
+            max_concurrency: set(c.max_concurrency),
+        },
+        global: GlobalConfig {
+            global_rate: rate(c.global_rate),
+            slice_ms: set(c.slice_ms),
+            chunk: set(c.chunk),
+            fallback_rate: rate(c.fallback_rate),
+        },
+        limiter: LimiterConfig {
+            spec: match limiter {
+                "" => None,
+                text => Some(LimiterSpec::parse(text)?),
+            },
+            min_limit: set(c.min_limit),
+            max_limit: set(c.max_limit),
+            initial_limit: set(c.initial_limit),
+        },
+    })
+}
+
+/// The settings in force as the caller's struct: every field set (bounds of
+/// a non-adaptive limiter read as 0).
+pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
+    let spec = &s.limiter;
+    let (min_limit, max_limit, initial_limit) = if spec.is_adaptive() {
+        (spec.min, spec.max, spec.initial)
+    } else {
+        (0, 0, 0)
+    };
+    fc_task_config {
+        size: size_of::<fc_task_config>() as u32,
+        burst: s.local.burst,
+        local_rate: s.local.local_rate,
+        max_concurrency: s.local.max_concurrency,
+        reserved: 0,
+        global_rate: s.global.global_rate,
+        slice_ms: s.global.slice_ms,
+        chunk: s.global.chunk,
+        fallback_rate: s.global.fallback_rate,
+        limiter: to_array(&spec.canonical()),
+        min_limit,
+        max_limit,
+        initial_limit,
+        reserved2: 0,
+    }
+}

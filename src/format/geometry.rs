@@ -1,0 +1,82 @@
+//! Where each region of a table starts, from its capacities.
+
+use super::{
+    AttachSlot, BackendSlot, BalancerSlot, Baseline, HEADER_SIZE, LANES, Lane, PickLedger, TaskSlot,
+};
+
+/// Bounds on geometry read from a file or asked for, so a hostile header
+/// cannot make us map or index absurd sizes.
+pub(crate) const MAX_TASK_CAPACITY: u32 = 1 << 16;
+pub(crate) const MAX_ATTACH_CAPACITY: u32 = 1 << 12;
+pub(crate) const MAX_BALANCER_CAPACITY: u32 = 1 << 10;
+pub(crate) const MAX_BACKEND_CAPACITY: u32 = 256;
+
+/// The capacities of a table; every region's offset follows from them.
+/// Lanes are grouped by task, so the lanes of one task are contiguous (a
+/// stats read or a reap touches few pages) while each thread writes its own
+/// lane; pick ledgers are grouped by (balancer, attachment), so one
+/// process's words share its own lines only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub task_capacity: u32,
+    pub attach_capacity: u32,
+    pub balancer_capacity: u32,
+    pub backend_capacity: u32,
+}
+
+impl Geometry {
+    /// Whether every capacity is within the bounds above (a balancer-less
+    /// table has 0 backends per balancer).
+    pub(crate) fn within_bounds(&self) -> bool {
+        (1..=MAX_TASK_CAPACITY).contains(&self.task_capacity)
+            && (1..=MAX_ATTACH_CAPACITY).contains(&self.attach_capacity)
+            && match self.balancer_capacity {
+                0 => self.backend_capacity == 0,
+                n => {
+                    n <= MAX_BALANCER_CAPACITY
+                        && (1..=MAX_BACKEND_CAPACITY).contains(&self.backend_capacity)
+                }
+            }
+    }
+
+    pub(crate) fn tasks_offset(&self) -> usize {
+        HEADER_SIZE
+    }
+
+    pub(crate) fn attach_offset(&self) -> usize {
+        self.tasks_offset() + self.task_capacity as usize * size_of::<TaskSlot>()
+    }
+
+    pub(crate) fn lanes_offset(&self) -> usize {
+        self.attach_offset() + self.attach_capacity as usize * size_of::<AttachSlot>()
+    }
+
+    fn pairs(&self) -> usize {
+        self.task_capacity as usize * self.attach_capacity as usize
+    }
+
+    pub(crate) fn baselines_offset(&self) -> usize {
+        self.lanes_offset() + self.pairs() * LANES as usize * size_of::<Lane>()
+    }
+
+    pub(crate) fn balancers_offset(&self) -> usize {
+        self.baselines_offset() + self.pairs() * size_of::<Baseline>()
+    }
+
+    fn backend_count(&self) -> usize {
+        self.balancer_capacity as usize * self.backend_capacity as usize
+    }
+
+    pub(crate) fn backends_offset(&self) -> usize {
+        self.balancers_offset() + self.balancer_capacity as usize * size_of::<BalancerSlot>()
+    }
+
+    pub(crate) fn pick_ledgers_offset(&self) -> usize {
+        self.backends_offset() + self.backend_count() * size_of::<BackendSlot>()
+    }
+
+    pub fn total_size(&self) -> usize {
+        self.pick_ledgers_offset()
+            + self.backend_count() * self.attach_capacity as usize * size_of::<PickLedger>()
+    }
+}

@@ -1,0 +1,47 @@
+//! The first page of a table.
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+pub(crate) const HEADER_SIZE: usize = 4096;
+
+/// The first page. The creator writes every field before publishing the file
+/// and nobody writes them afterwards except `last_reap`. The sizes it
+/// records are checked on open against this build's structs.
+#[repr(C, align(64))]
+pub(crate) struct Header {
+    /// [`super::MAGIC`].
+    pub magic: AtomicU64,
+    pub layout_version: AtomicU32,
+    pub header_size: AtomicU32,
+    pub task_slot_size: AtomicU32,
+    pub attach_slot_size: AtomicU32,
+    pub lane_size: AtomicU32,
+    pub baseline_size: AtomicU32,
+    pub task_capacity: AtomicU32,
+    pub attach_capacity: AtomicU32,
+    /// [`crate::clock::ClockKind`] as u32.
+    pub clock_kind: AtomicU32,
+    _pad0: AtomicU32,
+    pub ticks_per_sec: AtomicU64,
+    /// Size of the whole file in bytes.
+    pub total_size: AtomicU64,
+    /// Random per table: tells two tables apart in reports and dumps
+    /// (permits are told apart by their owner's slot, epoch and check).
+    pub table_id: AtomicU64,
+    /// Balancer geometry (0 balancers in a table made before balancers).
+    pub balancer_capacity: AtomicU32,
+    pub backend_capacity: AtomicU32,
+    pub balancer_slot_size: AtomicU32,
+    pub backend_slot_size: AtomicU32,
+    _pad1: [AtomicU64; 5],
+    /// Clock ticks of the last reaper pass (rate-limits reaping host-wide).
+    pub last_reap: AtomicU64,
+    _pad2: [AtomicU64; 7],
+}
+
+const _: () = {
+    assert!(size_of::<Header>() == 192);
+    assert!(size_of::<Header>() <= HEADER_SIZE);
+    assert!(std::mem::offset_of!(Header, balancer_capacity) == 72);
+    assert!(std::mem::offset_of!(Header, last_reap) == 128);
+};

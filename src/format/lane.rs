@@ -1,0 +1,75 @@
+//! Per-process regions: one attachment slot per process (or table handle),
+//! and per (task, process) the ledger lanes and the statistics baseline.
+
+use std::sync::atomic::AtomicU64;
+
+/// Ledger lanes per (task, process): threads of one process take different
+/// lanes, so they neither wait for each other nor share a cache line.
+pub(crate) const LANES: u32 = 4;
+
+/// Attachment slot state: bit 0 set = live, the claim's epoch above. The
+/// epoch survives the slot being freed, so every claim has a new one.
+pub(crate) const ATTACH_LIVE: u64 = 1;
+
+/// One attached process (or one handle of it: each open table is its own
+/// attachment). Liveness is not in here: it is the kernel lock the owner holds
+/// on this slot's byte of the file (see `shm::attach`).
+#[repr(C, align(64))]
+pub(crate) struct AttachSlot {
+    pub state: AtomicU64,
+    /// The owner's pid as it saw itself, for reports only.
+    pub pid: AtomicU64,
+    _pad: [AtomicU64; 6],
+}
+
+/// The statistics each lane counts, in permits unless named otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    Admitted,
+    LimitedLocal,
+    LimitedGlobal,
+    LimitedConcurrency,
+    ReleasedSuccess,
+    ReleasedDropped,
+    ReleasedIgnored,
+    /// Acquire→release times of permits released as success or dropped,
+    /// summed per permit, in nanoseconds.
+    RttSumNs,
+}
+
+pub(crate) const COUNTERS: usize = 8;
+
+/// Per-(task, process, lane) state. Line 0 is the lane's ledger (other
+/// processes read it when they help or reap); line 1 its counters, written
+/// only by the threads using the lane.
+#[repr(C, align(64))]
+pub(crate) struct Lane {
+    /// held | seq | BUSY (see `limit::ledger`).
+    pub ledger: AtomicU64,
+    /// seq | delta of the op in progress.
+    pub intent: AtomicU64,
+    /// Permits reclaimed from dead owners of this lane: seq of the last drain
+    /// (24 bits) | total (40 bits, wrapping), so a repeated drain counts once.
+    pub reclaimed: AtomicU64,
+    _pad0: [AtomicU64; 5],
+    /// Indexed by [`Counter`]; monotonic for the table's life (never reset:
+    /// a new owner of the slot records a [`Baseline`] instead).
+    pub counters: [AtomicU64; COUNTERS],
+}
+
+/// What the lanes of a (task, process slot) had counted when the current
+/// owner claimed the slot: per-process statistics are the lanes minus this.
+#[repr(C, align(64))]
+pub(crate) struct Baseline {
+    pub counters: [AtomicU64; COUNTERS],
+    pub reclaimed: AtomicU64,
+    _pad: [AtomicU64; 7],
+}
+
+const _: () = {
+    assert!(size_of::<AttachSlot>() == 64);
+    assert!(size_of::<Lane>() == 128);
+    assert!(std::mem::offset_of!(Lane, counters) == 64);
+    assert!(size_of::<Baseline>() == 128);
+};

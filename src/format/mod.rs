@@ -1,0 +1,56 @@
+//! The table file's format: the one place that says what every byte of a
+//! table is. Everything here is `#[repr(C)]`, fixed size and made of atomics
+//! only — padding included — with no pointers: each process maps the file at
+//! its own address, processes of different languages and releases read it,
+//! and a hostile writer can change any byte at any time. Anything that
+//! changes a struct here bumps [`LAYOUT_VERSION`].
+//!
+//! ```text
+//! [ Header                                          header.rs   4 KiB
+//! | TaskSlot × tasks                                task.rs     1280 B each
+//! |     (its QuotaSlot at 320, AdaptiveSlot at 704) quota.rs, adaptive.rs
+//! | AttachSlot × processes                          lane.rs     64 B
+//! | Lane × tasks × processes × LANES                lane.rs     128 B
+//! | Baseline × tasks × processes                    lane.rs     128 B
+//! | BalancerSlot × balancers                        balance.rs  320 B
+//! | BackendSlot × balancers × backends              balance.rs  384 B
+//! | PickLedger × balancers × processes × backends ] balance.rs  16 B
+//! ```
+//!
+//! `geometry.rs` computes where each region starts; `versioned.rs` is the one
+//! reader of the double-buffered copies (a task's configuration, its
+//! adaptive window). Each copy's encode/decode sits beside its struct, in
+//! the plain values the features validate (`Local`, `Global`, the limiter
+//! `Spec`). This room knows bytes, not behaviour: it imports only the
+//! algorithms' value types (`limit`).
+
+mod adaptive;
+mod balance;
+mod geometry;
+mod header;
+mod lane;
+mod quota;
+mod task;
+mod versioned;
+
+pub(crate) use adaptive::*;
+pub(crate) use balance::*;
+pub use geometry::Geometry;
+pub(crate) use geometry::{
+    MAX_ATTACH_CAPACITY, MAX_BACKEND_CAPACITY, MAX_BALANCER_CAPACITY, MAX_TASK_CAPACITY,
+};
+pub(crate) use header::*;
+pub(crate) use lane::*;
+pub(crate) use quota::*;
+pub(crate) use task::*;
+pub(crate) use versioned::{commit, next_copy, read_versioned};
+
+/// "FLOWCTRL" — the first eight bytes of every table.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FLOWCTRL");
+/// Bumped on any change to the structs of this room.
+pub(crate) const LAYOUT_VERSION: u32 = 3;
+/// Words of a name (a task's, a balancer's, a backend's address): 64 bytes
+/// with its length kept beside it.
+pub(crate) const NAME_WORDS: usize = 8;
+
+const _: () = assert!(crate::words::NAME_MAX < NAME_WORDS * 8);

@@ -1,0 +1,101 @@
+//! A task's slot: identity, configuration copies, the hot words of its
+//! local limits, then its quota and adaptive sections.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{AdaptiveSlot, NAME_WORDS, QuotaSlot};
+
+/// Slot states of a named slot (a task's or a balancer's `state`), in the
+/// top two bits; a claim carries its claimer's `Owner` below.
+pub(crate) const TASK_EMPTY: u64 = 0;
+pub(crate) const TASK_CLAIMING: u64 = 1 << 62;
+pub(crate) const TASK_READY: u64 = 2 << 62;
+pub(crate) const TASK_KIND: u64 = 3 << 62;
+
+/// One task: identity and the configuration on the first lines, then each hot
+/// word on a cache line of its own, then the global quota, then the adaptive
+/// limit (which needs 576 bytes: double-buffered configuration *and* window
+/// state, so no step of either can be torn).
+#[repr(C, align(64))]
+pub(crate) struct TaskSlot {
+    /// [`TASK_EMPTY`], [`TASK_CLAIMING`] | owner, or [`TASK_READY`].
+    pub state: AtomicU64,
+    pub name_len: AtomicU64,
+    /// Writer lock of the configuration: 0 or the writer's `Owner`.
+    pub config_lock: AtomicU64,
+    _pad0: [AtomicU64; 5],
+    /// The name, zero-padded, as little-endian words.
+    pub name: [AtomicU64; NAME_WORDS],
+    /// Version of the configuration: copy `version & 1` of `config`,
+    /// `quota.config` and `adaptive.config` is current (see `versioned`).
+    pub config_version: AtomicU64,
+    pub config: [ConfigCopy; 2],
+    _pad1: AtomicU64,
+    /// GCRA theoretical arrival time, in clock ticks.
+    pub tat: AtomicU64,
+    _pad2: [AtomicU64; 7],
+    /// Permits counted against the cap, with the tag of the last op
+    /// (see `limit::ledger`).
+    pub in_flight: AtomicU64,
+    _pad3: [AtomicU64; 7],
+    /// The global quota (see `quota`).
+    pub quota: QuotaSlot,
+    /// The host-wide adaptive concurrency limit (see `task::adaptive`).
+    pub adaptive: AdaptiveSlot,
+}
+
+/// A task's local limits as the request path reads them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Local {
+    /// GCRA emission interval in clock ticks; 0 = no local rate limit.
+    pub interval: u64,
+    /// The configured rate (requests/s), kept for reporting.
+    pub rate: f64,
+    pub burst: u32,
+    /// The fixed concurrency cap; 0 = none.
+    pub cap: u32,
+}
+
+/// One copy of a task's local limits.
+#[repr(C)]
+pub(crate) struct ConfigCopy {
+    /// [`Local::interval`].
+    pub interval: AtomicU64,
+    /// [`Local::rate`] (f64 bits).
+    pub rate_bits: AtomicU64,
+    /// burst (low 32 bits) | cap (high 32 bits).
+    pub limits: AtomicU64,
+}
+
+impl ConfigCopy {
+    #[inline]
+    pub(crate) fn load(&self) -> Local {
+        let limits = self.limits.load(Ordering::Relaxed);
+        Local {
+            interval: self.interval.load(Ordering::Relaxed),
+            rate: f64::from_bits(self.rate_bits.load(Ordering::Relaxed)),
+            burst: limits as u32,
+            cap: (limits >> 32) as u32,
+        }
+    }
+
+    pub(crate) fn store(&self, local: &Local) {
+        self.interval.store(local.interval, Ordering::Relaxed);
+        self.rate_bits
+            .store(local.rate.to_bits(), Ordering::Relaxed);
+        self.limits.store(
+            local.burst as u64 | (local.cap as u64) << 32,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+const _: () = {
+    assert!(size_of::<TaskSlot>() == 1280);
+    assert!(std::mem::offset_of!(TaskSlot, name) == 64);
+    assert!(std::mem::offset_of!(TaskSlot, config_version) == 128);
+    assert!(std::mem::offset_of!(TaskSlot, tat) == 192);
+    assert!(std::mem::offset_of!(TaskSlot, in_flight) == 256);
+    assert!(std::mem::offset_of!(TaskSlot, quota) == 320);
+    assert!(std::mem::offset_of!(TaskSlot, adaptive) == 704);
+};

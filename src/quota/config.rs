@@ -1,0 +1,126 @@
+//! A task's global-quota configuration: what is asked, what is in force,
+//! and the checks that turn the one into the other.
+
+use crate::error::{Error, Result};
+use crate::format::{Global, MAX_SLICE_MS, MAX_SLICE_QUOTA, MIN_SLICE_MS};
+
+/// The global fields asked for when registering or updating a task; `None`
+/// keeps the current value (or the default) and is not compared.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GlobalConfig {
+    /// Requests per second for the whole cluster, pulled in chunks from the
+    /// table's store; 0 = no global limit. Default 0.
+    pub global_rate: Option<f64>,
+    /// Length of a global-quota slice in ms, 100..=60000. Default 1000.
+    pub slice_ms: Option<u32>,
+    /// Permits per pull; 0 = adaptive (from the host's recent rate and the
+    /// time left in the slice). Default 0.
+    pub chunk: Option<u32>,
+    /// The rate applied while the store is failing, when the task has no
+    /// local rate; 0 = `global_rate`. Default 0.
+    pub fallback_rate: Option<f64>,
+}
+
+/// A task's global fields in force.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GlobalSettings {
+    pub global_rate: f64,
+    pub slice_ms: u32,
+    pub chunk: u32,
+    pub fallback_rate: f64,
+}
+
+impl Default for GlobalSettings {
+    fn default() -> Self {
+        Self {
+            global_rate: 0.0,
+            slice_ms: 1000,
+            chunk: 0,
+            fallback_rate: 0.0,
+        }
+    }
+}
+
+impl GlobalConfig {
+    /// These fields over `base`'s.
+    pub(crate) fn over(&self, base: GlobalSettings) -> GlobalSettings {
+        GlobalSettings {
+            global_rate: self.global_rate.unwrap_or(base.global_rate),
+            slice_ms: self.slice_ms.unwrap_or(base.slice_ms),
+            chunk: self.chunk.unwrap_or(base.chunk),
+            fallback_rate: self.fallback_rate.unwrap_or(base.fallback_rate),
+        }
+    }
+
+    /// Describes the fields that differ from `settings`.
+    pub(crate) fn mismatches(&self, s: &GlobalSettings, out: &mut Vec<String>) {
+        if let Some(r) = self.global_rate.filter(|r| *r != s.global_rate) {
+            out.push(format!("global_rate {} (asked {r})", s.global_rate));
+        }
+        if let Some(v) = self.slice_ms.filter(|v| *v != s.slice_ms) {
+            out.push(format!("slice_ms {} (asked {v})", s.slice_ms));
+        }
+        if let Some(c) = self.chunk.filter(|c| *c != s.chunk) {
+            out.push(format!("chunk {} (asked {c})", s.chunk));
+        }
+        if let Some(r) = self.fallback_rate.filter(|r| *r != s.fallback_rate) {
+            out.push(format!("fallback_rate {} (asked {r})", s.fallback_rate));
+        }
+    }
+}
+
+impl GlobalSettings {
+    /// Checks the fields; `None` when there is no global limit.
+    pub(crate) fn validate(&self) -> Result<Option<Global>> {
+        if !(MIN_SLICE_MS..=MAX_SLICE_MS).contains(&self.slice_ms) {
+            return Err(Error::invalid(format!(
+                "slice_ms must be {MIN_SLICE_MS}..={MAX_SLICE_MS}, not {}",
+                self.slice_ms
+            )));
+        }
+        for (name, rate) in [
+            ("global_rate", self.global_rate),
+            ("fallback_rate", self.fallback_rate),
+        ] {
+            if !rate.is_finite() || rate < 0.0 {
+                return Err(Error::invalid(format!(
+                    "{name} must be 0 or a positive number of requests/s, not {rate}"
+                )));
+            }
+        }
+        if self.global_rate == 0.0 {
+            return Ok(None);
+        }
+        let quota = (self.global_rate * self.slice_ms as f64 / 1000.0).floor();
+        if !(1.0..=MAX_SLICE_QUOTA as f64).contains(&quota) {
+            return Err(Error::invalid(format!(
+                "global_rate {} × slice_ms {} gives {quota} permits per slice: \
+                 it must be 1..={MAX_SLICE_QUOTA}",
+                self.global_rate, self.slice_ms
+            )));
+        }
+        if self.chunk > quota as u32 {
+            return Err(Error::invalid(format!(
+                "chunk {} is larger than a slice's quota of {quota}",
+                self.chunk
+            )));
+        }
+        Ok(Some(Global {
+            rate: self.global_rate,
+            quota: quota as u32,
+            slice_ms: self.slice_ms,
+            chunk: self.chunk,
+            fallback_rate: self.fallback_rate,
+        }))
+    }
+
+    /// The settings a stored global limit stands for (`None`: the defaults).
+    pub(crate) fn of(global: Option<Global>) -> Self {
+        global.map_or_else(Self::default, |g| Self {
+            global_rate: g.rate,
+            slice_ms: g.slice_ms,
+            chunk: g.chunk,
+            fallback_rate: g.fallback_rate,
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! The crate's vocabulary: the words every feature and face speaks —
+//! which limit refused, how a request ended, what a name may be. They live
+//! here, at the root, so no feature imports another one for a word.
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The longest name (of a task, a balancer, a backend address) in bytes.
+pub const NAME_MAX: usize = 63;
+
+/// Which limit turned a request away.
+/// Exhaustive on purpose: each face maps every variant, so a new one is a
+/// compile error there rather than a silent fallback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Limited {
+    /// The host's local rate for the task is used up.
+    Local,
+    /// The host's concurrency cap for the task is reached.
+    Concurrency,
+    /// The cluster's quota for the current slice is used up (or, while the
+    /// store fails, the fallback rate).
+    Global,
+}
+
+/// How a request ended; reported at release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// It completed; its round-trip time is a latency sample.
+    Success,
+    /// It timed out or was shed: a sign the backend is struggling.
+    Dropped,
+    /// It ended before a meaningful round-trip time existed (no sample).
+    Ignored,
+}
+
+impl Outcome {
+    /// The outcome named `"success"`, `"dropped"` or `"ignored"`, as the
+    /// faces spell it.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "success" => Ok(Self::Success),
+            "dropped" => Ok(Self::Dropped),
+            "ignored" => Ok(Self::Ignored),
+            other => Err(Error::invalid(format!(
+                "outcome must be 'success', 'dropped' or 'ignored', not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Checks a name (`what` says whose: "task name", "balancer name"): 1–63
+/// bytes of UTF-8, not blank, with no control, format or invisible
+/// characters (bidi overrides, zero-width characters, BOM): two names that
+/// print the same must be the same name.
+pub fn validate_name(name: &str, what: &str) -> Result<()> {
+    let invalid = |why: String| Err(Error::new(ErrorKind::InvalidName, why));
+    if name.is_empty() || name.len() > NAME_MAX {
+        return invalid(format!(
+            "{what} must be 1..={NAME_MAX} bytes, not {}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control() || is_invisible(*c)) {
+        return invalid(format!(
+            "{what} must be printable, found U+{:04X} in {:?}",
+            c as u32,
+            name.escape_default().to_string()
+        ));
+    }
+    if name.chars().all(char::is_whitespace) {
+        return invalid(format!("{what} must not be blank"));
+    }
+    Ok(())
+}
+
+/// Unicode format (Cf) and other invisible characters that make two
+/// different names look the same.
+fn is_invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F | 0x1160 | 0x17B4 | 0x17B5 | 0x180B..=0x180F
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
+        | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFFB | 0x0600..=0x0605 | 0x06DD | 0x070F | 0x0890 | 0x0891
+        | 0x08E2 | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3
+        | 0x1D173..=0x1D17A | 0xE0000..=0xE0FFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_print_alike_or_blank_are_refused() {
+        for good in ["backend", "db-1", "ключ", "a b", "名前"] {
+            assert!(validate_name(good, "task name").is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            " ",
+            "\u{3000}",
+            "a\u{202E}b",
+            "a\u{200B}",
+            "\u{FEFF}x",
+            "x\ny",
+            "x\u{7f}",
+            "x\u{2066}",
+            "x\u{E0041}",
+        ] {
+            let err = validate_name(bad, "task name").unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}");
+        }
+        assert!(validate_name(&"x".repeat(63), "task name").is_ok());
+        assert!(validate_name(&"x".repeat(64), "task name").is_err());
+    }
+}
