@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use super::{Decision, Limited, Permit, RawPermit, Task};
+use super::{Decision, Limited, OwnedPermit, Permit, RawPermit, Task};
 use crate::error::Result;
 use crate::format::WAITERS;
 
@@ -34,6 +34,18 @@ impl Task {
             Ok(raw) => Decision::Admitted(Permit::new(self, raw)),
             Err(limited) => Decision::Limited(limited),
         })
+    }
+
+    /// [`Task::acquire_owned`] that waits up to `timeout` (`None` = do not
+    /// wait).
+    pub fn acquire_owned_wait(
+        &self,
+        n: u32,
+        timeout: Option<Duration>,
+    ) -> Result<std::result::Result<OwnedPermit, Limited>> {
+        Ok(self
+            .acquire_raw_wait(n, timeout)?
+            .map(|raw| OwnedPermit::new(self.clone(), raw)))
     }
 
     /// [`Task::acquire_raw`] that waits up to `timeout`.
