@@ -1,33 +1,54 @@
 //! The Python face of balancers: `Table.balancer(...)` returns a `Balancer`;
-//! `Balancer.pick()` a `Choice`, which records its outcome when released.
-//! Thin like the rest: convert, call `flowctrl::Balancer`, convert back.
+//! `Balancer.pick()` a `Choice`, the core's owning pick, which records its
+//! outcome when released. Thin like the rest: convert, call
+//! `flowctrl::Balancer`, convert back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
-use flowctrl::{BalancerConfig, Outcome, PickOptions, RawPick};
+use flowctrl::{BalancerConfig, Finish, OwnedPick, PickOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{InvalidArgumentError, TableClosedError};
-use crate::{exit_outcome, lock, outcome, to_py};
+use crate::args::{self, exit_outcome, lock, set};
+use crate::error::{InvalidArgumentError, TableClosedError, to_py};
 
-/// The configuration `Table.balancer` takes as keyword arguments (seconds).
+/// The configuration `Table.balancer` takes as keyword arguments (durations
+/// in seconds); None keeps the core's default.
 pub(crate) struct Settings {
-    pub decay: f64,
-    pub failure_penalty: f64,
-    pub slow_start: f64,
-    pub default_rtt: f64,
-    pub retry_ratio: f64,
-    pub retry_min_per_sec: f64,
+    pub decay: Option<f64>,
+    pub failure_penalty: Option<f64>,
+    pub slow_start: Option<f64>,
+    pub default_rtt: Option<f64>,
+    pub retry_ratio: Option<f64>,
+    pub retry_min_per_sec: Option<f64>,
 }
 
-fn seconds(what: &str, s: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| InvalidArgumentError::new_err(format!("{what} must be >= 0 seconds, not {s}")))
+impl Settings {
+    /// The core's configuration: its defaults, with the arguments given.
+    fn config(&self) -> PyResult<BalancerConfig> {
+        let mut c = BalancerConfig::default();
+        set(&mut c.decay, args::seconds("decay", self.decay)?);
+        set(
+            &mut c.failure_penalty,
+            args::seconds("failure_penalty", self.failure_penalty)?,
+        );
+        set(
+            &mut c.slow_start,
+            args::seconds("slow_start", self.slow_start)?,
+        );
+        set(
+            &mut c.default_rtt,
+            args::seconds("default_rtt", self.default_rtt)?,
+        );
+        set(&mut c.retry_ratio, self.retry_ratio);
+        set(&mut c.retry_min_per_sec, self.retry_min_per_sec);
+        Ok(c)
+    }
 }
 
+/// The Python API's separate address and weight lists as the core's pairs
+/// (weights default to 1 each); the core checks the pairs.
 fn backend_list(backends: &[String], weights: Option<Vec<u32>>) -> PyResult<Vec<(&str, u32)>> {
     let weights = weights.unwrap_or_else(|| vec![1; backends.len()]);
     if weights.len() != backends.len() {
@@ -50,14 +71,7 @@ pub(crate) fn register(
     weights: Option<Vec<u32>>,
     s: Settings,
 ) -> PyResult<Balancer> {
-    let config = BalancerConfig {
-        decay: seconds("decay", s.decay)?,
-        failure_penalty: seconds("failure_penalty", s.failure_penalty)?,
-        slow_start: seconds("slow_start", s.slow_start)?,
-        default_rtt: seconds("default_rtt", s.default_rtt)?,
-        retry_ratio: s.retry_ratio,
-        retry_min_per_sec: s.retry_min_per_sec,
-    };
+    let config = s.config()?;
     let list = backend_list(&backends, weights)?;
     // Registering and setting backends may wait for another process.
     let lb = py
@@ -92,29 +106,16 @@ impl Balancer {
     /// excludes the one that failed). Excluding every backend raises.
     #[pyo3(signature = (exclude=None))]
     fn pick(&self, exclude: Option<Vec<String>>) -> PyResult<Choice> {
-        let exclude = exclude.unwrap_or_default();
         let lb = self.live()?;
-        let mut indices = [0u32; 16];
-        let mut more = Vec::new();
-        let mut n = 0;
-        for index in exclude.iter().filter_map(|a| lb.index_of(a)) {
-            if n < indices.len() {
-                indices[n] = index;
-                n += 1;
-            } else {
-                more.push(index);
-            }
-        }
-        let exclude: &[u32] = if more.is_empty() {
-            &indices[..n]
-        } else {
-            more.extend_from_slice(&indices);
-            &more
-        };
-        let raw = lb.pick_raw(&PickOptions { exclude }).map_err(to_py)?;
+        // Addresses that name no active backend exclude nothing.
+        let exclude: Vec<u32> = exclude
+            .iter()
+            .flatten()
+            .filter_map(|address| lb.index_of(address))
+            .collect();
+        let pick = lb.pick_owned(&PickOptions { exclude: &exclude });
         Ok(Choice {
-            lb: lb.clone(),
-            raw: Mutex::new(raw),
+            pick: Mutex::new(pick.map_err(to_py)?),
         })
     }
 
@@ -175,29 +176,11 @@ impl Balancer {
 
 /// A chosen backend. Release it once; as a context manager it is released
 /// on exit, as "dropped" if the block raised, else "success". Dropped
-/// unreleased, it is released as "ignored".
+/// unreleased, it is released as "ignored" (by the core's guard).
 #[pyclass(frozen, module = "flowctrl")]
 pub(crate) struct Choice {
-    lb: flowctrl::Balancer,
-    raw: Mutex<RawPick>,
-}
-
-impl Choice {
-    fn release_once(
-        &self,
-        outcome: Outcome,
-        rtt: Option<Duration>,
-        load: Option<f64>,
-    ) -> PyResult<bool> {
-        let mut raw = lock(&self.raw);
-        if raw.is_done() {
-            return Ok(false);
-        }
-        self.lb
-            .done_raw(&mut raw, outcome, rtt, load)
-            .map_err(to_py)?;
-        Ok(true)
-    }
+    /// Finished under the lock, so two threads cannot both release it.
+    pick: Mutex<OwnedPick>,
 }
 
 #[pymethods]
@@ -207,13 +190,18 @@ impl Choice {
     /// since the pick; `load` is the server's reported load (0..1).
     #[pyo3(signature = (outcome="success", *, rtt=None, load=None))]
     fn release(&self, outcome: &str, rtt: Option<f64>, load: Option<f64>) -> PyResult<()> {
-        let rtt = rtt.map(|s| seconds("rtt", s)).transpose()?;
-        if self.release_once(self::outcome(outcome)?, rtt, load)? {
+        let how = Finish {
+            outcome: args::outcome(outcome)?,
+            rtt: args::seconds("rtt", rtt)?,
+            load,
+        };
+        let mut pick = lock(&self.pick);
+        if pick.finish_once(how).map_err(to_py)? {
             Ok(())
         } else {
             Err(InvalidArgumentError::new_err(format!(
                 "balancer {:?}: choice already released",
-                self.lb.name()
+                pick.issuer().name()
             )))
         }
     }
@@ -221,18 +209,18 @@ impl Choice {
     /// The chosen backend's address.
     #[getter]
     fn backend(&self) -> String {
-        lock(&self.raw).address().to_owned()
+        lock(&self.pick).backend().to_owned()
     }
 
     /// The chosen backend's index in the balancer.
     #[getter]
     fn index(&self) -> u32 {
-        lock(&self.raw).backend
+        lock(&self.pick).index()
     }
 
     #[getter]
     fn released(&self) -> bool {
-        lock(&self.raw).is_done()
+        lock(&self.pick).is_finished()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -246,20 +234,16 @@ impl Choice {
         traceback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let _ = (exc_value, traceback);
-        self.release_once(exit_outcome(exc_type), None, None)
-            .map(drop)
+        let how = exit_outcome(exc_type).into();
+        lock(&self.pick).finish_once(how).map(drop).map_err(to_py)
     }
 
     fn __repr__(&self) -> String {
-        format!("<flowctrl.Choice {:?} {}>", self.lb.name(), self.backend())
-    }
-}
-
-impl Drop for Choice {
-    fn drop(&mut self) {
-        let raw = self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if !raw.is_done() {
-            let _ = self.lb.done_raw(raw, Outcome::Ignored, None, None);
-        }
+        let pick = lock(&self.pick);
+        format!(
+            "<flowctrl.Choice {:?} {}>",
+            pick.issuer().name(),
+            pick.backend()
+        )
     }
 }

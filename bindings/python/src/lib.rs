@@ -7,108 +7,29 @@
 //! non-waiting acquire and a release keep it: they take tens of
 //! nanoseconds, less than a GIL round trip.
 //!
-//! The exception classes are plain Python (`flowctrl/_errors.py`) so that they
-//! pickle by name and mix in the built-in exceptions; this module imports them
-//! to raise them.
+//! It holds no logic of its own: permits and picks are the core's owning
+//! guards, every default is the core's (an argument left None keeps it),
+//! every check is the core's, and each conversion is written once
+//! (`args.rs`: seconds, outcomes; `config.rs`: a task's configuration;
+//! `error.rs`: errors and rejections to exceptions).
 
+mod args;
 mod balance;
+mod config;
+mod error;
+mod task;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
-use flowctrl::{ErrorKind, Limited as Why, Outcome, TableOptions, TaskConfig};
+use flowctrl::TableOptions;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-mod adaptive;
-mod task;
-
+use args::{lock, set};
+use error::{TableClosedError, to_py};
 use task::{Permit, Task};
-
-/// The exception classes of `flowctrl._errors`, imported once on first use.
-mod errors {
-    use pyo3::import_exception;
-
-    import_exception!(flowctrl._errors, Limited);
-    import_exception!(flowctrl._errors, InvalidArgumentError);
-    import_exception!(flowctrl._errors, InvalidNameError);
-    import_exception!(flowctrl._errors, ConfigMismatchError);
-    import_exception!(flowctrl._errors, TableClosedError);
-    import_exception!(flowctrl._errors, TableFullError);
-    import_exception!(flowctrl._errors, TooManyProcessesError);
-    import_exception!(flowctrl._errors, IncompatibleTableError);
-    import_exception!(flowctrl._errors, CorruptTableError);
-    import_exception!(flowctrl._errors, TablePermissionError);
-    import_exception!(flowctrl._errors, TableIOError);
-    import_exception!(flowctrl._errors, FlowctrlTimeoutError);
-    import_exception!(flowctrl._errors, StoreError);
-    import_exception!(flowctrl._errors, InternalError);
-}
-
-use errors::*;
-
-/// The one mapping of the crate's error to Python exceptions.
-fn to_py(e: flowctrl::Error) -> PyErr {
-    let msg = e.message().to_owned();
-    match e.kind() {
-        ErrorKind::InvalidArgument => InvalidArgumentError::new_err(msg),
-        ErrorKind::InvalidName => InvalidNameError::new_err(msg),
-        ErrorKind::TableFull => TableFullError::new_err(msg),
-        ErrorKind::TooManyProcesses => TooManyProcessesError::new_err(msg),
-        ErrorKind::ConfigMismatch => ConfigMismatchError::new_err(msg),
-        ErrorKind::Incompatible => IncompatibleTableError::new_err(msg),
-        ErrorKind::Corrupt => CorruptTableError::new_err(msg),
-        ErrorKind::Permission => TablePermissionError::new_err(msg),
-        ErrorKind::Io => TableIOError::new_err(msg),
-        ErrorKind::Timeout => FlowctrlTimeoutError::new_err(msg),
-        ErrorKind::Store => StoreError::new_err(msg),
-        ErrorKind::Internal => InternalError::new_err(msg),
-        // A kind newer than this face: still an error, never a crash.
-        other => InternalError::new_err(format!("{other:?}: {msg}")),
-    }
-}
-
-fn reason(why: Why) -> String {
-    match why {
-        Why::Local => "local".to_owned(),
-        Why::Concurrency => "concurrency".to_owned(),
-        Why::Global => "global".to_owned(),
-        // A limit newer than this face (`Global` → "global").
-        other => format!("{other:?}").to_lowercase(),
-    }
-}
-
-fn limited(task: &str, why: Why) -> PyErr {
-    let reason = reason(why);
-    Limited::new_err((format!("task {task:?} limited by {reason}"), reason))
-}
-
-fn outcome(name: &str) -> PyResult<Outcome> {
-    match name {
-        "success" => Ok(Outcome::Success),
-        "dropped" => Ok(Outcome::Dropped),
-        "ignored" => Ok(Outcome::Ignored),
-        other => Err(InvalidArgumentError::new_err(format!(
-            "outcome must be 'success', 'dropped' or 'ignored', not {other:?}"
-        ))),
-    }
-}
-
-/// How a `with` block ended: "dropped" if it raised, else "success".
-fn exit_outcome(exc_type: &Bound<'_, PyAny>) -> Outcome {
-    if exc_type.is_none() {
-        Outcome::Success
-    } else {
-        Outcome::Dropped
-    }
-}
-
-/// Nothing here panics while holding a lock, but a poisoned lock must not
-/// turn into a second panic either: the data is plain and stays valid.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A shared-memory task table, attached by every process on the host.
 ///
@@ -143,21 +64,23 @@ fn closed_table(path: &std::path::Path) -> PyErr {
 
 #[pymethods]
 impl Table {
+    /// Arguments left None keep the core's `TableOptions::default()`.
     #[new]
-    #[pyo3(signature = (path=None, *, capacity=256, mode=0o600, max_processes=64, owner=None, shared=false,
-                        balancers=16, backends_per_balancer=32, store=None, key_prefix=None,
-                        store_timeout=None, store_connect_timeout=None, probe_interval=None))]
+    #[pyo3(signature = (path=None, *, capacity=None, mode=None, max_processes=None, owner=None,
+                        shared=None, balancers=None, backends_per_balancer=None, store=None,
+                        key_prefix=None, store_timeout=None, store_connect_timeout=None,
+                        probe_interval=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python constructor
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
-        capacity: u32,
-        mode: u32,
-        max_processes: u32,
+        capacity: Option<u32>,
+        mode: Option<u32>,
+        max_processes: Option<u32>,
         owner: Option<u32>,
-        shared: bool,
-        balancers: u32,
-        backends_per_balancer: u32,
+        shared: Option<bool>,
+        balancers: Option<u32>,
+        backends_per_balancer: Option<u32>,
         store: Option<String>,
         key_prefix: Option<String>,
         store_timeout: Option<f64>,
@@ -165,36 +88,30 @@ impl Table {
         probe_interval: Option<f64>,
     ) -> PyResult<Self> {
         let mut options = TableOptions {
-            capacity,
-            max_processes,
-            mode,
             owner,
-            shared,
-            balancers,
-            backends_per_balancer,
             ..TableOptions::default()
         };
-        options.store.url = store;
-        if let Some(prefix) = key_prefix {
-            options.store.key_prefix = prefix;
-        }
-        for (name, seconds, field) in [
-            ("store_timeout", store_timeout, &mut options.store.timeout),
-            (
-                "store_connect_timeout",
-                store_connect_timeout,
-                &mut options.store.connect_timeout,
-            ),
-            (
-                "probe_interval",
-                probe_interval,
-                &mut options.store.probe_interval,
-            ),
-        ] {
-            if let Some(s) = seconds {
-                *field = adaptive::seconds(name, s)?;
-            }
-        }
+        set(&mut options.capacity, capacity);
+        set(&mut options.mode, mode);
+        set(&mut options.max_processes, max_processes);
+        set(&mut options.shared, shared);
+        set(&mut options.balancers, balancers);
+        set(&mut options.backends_per_balancer, backends_per_balancer);
+        let s = &mut options.store;
+        s.url = store;
+        set(&mut s.key_prefix, key_prefix);
+        set(
+            &mut s.timeout,
+            args::seconds("store_timeout", store_timeout)?,
+        );
+        set(
+            &mut s.connect_timeout,
+            args::seconds("store_connect_timeout", store_connect_timeout)?,
+        );
+        set(
+            &mut s.probe_interval,
+            args::seconds("probe_interval", probe_interval)?,
+        );
         // Opening may create and calibrate a table (~10 ms): let other threads run.
         let table = py
             .detach(move || match path {
@@ -231,7 +148,7 @@ impl Table {
         max_limit: Option<u32>,
         initial_limit: Option<u32>,
     ) -> PyResult<Task> {
-        let config = TaskConfig {
+        let config = config::task_config(
             local_rate,
             burst,
             max_concurrency,
@@ -239,8 +156,11 @@ impl Table {
             slice_ms,
             chunk,
             fallback_rate,
-            ..adaptive::config(limiter, min_limit, max_limit, initial_limit)?
-        };
+            limiter,
+            min_limit,
+            max_limit,
+            initial_limit,
+        )?;
         let table = self.handle()?;
         // Registering may wait for another process that is filling the slot.
         let task = py
@@ -253,21 +173,24 @@ impl Table {
     }
 
     /// Registers (or attaches to) the balancer `name` and sets its backends
-    /// (see `balance.rs`); durations in seconds.
-    #[pyo3(signature = (name, backends, weights=None, *, decay=10.0, failure_penalty=5.0, slow_start=30.0, default_rtt=0.1, retry_ratio=0.2, retry_min_per_sec=10.0))]
-    #[allow(clippy::too_many_arguments)]
+    /// (see `balance.rs`); durations in seconds, None keeps the core's
+    /// `BalancerConfig::default()`.
+    #[pyo3(signature = (name, backends, weights=None, *, decay=None, failure_penalty=None,
+                        slow_start=None, default_rtt=None, retry_ratio=None,
+                        retry_min_per_sec=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn balancer(
         &self,
         py: Python<'_>,
         name: &str,
         backends: Vec<String>,
         weights: Option<Vec<u32>>,
-        decay: f64,
-        failure_penalty: f64,
-        slow_start: f64,
-        default_rtt: f64,
-        retry_ratio: f64,
-        retry_min_per_sec: f64,
+        decay: Option<f64>,
+        failure_penalty: Option<f64>,
+        slow_start: Option<f64>,
+        default_rtt: Option<f64>,
+        retry_ratio: Option<f64>,
+        retry_min_per_sec: Option<f64>,
     ) -> PyResult<balance::Balancer> {
         let settings = balance::Settings {
             decay,

@@ -1,17 +1,17 @@
 //! The Python face of tasks and permits: `Table.task(...)` returns a `Task`;
-//! its acquires return `Permit`s, which release once (by hand, on leaving a
-//! `with` block, or as "ignored" when dropped).
+//! its acquires return `Permit`s, the core's owning permits, which release
+//! once (by hand, on leaving a `with` block, or as "ignored" when dropped).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
-use flowctrl::{Outcome, QuotaState, QuotaStats, RawPermit, TaskConfig, TaskStats};
+use flowctrl::{Finish, OwnedPermit, QuotaState, QuotaStats, TaskStats};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::adaptive;
-use crate::errors::*;
-use crate::{exit_outcome, limited, lock, outcome, to_py};
+use crate::args::{self, exit_outcome, lock};
+use crate::config;
+use crate::error::{InvalidArgumentError, TableClosedError, limited, to_py};
 
 /// A task registered in a table.
 #[pyclass(frozen, module = "flowctrl")]
@@ -33,13 +33,6 @@ impl Task {
         }
         Ok(&self.task)
     }
-
-    fn permit(&self, raw: RawPermit) -> Permit {
-        Permit {
-            task: self.task.clone(),
-            raw: Mutex::new(raw),
-        }
-    }
 }
 
 #[pymethods]
@@ -49,10 +42,10 @@ impl Task {
     fn try_acquire(&self, n: u32) -> PyResult<Option<Permit>> {
         Ok(self
             .live()?
-            .acquire_raw(n)
+            .acquire_owned(n)
             .map_err(to_py)?
             .ok()
-            .map(|raw| self.permit(raw)))
+            .map(Permit::new))
     }
 
     /// Returns a Permit (a context manager), or raises Limited. With a
@@ -60,13 +53,13 @@ impl Task {
     #[pyo3(signature = (n=1, timeout=None))]
     fn acquire(&self, py: Python<'_>, n: u32, timeout: Option<f64>) -> PyResult<Permit> {
         let task = self.live()?;
-        let decision = match adaptive::timeout(timeout)? {
-            None => task.acquire_raw(n),
-            Some(t) => py.detach(|| task.acquire_raw_wait(n, Some(t))),
+        let decision = match args::seconds("timeout", timeout)? {
+            None => task.acquire_owned(n),
+            Some(t) => py.detach(|| task.acquire_owned_wait(n, Some(t))),
         };
         match decision.map_err(to_py)? {
-            Ok(raw) => Ok(self.permit(raw)),
-            Err(why) => Err(limited(self.task.name(), why)),
+            Ok(permit) => Ok(Permit::new(permit)),
+            Err(why) => Err(limited(task.name(), why)),
         }
     }
 
@@ -78,7 +71,7 @@ impl Task {
         n: u32,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        adaptive::timeout(timeout)?;
+        args::seconds("timeout", timeout)?;
         let py = slf.py();
         py.import("flowctrl._aio")?
             .getattr("AsyncAcquire")?
@@ -112,7 +105,7 @@ impl Task {
         max_limit: Option<u32>,
         initial_limit: Option<u32>,
     ) -> PyResult<()> {
-        let config = TaskConfig {
+        let config = config::task_config(
             local_rate,
             burst,
             max_concurrency,
@@ -120,8 +113,11 @@ impl Task {
             slice_ms,
             chunk,
             fallback_rate,
-            ..adaptive::config(limiter, min_limit, max_limit, initial_limit)?
-        };
+            limiter,
+            min_limit,
+            max_limit,
+            initial_limit,
+        )?;
         let task = self.live()?;
         py.detach(|| task.update(&config)).map_err(to_py)
     }
@@ -181,17 +177,7 @@ impl Task {
 
     #[getter]
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.live()?.settings();
-        let d = PyDict::new(py);
-        d.set_item("local_rate", s.local_rate)?;
-        d.set_item("burst", s.burst)?;
-        d.set_item("max_concurrency", s.max_concurrency)?;
-        d.set_item("global_rate", s.global_rate)?;
-        d.set_item("slice_ms", s.slice_ms)?;
-        d.set_item("chunk", s.chunk)?;
-        d.set_item("fallback_rate", s.fallback_rate)?;
-        adaptive::settings(&d, &s.limiter)?;
-        Ok(d)
+        config::settings_dict(py, &self.live()?.settings())
     }
 
     fn __repr__(&self) -> String {
@@ -250,27 +236,21 @@ fn quota_items(d: &Bound<'_, PyDict>, q: &QuotaStats) -> PyResult<()> {
 
 /// Admission for `n` permits. Release it once; as a context manager it is
 /// released on exit, as "dropped" if the block raised, else "success". A
-/// permit dropped unreleased is released as "ignored". It stays releasable
-/// after its Table is closed, so the concurrency it holds goes back.
+/// permit dropped unreleased is released as "ignored" (by the core's guard).
+/// It stays releasable after its Table is closed, so the concurrency it
+/// holds goes back.
 #[pyclass(frozen, module = "flowctrl")]
 pub(crate) struct Permit {
-    task: flowctrl::Task,
-    /// Released under the lock, so two threads cannot both release it; the
-    /// core marks it spent only when the release succeeded.
-    raw: Mutex<RawPermit>,
+    /// Finished under the lock, so two threads cannot both release it; the
+    /// core marks it released only when the release succeeded.
+    permit: Mutex<OwnedPermit>,
 }
 
 impl Permit {
-    /// Releases the permit unless it was released already; tells which.
-    fn release_once(&self, outcome: Outcome, rtt: Option<std::time::Duration>) -> PyResult<bool> {
-        let mut raw = lock(&self.raw);
-        if raw.is_spent() {
-            return Ok(false);
+    fn new(permit: OwnedPermit) -> Self {
+        Self {
+            permit: Mutex::new(permit),
         }
-        self.task
-            .release_raw_rtt(&mut raw, outcome, rtt)
-            .map_err(to_py)?;
-        Ok(true)
     }
 }
 
@@ -280,25 +260,29 @@ impl Permit {
     /// the latency sample instead of the time since the acquire.
     #[pyo3(signature = (outcome="success", *, rtt=None))]
     fn release(&self, outcome: &str, rtt: Option<f64>) -> PyResult<()> {
-        let rtt = adaptive::rtt(rtt)?;
-        if self.release_once(self::outcome(outcome)?, rtt)? {
+        let how = Finish {
+            rtt: args::seconds("rtt", rtt)?,
+            ..args::outcome(outcome)?.into()
+        };
+        let mut permit = lock(&self.permit);
+        if permit.finish_once(how).map_err(to_py)? {
             Ok(())
         } else {
             Err(InvalidArgumentError::new_err(format!(
                 "task {:?}: permit already released",
-                self.task.name()
+                permit.task().name()
             )))
         }
     }
 
     #[getter]
     fn n(&self) -> u32 {
-        lock(&self.raw).n
+        lock(&self.permit).n()
     }
 
     #[getter]
     fn released(&self) -> bool {
-        lock(&self.raw).is_spent()
+        lock(&self.permit).is_finished()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -313,19 +297,16 @@ impl Permit {
         traceback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let _ = (exc_value, traceback);
-        self.release_once(exit_outcome(exc_type), None).map(drop)
+        let how = exit_outcome(exc_type).into();
+        lock(&self.permit).finish_once(how).map(drop).map_err(to_py)
     }
 
     fn __repr__(&self) -> String {
-        format!("<flowctrl.Permit {:?} n={}>", self.task.name(), self.n())
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let raw = self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if !raw.is_spent() {
-            let _ = self.task.release_raw(raw, Outcome::Ignored);
-        }
+        let permit = lock(&self.permit);
+        format!(
+            "<flowctrl.Permit {:?} n={}>",
+            permit.task().name(),
+            permit.n()
+        )
     }
 }

@@ -3,7 +3,7 @@
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Optional, Sequence, Union, final
+from typing import Literal, Sequence, final
 
 from ._aio import AsyncAcquire
 from ._types import BackendStats, Consistency, ProcessStats, Settings, Stats, TableCheck
@@ -18,6 +18,8 @@ class Table:
     """A shared-memory task table; created if missing (mode 0600 by default).
 
     ``path`` None means /dev/shm/flowctrl; a bare name means /dev/shm/<name>.
+    Every argument left None takes the library's default (256 tasks, 64
+    processes, 16 balancers of 32 backends, mode 0600, not shared).
     ``capacity``, ``mode`` and ``max_processes`` apply only to a new table.
     An existing table is opened only if it is a regular file (not a symlink)
     owned by ``owner`` (default: this process's effective uid) and, unless
@@ -26,9 +28,9 @@ class Table:
 
     ``store`` is where global quota comes from: ``"redis://host:port/db"``
     (``rediss://`` for TLS, credentials in the URL) or None for the embedded
-    store (the table itself: one host, no server). ``store_timeout`` (5 ms),
-    ``store_connect_timeout`` (20 ms) and ``probe_interval`` (3 s) are in
-    seconds; every process of a host must name the same store.
+    store (the table itself: one host, no server). ``store_timeout`` (default
+    5 ms), ``store_connect_timeout`` (20 ms) and ``probe_interval`` (3 s) are
+    in seconds; every process of a host must name the same store.
 
     ``close()``, or leaving a ``with`` block, drops this handle: the table and
     every Task made from it then raise TableClosedError (``path``,
@@ -39,36 +41,36 @@ class Table:
 
     def __new__(
         cls,
-        path: Optional[Union[str, PathLike[str]]] = None,
+        path: str | PathLike[str] | None = None,
         *,
-        capacity: int = 256,
-        mode: int = 0o600,
-        max_processes: int = 64,
-        owner: Optional[int] = None,
-        shared: bool = False,
-        balancers: int = 16,
-        backends_per_balancer: int = 32,
-        store: Optional[str] = None,
-        key_prefix: Optional[str] = None,
-        store_timeout: Optional[float] = None,
-        store_connect_timeout: Optional[float] = None,
-        probe_interval: Optional[float] = None,
+        capacity: int | None = None,
+        mode: int | None = None,
+        max_processes: int | None = None,
+        owner: int | None = None,
+        shared: bool | None = None,
+        balancers: int | None = None,
+        backends_per_balancer: int | None = None,
+        store: str | None = None,
+        key_prefix: str | None = None,
+        store_timeout: float | None = None,
+        store_connect_timeout: float | None = None,
+        probe_interval: float | None = None,
     ) -> Table: ...
     def task(
         self,
         name: str,
         *,
-        local_rate: Optional[float] = None,
-        burst: Optional[int] = None,
-        max_concurrency: Optional[int] = None,
-        global_rate: Optional[float] = None,
-        slice_ms: Optional[int] = None,
-        chunk: Optional[int] = None,
-        fallback_rate: Optional[float] = None,
-        limiter: Optional[str] = None,
-        min_limit: Optional[int] = None,
-        max_limit: Optional[int] = None,
-        initial_limit: Optional[int] = None,
+        local_rate: float | None = None,
+        burst: int | None = None,
+        max_concurrency: int | None = None,
+        global_rate: float | None = None,
+        slice_ms: int | None = None,
+        chunk: int | None = None,
+        fallback_rate: float | None = None,
+        limiter: str | None = None,
+        min_limit: int | None = None,
+        max_limit: int | None = None,
+        initial_limit: int | None = None,
     ) -> Task:
         """Registers a task host-wide, or attaches to it.
 
@@ -80,19 +82,22 @@ class Table:
         self,
         name: str,
         backends: Sequence[str],
-        weights: Optional[Sequence[int]] = None,
+        weights: Sequence[int] | None = None,
         *,
-        decay: float = 10.0,
-        failure_penalty: float = 5.0,
-        slow_start: float = 30.0,
-        default_rtt: float = 0.1,
-        retry_ratio: float = 0.2,
-        retry_min_per_sec: float = 10.0,
+        decay: float | None = None,
+        failure_penalty: float | None = None,
+        slow_start: float | None = None,
+        default_rtt: float | None = None,
+        retry_ratio: float | None = None,
+        retry_min_per_sec: float | None = None,
     ) -> Balancer:
         """Registers the balancer host-wide (or attaches to it) and sets its backends.
 
-        Durations are in seconds. Every process must pass the same
-        configuration (ConfigMismatchError otherwise).
+        Durations are in seconds; arguments left None take the library's
+        defaults (decay 10 s, failure_penalty 5 s, slow_start 30 s,
+        default_rtt 0.1 s, retry_ratio 0.2, retry_min_per_sec 10). Every
+        process must pass the same configuration (ConfigMismatchError
+        otherwise).
         """
     def reap(self) -> int:
         """Looks for dead processes now; the number found (their permits are back)."""
@@ -112,9 +117,9 @@ class Table:
         """Returns the table; raises TableClosedError if it is closed."""
     def __exit__(
         self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         """Closes the table."""
 
@@ -126,34 +131,34 @@ class Task:
     closed.
     """
 
-    def try_acquire(self, n: int = 1) -> Optional[Permit]:
+    def try_acquire(self, n: int = 1) -> Permit | None:
         """Returns a Permit, or None when a limit rejects the request."""
-    def acquire(self, n: int = 1, timeout: Optional[float] = None) -> Permit:
+    def acquire(self, n: int = 1, timeout: float | None = None) -> Permit:
         """Returns a Permit (usable as a context manager) or raises Limited.
 
         With ``timeout`` (seconds), waits up to it for a permit, without
         the GIL; None does not wait.
         """
-    def acquire_async(self, n: int = 1, timeout: Optional[float] = None) -> AsyncAcquire:
+    def acquire_async(self, n: int = 1, timeout: float | None = None) -> AsyncAcquire:
         """``async with`` (or ``await``) it for a Permit; waits up to
         ``timeout`` seconds without blocking the event loop."""
     @property
-    def limit(self) -> Optional[int]:
+    def limit(self) -> int | None:
         """The concurrency limit applied now; None when there is no cap."""
     def update(
         self,
         *,
-        local_rate: Optional[float] = None,
-        burst: Optional[int] = None,
-        max_concurrency: Optional[int] = None,
-        global_rate: Optional[float] = None,
-        slice_ms: Optional[int] = None,
-        chunk: Optional[int] = None,
-        fallback_rate: Optional[float] = None,
-        limiter: Optional[str] = None,
-        min_limit: Optional[int] = None,
-        max_limit: Optional[int] = None,
-        initial_limit: Optional[int] = None,
+        local_rate: float | None = None,
+        burst: int | None = None,
+        max_concurrency: int | None = None,
+        global_rate: float | None = None,
+        slice_ms: int | None = None,
+        chunk: int | None = None,
+        fallback_rate: float | None = None,
+        limiter: str | None = None,
+        min_limit: int | None = None,
+        max_limit: int | None = None,
+        initial_limit: int | None = None,
     ) -> None:
         """Changes the given fields of the configuration for the whole host."""
     def stats(self) -> Stats: ...
@@ -184,7 +189,7 @@ class Permit:
         self,
         outcome: Literal["success", "dropped", "ignored"] = "success",
         *,
-        rtt: Optional[float] = None,
+        rtt: float | None = None,
     ) -> None:
         """Releases the permit with how the request ended.
 
@@ -199,22 +204,22 @@ class Permit:
     def __enter__(self) -> Permit: ...
     def __exit__(
         self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None: ...
 
 @final
 class Balancer:
     """A set of backends shared by every process on the host. Made by Table.balancer()."""
 
-    def pick(self, exclude: Optional[Sequence[str]] = None) -> Choice:
+    def pick(self, exclude: Sequence[str] | None = None) -> Choice:
         """Chooses a backend, avoiding the addresses in ``exclude``.
 
         Raises InvalidArgumentError when every backend is excluded.
         """
     def set_backends(
-        self, backends: Sequence[str], weights: Optional[Sequence[int]] = None
+        self, backends: Sequence[str], weights: Sequence[int] | None = None
     ) -> None:
         """Replaces the backends; those that stay keep their statistics."""
     def retry_allowed(self) -> bool:
@@ -237,8 +242,8 @@ class Choice:
         self,
         outcome: Literal["success", "dropped", "ignored"] = "success",
         *,
-        rtt: Optional[float] = None,
-        load: Optional[float] = None,
+        rtt: float | None = None,
+        load: float | None = None,
     ) -> None:
         """Records how the call ended; ``rtt`` (seconds) overrides the measured
         time, ``load`` is the server's reported load (0..1)."""
@@ -251,7 +256,7 @@ class Choice:
     def __enter__(self) -> Choice: ...
     def __exit__(
         self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None: ...

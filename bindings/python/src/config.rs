@@ -1,0 +1,80 @@
+//! A task's configuration both ways: the keyword arguments of `Table.task`
+//! and `Task.update` as the core's `TaskConfig` (its three parts one to one;
+//! None = unset), and the settings in force as the `settings` dict.
+
+use flowctrl::{
+    GlobalConfig, GlobalSettings, LimiterConfig, LimiterSpec, LocalConfig, LocalSettings,
+    TaskConfig, TaskSettings,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::error::to_py;
+
+/// The configuration the keyword arguments ask for.
+#[allow(clippy::too_many_arguments)] // the keyword arguments of the Python methods
+pub(crate) fn task_config(
+    local_rate: Option<f64>,
+    burst: Option<u32>,
+    max_concurrency: Option<u32>,
+    global_rate: Option<f64>,
+    slice_ms: Option<u32>,
+    chunk: Option<u32>,
+    fallback_rate: Option<f64>,
+    limiter: Option<&str>,
+    min_limit: Option<u32>,
+    max_limit: Option<u32>,
+    initial_limit: Option<u32>,
+) -> PyResult<TaskConfig> {
+    Ok(TaskConfig {
+        local: LocalConfig {
+            local_rate,
+            burst,
+            max_concurrency,
+        },
+        global: GlobalConfig {
+            global_rate,
+            slice_ms,
+            chunk,
+            fallback_rate,
+        },
+        limiter: LimiterConfig {
+            spec: limiter.map(LimiterSpec::parse).transpose().map_err(to_py)?,
+            min_limit,
+            max_limit,
+            initial_limit,
+        },
+    })
+}
+
+/// The settings in force, every field under its keyword's name.
+pub(crate) fn settings_dict<'py>(
+    py: Python<'py>,
+    s: &TaskSettings,
+) -> PyResult<Bound<'py, PyDict>> {
+    let LocalSettings {
+        local_rate,
+        burst,
+        max_concurrency,
+    } = s.local;
+    let GlobalSettings {
+        global_rate,
+        slice_ms,
+        chunk,
+        fallback_rate,
+    } = s.global;
+    let limiter = &s.limiter;
+    let d = PyDict::new(py);
+    d.set_item("local_rate", local_rate)?;
+    d.set_item("burst", burst)?;
+    d.set_item("max_concurrency", max_concurrency)?;
+    d.set_item("global_rate", global_rate)?;
+    d.set_item("slice_ms", slice_ms)?;
+    d.set_item("chunk", chunk)?;
+    d.set_item("fallback_rate", fallback_rate)?;
+    d.set_item("limiter", limiter.canonical())?;
+    d.set_item("min_limit", limiter.min)?;
+    d.set_item("max_limit", limiter.max)?;
+    d.set_item("initial_limit", limiter.initial)?;
+    Ok(d)
+}
