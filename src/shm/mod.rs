@@ -24,8 +24,10 @@ use fork::{ForkSafeLock, TrackedFd};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
-/// What the task layer does when a slot changes hands. Both are called with
-/// the attachment's slot held exclusively (its kernel lock).
+/// What the features do when an attachment slot changes hands: the table
+/// installs one hook that gives back the tasks' permits and pull locks and
+/// the balancers' picks. Both are called with the attachment's slot held
+/// exclusively (its kernel lock).
 pub(crate) trait Reclaim: Sync {
     /// Gives back what a dead attachment held; possibly called again after
     /// a reclaimer died half-way, so it must be idempotent and crash-safe.
