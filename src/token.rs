@@ -85,37 +85,39 @@ pub(crate) fn seal<T: Token>(token: &mut T, key: u64) {
     token.set_check(check);
 }
 
-/// Refuses a token `owner` cannot finish for `subject` now; `who` names the
-/// subject in the message (`task "x"`).
+/// Why `owner` cannot finish `token` for `subject` now, if it cannot: the
+/// request path's check, with no formatting until a refusal is explained
+/// by [`refusal`].
 #[inline]
 pub(crate) fn verify<T: Token>(
     token: &T,
     key: u64,
     owner: Owner,
     subject: u32,
-    who: &dyn std::fmt::Display,
-) -> Result<()> {
+) -> Result<(), &'static str> {
     let k = &T::KIND;
     let f = token.fields();
-    let why = if token.flags() & SPENT != 0 {
-        k.spent
+    if token.flags() & SPENT != 0 {
+        Err(k.spent)
     } else if f.owner != owner.0 {
-        k.foreign
+        Err(k.foreign)
     } else if f.subject != subject {
-        k.elsewhere
+        Err(k.elsewhere)
     } else if token.flags() & !k.flags != 0
         || !token.reserved_clear()
         || token.check() != mac(token, key)
     {
-        "its fields were altered"
+        Err("its fields were altered")
     } else {
-        return Ok(());
-    };
-    Err(cold_refusal(k, who, why))
+        Ok(())
+    }
 }
 
+/// The error for a token refused by [`verify`]; `who` names the subject
+/// (`task "x"`).
 #[cold]
-fn cold_refusal(k: &Kind, who: &dyn std::fmt::Display, why: &str) -> Error {
+pub(crate) fn refusal<T: Token>(who: &dyn std::fmt::Display, why: &str) -> Error {
+    let k = &T::KIND;
     Error::invalid(format!("{who}: cannot {} this {}: {why}", k.verb, k.noun))
 }
 

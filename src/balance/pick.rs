@@ -216,13 +216,9 @@ impl Balancer {
     ) -> Result<()> {
         let shm = &*self.shm;
         let owner = shm.owner()?;
-        token::verify(
-            pick,
-            shm.permit_key,
-            owner,
-            self.index,
-            &format_args!("balancer {:?}", self.name),
-        )?;
+        token::verify(pick, shm.permit_key, owner, self.index).map_err(|why| {
+            token::refusal::<RawPick>(&format_args!("balancer {:?}", self.name), why)
+        })?;
         if self.slot(pick.backend).is_none() {
             return Err(Error::invalid(format!(
                 "balancer {:?}: cannot finish this pick: it names no backend of this table",

@@ -323,13 +323,9 @@ impl Task {
     ) -> Result<()> {
         let shm = &*self.shm;
         let owner = shm.owner()?;
-        token::verify(
-            permit,
-            shm.permit_key,
-            owner,
-            self.index,
-            &format_args!("task {:?}", self.name),
-        )?;
+        token::verify(permit, shm.permit_key, owner, self.index).map_err(|why| {
+            token::refusal::<RawPermit>(&format_args!("task {:?}", self.name), why)
+        })?;
         let attach = owner.index().unwrap_or(0);
         let lane = preferred_lane();
         let n = permit.n;
