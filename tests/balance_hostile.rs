@@ -13,16 +13,19 @@ use std::time::Duration;
 use common::*;
 use flowctrl::{BalancerConfig, Outcome, PickOptions, Table, TableOptions};
 
+const TASKS: usize = 2;
 const PROCESSES: usize = 4;
 const BALANCERS: usize = 2;
 const BACKENDS: usize = 4;
-/// Bytes of the balancer regions (slots of 320 B; backends of 384 B plus a
-/// 16 B pick ledger per process).
-const REGION: usize = BALANCERS * 320 + BALANCERS * BACKENDS * (384 + 16 * PROCESSES);
+/// Bytes of the balancer regions (balancer slots, backend slots, and a pick
+/// ledger per process and backend), at the end of the file.
+fn region() -> usize {
+    layout::balancers_size(BALANCERS, BACKENDS, PROCESSES)
+}
 
 fn options() -> TableOptions {
     TableOptions {
-        capacity: 2,
+        capacity: TASKS as u32,
         max_processes: PROCESSES as u32,
         balancers: BALANCERS as u32,
         backends_per_balancer: BACKENDS as u32,
@@ -123,14 +126,19 @@ fn hostile_balancer_words_never_crash() {
         matches!(exit, Exit::Code(0)),
         "the unaltered copy: {exit:?}"
     );
-    let start = pristine.len() - REGION;
+    assert_eq!(
+        pristine.len(),
+        layout::total_size(TASKS, PROCESSES, BALANCERS, BACKENDS),
+        "the layout mirrored in tests/common is out of date"
+    );
+    let start = pristine.len() - region();
     let mut rng = Rng::new(seed);
     // Cases that refused the table or a balancer, and cases that picked.
     let (mut refused, mut picked) = (0u64, 0u64);
     for case in 0..cases {
         let mut bytes = pristine.clone();
         for _ in 0..1 + rng.below(8) {
-            let offset = start + 8 * rng.below((REGION / 8) as u64) as usize;
+            let offset = start + 8 * rng.below((region() / 8) as u64) as usize;
             let old = u64::from_le_bytes(bytes[offset..offset + 8].try_into().unwrap());
             let value = match rng.below(8) {
                 0 => 0,

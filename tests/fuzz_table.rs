@@ -168,11 +168,13 @@ fn geometry() -> Geometry {
     let tasks = HEADER_SIZE + TASKS * TASK_SLOT;
     let lanes = tasks + PROCESSES * ATTACH_SLOT;
     let baselines = lanes + TASKS * PROCESSES * LANES * LANE;
+    let total = baselines + TASKS * PROCESSES * BASELINE;
+    assert_eq!(total, tasks_size(TASKS, PROCESSES));
     Geometry {
         tasks,
         lanes,
         baselines,
-        total: baselines + TASKS * PROCESSES * BASELINE,
+        total,
     }
 }
 
@@ -227,7 +229,11 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
         let fields: [(usize, usize, &str); 15] = [
             (H_MAGIC, 8, "magic"),
             (H_VERSION, 4, "layout_version"),
-            (12 + 4 * rng.below(5) as usize, 4, "a struct size"),
+            (
+                H_HEADER_SIZE + 4 * rng.below(5) as usize,
+                4,
+                "a struct size",
+            ),
             (H_TASK_CAPACITY, 4, "task_capacity"),
             (H_ATTACH_CAPACITY, 4, "attach_capacity"),
             (H_CLOCK_KIND, 4, "clock_kind"),
@@ -235,9 +241,9 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
             (H_TOTAL_SIZE, 8, "total_size"),
             (H_TABLE_ID, 8, "table_id"),
             (H_BALANCER_CAPACITY, 4, "balancer_capacity"),
-            (H_BALANCER_CAPACITY + 4, 4, "backend_capacity"),
-            (H_BALANCER_CAPACITY + 8, 4, "balancer_slot_size"),
-            (H_BALANCER_CAPACITY + 12, 4, "backend_slot_size"),
+            (H_BACKEND_CAPACITY, 4, "backend_capacity"),
+            (H_BALANCER_SLOT_SIZE, 4, "balancer_slot_size"),
+            (H_BACKEND_SLOT_SIZE, 4, "backend_slot_size"),
             (H_LAST_REAP, 8, "last_reap"),
             (H_LAST_REAP, 8, "last_reap"),
         ];
