@@ -3,10 +3,11 @@
 //!
 //! * A 0.3.0 table is read by this build: a copy of the file opens, every
 //!   task's settings (rates, burst, cap, global quota, limiter spec and
-//!   bounds) read back exactly as 0.3.0 registered them, registering each
-//!   again with the configuration it was made with is accepted (the stored
-//!   words are the ones this build derives from it, or it would answer
-//!   `ConfigMismatch`), the balancer has its configuration and backends,
+//!   bounds) read back exactly as this build registers the same
+//!   configuration, the limiters as spelled out; registering each again
+//!   with the configuration it was made with is accepted and with any one
+//!   field off is refused (`ConfigMismatch`), which pins every stored value
+//!   to the registered one; the balancer has its configuration and backends,
 //!   acquire/release, the waiting acquire, the global quota on the embedded
 //!   store and a pick all work on it, and `check()` is clean.
 //! * A table made by this build is read by 0.3.0: a 0.3.0 build cannot be
@@ -47,7 +48,7 @@ use common::layout::*;
 use common::*;
 use flowctrl::{
     BalancerConfig, Decision, Limited, LimiterAlgorithm, LimiterSpec, Outcome, PickOptions, Table,
-    TableOptions, TaskConfig, TaskSettings,
+    TableOptions, TaskConfig,
 };
 
 /// The table 0.3.0 made.
@@ -101,32 +102,59 @@ fn tasks() -> [(&'static str, TaskConfig); 4] {
     ]
 }
 
-/// What each task's settings must read back as, spelled out.
-fn expected_settings(name: &str) -> TaskSettings {
-    let base = TaskSettings::default();
-    match name {
-        "local" => TaskSettings {
-            local_rate: 250.0,
-            burst: 5,
-            max_concurrency: 3,
-            ..base
-        },
-        "global" => TaskSettings {
-            global_rate: 1000.0,
-            slice_ms: 500,
-            chunk: 50,
-            fallback_rate: 100.0,
-            ..base
-        },
-        "auto" => TaskSettings {
-            limiter: LimiterSpec::parse("auto").unwrap().with_bounds(2, 40, 8),
-            ..base
-        },
-        "gradient" => TaskSettings {
-            limiter: LimiterSpec::parse("gradient2 tolerance=2").unwrap(),
-            ..base
-        },
+/// What each task's settings must read back as, field by field, without
+/// naming `TaskSettings`' fields (so the test reads the same over changes
+/// of the Rust API): registering a task compares every field a
+/// configuration sets with the stored one, so each configuration here,
+/// which differs from the registered one in one field (a set field
+/// changed, or an unset one set), must be refused with `ConfigMismatch`.
+/// With the registered configuration accepted as it is, that pins each
+/// stored value to the registered one.
+fn one_field_off(name: &str) -> Vec<(&'static str, TaskConfig)> {
+    let spec = |text: &str| LimiterSpec::parse(text).unwrap();
+    let c = TaskConfig::new;
+    let mut off = match name {
+        "local" => vec![
+            ("local_rate", c().local_rate(251.0)),
+            ("burst", c().burst(4)),
+            ("max_concurrency", c().max_concurrency(4)),
+            ("global_rate", c().global_rate(1000.0)),
+        ],
+        "global" => vec![
+            ("global_rate", c().global_rate(999.0)),
+            ("slice_ms", c().slice_ms(1000)),
+            ("chunk", c().chunk(0)),
+            ("fallback_rate", c().fallback_rate(0.0)),
+            ("local_rate", c().local_rate(250.0)),
+            ("max_concurrency", c().max_concurrency(3)),
+        ],
+        "auto" => vec![
+            ("min_limit", c().min_limit(1)),
+            ("max_limit", c().max_limit(1000)),
+            ("initial_limit", c().initial_limit(4)),
+            ("limiter window", c().limiter(spec("auto window=200"))),
+        ],
+        "gradient" => vec![
+            (
+                "limiter tolerance",
+                c().limiter(spec("gradient2 tolerance=3")),
+            ),
+            ("min_limit", c().min_limit(19)),
+            ("initial_limit", c().initial_limit(21)),
+        ],
         _ => unreachable!("{name}"),
+    };
+    // And no task has another limiter than its own.
+    off.push(("limiter", c().limiter(spec("vegas"))));
+    off
+}
+
+/// The limiter each task must have, spelled out.
+fn expected_limiter(name: &str) -> LimiterSpec {
+    match name {
+        "auto" => LimiterSpec::parse("auto").unwrap().with_bounds(2, 40, 8),
+        "gradient" => LimiterSpec::parse("gradient2 tolerance=2").unwrap(),
+        _ => LimiterSpec::fixed(),
     }
 }
 
@@ -227,14 +255,35 @@ fn a_0_3_0_table_reads_back_as_registered_and_works() {
     let check = table.check();
     assert!(check.is_ok(), "{check:?}");
 
+    // The settings this build registers for the same configurations.
+    let fresh_scratch = Scratch::new("golden-fresh");
+    let fresh = Table::open(fresh_scratch.path("fresh"), &options()).unwrap();
     for (name, config) in tasks() {
-        // Read as it is, without a configuration of ours.
+        // Read as it is, without a configuration of ours: as this build
+        // would have registered it.
         let task = table.task(name, &TaskConfig::new()).unwrap();
         let settings = task.settings();
-        assert_eq!(settings, expected_settings(name), "task {name}");
-        // And the configuration it was made with is the one stored.
+        let now = fresh.task(name, &config).unwrap().settings();
+        assert_eq!(
+            settings, now,
+            "task {name}: 0.3.0's settings, then this build's"
+        );
+        assert_eq!(settings.limiter, expected_limiter(name), "task {name}");
+        // The configuration it was made with is accepted, and any one field
+        // off is refused: every stored value is the registered one.
         let again = table.task(name, &config).unwrap();
         assert_eq!(again.settings(), settings, "task {name}");
+        for (field, off) in one_field_off(name) {
+            let err = table
+                .task(name, &off)
+                .err()
+                .unwrap_or_else(|| panic!("task {name}: a different {field} was accepted"));
+            assert_eq!(
+                err.kind(),
+                flowctrl::ErrorKind::ConfigMismatch,
+                "task {name}, {field}: {err}"
+            );
+        }
     }
     let limiter = |name| {
         table
