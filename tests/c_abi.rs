@@ -1,7 +1,9 @@
 //! The C ABI as C and C++ programs see it: compiles `tests/c/abi_test.c`
 //! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`, and
 //! `tests/c/compat_v1.c` against the frozen `tests/c/compat_v1.h` (a program
-//! built against the smallest version of the sized structs), links each once
+//! built against the smallest version of the sized structs) and
+//! `tests/c/compat_v0_3.c` against the frozen `tests/c/flowctrl-0.3.0.h` (the
+//! header of release 0.3.0, verbatim), links each once
 //! with `libflowctrl.so` and once with `libflowctrl.a` (cargo builds both
 //! with the lib, into `target/<profile>/deps`), and runs them. Then runs them
 //! all again under AddressSanitizer and UBSan (`scripts/c-sanitizers.sh`),
@@ -41,6 +43,8 @@ enum Program {
     Cxx,
     /// `compat_v1.c` against the frozen `tests/c/compat_v1.h`.
     CompatV1,
+    /// `compat_v0_3.c` against the frozen `tests/c/flowctrl-0.3.0.h`.
+    CompatV0_3,
     /// `quota_worker.c`: a worker of the global-quota tests.
     QuotaWorker,
     /// `adaptive_test.c` against `include/flowctrl.h`.
@@ -53,6 +57,7 @@ impl Program {
             Program::C => "abi_test.c",
             Program::Cxx => "abi_test.cpp",
             Program::CompatV1 => "compat_v1.c",
+            Program::CompatV0_3 => "compat_v0_3.c",
             Program::QuotaWorker => "quota_worker.c",
             Program::Adaptive => "adaptive_test.c",
         }
@@ -61,9 +66,11 @@ impl Program {
     fn language(self) -> Language {
         match self {
             Program::Cxx => Language::Cxx,
-            Program::C | Program::CompatV1 | Program::QuotaWorker | Program::Adaptive => {
-                Language::C
-            }
+            Program::C
+            | Program::CompatV1
+            | Program::CompatV0_3
+            | Program::QuotaWorker
+            | Program::Adaptive => Language::C,
         }
     }
 
@@ -71,7 +78,8 @@ impl Program {
     fn include_dir(self) -> &'static str {
         match self {
             Program::C | Program::Cxx | Program::QuotaWorker | Program::Adaptive => "include",
-            Program::CompatV1 => "tests/c",
+            // Only tests/c: the frozen headers, never include/flowctrl.h.
+            Program::CompatV1 | Program::CompatV0_3 => "tests/c",
         }
     }
 
@@ -80,6 +88,7 @@ impl Program {
             Program::C => "abi_test_c",
             Program::Cxx => "abi_test_cpp",
             Program::CompatV1 => "compat_v1",
+            Program::CompatV0_3 => "compat_v0_3",
             Program::QuotaWorker => "quota_worker",
             Program::Adaptive => "adaptive_test",
         }
@@ -315,6 +324,16 @@ fn compat_v1_with_shared_library() {
 #[test]
 fn compat_v1_with_static_library() {
     compile_and_run(Program::CompatV1, Linkage::Static);
+}
+
+#[test]
+fn compat_v0_3_with_shared_library() {
+    compile_and_run(Program::CompatV0_3, Linkage::Shared);
+}
+
+#[test]
+fn compat_v0_3_with_static_library() {
+    compile_and_run(Program::CompatV0_3, Linkage::Static);
 }
 
 #[test]

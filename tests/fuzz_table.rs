@@ -168,11 +168,13 @@ fn geometry() -> Geometry {
     let tasks = HEADER_SIZE + TASKS * TASK_SLOT;
     let lanes = tasks + PROCESSES * ATTACH_SLOT;
     let baselines = lanes + TASKS * PROCESSES * LANES * LANE;
+    let total = baselines + TASKS * PROCESSES * BASELINE;
+    assert_eq!(total, tasks_size(TASKS, PROCESSES));
     Geometry {
         tasks,
         lanes,
         baselines,
-        total: baselines + TASKS * PROCESSES * BASELINE,
+        total,
     }
 }
 
@@ -227,7 +229,11 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
         let fields: [(usize, usize, &str); 15] = [
             (H_MAGIC, 8, "magic"),
             (H_VERSION, 4, "layout_version"),
-            (12 + 4 * rng.below(5) as usize, 4, "a struct size"),
+            (
+                H_HEADER_SIZE + 4 * rng.below(5) as usize,
+                4,
+                "a struct size",
+            ),
             (H_TASK_CAPACITY, 4, "task_capacity"),
             (H_ATTACH_CAPACITY, 4, "attach_capacity"),
             (H_CLOCK_KIND, 4, "clock_kind"),
@@ -235,9 +241,9 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
             (H_TOTAL_SIZE, 8, "total_size"),
             (H_TABLE_ID, 8, "table_id"),
             (H_BALANCER_CAPACITY, 4, "balancer_capacity"),
-            (H_BALANCER_CAPACITY + 4, 4, "backend_capacity"),
-            (H_BALANCER_CAPACITY + 8, 4, "balancer_slot_size"),
-            (H_BALANCER_CAPACITY + 12, 4, "backend_slot_size"),
+            (H_BACKEND_CAPACITY, 4, "backend_capacity"),
+            (H_BALANCER_SLOT_SIZE, 4, "balancer_slot_size"),
+            (H_BACKEND_SLOT_SIZE, 4, "backend_slot_size"),
             (H_LAST_REAP, 8, "last_reap"),
             (H_LAST_REAP, 8, "last_reap"),
         ];
@@ -499,10 +505,13 @@ fn kind_code(kind: ErrorKind) -> i32 {
     }
 }
 
-/// Exit codes of a case child.
+/// Exit codes of a case child (10..30: refused at open, by error kind).
+/// Opened, and at least one acquire admitted a permit.
 const RAN: i32 = 0;
 const STOPPED_AT_TIMEOUT: i32 = 50;
 const INTERNAL_ERROR: i32 = 51;
+/// Opened, but no acquire admitted anything (every task refused or limited).
+const NOTHING_ADMITTED: i32 = 52;
 const PANICKED: i32 = 101;
 const SECOND_PANICKED: i32 = 102;
 const SECOND_CRASHED: i32 = 103;
@@ -539,6 +548,8 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
     // end wherever it is, then reaped.
     let second = concurrent.then(|| SecondProcess(fork_guarded(|| second_process(path))));
     let mut internal = false;
+    // Some acquire of this process admitted a permit.
+    let mut admitted = false;
     // The case ends at a Timeout error (bounded waits add up otherwise).
     macro_rules! look {
         ($op:expr, $e:expr) => {
@@ -566,6 +577,7 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
         let mut permits = Vec::new();
         for n in [1, 2, 1, 3] {
             if let Some(Ok(p)) = look!("acquire_raw", task.acquire_raw(n)) {
+                admitted = true;
                 permits.push(p);
             }
         }
@@ -578,6 +590,7 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
             "acquire_raw_wait",
             task.acquire_raw_wait(1, Some(Duration::from_millis(5)))
         ) {
+            admitted = true;
             look!(
                 "release_raw_rtt",
                 task.release_raw_rtt(&mut p, Outcome::Success, Some(Duration::from_millis(1)))
@@ -596,6 +609,7 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
         }
         look!("update", task.update(&TaskConfig::new().max_concurrency(5)));
         if let Some(Decision::Admitted(p)) = look!("acquire", task.acquire(1)) {
+            admitted = true;
             drop(p);
         }
         let _ = task.stats();
@@ -636,7 +650,11 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
         }
     }
     drop(table);
-    if internal { INTERNAL_ERROR } else { RAN }
+    match (internal, admitted) {
+        (true, _) => INTERNAL_ERROR,
+        (false, true) => RAN,
+        (false, false) => NOTHING_ADMITTED,
+    }
 }
 
 /// A forked process racing the case's own operations.
@@ -771,6 +789,7 @@ fn describe(case: &Case) -> String {
 fn classify(exit: Exit) -> (&'static str, bool) {
     match exit {
         Exit::Code(RAN) => ("opened and used", false),
+        Exit::Code(NOTHING_ADMITTED) => ("opened, nothing admitted", false),
         Exit::Code(STOPPED_AT_TIMEOUT) => ("stopped at a Timeout error", false),
         Exit::Code(INTERNAL_ERROR) => ("an Internal error answered", false),
         Exit::Code(15) => ("refused: Incompatible", false),
@@ -925,6 +944,25 @@ fn damaged_tables_never_panic_crash_or_hang() {
          outcomes {outcomes:#?}\n  errors answered {notes:#?}",
         started.elapsed().as_secs_f64() / 60.0,
         findings.len()
+    );
+    // Both ends of the fuzzer's range happened: damage that is refused at
+    // open, and damage that is used through acquire. A fuzzer whose cases
+    // all fail one way tests one branch only (every case refused says
+    // nothing about using a damaged table, and none refused says the
+    // damage misses the validated words).
+    let refused: u64 = outcomes
+        .iter()
+        .filter(|(class, _)| class.starts_with("refused"))
+        .map(|(_, n)| n)
+        .sum();
+    let used = outcomes.get("opened and used").copied().unwrap_or(0);
+    eprintln!("fuzz: {refused} cases refused at open, {used} opened and used");
+    // About one case in six is refused: below 50 cases (a short run asked
+    // for by hand) either may miss by chance.
+    assert!(
+        started_cases < 50 || (refused > 0 && used > 0),
+        "{started_cases} cases: {refused} refused at open and {used} used through acquire; \
+         both must occur (seed {seed:#x}): {outcomes:?}"
     );
     let report: Vec<_> = findings
         .iter()

@@ -656,14 +656,35 @@ fn a_deleted_or_replaced_file_is_reported() {
 
 // ---- (h) fork while another thread opens or attaches -------------------------
 
-/// Entry point of the re-executed helper; a no-op in a normal run.
+/// Entry point of the re-executed helper process, not a test of its own:
+/// ignored, so a plain `cargo test` does not run it, and
+/// [`a_fork_during_open_does_not_deadlock_the_child`] runs it with
+/// `--ignored --exact regression_helper`. Run by hand, without the
+/// environment that test gives it, it fails.
 #[test]
+#[ignore = "the helper process of a_fork_during_open_does_not_deadlock_the_child, run by it"]
 fn regression_helper() {
-    if std::env::var("FLOWCTRL_REGRESSION_ROLE").as_deref() == Ok("fork-during-open") {
-        let path = PathBuf::from(std::env::var("FLOWCTRL_REGRESSION_PATH").unwrap());
-        let code = fork_while_opening(&path, 40);
-        // SAFETY: ends the helper process.
-        unsafe { libc::_exit(code) }
+    match std::env::var("FLOWCTRL_REGRESSION_ROLE").as_deref() {
+        Ok("fork-during-open") => {
+            let path =
+                PathBuf::from(std::env::var("FLOWCTRL_REGRESSION_PATH").expect(
+                    "FLOWCTRL_REGRESSION_PATH names the table of the fork-during-open helper",
+                ));
+            let code = fork_while_opening(&path, 40);
+            // Tells the parent this process did run the helper (a harness
+            // whose filter matched nothing would exit 0 too).
+            if let Ok(ran) = std::env::var("FLOWCTRL_REGRESSION_RAN") {
+                std::fs::write(ran, code.to_string()).expect("write the helper's marker");
+            }
+            // SAFETY: ends the helper process.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(other) => panic!("unknown FLOWCTRL_REGRESSION_ROLE {other:?}"),
+        Err(_) => panic!(
+            "regression_helper is the helper process of \
+             a_fork_during_open_does_not_deadlock_the_child, re-executed by it with \
+             FLOWCTRL_REGRESSION_ROLE=fork-during-open; run alone it has nothing to test"
+        ),
     }
 }
 
@@ -728,9 +749,12 @@ fn a_fork_during_open_does_not_deadlock_the_child() {
     let table = Table::open(&path, &options(4, 128)).unwrap();
     assert_eq!(fork_while_opening_with(&path, 30, Some(&table)), 0);
     // In fresh processes, where the first open races the first fork.
+    let ran = scratch.path("helper-ran");
     for run in 0..6 {
+        let _ = std::fs::remove_file(&ran);
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.args([
+            "--ignored",
             "--exact",
             "regression_helper",
             "--nocapture",
@@ -739,12 +763,18 @@ fn a_fork_during_open_does_not_deadlock_the_child() {
         ])
         .env("FLOWCTRL_REGRESSION_ROLE", "fork-during-open")
         .env("FLOWCTRL_REGRESSION_PATH", &path)
+        .env("FLOWCTRL_REGRESSION_RAN", &ran)
         .stdout(std::process::Stdio::null());
         let pid = cmd.spawn().unwrap().id() as libc::pid_t;
         assert_eq!(
             wait_timeout(pid, Duration::from_secs(60)),
             Exit::Code(0),
             "fresh process {run}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&ran).ok().as_deref(),
+            Some("0"),
+            "fresh process {run} exited 0 without running regression_helper"
         );
     }
 }

@@ -52,13 +52,21 @@ fn die(code: i32, message: String) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Entry point of the re-executed worker processes; a no-op in a normal run.
+/// Entry point of the re-executed worker processes, not a test of its own:
+/// ignored, so a plain `cargo test` does not run it, and the driver runs it
+/// with `--ignored --exact storm_worker`. Run by hand, without the
+/// environment the driver gives it, it fails.
 #[test]
+#[ignore = "the worker process of the storm tests, run by them"]
 fn storm_worker() {
     match std::env::var("FLOWCTRL_STORM_ROLE").as_deref() {
         Ok("worker") => worker(),
         Ok(other) => panic!("unknown FLOWCTRL_STORM_ROLE {other:?}"),
-        Err(_) => {}
+        Err(_) => panic!(
+            "storm_worker is the worker process of the storm tests, re-executed by them \
+             with FLOWCTRL_STORM_ROLE=worker and its table in the environment; \
+             run alone it has nothing to test"
+        ),
     }
 }
 
@@ -164,6 +172,7 @@ impl Driver {
         self.spawned += 1;
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
+            "--ignored",
             "--exact",
             "storm_worker",
             "--nocapture",

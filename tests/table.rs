@@ -433,8 +433,10 @@ fn damaged_tables_are_refused_or_survived_never_crash() {
         drop(task.acquire(1).unwrap());
     }
     let pristine = std::fs::read(&pristine_path).unwrap();
-    let header = 0..128;
-    let task_slots = 4096..4096 + 4 * 1024;
+    // The header's words but last_reap (which the library rewrites), and
+    // the four task slots.
+    let header = 0..layout::H_LAST_REAP;
+    let task_slots = layout::HEADER_SIZE..layout::HEADER_SIZE + 4 * layout::TASK_SLOT;
     let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
     for (i, offset) in header.chain(task_slots.step_by(3)).enumerate() {
         for value in [0x00u8, 0xff, 0x7f, 0x80, (offset * 31 + i) as u8] {
@@ -521,4 +523,137 @@ fn check_under_traffic_never_reports_a_false_drift() {
         assert!(checks > 0, "no check found an instant in 700 ms");
     });
     assert_eq!(task.check().unwrap().drift(), 0);
+}
+
+/// The tests' copy of the file format (`common::layout`, the one copy every
+/// test that reads or writes a table's bytes uses) is the format the library
+/// writes: tables of several geometries, made through the public API, record
+/// in their header the layout version, struct sizes and capacities the copy
+/// says; their total size is the copy's sum over the regions (for
+/// geometries that differ in one capacity each, which pins what the header
+/// does not record: the header page, lanes per (task, process) and the pick
+/// ledgers); and the offsets the copy computes find what the library wrote
+/// there: a task's name and configuration, this process's attachment, the
+/// ledger lanes of held permits, a balancer's name, a backend's address and
+/// weight, the pick ledger of a held pick.
+#[test]
+fn the_layout_the_tests_mirror_is_the_one_the_header_records() {
+    use flowctrl::{BalancerConfig, PickOptions};
+    use layout::*;
+    assert_eq!(VERSION, flowctrl::LAYOUT_VERSION);
+    const { assert!(HEADER_STRUCT <= HEADER_SIZE) };
+    let scratch = Scratch::new("layout");
+    let geometries: [(usize, usize, usize, usize); 7] = [
+        (3, 5, 2, 3),
+        (4, 5, 2, 3),
+        (3, 6, 2, 3),
+        (3, 5, 3, 3),
+        (3, 5, 2, 4),
+        (1, 1, 0, 0),
+        (2, 1, 0, 0),
+    ];
+    for (i, &(tasks, processes, balancers, backends)) in geometries.iter().enumerate() {
+        let at = format!("geometry {:?}", geometries[i]);
+        let path = scratch.path(&format!("t{i}"));
+        let options = TableOptions {
+            capacity: tasks as u32,
+            max_processes: processes as u32,
+            balancers: balancers as u32,
+            backends_per_balancer: if balancers == 0 { 32 } else { backends as u32 },
+            ..Default::default()
+        };
+        let table = Table::open(&path, &options).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+        assert_eq!(&bytes[H_MAGIC..H_MAGIC + 8], b"FLOWCTRL", "{at}");
+        assert_eq!(u32_at(H_VERSION), VERSION, "{at}");
+        let recorded = [
+            (H_HEADER_SIZE, HEADER_STRUCT, "header_size"),
+            (H_TASK_SLOT_SIZE, TASK_SLOT, "task_slot_size"),
+            (H_ATTACH_SLOT_SIZE, ATTACH_SLOT, "attach_slot_size"),
+            (H_LANE_SIZE, LANE, "lane_size"),
+            (H_BASELINE_SIZE, BASELINE, "baseline_size"),
+            (H_TASK_CAPACITY, tasks, "task_capacity"),
+            (H_ATTACH_CAPACITY, processes, "attach_capacity"),
+            (H_BALANCER_CAPACITY, balancers, "balancer_capacity"),
+        ];
+        for (offset, expected, name) in recorded {
+            assert_eq!(u32_at(offset) as usize, expected, "{at}: header {name}");
+        }
+        if balancers > 0 {
+            for (offset, expected, name) in [
+                (H_BACKEND_CAPACITY, backends, "backend_capacity"),
+                (H_BALANCER_SLOT_SIZE, BALANCER_SLOT, "balancer_slot_size"),
+                (H_BACKEND_SLOT_SIZE, BACKEND_SLOT, "backend_slot_size"),
+            ] {
+                assert_eq!(u32_at(offset) as usize, expected, "{at}: header {name}");
+            }
+        }
+        let total = total_size(tasks, processes, balancers, backends);
+        assert_eq!(u64_at(H_TOTAL_SIZE) as usize, total, "{at}: total_size");
+        assert_eq!(bytes.len(), total, "{at}: file size");
+        assert_eq!(table.clock().ticks_per_sec(), u64_at(H_TICKS), "{at}");
+
+        // The offsets find what the library wrote.
+        let task = table
+            .task("mirror", &TaskConfig::new().burst(3).max_concurrency(7))
+            .unwrap();
+        let permits = [task.acquire(2).unwrap(), task.acquire(1).unwrap()];
+        let raw = RawTable::open(&path);
+        assert_eq!(raw.total_size(), total, "{at}");
+        let slot = raw.find_task("mirror").expect("the task's slot");
+        let version = raw.get(raw.task(slot) + T_CONFIG_VERSION);
+        let limits = raw.get(raw.task(slot) + T_CONFIG + 24 * (version as usize & 1) + 16);
+        assert_eq!((limits as u32, limits >> 32), (3, 7), "{at}: config limits");
+        let me = std::process::id() as libc::pid_t;
+        let (attachment, _) = raw.slot_of(me).expect("this process's attachment");
+        let word = raw.get(raw.task(slot) + T_IN_FLIGHT);
+        assert_eq!(word & COUNT_MASK, 3, "{at}");
+        assert_eq!(raw.held(slot, word), 3, "{at}: the lanes hold the permits");
+        drop(permits);
+        assert_eq!(raw.drift(slot), 0, "{at}");
+        if balancers == 0 {
+            continue;
+        }
+        let backends_given = [("10.1.2.3:8080", 5), ("db.example:5432", 2)];
+        let lb = table
+            .balancer_with_backends("mirror-lb", &BalancerConfig::new(), &backends_given)
+            .unwrap();
+        let b = (0..balancers)
+            .find(|&b| {
+                let base = raw.balancer(b);
+                raw.get(base + B_STATE) == TASK_READY
+                    && raw.name_at(base + B_NAME, raw.get(base + B_NAME_LEN) as usize)
+                        == b"mirror-lb"
+            })
+            .expect("the balancer's slot");
+        for (address, weight) in backends_given {
+            let k = lb.index_of(address).unwrap() as usize;
+            let base = raw.backend(b, k);
+            assert_eq!(raw.get(base + K_STATE) & 0xff, BACKEND_ACTIVE, "{at}");
+            assert_eq!(
+                raw.get(base + K_WEIGHT),
+                u64::from(weight),
+                "{at}: weight of {address}"
+            );
+            let len = raw.get(base + K_ADDR_LEN) as usize;
+            assert_eq!(raw.name_at(base + K_ADDR, len), address.as_bytes(), "{at}");
+        }
+        let pick = lb.pick(&PickOptions::default()).unwrap();
+        let k = pick.raw().backend as usize;
+        assert_eq!(
+            raw.get(raw.backend(b, k) + K_IN_FLIGHT) & COUNT_MASK,
+            1,
+            "{at}"
+        );
+        let ledger = raw.get(raw.pick_ledger(b, attachment as usize, k));
+        assert_eq!(ledger as u32, 1, "{at}: the pick ledger holds the pick");
+        pick.done(Outcome::Success).unwrap();
+        assert_eq!(
+            raw.get(raw.pick_ledger(b, attachment as usize, k)) as u32,
+            0,
+            "{at}"
+        );
+    }
 }

@@ -392,32 +392,79 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 // ---- the table file, read and written from outside the library -------------
 //
-// Mirrors `src/shm/layout.rs` (layout version 2): a header page, task slots
-// of 1280 bytes, attachment slots of 64, lanes of 128 (ledger, intent,
-// reclaimed, then counters), baselines of 128.
+// Mirrors `src/shm/layout.rs` and `src/balance/layout.rs` (layout version
+// 3): a header page, task slots of 1280 bytes, attachment slots of 64, lanes
+// of 128 (ledger, intent, reclaimed, then counters), baselines of 128, then
+// balancer slots of 320, backend slots of 384 and pick ledgers of 16. The
+// only copy in the tests: every test that reads or writes the file's bytes
+// takes its sizes and offsets from here, and `tests/table.rs`
+// (`the_layout_the_tests_mirror_is_the_one_the_header_records`) checks them
+// against the header of a table the library made.
 
 pub mod redis;
 
 pub mod layout {
+    /// The table layout version mirrored here.
+    pub const VERSION: u32 = 3;
+    /// The page the header occupies: the task slots start here.
     pub const HEADER_SIZE: usize = 4096;
+    /// The header struct within that page, as the header's `header_size`
+    /// records it.
+    pub const HEADER_STRUCT: usize = 192;
     pub const TASK_SLOT: usize = 1280;
     pub const ATTACH_SLOT: usize = 64;
     pub const LANE: usize = 128;
     pub const BASELINE: usize = 128;
     pub const LANES: usize = 4;
+    pub const BALANCER_SLOT: usize = 320;
+    pub const BACKEND_SLOT: usize = 384;
+    /// Per (balancer, attachment, backend).
+    pub const PICK_LEDGER: usize = 16;
 
-    // Header fields.
+    // Header fields (u32 unless named otherwise).
+    /// u64: "FLOWCTRL".
     pub const H_MAGIC: usize = 0;
     pub const H_VERSION: usize = 8;
+    pub const H_HEADER_SIZE: usize = 12;
+    pub const H_TASK_SLOT_SIZE: usize = 16;
+    pub const H_ATTACH_SLOT_SIZE: usize = 20;
+    pub const H_LANE_SIZE: usize = 24;
+    pub const H_BASELINE_SIZE: usize = 28;
     pub const H_TASK_CAPACITY: usize = 32;
     pub const H_ATTACH_CAPACITY: usize = 36;
     pub const H_CLOCK_KIND: usize = 40;
+    /// u64.
     pub const H_TICKS: usize = 48;
+    /// u64.
     pub const H_TOTAL_SIZE: usize = 56;
+    /// u64.
     pub const H_TABLE_ID: usize = 64;
     /// Balancer capacity, backend capacity, and their slot sizes (u32 each).
     pub const H_BALANCER_CAPACITY: usize = 72;
+    pub const H_BACKEND_CAPACITY: usize = 76;
+    pub const H_BALANCER_SLOT_SIZE: usize = 80;
+    pub const H_BACKEND_SLOT_SIZE: usize = 84;
+    /// u64.
     pub const H_LAST_REAP: usize = 128;
+
+    /// Bytes of the task regions (header page, task slots, attachment slots,
+    /// lanes, baselines) of a table with these capacities.
+    pub fn tasks_size(tasks: usize, processes: usize) -> usize {
+        HEADER_SIZE
+            + tasks * TASK_SLOT
+            + processes * ATTACH_SLOT
+            + tasks * processes * (LANES * LANE + BASELINE)
+    }
+
+    /// Bytes of the balancer regions, which follow the task regions.
+    pub fn balancers_size(balancers: usize, backends: usize, processes: usize) -> usize {
+        balancers * BALANCER_SLOT + balancers * backends * (BACKEND_SLOT + processes * PICK_LEDGER)
+    }
+
+    /// Bytes of a whole table.
+    pub fn total_size(tasks: usize, processes: usize, balancers: usize, backends: usize) -> usize {
+        tasks_size(tasks, processes) + balancers_size(balancers, backends, processes)
+    }
 
     // Task slot fields.
     pub const T_STATE: usize = 0;
@@ -437,6 +484,20 @@ pub mod layout {
     // Attachment slot fields.
     pub const A_STATE: usize = 0;
     pub const A_PID: usize = 8;
+
+    // Balancer slot fields.
+    pub const B_STATE: usize = 0;
+    pub const B_NAME_LEN: usize = 8;
+    pub const B_NAME: usize = 64;
+
+    // Backend slot fields.
+    /// Kind (low byte: 1 = active) | generation << 8.
+    pub const K_STATE: usize = 0;
+    pub const K_WEIGHT: usize = 8;
+    pub const K_ADDR_LEN: usize = 32;
+    pub const K_ADDR: usize = 64;
+    pub const K_IN_FLIGHT: usize = 128;
+    pub const BACKEND_ACTIVE: u64 = 1;
 
     // Lane fields.
     pub const L_LEDGER: usize = 0;
@@ -464,6 +525,8 @@ pub struct RawTable {
     map: memmap2::MmapRaw,
     pub task_capacity: usize,
     pub attach_capacity: usize,
+    pub balancer_capacity: usize,
+    pub backend_capacity: usize,
 }
 
 impl RawTable {
@@ -478,9 +541,13 @@ impl RawTable {
             map,
             task_capacity: 0,
             attach_capacity: 0,
+            balancer_capacity: 0,
+            backend_capacity: 0,
         };
         raw.task_capacity = raw.u32_at(layout::H_TASK_CAPACITY) as usize;
         raw.attach_capacity = raw.u32_at(layout::H_ATTACH_CAPACITY) as usize;
+        raw.balancer_capacity = raw.u32_at(layout::H_BALANCER_CAPACITY) as usize;
+        raw.backend_capacity = raw.u32_at(layout::H_BACKEND_CAPACITY) as usize;
         raw
     }
 
@@ -505,7 +572,7 @@ impl RawTable {
         self.word(offset).store(value, Ordering::SeqCst)
     }
 
-    fn u32_at(&self, offset: usize) -> u32 {
+    pub fn u32_at(&self, offset: usize) -> u32 {
         let w = self.get(offset & !7);
         if offset.is_multiple_of(8) {
             w as u32
@@ -539,8 +606,41 @@ impl RawTable {
         self.baselines_offset() + (task * self.attach_capacity + slot) * layout::BASELINE
     }
 
-    pub fn total_size(&self) -> usize {
+    pub fn balancers_offset(&self) -> usize {
         self.baseline(self.task_capacity, 0)
+    }
+
+    pub fn balancer(&self, balancer: usize) -> usize {
+        self.balancers_offset() + balancer * layout::BALANCER_SLOT
+    }
+
+    pub fn backend(&self, balancer: usize, backend: usize) -> usize {
+        self.balancer(self.balancer_capacity)
+            + (balancer * self.backend_capacity + backend) * layout::BACKEND_SLOT
+    }
+
+    /// The ledger of attachment `slot`'s picks of `backend` of `balancer`.
+    pub fn pick_ledger(&self, balancer: usize, slot: usize, backend: usize) -> usize {
+        self.backend(self.balancer_capacity, 0)
+            + ((balancer * self.attach_capacity + slot) * self.backend_capacity + backend)
+                * layout::PICK_LEDGER
+    }
+
+    /// The bytes of a zero-padded name of `len` bytes at `offset`.
+    pub fn name_at(&self, offset: usize, len: usize) -> Vec<u8> {
+        (0..8)
+            .flat_map(|i| self.get(offset + 8 * i).to_le_bytes())
+            .take(len.min(64))
+            .collect()
+    }
+
+    pub fn total_size(&self) -> usize {
+        self.balancers_offset()
+            + layout::balancers_size(
+                self.balancer_capacity,
+                self.backend_capacity,
+                self.attach_capacity,
+            )
     }
 
     /// The task slot holding `name`, if any is READY with it.
@@ -552,11 +652,7 @@ impl RawTable {
             {
                 return false;
             }
-            let bytes: Vec<u8> = (0..8)
-                .flat_map(|i| self.get(base + layout::T_NAME + 8 * i).to_le_bytes())
-                .take(name.len())
-                .collect();
-            bytes == name.as_bytes()
+            self.name_at(base + layout::T_NAME, name.len()) == name.as_bytes()
         })
     }
 
