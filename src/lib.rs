@@ -49,8 +49,8 @@ pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as 
 pub use quota::{GlobalConfig, GlobalSettings, QuotaState, QuotaStats, StoreOptions};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
-    Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, Permit, ProcessStats,
-    RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
+    Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,
+    ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
 pub use token::{Finish, Guard, Issuer};
 pub use words::{Limited, NAME_MAX, Outcome, validate_name};

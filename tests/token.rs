@@ -70,7 +70,7 @@ fn a_guard_finishes_once_and_a_dropped_one_as_ignored() {
     let mut p = task.acquire_owned(1).unwrap().unwrap();
     let mut copy = *p.raw();
     p.finish_once(Outcome::Success.into()).unwrap();
-    copy.reserved0 = 1;
+    copy.flags |= flowctrl::PERMIT_ALTERED;
     let err = task.release_raw(&mut copy, Outcome::Success).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("altered"), "{err}");

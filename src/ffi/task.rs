@@ -9,7 +9,7 @@ use super::config::{config_fields, config_of};
 use super::sized::{Out, init_sized, read_sized};
 use super::status::{boundary, fc_status};
 use super::types::*;
-use crate::{Error, Limited, RawPermit, TaskConfig};
+use crate::{Error, Limited, PERMIT_ALTERED, RawPermit, TaskConfig};
 
 pub(super) fn task_of(handle: &fc_task) -> &crate::Task {
     &handle.task
@@ -213,24 +213,25 @@ impl From<RawPermit> for fc_permit {
             task: r.task,
             n: r.n,
             flags: r.flags,
-            reserved0: r.reserved0,
+            reserved0: 0,
             check: r.check,
-            reserved: r.reserved,
+            reserved: [0; 3],
         }
     }
 }
 
 impl From<fc_permit> for RawPermit {
+    /// Reserved words written to make the permit read as altered: the
+    /// core's check refuses it.
     fn from(p: fc_permit) -> Self {
+        let written = p.reserved0 != 0 || p.reserved != [0; 3];
         Self {
             acquired_at: p.acquired_at,
             owner: p.owner,
             task: p.task,
             n: p.n,
-            flags: p.flags,
-            reserved0: p.reserved0,
+            flags: p.flags | if written { PERMIT_ALTERED } else { 0 },
             check: p.check,
-            reserved: p.reserved,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
-pub use permit::{OwnedPermit, Permit, RawPermit};
+pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
 pub(crate) use register::{find_or_claim, slot_name};
 pub use stats::{Consistency, ProcessStats, TaskStats};

@@ -11,10 +11,17 @@ use crate::words::Outcome;
 
 /// [`RawPermit::flags`]: the permit holds `n` of the task's concurrency.
 pub(crate) const COUNTED: u32 = 1;
+/// [`RawPermit::flags`]: a flag no version sets. A face whose copy of a
+/// permit has more room than `RawPermit` (C's reserved words) sets it when
+/// that room was written to, and the token's check refuses the permit as
+/// altered.
+pub const PERMIT_ALTERED: u32 = 1 << 31;
 
 /// A permit as plain data, for faces that keep it in caller memory (C) or in
 /// an object of their own. Rust code uses [`Permit`] or [`OwnedPermit`].
-/// Laid out as the C face's 64-byte `fc_permit`.
+/// 40 bytes: the C face's 64-byte `fc_permit` is these fields and reserved
+/// words (kept out of here: a bigger permit measurably slowed two threads
+/// acquiring from one task).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawPermit {
@@ -25,16 +32,12 @@ pub struct RawPermit {
     /// The task's slot index.
     pub task: u32,
     pub n: u32,
-    /// Bit 0: it holds concurrency; bit 1: it was released.
+    /// Bit 0: it holds concurrency; bit 1: it was released (see
+    /// [`PERMIT_ALTERED`] too).
     pub flags: u32,
-    /// Zero: room for later versions (a permit with them set is refused).
-    pub reserved0: u32,
     /// A keyed check of the fields above (see `token`).
     pub check: u64,
-    pub reserved: [u64; 3],
 }
-
-const _: () = assert!(size_of::<RawPermit>() == 64);
 
 impl Token for RawPermit {
     const KIND: Kind = Kind {
@@ -75,7 +78,7 @@ impl Token for RawPermit {
     }
 
     fn reserved_clear(&self) -> bool {
-        self.reserved0 == 0 && self.reserved == [0; 3] && self.n != 0
+        self.n != 0
     }
 }
 
@@ -88,9 +91,7 @@ impl RawPermit {
             task,
             n,
             flags,
-            reserved0: 0,
             check: 0,
-            reserved: [0; 3],
         };
         token::seal(&mut p, shm.permit_key);
         p
