@@ -143,7 +143,12 @@ fn graph() -> Graph {
         let text = std::fs::read_to_string(&file).unwrap();
         let edges = graph.entry(room.clone()).or_default();
         for segment in crate_paths(&code(&text)) {
-            let target = names.get(&segment).cloned().unwrap_or(segment);
+            let target = match names.get(&segment) {
+                Some(room) => room.clone(),
+                // An item of lib.rs itself (`crate::LAYOUT_VERSION`).
+                None if segment.starts_with(char::is_uppercase) => "lib".to_string(),
+                None => segment,
+            };
             if target != room && target != "self" {
                 edges.insert(target);
             }
