@@ -60,6 +60,28 @@
 #define FC_RATE_UNSET (-1.0)
 
 /**
+ * `fc_task_config.fallback`: the host's own share of the global rate (what
+ * it spent per second in its last full slice; before any, the global rate
+ * over the hosts the store last counted; before that, the local limits).
+ */
+#define FC_FALLBACK_SHARE 0
+
+/**
+ * The task's local limits alone.
+ */
+#define FC_FALLBACK_LOCAL 1
+
+/**
+ * Refuse every request that needs global quota (`FC_LIMITED_GLOBAL`).
+ */
+#define FC_FALLBACK_DENY 2
+
+/**
+ * `fallback_rate` requests/s for this host.
+ */
+#define FC_FALLBACK_RATE 3
+
+/**
  * `fc_task_stats.quota_state`: the task has no global limit.
  */
 #define FC_QUOTA_NONE 0
@@ -447,6 +469,15 @@ struct fc_task_stats {
    * The RTT of its last window with samples (ns; 0 = none).
    */
   uint64_t recent_rtt_ns;
+  /**
+   * Requests the fallback policy refused while the store failed; they
+   * are not in `limited_global` (the slice's quota used up).
+   */
+  uint64_t limited_fallback;
+  /**
+   * Hosts the store counted in the task's slice key at the last pull.
+   */
+  uint64_t hosts_seen;
 };
 
 /**
@@ -580,8 +611,9 @@ typedef struct fc_task_config {
    */
   uint32_t chunk;
   /**
-   * Requests per second while the store fails, for a task without a
-   * local rate; 0 = `global_rate` (the default). `FC_RATE_UNSET` = unset.
+   * Requests per second for this host while the store fails, with
+   * `fallback` = `FC_FALLBACK_RATE` (or `fallback` unset: a rate > 0
+   * means that policy, 0 the default policy). `FC_RATE_UNSET` = unset.
    */
   double fallback_rate;
   /**
@@ -604,6 +636,16 @@ typedef struct fc_task_config {
    * Must be 0.
    */
   uint32_t reserved2;
+  /**
+   * What the host admits while the store fails: `FC_FALLBACK_*`;
+   * `FC_UNSET` = unset (the default, `FC_FALLBACK_SHARE`, for a new
+   * task). The local limits apply on top of every policy.
+   */
+  uint32_t fallback;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved3;
 } fc_task_config;
 
 /**

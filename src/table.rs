@@ -152,8 +152,8 @@ impl Table {
     /// not exist, and attaches this handle to it.
     pub fn open(path: impl AsRef<Path>, options: &TableOptions) -> Result<Self> {
         let spec = options.spec()?;
-        let quota = Arc::new(Quota::new(&options.store)?);
         let path = resolve_path(Some(path.as_ref()));
+        let quota = Arc::new(Quota::new(&options.store, &path)?);
         Ok(Self {
             shm: Shm::open(&path, spec, &TableReclaim)?,
             quota,

@@ -428,7 +428,7 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
         .unwrap();
     let slice = (wall_us() / 1000 / 60_000) as u32;
     for s in [slice, slice + 1] {
-        redis.command::<()>(&["SET", &format!("flowctrl:n:{s}"), "lots"]);
+        redis.command::<()>(&["HSET", &format!("flowctrl:{{n}}:{s}"), "left", "lots"]);
     }
     let err = task.pull_quota(10).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Store);

@@ -3,15 +3,17 @@
 //! settings in force back into C's fields.
 
 use super::args::{array_str, rate, reserved, set, to_array};
-use super::types::fc_task_config;
+use super::types::*;
 use crate::{
-    Error, GlobalConfig, LimiterConfig, LimiterSpec, LocalConfig, TaskConfig, TaskSettings,
+    Error, Fallback, GlobalConfig, LimiterConfig, LimiterSpec, LocalConfig, TaskConfig,
+    TaskSettings,
 };
 
 /// The core configuration the caller's struct asks for.
 pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     reserved(c.reserved, "fc_task_config.reserved")?;
     reserved(c.reserved2, "fc_task_config.reserved2")?;
+    reserved(c.reserved3, "fc_task_config.reserved3")?;
     let limiter = array_str(&c.limiter, "fc_task_config.limiter")?;
     Ok(TaskConfig {
         local: LocalConfig {
@@ -23,7 +25,7 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
             global_rate: rate(c.global_rate),
             slice_ms: set(c.slice_ms),
             chunk: set(c.chunk),
-            fallback_rate: rate(c.fallback_rate),
+            fallback: fallback_of(c.fallback, rate(c.fallback_rate))?,
         },
         limiter: LimiterConfig {
             spec: match limiter {
@@ -55,11 +57,51 @@ pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
         global_rate: s.global.global_rate,
         slice_ms: s.global.slice_ms,
         chunk: s.global.chunk,
-        fallback_rate: s.global.fallback_rate,
+        fallback_rate: match s.global.fallback {
+            Fallback::Rate(r) => r,
+            _ => 0.0,
+        },
         limiter: to_array(&spec.canonical()),
         min_limit,
         max_limit,
         initial_limit,
         reserved2: 0,
+        fallback: match s.global.fallback {
+            Fallback::Share => FC_FALLBACK_SHARE,
+            Fallback::Local => FC_FALLBACK_LOCAL,
+            Fallback::Deny => FC_FALLBACK_DENY,
+            Fallback::Rate(_) => FC_FALLBACK_RATE,
+        },
+        reserved3: 0,
+    }
+}
+
+/// C's two fallback fields as the core's policy. Unset `fallback` with a
+/// rate is that rate (0: the default policy), as in 0.3.
+fn fallback_of(code: u32, rate: Option<f64>) -> Result<Option<Fallback>, Error> {
+    let policy = match code {
+        FC_UNSET => return Ok(rate.map(Fallback::Rate)),
+        FC_FALLBACK_SHARE => Fallback::Share,
+        FC_FALLBACK_LOCAL => Fallback::Local,
+        FC_FALLBACK_DENY => Fallback::Deny,
+        FC_FALLBACK_RATE => match rate {
+            Some(r) if r != 0.0 => return Ok(Some(Fallback::Rate(r))),
+            _ => {
+                return Err(Error::invalid(
+                    "fc_task_config.fallback FC_FALLBACK_RATE needs a fallback_rate above 0",
+                ));
+            }
+        },
+        other => {
+            return Err(Error::invalid(format!(
+                "fc_task_config.fallback must be an FC_FALLBACK_* value or FC_UNSET, not {other}"
+            )));
+        }
+    };
+    match rate {
+        Some(r) if r != 0.0 => Err(Error::invalid(format!(
+            "fc_task_config.fallback_rate {r} is only for FC_FALLBACK_RATE"
+        ))),
+        _ => Ok(Some(policy)),
     }
 }

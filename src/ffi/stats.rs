@@ -63,6 +63,8 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             limit: s.limit,
             baseline_rtt_ns: s.baseline_rtt_ns,
             recent_rtt_ns: s.recent_rtt_ns,
+            limited_fallback: q.limited_fallback,
+            hosts_seen: q.hosts_seen,
         });
         Ok(fc_status::FC_OK)
     })

@@ -133,8 +133,9 @@ pub struct fc_task_config {
     pub slice_ms: u32,
     /// Permits per pull; 0 = adaptive (the default). `FC_UNSET` = unset.
     pub chunk: u32,
-    /// Requests per second while the store fails, for a task without a
-    /// local rate; 0 = `global_rate` (the default). `FC_RATE_UNSET` = unset.
+    /// Requests per second for this host while the store fails, with
+    /// `fallback` = `FC_FALLBACK_RATE` (or `fallback` unset: a rate > 0
+    /// means that policy, 0 the default policy). `FC_RATE_UNSET` = unset.
     pub fallback_rate: f64,
     /// The limiter, as a NUL-terminated spec: an algorithm name (`"fixed"`,
     /// `"aimd"`, `"vegas"`, `"gradient2"`, `"auto"`) then `key=value`
@@ -150,7 +151,24 @@ pub struct fc_task_config {
     pub initial_limit: u32,
     /// Must be 0.
     pub reserved2: u32,
+    /// What the host admits while the store fails: `FC_FALLBACK_*`;
+    /// `FC_UNSET` = unset (the default, `FC_FALLBACK_SHARE`, for a new
+    /// task). The local limits apply on top of every policy.
+    pub fallback: u32,
+    /// Must be 0.
+    pub reserved3: u32,
 }
+
+/// `fc_task_config.fallback`: the host's own share of the global rate (what
+/// it spent per second in its last full slice; before any, the global rate
+/// over the hosts the store last counted; before that, the local limits).
+pub const FC_FALLBACK_SHARE: u32 = 0;
+/// The task's local limits alone.
+pub const FC_FALLBACK_LOCAL: u32 = 1;
+/// Refuse every request that needs global quota (`FC_LIMITED_GLOBAL`).
+pub const FC_FALLBACK_DENY: u32 = 2;
+/// `fallback_rate` requests/s for this host.
+pub const FC_FALLBACK_RATE: u32 = 3;
 
 /// An admitted request, in caller memory: no allocation per request and no
 /// init call. Its size is 64 bytes and never changes (the reserved words are
@@ -234,6 +252,11 @@ pub struct fc_task_stats {
     pub baseline_rtt_ns: u64,
     /// The RTT of its last window with samples (ns; 0 = none).
     pub recent_rtt_ns: u64,
+    /// Requests the fallback policy refused while the store failed; they
+    /// are not in `limited_global` (the slice's quota used up).
+    pub limited_fallback: u64,
+    /// Hosts the store counted in the task's slice key at the last pull.
+    pub hosts_seen: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -248,8 +271,8 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
     assert!(size_of::<fc_table_options>() == 64);
-    assert!(size_of::<fc_task_config>() == 192);
-    assert!(size_of::<fc_task_stats>() == 216);
+    assert!(size_of::<fc_task_config>() == 200);
+    assert!(size_of::<fc_task_stats>() == 232);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -302,6 +325,8 @@ unsafe impl SizedStruct for fc_task_config {
             max_limit: FC_UNSET,
             initial_limit: FC_UNSET,
             reserved2: 0,
+            fallback: FC_UNSET,
+            reserved3: 0,
         }
     }
 }
@@ -342,6 +367,8 @@ unsafe impl SizedStruct for fc_task_stats {
             limit: 0,
             baseline_rtt_ns: 0,
             recent_rtt_ns: 0,
+            limited_fallback: 0,
+            hosts_seen: 0,
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) use geometry::{
 };
 pub(crate) use header::*;
 pub(crate) use lane::*;
+pub use quota::Fallback;
 pub(crate) use quota::*;
 pub(crate) use task::*;
 pub(crate) use versioned::{commit, next_copy, read_versioned};

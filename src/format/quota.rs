@@ -11,6 +11,86 @@ pub(crate) const MAX_SLICE_MS: u32 = 60_000;
 /// Permits per slice fit the host word's 32-bit count, with room to spare.
 pub(crate) const MAX_SLICE_QUOTA: u32 = 1 << 30;
 
+/// What a host admits while its quota store is failing. The task's local
+/// limits (`local_rate`, `max_concurrency`) apply on top of every policy, so
+/// the effective fallback is the stricter of the two.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Fallback {
+    /// The host's own share of the global rate: what it spent per second in
+    /// its last full slice; before any, `global_rate` ÷ the hosts the store
+    /// last counted; before that, the local limits alone. An outage keeps
+    /// the cluster near its global rate with no operator input.
+    #[default]
+    Share,
+    /// The task's local limits alone.
+    Local,
+    /// Fail closed: refuse every request that needs global quota.
+    Deny,
+    /// This many requests/s for this host (> 0; 0 is [`Fallback::Share`]).
+    Rate(f64),
+}
+
+impl Fallback {
+    /// The policy named `share`, `local`, `deny`, or a number of requests/s.
+    pub fn parse(text: &str) -> crate::error::Result<Self> {
+        match text {
+            "share" => Ok(Self::Share),
+            "local" => Ok(Self::Local),
+            "deny" => Ok(Self::Deny),
+            other => other.parse::<f64>().map(Self::Rate).map_err(|_| {
+                crate::error::Error::invalid(format!(
+                    "fallback must be 'share', 'local', 'deny' or a number of requests/s, not {other:?}"
+                ))
+            }),
+        }
+        .map(Self::normalized)
+    }
+
+    /// `Rate(0)` is the default policy, as `fallback_rate` 0 always was.
+    pub fn normalized(self) -> Self {
+        match self {
+            Self::Rate(r) if r == 0.0 => Self::Share,
+            other => other,
+        }
+    }
+
+    /// The word a copy keeps: a positive rate, 0 for share, negative codes
+    /// for the others (a 0.3 reader takes any of these as "no rate").
+    fn to_bits(self) -> u64 {
+        match self.normalized() {
+            Self::Share => 0f64.to_bits(),
+            Self::Local => (-1f64).to_bits(),
+            Self::Deny => (-2f64).to_bits(),
+            Self::Rate(r) => r.to_bits(),
+        }
+    }
+
+    /// A damaged word reads as the default.
+    fn from_bits(bits: u64) -> Self {
+        let v = f64::from_bits(bits);
+        if v == -1.0 {
+            Self::Local
+        } else if v == -2.0 {
+            Self::Deny
+        } else if v.is_finite() && v > 0.0 {
+            Self::Rate(v)
+        } else {
+            Self::Share
+        }
+    }
+}
+
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Share => f.write_str("share"),
+            Self::Local => f.write_str("local"),
+            Self::Deny => f.write_str("deny"),
+            Self::Rate(r) => write!(f, "{r}"),
+        }
+    }
+}
+
 /// A task's global limit as the request path reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Global {
@@ -20,8 +100,8 @@ pub(crate) struct Global {
     pub slice_ms: u32,
     /// Fixed chunk; 0 = adaptive.
     pub chunk: u32,
-    /// While failed and without a local rate; 0 = `rate`.
-    pub fallback_rate: f64,
+    /// What the host admits while the store fails.
+    pub fallback: Fallback,
 }
 
 /// One copy of a task's global-quota configuration, versioned with the
@@ -32,8 +112,7 @@ pub(crate) struct GlobalCopy {
     pub rate_bits: AtomicU64,
     /// slice_ms (low 32 bits) | fixed chunk, 0 = adaptive (high 32 bits).
     pub slice_chunk: AtomicU64,
-    /// The rate to apply while the store is failing and the task has no
-    /// local rate (f64 bits); 0 = `global_rate`.
+    /// The [`Fallback`] policy (see `Fallback::to_bits`).
     pub fallback_bits: AtomicU64,
     /// Permits per slice: `global_rate × slice_ms / 1000`, rounded down.
     pub quota: AtomicU64,
@@ -60,7 +139,7 @@ impl GlobalCopy {
             quota,
             slice_ms: (slice_chunk as u32).clamp(MIN_SLICE_MS, MAX_SLICE_MS),
             chunk: ((slice_chunk >> 32) as u32).min(quota),
-            fallback_rate: f64::from_bits(self.fallback_bits.load(Ordering::Relaxed)),
+            fallback: Fallback::from_bits(self.fallback_bits.load(Ordering::Relaxed)),
         })
     }
 
@@ -71,10 +150,8 @@ impl GlobalCopy {
             g.map_or(0, |g| g.slice_ms as u64 | (g.chunk as u64) << 32),
             Ordering::Relaxed,
         );
-        self.fallback_bits.store(
-            g.map_or(0, |g| g.fallback_rate.to_bits()),
-            Ordering::Relaxed,
-        );
+        self.fallback_bits
+            .store(g.map_or(0, |g| g.fallback.to_bits()), Ordering::Relaxed);
         self.quota
             .store(g.map_or(0, |g| g.quota as u64), Ordering::Relaxed);
     }
@@ -116,12 +193,19 @@ pub(crate) struct QuotaSlot {
     pub stranded: AtomicU64,
     /// Milliseconds spent open / limited / failed before the current phase.
     pub phase_ms: [AtomicU64; 3],
-    _pad2: [AtomicU64; 6],
+    /// Hosts the store counted in the task's key at the last pull.
+    pub hosts_seen: AtomicU64,
+    _pad2: [AtomicU64; 5],
     /// GCRA theoretical arrival time of the fallback rate.
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.
     pub embedded: AtomicU64,
-    _pad3: [AtomicU64; 6],
+    /// slice (high 32 bits) | permits the fallback admitted in it: a key
+    /// created anew deducts them (with what earlier keys granted).
+    pub fallback_admitted: AtomicU64,
+    /// Requests the fallback refused (not counted as `limited_global`).
+    pub limited_fallback: AtomicU64,
+    _pad3: [AtomicU64; 4],
     pub config: [GlobalCopy; 2],
 }
 
@@ -130,4 +214,6 @@ const _: () = {
     assert!(std::mem::offset_of!(QuotaSlot, phase) == 64);
     assert!(std::mem::offset_of!(QuotaSlot, pull_lock) == 128);
     assert!(std::mem::offset_of!(QuotaSlot, fallback_tat) == 256);
+    assert!(std::mem::offset_of!(QuotaSlot, hosts_seen) == 208);
+    assert!(std::mem::offset_of!(QuotaSlot, limited_fallback) == 280);
 };

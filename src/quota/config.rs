@@ -2,7 +2,7 @@
 //! and the checks that turn the one into the other.
 
 use crate::error::{Error, Result};
-use crate::format::{Global, MAX_SLICE_MS, MAX_SLICE_QUOTA, MIN_SLICE_MS};
+use crate::format::{Fallback, Global, MAX_SLICE_MS, MAX_SLICE_QUOTA, MIN_SLICE_MS};
 
 /// The global fields asked for when registering or updating a task; `None`
 /// keeps the current value (or the default) and is not compared.
@@ -16,9 +16,9 @@ pub struct GlobalConfig {
     /// Permits per pull; 0 = adaptive (from the host's recent rate and the
     /// time left in the slice). Default 0.
     pub chunk: Option<u32>,
-    /// The rate applied while the store is failing, when the task has no
-    /// local rate; 0 = `global_rate`. Default 0.
-    pub fallback_rate: Option<f64>,
+    /// What the host admits while the store is failing. Default
+    /// [`Fallback::Share`].
+    pub fallback: Option<Fallback>,
 }
 
 /// A task's global fields in force.
@@ -27,7 +27,7 @@ pub struct GlobalSettings {
     pub global_rate: f64,
     pub slice_ms: u32,
     pub chunk: u32,
-    pub fallback_rate: f64,
+    pub fallback: Fallback,
 }
 
 impl Default for GlobalSettings {
@@ -36,7 +36,7 @@ impl Default for GlobalSettings {
             global_rate: 0.0,
             slice_ms: 1000,
             chunk: 0,
-            fallback_rate: 0.0,
+            fallback: Fallback::Share,
         }
     }
 }
@@ -48,7 +48,7 @@ impl GlobalConfig {
             global_rate: self.global_rate.unwrap_or(base.global_rate),
             slice_ms: self.slice_ms.unwrap_or(base.slice_ms),
             chunk: self.chunk.unwrap_or(base.chunk),
-            fallback_rate: self.fallback_rate.unwrap_or(base.fallback_rate),
+            fallback: self.fallback.map_or(base.fallback, Fallback::normalized),
         }
     }
 
@@ -63,8 +63,12 @@ impl GlobalConfig {
         if let Some(c) = self.chunk.filter(|c| *c != s.chunk) {
             out.push(format!("chunk {} (asked {c})", s.chunk));
         }
-        if let Some(r) = self.fallback_rate.filter(|r| *r != s.fallback_rate) {
-            out.push(format!("fallback_rate {} (asked {r})", s.fallback_rate));
+        if let Some(f) = self
+            .fallback
+            .map(Fallback::normalized)
+            .filter(|f| *f != s.fallback)
+        {
+            out.push(format!("fallback {} (asked {f})", s.fallback));
         }
     }
 }
@@ -78,9 +82,13 @@ impl GlobalSettings {
                 self.slice_ms
             )));
         }
+        let fallback_rate = match self.fallback {
+            Fallback::Rate(r) => r,
+            _ => 0.0,
+        };
         for (name, rate) in [
             ("global_rate", self.global_rate),
-            ("fallback_rate", self.fallback_rate),
+            ("fallback_rate", fallback_rate),
         ] {
             if !rate.is_finite() || rate < 0.0 {
                 return Err(Error::invalid(format!(
@@ -110,7 +118,7 @@ impl GlobalSettings {
             quota: quota as u32,
             slice_ms: self.slice_ms,
             chunk: self.chunk,
-            fallback_rate: self.fallback_rate,
+            fallback: self.fallback.normalized(),
         }))
     }
 
@@ -120,7 +128,7 @@ impl GlobalSettings {
             global_rate: g.rate,
             slice_ms: g.slice_ms,
             chunk: g.chunk,
-            fallback_rate: g.fallback_rate,
+            fallback: g.fallback,
         })
     }
 }

@@ -12,10 +12,10 @@
 //!   a low-water mark — before the others run dry;
 //! - **limited**: the slice's key is exhausted; refuse without asking the
 //!   store until the slice changes;
-//! - **failed**: the store failed or timed out; decide by the local rate
-//!   alone (or `fallback_rate` when the task has none), never blocking or
-//!   failing a request, and let one process probe the store again after a
-//!   jittered interval.
+//! - **failed**: the store failed or timed out; decide by the task's
+//!   fallback policy (by default the host's own share of the global rate)
+//!   under its local limits, never blocking or failing a request, and let
+//!   one process probe the store again after a jittered interval.
 //!
 //! Pulls run on the thread that needs them, not on a helper thread: nothing
 //! to restart after `fork`, no thread in processes that never pull, and a
@@ -32,11 +32,11 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::error::Result;
+pub use crate::format::Fallback;
 pub(crate) use crate::format::Global;
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
-use crate::words::Limited;
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use pull::reclaim_pull_lock;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
@@ -60,6 +60,11 @@ pub struct StoreOptions {
     /// How long a failed store is left alone before one process probes it
     /// again (default 3 s, ±20 % jitter so hosts do not probe in step).
     pub probe_interval: Duration,
+    /// This host's id in the store's census of each slice (1–64 printable
+    /// bytes, no spaces). `None` (the default): derived from
+    /// `/etc/machine-id` and the table's path, so every process of a host's
+    /// table shares it and two tables on one machine are two hosts.
+    pub host_id: Option<String>,
     /// Milliseconds added to this host's wall clock (tests of clock
     /// alignment).
     #[doc(hidden)]
@@ -74,6 +79,7 @@ impl Default for StoreOptions {
             timeout: Duration::from_millis(5),
             connect_timeout: Duration::from_millis(20),
             probe_interval: Duration::from_secs(3),
+            host_id: None,
             clock_skew_ms: 0,
         }
     }
@@ -107,6 +113,11 @@ pub struct QuotaStats {
     pub failed_ms: u64,
     /// The store's clock minus this host's, as last measured, in µs.
     pub clock_offset_us: i64,
+    /// Requests the fallback policy refused while the store failed (apart
+    /// from `limited_global`, the slice's quota used up).
+    pub limited_fallback: u64,
+    /// Hosts the store counted in the task's key at the last pull.
+    pub hosts_seen: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and
@@ -119,14 +130,21 @@ pub(crate) struct TaskRef<'a> {
     pub g: Global,
 }
 
-/// What an admission asks: `n` permits; while the store fails, the task's
-/// own local rate decides (`has_local`) or the fallback rate with the
-/// task's `burst`.
+/// What an admission asks: `n` permits, and the task's `burst` (the
+/// fallback rate's burst while the store fails).
 #[derive(Clone, Copy)]
 pub(crate) struct Need {
     pub n: u32,
     pub burst: u32,
-    pub has_local: bool,
+}
+
+/// Why the global quota refused: the slice is used up, or the store is
+/// failing and the fallback policy refused. Both answer `Limited::Global`;
+/// they are counted apart (`limited_global`, `limited_fallback`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Exhausted,
+    Fallback,
 }
 
 /// How an admission was paid for globally, so a later refusal can give it
@@ -135,14 +153,16 @@ pub(crate) struct Need {
 pub(crate) enum Spent {
     /// From the host's quota of this slice.
     Quota(u32),
-    /// The store is failing: the fallback admitted it.
-    Fallback,
+    /// The store is failing: the fallback admitted it in this slice.
+    Fallback(u32),
 }
 
 /// The global quota of one table handle: its store and options.
 pub(crate) struct Quota {
     store: Box<dyn QuotaStore>,
     options: StoreOptions,
+    /// This host's id in the store's census.
+    host: String,
     skew_us: i64,
     /// The wall clock minus the table clock, in µs, as last measured: the
     /// request path turns the table clock reading it makes anyway into wall
@@ -152,13 +172,48 @@ pub(crate) struct Quota {
     based_at: AtomicU64,
 }
 
+/// Checks a host id given in the options.
+fn validate_host_id(id: &str) -> Result<String> {
+    if id.is_empty() || id.len() > 64 || id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(crate::Error::invalid(format!(
+            "host_id must be 1..=64 printable bytes without spaces, not {id:?}"
+        )));
+    }
+    Ok(id.to_string())
+}
+
+/// 16 hex digits from the machine's id and the table's path (FNV-1a: stable
+/// across builds and languages, unlike the standard library's hasher).
+fn default_host_id(table: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let machine = std::fs::read("/etc/machine-id")
+        .or_else(|_| std::fs::read("/var/lib/dbus/machine-id"))
+        .unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in machine
+        .trim_ascii()
+        .iter()
+        .chain(b"\0")
+        .chain(table.as_os_str().as_bytes())
+    {
+        h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
 /// How often the wall clock is read again for [`Quota::wall_base_us`]: the
 /// table clock and the wall clock drift apart by parts per million, and NTP
 /// slews the wall clock.
 const REBASE_MS: u64 = 100;
 
 impl Quota {
-    pub fn new(options: &StoreOptions) -> Result<Self> {
+    /// The quota of a table handle; `table` (its path) names the host when
+    /// the options do not.
+    pub fn new(options: &StoreOptions, table: &std::path::Path) -> Result<Self> {
+        let host = match &options.host_id {
+            Some(id) => validate_host_id(id)?,
+            None => default_host_id(table),
+        };
         let store: Box<dyn QuotaStore> = match &options.url {
             None => Box::new(Embedded),
             Some(url) => {
@@ -188,6 +243,7 @@ impl Quota {
         Ok(Self {
             store,
             options: options.clone(),
+            host,
             skew_us: options.clock_skew_ms.saturating_mul(1000),
             wall_base_us: AtomicI64::new(0),
             based_at: AtomicU64::new(0),
@@ -219,7 +275,7 @@ impl Quota {
     /// Takes `need.n` permits of the task's global quota at table-clock
     /// instant `now`, pulling when the host runs low.
     #[inline]
-    pub fn take(&self, t: TaskRef<'_>, need: Need, now: u64) -> Result<Result<Spent, Limited>> {
+    pub fn take(&self, t: TaskRef<'_>, need: Need, now: u64) -> Result<Result<Spent, Refused>> {
         let q = &t.slot.quota;
         let slice = slice_of(self.store_us_at(&t.shm.clock, q, now), t.g.slice_ms);
         if let Some(left) = spend(q, slice, need.n) {
@@ -232,7 +288,7 @@ impl Quota {
     }
 
     #[cold]
-    fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Limited>> {
+    fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Refused>> {
         let q = &t.slot.quota;
         let until = Instant::now() + self.options.timeout;
         let mut pulls = 0;
@@ -243,10 +299,10 @@ impl Quota {
             }
             if pull::failed(q) {
                 if !self.probe_due(t.shm, q) {
-                    return Ok(self.fallback(t, need));
+                    return Ok(self.fallback(t, need, slice));
                 }
             } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1 || pulls >= 3 {
-                return Ok(Err(Limited::Global));
+                return Ok(Err(Refused::Exhausted));
             }
             match self.try_lock(t.shm, q)? {
                 Some(lock) => {
@@ -258,9 +314,9 @@ impl Quota {
                     // Another process's pull is slower than a store command
                     // may be: it is about to fail. Do not wait for it.
                     return Ok(if pull::failed(q) {
-                        self.fallback(t, need)
+                        self.fallback(t, need, slice)
                     } else {
-                        Err(Limited::Global)
+                        Err(Refused::Exhausted)
                     });
                 }
                 None => std::thread::sleep(Duration::from_micros(20)),
@@ -271,37 +327,75 @@ impl Quota {
     /// Gives back what [`Quota::take`] took when a later check refused.
     #[inline]
     pub fn give_back(&self, slot: &TaskSlot, spent: Spent, n: u32) {
-        if let Spent::Quota(slice) = spent {
-            let host = &slot.quota.host;
-            let _ = host.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                ((w >> 32) as u32 == slice).then_some(w + n as u64)
-            });
-        }
+        let (word, slice) = match spent {
+            Spent::Quota(slice) => (&slot.quota.host, slice),
+            Spent::Fallback(slice) => (&slot.quota.fallback_admitted, slice),
+        };
+        let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+            let count = w & 0xffff_ffff;
+            let back = match spent {
+                Spent::Quota(_) => (count + n as u64 <= u32::MAX as u64).then(|| w + n as u64),
+                Spent::Fallback(_) => (count >= n as u64).then(|| w - n as u64),
+            };
+            ((w >> 32) as u32 == slice).then_some(back).flatten()
+        });
     }
 
-    /// The decision while the store is failing: the task's own local rate
-    /// (applied by the caller), else the fallback rate.
-    fn fallback(&self, t: TaskRef<'_>, need: Need) -> Result<Spent, Limited> {
-        if need.has_local {
-            return Ok(Spent::Fallback);
-        }
+    /// The decision while the store is failing, by the task's fallback
+    /// policy; the local limits apply on top (the caller's). An admission is
+    /// counted against `slice`, for the key that may be created anew in it.
+    fn fallback(&self, t: TaskRef<'_>, need: Need, slice: u32) -> Result<Spent, Refused> {
         let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
-        let rate = if t.g.fallback_rate > 0.0 {
-            t.g.fallback_rate
-        } else {
-            t.g.rate
+        let rate = match t.g.fallback {
+            Fallback::Deny => None,
+            Fallback::Local => Some(None),
+            Fallback::Rate(rate) => Some(Some(rate)),
+            Fallback::Share => Some(share(q, t.g)),
         };
-        let gcra = Gcra {
-            interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64).max(1),
-            burst: need.burst.max(n),
+        let admitted = match rate {
+            None => false,
+            Some(None) => true,
+            Some(Some(rate)) => {
+                let gcra = Gcra {
+                    interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
+                        .max(1),
+                    burst: need.burst.max(n),
+                };
+                let tat = q.fallback_tat.load(Ordering::Relaxed);
+                let now = shm.clock.now();
+                gcra.take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
+                    .is_some()
+            }
         };
-        let tat = q.fallback_tat.load(Ordering::Relaxed);
-        let now = shm.clock.now();
-        match gcra.take_from(&q.fallback_tat, tat, now, n, || shm.clock.now()) {
-            Some(_) => Ok(Spent::Fallback),
-            None => Err(Limited::Global),
+        if !admitted {
+            q.limited_fallback.fetch_add(n as u64, Ordering::Relaxed);
+            return Err(Refused::Fallback);
         }
+        let _ = q
+            .fallback_admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(if (w >> 32) as u32 == slice {
+                    w.saturating_add(n as u64)
+                } else {
+                    (slice as u64) << 32 | n as u64
+                })
+            });
+        Ok(Spent::Fallback(slice))
     }
+}
+
+/// The share policy's rate for this host: what it spent per second in its
+/// last full slice; before any, the global rate over the hosts the store
+/// last counted; before that, none (the local limits alone).
+fn share(q: &QuotaSlot, g: Global) -> Option<f64> {
+    // Saturating: the words come from a file anyone with write access may
+    // have scribbled on.
+    let spent = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
+    if spent > 0 {
+        return Some(spent as f64 * 1000.0 / g.slice_ms as f64);
+    }
+    let hosts = q.hosts_seen.load(Ordering::Relaxed).min(1 << 20);
+    (hosts > 0).then(|| g.rate / hosts as f64)
 }
 
 /// Spends `n` of the host's quota of `slice`: the permits left after, or

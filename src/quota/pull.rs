@@ -172,6 +172,8 @@ impl Quota {
         let q = &slot.quota;
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
         for _ in 0..2 {
+            let claimed = tagged(q.slice_granted.load(Ordering::Acquire), slice)
+                + tagged(q.fallback_admitted.load(Ordering::Acquire), slice);
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
             let answer = self.store.pull(&Ask {
@@ -180,6 +182,9 @@ impl Quota {
                 slice_ms: g.slice_ms,
                 quota: g.quota as u64,
                 want,
+                host: &self.host,
+                claimed,
+                offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
                 embedded: &q.embedded,
             });
             let ns = began.elapsed().as_nanos() as u64;
@@ -211,6 +216,7 @@ impl Quota {
                 slice = reply.slice;
                 continue;
             }
+            q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
             deposit(q, slice, reply.granted);
             q.low_water.store(want / 4, Ordering::Relaxed);
             if reply.left == 0 {
@@ -281,6 +287,8 @@ impl Quota {
             limited_ms: ms[1],
             failed_ms: ms[2],
             clock_offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
+            limited_fallback: q.limited_fallback.load(Ordering::Relaxed),
+            hosts_seen: q.hosts_seen.load(Ordering::Relaxed),
         }
     }
 }
@@ -340,9 +348,12 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
             Ok(_) => {
                 if current != slice && word != 0 {
                     q.stranded.fetch_add(left, Ordering::Relaxed);
+                    // What the host admitted in the slice it leaves: the
+                    // share fallback's rate if the store fails next.
                     let old = tagged(q.slice_granted.load(Ordering::Relaxed), current);
+                    let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), current);
                     q.prev_spent
-                        .store(old.saturating_sub(left), Ordering::Relaxed);
+                        .store(old.saturating_sub(left) + fell_back, Ordering::Relaxed);
                 }
                 break;
             }

@@ -24,37 +24,66 @@ pub(crate) struct RedisSettings {
     pub connect_timeout: Duration,
 }
 
-/// Takes up to ARGV[2] permits of key KEYS[1] for slice ARGV[4] (slices of
-/// ARGV[3] ms), creating the key at ARGV[1] permits with a TTL of ARGV[5] ms.
-/// Returns {granted, left, server seconds, server µs}; granted = -1 when the
-/// server is in another slice (nothing taken). The grant rule is
-/// `store::grant`: all that is asked while twice that is left, else half of
-/// what is left but at least half of what is asked.
+/// One pull. The slice's key KEYS[1] is a hash: `left` (permits left),
+/// `quota` (the threshold it was created with) and one census record per
+/// host, `<host id>` → "accounted asked granted claimed offset_us":
+/// accounted is what the key has charged the host with (its grants and the
+/// deductions below), so the key can tell what the host took outside it.
+///
+/// ARGV: 1 quota (a new key starts here), 2 want, 3 slice_ms, 4 slice,
+/// 5 TTL ms, 6 host id, 7 claimed (all the host took of the slice so far:
+/// grants from this key or an earlier one, fallback admissions), 8 the
+/// host's clock offset µs.
+///
+/// A host that claims more than the key charged it with took the rest from
+/// a key the store lost (a restart, a failover) or in fallback: the key
+/// deducts the difference once, since it then charges it. A repeated request
+/// claims no more than the first, and a lost reply leaves the key charging a
+/// grant the host never got (less admitted, never more): neither can deduct
+/// twice. Returns {granted, left, server seconds, server µs, hosts};
+/// granted = -1 when the server is in another slice (nothing taken). The
+/// grant rule is `store::grant`.
 const PULL: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec} end
-local left = redis.call('GET', KEYS[1])
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0} end
+local key, host = KEYS[1], ARGV[6]
+local left = redis.call('HGET', key, 'left')
 if left == false then
   left = tonumber(ARGV[1])
-  redis.call('SET', KEYS[1], left, 'PX', ARGV[5])
+  redis.call('HSET', key, 'left', left, 'quota', left)
+  redis.call('PEXPIRE', key, ARGV[5])
 else
   left = tonumber(left)
   if left == nil or left ~= math.floor(left) then
-    return redis.error_reply('FLOWCTRL key ' .. KEYS[1] .. ' does not hold an integer')
+    return redis.error_reply('FLOWCTRL key ' .. key .. ' does not hold an integer')
   end
 end
 if left < 0 then left = 0 end
+local acc, asked, granted = 0, 0, 0
+local rec = redis.call('HGET', key, host)
+if rec then
+  local f = {}
+  for v in string.gmatch(rec, '%-?%d+') do f[#f + 1] = tonumber(v) end
+  acc, asked, granted = f[1] or 0, f[2] or 0, f[3] or 0
+end
+local claimed = tonumber(ARGV[7]) or 0
+if claimed > acc then
+  left = math.max(left - (claimed - acc), 0)
+  acc = claimed
+end
 local want = tonumber(ARGV[2])
 local grant = want
 if left < 2 * want then
   grant = math.min(want, math.max(math.ceil(left / 2), math.min(left, math.floor(want / 2))))
 end
-if grant > 0 then redis.call('DECRBY', KEYS[1], grant) end
-return {grant, left - grant, sec, usec}
+redis.call('HSET', key, 'left', left - grant, host,
+  string.format('%d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
+    tonumber(ARGV[8]) or 0))
+return {grant, left - grant, sec, usec, redis.call('HLEN', key) - 2}
 "#;
 
 pub(crate) struct RedisStore {
@@ -117,9 +146,9 @@ impl RedisStore {
 
 impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
-        let key = format!("{}{}:{}", self.settings.prefix, ask.task, ask.slice);
+        let key = slice_key(&self.settings.prefix, ask.task, ask.slice);
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
-        let call = |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64)> {
+        let call = |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64, i64)> {
             self.script
                 .key(&key)
                 .arg(ask.quota)
@@ -127,6 +156,9 @@ impl QuotaStore for RedisStore {
                 .arg(ask.slice_ms)
                 .arg(ask.slice)
                 .arg(ttl_ms)
+                .arg(ask.host)
+                .arg(ask.claimed)
+                .arg(ask.offset_us)
                 .invoke(conn)
         };
         // Any error may leave a reply in flight or a node that is now a
@@ -149,7 +181,7 @@ impl QuotaStore for RedisStore {
                 (conn, answer)
             }
         };
-        let (granted, left, sec, usec) = answer.map_err(|e| self.error("pull", &e))?;
+        let (granted, left, sec, usec, hosts) = answer.map_err(|e| self.error("pull", &e))?;
         if let Some(mut idle) = self.idle.try_lock() {
             idle.push((std::process::id(), conn));
         }
@@ -159,12 +191,19 @@ impl QuotaStore for RedisStore {
             granted: granted.max(0) as u64,
             left: left.max(0) as u64,
             store_us,
+            hosts: hosts.max(0) as u64,
         })
     }
 
     fn describe(&self) -> String {
         format!("Redis at {}", redact(&self.settings.url))
     }
+}
+
+/// The key of a task's slice: a hash (see [`PULL`]). The task's name is
+/// its hash tag, so a Redis Cluster keeps a task's keys on one slot.
+pub(crate) fn slice_key(prefix: &str, task: &str, slice: u32) -> String {
+    format!("{prefix}{{{task}}}:{slice}")
 }
 
 /// The URL without its password, for messages.

@@ -16,6 +16,15 @@ pub(crate) struct Ask<'a> {
     /// The slice's threshold: a key that does not exist yet starts here.
     pub quota: u64,
     pub want: u64,
+    /// This host's id in the store's census.
+    pub host: &'a str,
+    /// What this host took of the slice so far: every grant it received
+    /// (from this key and from an earlier one the store lost) and every
+    /// permit its fallback admitted. A key that does not know this much of
+    /// the host deducts the difference once.
+    pub claimed: u64,
+    /// This host's measured clock offset to the store, µs (for the census).
+    pub offset_us: i64,
     /// The embedded store's key in the task's slot.
     pub embedded: &'a AtomicU64,
 }
@@ -31,6 +40,8 @@ pub(crate) struct Reply {
     pub left: u64,
     /// The store's wall clock when it answered, µs since the Unix epoch.
     pub store_us: i64,
+    /// Hosts the key has a census record of (0 when unknown).
+    pub hosts: u64,
 }
 
 pub(crate) trait QuotaStore: Send + Sync {
@@ -78,7 +89,8 @@ pub(crate) fn wall_us() -> i64 {
 
 /// The embedded store: the slice counter is a word of the task's slot
 /// (slice in the high 32 bits, permits left below), so a single host runs
-/// global mode with no server. Its clock is this host's.
+/// global mode with no server. Its clock is this host's; it never fails nor
+/// loses a key, so it has nothing to deduct and one host in its census.
 pub(crate) struct Embedded;
 
 impl QuotaStore for Embedded {
@@ -91,6 +103,7 @@ impl QuotaStore for Embedded {
                 granted: 0,
                 left: 0,
                 store_us,
+                hosts: 1,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -115,6 +128,7 @@ impl QuotaStore for Embedded {
                         granted,
                         left: left - granted,
                         store_us,
+                        hosts: 1,
                     });
                 }
                 Err(now) => word = now,
@@ -160,6 +174,9 @@ mod tests {
             slice_ms: 60_000,
             quota: 10,
             want,
+            host: "h",
+            claimed: 0,
+            offset_us: 0,
             embedded: &word,
         };
         let mut total = 0;

@@ -109,9 +109,16 @@ impl TaskConfig {
         self
     }
 
-    pub fn fallback_rate(mut self, per_second: f64) -> Self {
-        self.global.fallback_rate = Some(per_second);
+    /// What the host admits while the store fails (default
+    /// [`crate::Fallback::Share`]).
+    pub fn fallback(mut self, policy: crate::quota::Fallback) -> Self {
+        self.global.fallback = Some(policy);
         self
+    }
+
+    /// `fallback(Fallback::Rate(per_second))`; 0 = the default policy.
+    pub fn fallback_rate(self, per_second: f64) -> Self {
+        self.fallback(crate::quota::Fallback::Rate(per_second))
     }
 
     /// The limiter, e.g. `LimiterSpec::parse("auto")?`.

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::{Counter, LANES, Lane, limit_of};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{self, Update};
-use crate::quota::{Need, Quota};
+use crate::quota::{Need, Quota, Refused};
 use crate::shm::Shm;
 use crate::token;
 use crate::words::{Limited, Outcome};
@@ -187,7 +187,6 @@ impl Task {
             let need = Need {
                 n,
                 burst: limits.burst,
-                has_local: gcra.interval != 0,
             };
             let taken = self.quota.take(self.quota_ref(slot, global), need, now);
             match taken {
@@ -196,9 +195,11 @@ impl Task {
                     if counted {
                         self.move_count(attach, lane, -(n as i32), None)?;
                     }
-                    let limited = refused?.err().unwrap_or(Limited::Global);
-                    count(counters, Counter::LimitedGlobal, n as u64);
-                    return Ok(Err(limited));
+                    // A fallback refusal is counted by the quota, apart.
+                    if refused?.err() == Some(Refused::Exhausted) {
+                        count(counters, Counter::LimitedGlobal, n as u64);
+                    }
+                    return Ok(Err(Limited::Global));
                 }
             }
         }

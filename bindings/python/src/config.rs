@@ -3,7 +3,7 @@
 //! None = unset), and the settings in force as the `settings` dict.
 
 use flowctrl::{
-    GlobalConfig, GlobalSettings, LimiterConfig, LimiterSpec, LocalConfig, LocalSettings,
+    Fallback, GlobalConfig, GlobalSettings, LimiterConfig, LimiterSpec, LocalConfig, LocalSettings,
     TaskConfig, TaskSettings,
 };
 use pyo3::prelude::*;
@@ -20,6 +20,7 @@ pub(crate) fn task_config(
     global_rate: Option<f64>,
     slice_ms: Option<u32>,
     chunk: Option<u32>,
+    fallback: Option<&Bound<'_, PyAny>>,
     fallback_rate: Option<f64>,
     limiter: Option<&str>,
     min_limit: Option<u32>,
@@ -36,7 +37,7 @@ pub(crate) fn task_config(
             global_rate,
             slice_ms,
             chunk,
-            fallback_rate,
+            fallback: fallback_of(fallback, fallback_rate)?,
         },
         limiter: LimiterConfig {
             spec: limiter.map(LimiterSpec::parse).transpose().map_err(to_py)?,
@@ -45,6 +46,28 @@ pub(crate) fn task_config(
             initial_limit,
         },
     })
+}
+
+/// `fallback=` ("share", "local", "deny" or requests/s) or the older
+/// `fallback_rate=` (a number), as the core's policy.
+fn fallback_of(
+    fallback: Option<&Bound<'_, PyAny>>,
+    rate: Option<f64>,
+) -> PyResult<Option<Fallback>> {
+    let policy = match fallback {
+        None => None,
+        Some(v) => Some(match v.extract::<f64>() {
+            Ok(r) => Fallback::Rate(r),
+            Err(_) => Fallback::parse(&v.extract::<String>()?).map_err(to_py)?,
+        }),
+    };
+    match (policy, rate) {
+        (Some(_), Some(_)) => Err(to_py(flowctrl::Error::new(
+            flowctrl::ErrorKind::InvalidArgument,
+            "give fallback= or fallback_rate=, not both",
+        ))),
+        (policy, rate) => Ok(policy.or(rate.map(Fallback::Rate))),
+    }
 }
 
 /// The settings in force, every field under its keyword's name.
@@ -61,7 +84,7 @@ pub(crate) fn settings_dict<'py>(
         global_rate,
         slice_ms,
         chunk,
-        fallback_rate,
+        fallback,
     } = s.global;
     let limiter = &s.limiter;
     let d = PyDict::new(py);
@@ -71,7 +94,16 @@ pub(crate) fn settings_dict<'py>(
     d.set_item("global_rate", global_rate)?;
     d.set_item("slice_ms", slice_ms)?;
     d.set_item("chunk", chunk)?;
-    d.set_item("fallback_rate", fallback_rate)?;
+    match fallback {
+        Fallback::Rate(r) => {
+            d.set_item("fallback", r)?;
+            d.set_item("fallback_rate", r)?;
+        }
+        policy => {
+            d.set_item("fallback", policy.to_string())?;
+            d.set_item("fallback_rate", 0.0)?;
+        }
+    }
     d.set_item("limiter", limiter.canonical())?;
     d.set_item("min_limit", limiter.min)?;
     d.set_item("max_limit", limiter.max)?;

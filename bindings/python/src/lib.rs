@@ -129,7 +129,7 @@ impl Table {
     }
 
     #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None,
-                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None,
+                        global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn task(
@@ -142,6 +142,7 @@ impl Table {
         global_rate: Option<f64>,
         slice_ms: Option<u32>,
         chunk: Option<u32>,
+        fallback: Option<&Bound<'_, PyAny>>,
         fallback_rate: Option<f64>,
         limiter: Option<&str>,
         min_limit: Option<u32>,
@@ -155,6 +156,7 @@ impl Table {
             global_rate,
             slice_ms,
             chunk,
+            fallback,
             fallback_rate,
             limiter,
             min_limit,

@@ -87,7 +87,7 @@ impl Task {
 
     /// Changes the given fields of the configuration for the whole host.
     #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
-                        global_rate=None, slice_ms=None, chunk=None, fallback_rate=None,
+                        global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn update(
@@ -99,6 +99,7 @@ impl Task {
         global_rate: Option<f64>,
         slice_ms: Option<u32>,
         chunk: Option<u32>,
+        fallback: Option<&Bound<'_, PyAny>>,
         fallback_rate: Option<f64>,
         limiter: Option<&str>,
         min_limit: Option<u32>,
@@ -112,6 +113,7 @@ impl Task {
             global_rate,
             slice_ms,
             chunk,
+            fallback,
             fallback_rate,
             limiter,
             min_limit,
@@ -231,6 +233,8 @@ fn quota_items(d: &Bound<'_, PyDict>, q: &QuotaStats) -> PyResult<()> {
     ] {
         d.set_item(k, v)?;
     }
+    d.set_item("limited_fallback", q.limited_fallback)?;
+    d.set_item("hosts_seen", q.hosts_seen)?;
     d.set_item("clock_offset_us", q.clock_offset_us)
 }
 

@@ -4,7 +4,7 @@ Plain TypedDicts: they exist at runtime (so stubs and runtime agree) but no
 code checks against them.
 """
 
-from typing import Literal, Optional, TypedDict
+from typing import Literal, Optional, TypedDict, Union
 
 
 class Counters(TypedDict):
@@ -41,6 +41,8 @@ class Stats(Counters):
     open_ms: int
     limited_ms: int
     failed_ms: int
+    limited_fallback: int
+    hosts_seen: int
     clock_offset_us: int
 
 
@@ -76,6 +78,7 @@ class Settings(TypedDict):
     global_rate: float
     slice_ms: int
     chunk: int
+    fallback: Union[str, float]
     fallback_rate: float
     limiter: str
     min_limit: int
