@@ -49,7 +49,7 @@ impl Fallback {
     /// `Rate(0)` is the default policy, as `fallback_rate` 0 always was.
     pub fn normalized(self) -> Self {
         match self {
-            Self::Rate(r) if r == 0.0 => Self::Share,
+            Self::Rate(0.0) => Self::Share,
             other => other,
         }
     }
