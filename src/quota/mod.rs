@@ -301,7 +301,10 @@ impl Quota {
                 if !self.probe_due(t.shm, q) {
                     return Ok(self.fallback(t, need, slice));
                 }
-            } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1 || pulls >= 3 {
+            } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
+                || pulls >= 3
+                || share_left(q, t.g, slice).is_some_and(|left| left < need.n as u64)
+            {
                 return Ok(Err(Refused::Exhausted));
             }
             match self.try_lock(t.shm, q)? {
@@ -346,25 +349,27 @@ impl Quota {
     /// counted against `slice`, for the key that may be created anew in it.
     fn fallback(&self, t: TaskRef<'_>, need: Need, slice: u32) -> Result<Spent, Refused> {
         let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
-        let rate = match t.g.fallback {
-            Fallback::Deny => None,
-            Fallback::Local => Some(None),
-            Fallback::Rate(rate) => Some(Some(rate)),
-            Fallback::Share => Some(share(q, t.g)),
-        };
-        let admitted = match rate {
-            None => false,
-            Some(None) => true,
-            Some(Some(rate)) => {
+        let admitted = match fallback_rate(q, t.g) {
+            _ if t.g.fallback == Fallback::Deny => false,
+            None => true,
+            Some(rate) => {
+                // What the host already took of this slice (grants before
+                // the store failed, fallback admissions) counts against the
+                // slice's allowance at this rate: a host that falls back
+                // mid-slice does not admit on top of its grants.
+                let allowance = allowance(rate, t.g);
+                let taken = taken_in(q, slice);
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
-                    burst: need.burst.max(n),
+                    burst: need.burst.max(n).max(fallback_burst(rate)),
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();
-                gcra.take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
-                    .is_some()
+                taken + n as u64 <= allowance
+                    && gcra
+                        .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
+                        .is_some()
             }
         };
         if !admitted {
@@ -382,6 +387,47 @@ impl Quota {
             });
         Ok(Spent::Fallback(slice))
     }
+}
+
+/// The fallback policy's rate for this host; `None`: the local limits
+/// alone (`local`, or `share` before any history; `deny` admits nothing).
+fn fallback_rate(q: &QuotaSlot, g: Global) -> Option<f64> {
+    match g.fallback {
+        Fallback::Rate(rate) => Some(rate),
+        Fallback::Share => share(q, g),
+        Fallback::Local | Fallback::Deny => None,
+    }
+}
+
+/// A slice's worth of `rate`.
+fn allowance(rate: f64, g: Global) -> u64 {
+    (rate * g.slice_ms as f64 / 1000.0).ceil() as u64
+}
+
+/// What the host took of `slice`: store grants and fallback admissions.
+pub(super) fn taken_in(q: &QuotaSlot, slice: u32) -> u64 {
+    pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice)
+        + pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice)
+}
+
+/// In a slice this host spent partly in fallback, what its fallback rate
+/// still allows it to take from the store (`None`: no bound). Other hosts
+/// that fell back in the slice report what they took only when they reach
+/// the store again: until then a key created anew cannot know it, so each
+/// such host keeps to its own allowance, and the sum stays near the quota
+/// instead of the first host back taking everyone's remainder.
+pub(super) fn share_left(q: &QuotaSlot, g: Global, slice: u32) -> Option<u64> {
+    if pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice) == 0 {
+        return None;
+    }
+    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(taken_in(q, slice)))
+}
+
+/// The fallback rate's burst: 50 ms of it (at least the task's own): a
+/// burst of one would refuse requests that arrive a little early, and keep
+/// an evenly paced caller well under the rate.
+fn fallback_burst(rate: f64) -> u32 {
+    (rate * 0.05).clamp(1.0, u32::MAX as f64) as u32
 }
 
 /// The share policy's rate for this host: what it spent per second in its

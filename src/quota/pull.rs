@@ -172,8 +172,17 @@ impl Quota {
         let q = &slot.quota;
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
         for _ in 0..2 {
-            let claimed = tagged(q.slice_granted.load(Ordering::Acquire), slice)
-                + tagged(q.fallback_admitted.load(Ordering::Acquire), slice);
+            // Back from a fallback in this slice: no more than its share.
+            let want = match super::share_left(q, g, slice) {
+                Some(left) if left < want => {
+                    if left == 0 {
+                        return Ok(0);
+                    }
+                    left
+                }
+                _ => want,
+            };
+            let claimed = super::taken_in(q, slice);
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
             let answer = self.store.pull(&Ask {
@@ -312,7 +321,7 @@ fn smooth_offset(q: &QuotaSlot, measured: i64, rtt_us: i64) -> i64 {
 }
 
 /// The count of a `slice | count` word if it is of `slice`, else 0.
-fn tagged(word: u64, slice: u32) -> u64 {
+pub(super) fn tagged(word: u64, slice: u32) -> u64 {
     if (word >> 32) as u32 == slice {
         word & 0xffff_ffff
     } else {

@@ -1,0 +1,524 @@
+//! A fleet that stays exact: the global quota through the failures a fleet
+//! on one Redis meets. A key lost and created anew (a restart, a failover to
+//! an empty replica) deducts what each host already took of its slice, once;
+//! an outage admits by the fallback policy (by default each host's own
+//! share), not the global rate on every host; deny, local and a fixed rate
+//! behave as named, under the local limits. Real `redis-server`s on
+//! loopback, real processes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::{Decision, Fallback, QuotaState, Table, TableOptions, TaskConfig};
+
+const RATE: f64 = 2000.0;
+
+fn options(url: &str, host: Option<&str>) -> TableOptions {
+    let mut o = TableOptions::default();
+    o.store.url = Some(url.to_string());
+    // Room for a loaded 2-core machine; an outage is a refused connection,
+    // noticed at once whatever the timeout.
+    o.store.timeout = Duration::from_millis(500);
+    o.store.probe_interval = Duration::from_millis(100);
+    o.store.host_id = host.map(str::to_string);
+    o
+}
+
+/// The slice key's `left` field, as the store has it.
+fn left(redis: &RedisServer, task: &str, slice: u64) -> i64 {
+    let v: Option<String> =
+        redis.command(&["HGET", &format!("flowctrl:{{{task}}}:{slice}"), "left"]);
+    v.map_or(-1, |v| v.parse().unwrap())
+}
+
+/// The current 60-s slice, and whether at least `margin` of it is left.
+fn minute_slice(margin: Duration) -> Option<u64> {
+    let ms = (wall_us() / 1000) as u64;
+    (60_000 - ms % 60_000 > margin.as_millis() as u64).then_some(ms / 60_000)
+}
+
+fn wait_for_minute_slice(margin: Duration) -> u64 {
+    loop {
+        if let Some(s) = minute_slice(margin) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_key_created_anew_deducts_what_each_host_took_once() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-anew");
+    let config = TaskConfig::new().global_rate(2000.0).slice_ms(60_000);
+    let quota = 120_000i64; // 2000/s × 60 s
+    let slice = wait_for_minute_slice(Duration::from_secs(10));
+    let a = Table::open(scratch.path("a"), &options(&redis.url(), Some("host-a"))).unwrap();
+    let b = Table::open(scratch.path("b"), &options(&redis.url(), Some("host-b"))).unwrap();
+    let (ta, tb) = (a.task("t", &config).unwrap(), b.task("t", &config).unwrap());
+    assert_eq!(ta.pull_quota(300).unwrap(), Ok(300));
+    assert_eq!(tb.pull_quota(200).unwrap(), Ok(200));
+    assert_eq!(left(&redis, "t", slice), quota - 500);
+    // The store loses the key (a restart, a failover to an empty replica).
+    redis.command::<()>(&["FLUSHALL"]);
+    // Each host's first pull from the new key pays for what it already had.
+    assert_eq!(ta.pull_quota(100).unwrap(), Ok(100));
+    assert_eq!(left(&redis, "t", slice), quota - 300 - 100);
+    assert_eq!(tb.pull_quota(100).unwrap(), Ok(100));
+    assert_eq!(left(&redis, "t", slice), quota - 500 - 200);
+    // Once: later pulls cost only what they take.
+    assert_eq!(ta.pull_quota(50).unwrap(), Ok(50));
+    assert_eq!(tb.pull_quota(50).unwrap(), Ok(50));
+    assert_eq!(left(&redis, "t", slice), quota - 500 - 200 - 100);
+    assert_eq!(ta.quota_stats().hosts_seen, 2);
+    // A census record of garbage reads as a host the key knows nothing of:
+    // it deducts what host-a claims (all it took this slice) once more —
+    // fewer admitted, never more.
+    let key = format!("flowctrl:{{t}}:{slice}");
+    redis.command::<()>(&["HSET", &key, "host-a", "garbage"]);
+    assert_eq!(ta.pull_quota(10).unwrap(), Ok(10));
+    assert_eq!(
+        left(&redis, "t", slice),
+        quota - 500 - 200 - 100 - (300 + 100 + 50) - 10
+    );
+    assert_eq!(
+        slice,
+        minute_slice(Duration::ZERO).unwrap(),
+        "stayed in one slice"
+    );
+}
+
+#[test]
+fn fallback_admissions_are_deducted_when_the_store_returns() {
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-fallback");
+    let slice = wait_for_minute_slice(Duration::from_secs(15));
+    let opts = options(&redis.url(), Some("host-a"));
+    let table = Table::open(scratch.path("a"), &opts).unwrap();
+    let task = table
+        .task(
+            "t",
+            &TaskConfig::new()
+                .global_rate(100.0)
+                .slice_ms(60_000)
+                .fallback(Fallback::Local),
+        )
+        .unwrap();
+    assert_eq!(task.pull_quota(40).unwrap(), Ok(40));
+    redis.kill();
+    // Spend the 40, then admit 25 more by the local fallback.
+    let mut admitted = 0;
+    while admitted < 65 {
+        match task.acquire(1).unwrap() {
+            Decision::Admitted(_) => admitted += 1,
+            Decision::Limited(why) => panic!("refused after {admitted}: {why:?}"),
+        }
+    }
+    assert_eq!(task.quota_stats().state, Some(QuotaState::Failed));
+    redis.restart();
+    // The first pull from the new key pays for the 40 the lost key granted
+    // and the 25 of the fallback.
+    assert_eq!(task.pull_quota(10).unwrap(), Ok(10));
+    assert_eq!(left(&redis, "t", slice), 6000 - 40 - 25 - 10);
+    assert_eq!(task.pull_quota(10).unwrap(), Ok(10));
+    assert_eq!(left(&redis, "t", slice), 6000 - 40 - 25 - 20, "once");
+    assert_eq!(
+        slice,
+        minute_slice(Duration::ZERO).unwrap(),
+        "stayed in one slice"
+    );
+}
+
+/// One worker: saturating demand (`pace` None) or `pace` requests/s, for
+/// `secs`, counting admissions per 1-s slice of the store's clock; writes
+/// "slice count" lines, then "errors slowest_µs".
+fn worker(
+    path: &Path,
+    opts: TableOptions,
+    config: TaskConfig,
+    start: Duration,
+    secs: f64,
+    pace: Option<f64>,
+    out: PathBuf,
+) -> i32 {
+    let table = Table::open(path, &opts).unwrap();
+    let task = table.task("api", &config).unwrap();
+    sleep_until(start);
+    let end = start + Duration::from_secs_f64(secs);
+    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+    let (mut errors, mut slowest) = (0u64, Duration::ZERO);
+    let mut next = monotonic();
+    while monotonic() < end {
+        if let Some(rate) = pace {
+            next += Duration::from_secs_f64(1.0 / rate);
+            sleep_until(next);
+        }
+        let began = Instant::now();
+        let decision = task.acquire(1);
+        slowest = slowest.max(began.elapsed());
+        match decision {
+            Ok(Decision::Admitted(p)) => {
+                let slice = (wall_us() + task.quota_stats().clock_offset_us) / 1_000_000;
+                *counts.entry(slice).or_default() += 1;
+                drop(p);
+            }
+            Ok(Decision::Limited(_)) if pace.is_none() => {
+                std::thread::sleep(Duration::from_micros(200))
+            }
+            Ok(Decision::Limited(_)) => {}
+            Err(e) => {
+                errors += 1;
+                raw_eprint(&format!("acquire failed: {e}"));
+            }
+        }
+    }
+    let mut text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
+    text.push_str(&format!("end {errors} {}\n", slowest.as_micros()));
+    std::fs::write(out, text).unwrap();
+    0
+}
+
+struct Run {
+    per_slice: BTreeMap<i64, u64>,
+    errors: u64,
+    slowest: Duration,
+}
+
+/// Forks the workers (table, pace) at `start`; `during` runs in this process
+/// meanwhile; sums their counts.
+fn run(
+    scratch: &Scratch,
+    workers: &[(PathBuf, TableOptions, Option<f64>)],
+    config: TaskConfig,
+    start: Duration,
+    secs: f64,
+    during: impl FnOnce(),
+) -> Run {
+    let mut pids = KillOnDrop::default();
+    let mut outs = Vec::new();
+    for (i, (path, opts, pace)) in workers.iter().enumerate() {
+        let out = scratch.path(&format!("counts-{i}"));
+        outs.push(out.clone());
+        let (path, opts, pace) = (path.clone(), opts.clone(), *pace);
+        pids.add(fork_guarded(move || {
+            worker(&path, opts, config, start, secs, pace, out)
+        }));
+    }
+    during();
+    for pid in pids.0.clone() {
+        assert_eq!(wait(pid), 0, "a worker failed");
+        pids.forget(pid);
+    }
+    let mut run = Run {
+        per_slice: BTreeMap::new(),
+        errors: 0,
+        slowest: Duration::ZERO,
+    };
+    for out in outs {
+        for line in std::fs::read_to_string(out).unwrap().lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f[0] == "end" {
+                run.errors += f[1].parse::<u64>().unwrap();
+                let us = Duration::from_micros(f[2].parse().unwrap());
+                run.slowest = run.slowest.max(us);
+            } else {
+                *run.per_slice.entry(f[0].parse().unwrap()).or_default() +=
+                    f[1].parse::<u64>().unwrap();
+            }
+        }
+    }
+    run
+}
+
+/// The monotonic instant at which the wall clock reads the next whole
+/// second plus `offset`.
+fn at_wall_second(seconds_ahead: u64, offset: Duration) -> Duration {
+    let now_us = wall_us() as u64;
+    let next = (now_us / 1_000_000 + seconds_ahead) * 1_000_000;
+    monotonic() + Duration::from_micros(next - now_us) + offset
+}
+
+/// Two hosts × three processes (saturating demand, or `pace` requests/s
+/// each); Redis killed at `kill` after the start of the third second and
+/// restarted `down` later. Every full slice, the recovery slice included,
+/// admits within [0.98, 1.01] × the quota.
+fn restart_keeps_every_slice_exact(kill: Duration, down: Duration, pace: Option<f64>) {
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-restart");
+    let url = redis.url();
+    let hosts = [scratch.path("h0"), scratch.path("h1")];
+    let opts = options(&url, None);
+    let workers: Vec<_> = hosts
+        .iter()
+        .flat_map(|h| std::iter::repeat_n((h.clone(), opts.clone(), pace), 3))
+        .collect();
+    let watch = Table::open(&hosts[0], &options(&url, None)).unwrap();
+    let config = TaskConfig::new().global_rate(RATE);
+    let watched = watch.task("api", &config).unwrap();
+    let start = at_wall_second(1, Duration::ZERO);
+    let run = run(&scratch, &workers, config, start, 6.0, || {
+        sleep_until(start + Duration::from_secs(2) + kill);
+        redis.kill();
+        sleep_until(start + Duration::from_secs(2) + kill + down);
+        redis.restart();
+    });
+    assert_eq!(run.errors, 0, "no caller sees an error");
+    let keys: Vec<String> = redis.command(&["KEYS", "*"]);
+    for key in keys {
+        let all: Vec<String> = redis.command(&["HGETALL", &key]);
+        eprintln!("{key}: {all:?}");
+    }
+    let q = watched.quota_stats();
+    assert!(
+        q.failed_pulls >= 1 && q.failed_ms > 0,
+        "the outage was seen: {q:?}"
+    );
+    let slices: Vec<_> = run.per_slice.iter().collect();
+    assert!(slices.len() >= 5, "{:?}", run.per_slice);
+    for (slice, n) in &slices[1..slices.len() - 1] {
+        let ratio = **n as f64 / RATE;
+        assert!(
+            (0.98..=1.01).contains(&ratio),
+            "slice {slice} admitted {n} of {RATE}: {:?}",
+            run.per_slice
+        );
+    }
+    eprintln!("admitted per slice: {:?}; {q:?}", run.per_slice);
+}
+
+#[test]
+fn a_restart_across_a_slice_edge_hands_nothing_out_twice() {
+    // Saturating demand: down from 50 ms before an edge to 250 ms after it.
+    // The new slice starts in fallback, then its key is created with the
+    // store back and pays for what the fallback admitted.
+    restart_keeps_every_slice_exact(Duration::from_millis(950), Duration::from_millis(300), None);
+}
+
+#[test]
+fn a_restart_inside_a_slice_hands_nothing_out_twice() {
+    // Saturating demand spends a slice in its first milliseconds, before
+    // any kill could land inside it; 1.5 × the quota, evenly paced, keeps
+    // the hosts pulling until 0.67 s into each slice. Down from 200 ms to
+    // 500 ms: the slice's key is lost with grants and fallback behind it.
+    restart_keeps_every_slice_exact(
+        Duration::from_millis(200),
+        Duration::from_millis(300),
+        Some(RATE * 1.5 / 6.0),
+    );
+}
+
+/// Three hosts with uneven demand (1,200, 600 and 200 /s) against a global
+/// 1,000/s; Redis down for 10 s. By the share policy (the default) each host
+/// keeps what it spent per second before the outage: the cluster admits
+/// within [0.9, 1.1] × 1,000 in every full second of it, and no request
+/// fails or waits more than a store timeout.
+#[test]
+fn an_outage_keeps_the_cluster_near_its_global_rate() {
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-outage");
+    let url = redis.url();
+    let mut opts = options(&url, None);
+    opts.store.probe_interval = Duration::from_secs(1);
+    opts.store.timeout = Duration::from_millis(100);
+    let workers: Vec<_> = [1200.0, 600.0, 200.0]
+        .iter()
+        .enumerate()
+        .map(|(i, pace)| (scratch.path(&format!("h{i}")), opts.clone(), Some(*pace)))
+        .collect();
+    let config = TaskConfig::new().global_rate(1000.0);
+    let watch = Table::open(&workers[0].0, &opts).unwrap();
+    let watched = watch.task("api", &config).unwrap();
+    let start = at_wall_second(1, Duration::ZERO);
+    let (down, up) = (Duration::from_millis(3500), Duration::from_millis(13_500));
+    let mut hosts_seen = 0;
+    let run = run(&scratch, &workers, config, start, 15.0, || {
+        sleep_until(start + down);
+        hosts_seen = watched.quota_stats().hosts_seen;
+        redis.kill();
+        sleep_until(start + up);
+        redis.restart();
+    });
+    assert_eq!(hosts_seen, 3, "the census counts three hosts");
+    assert_eq!(run.errors, 0);
+    assert!(
+        run.slowest < Duration::from_millis(180),
+        "an acquire took {:?}",
+        run.slowest
+    );
+    let first = *run.per_slice.keys().next().unwrap();
+    // The outage's full seconds: from the one after the kill to the one
+    // before the restart.
+    for s in first + 4..first + 13 {
+        let n = run.per_slice.get(&s).copied().unwrap_or(0);
+        assert!(
+            (900..=1100).contains(&n),
+            "second {} of the outage admitted {n}: {:?}",
+            s - first - 3,
+            run.per_slice
+        );
+    }
+    let q = watched.quota_stats();
+    assert!(
+        q.limited_fallback > 0,
+        "host 0 asked for more than its share: {q:?}"
+    );
+    eprintln!("admitted per second: {:?}; host 0: {q:?}", run.per_slice);
+}
+
+#[test]
+fn deny_local_and_a_rate_under_the_local_limits_in_an_outage() {
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-policies");
+    let table = Table::open(scratch.path("t"), &options(&redis.url(), None)).unwrap();
+    let deny = table
+        .task(
+            "deny",
+            &TaskConfig::new()
+                .global_rate(1000.0)
+                .chunk(1)
+                .fallback(Fallback::Deny),
+        )
+        .unwrap();
+    let local = table
+        .task(
+            "local",
+            &TaskConfig::new()
+                .global_rate(1000.0)
+                .chunk(1)
+                .local_rate(50.0)
+                .burst(5)
+                .fallback(Fallback::Local),
+        )
+        .unwrap();
+    // The README's example: a fallback rate above the local rate applies
+    // the local rate, and one below it applies itself.
+    let above = table
+        .task(
+            "above",
+            &TaskConfig::new()
+                .global_rate(2000.0)
+                .chunk(1)
+                .local_rate(40.0)
+                .burst(4)
+                .fallback_rate(400.0),
+        )
+        .unwrap();
+    let below = table
+        .task(
+            "below",
+            &TaskConfig::new()
+                .global_rate(2000.0)
+                .chunk(1)
+                .local_rate(800.0)
+                .burst(4)
+                .fallback_rate(40.0),
+        )
+        .unwrap();
+    for t in [&deny, &local, &above, &below] {
+        assert!(matches!(t.acquire(1).unwrap(), Decision::Admitted(_)));
+    }
+    redis.kill();
+    let count = |task: &flowctrl::Task, for_ms: u64| {
+        let end = Instant::now() + Duration::from_millis(for_ms);
+        let mut admitted = 0;
+        while Instant::now() < end {
+            if let Decision::Admitted(_) = task.acquire(1).unwrap() {
+                admitted += 1;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        admitted
+    };
+    // Let each notice the outage (chunks of 1: its next pull fails), then
+    // measure.
+    for t in [&deny, &local, &above, &below] {
+        count(t, 50);
+        assert_eq!(
+            t.quota_stats().state,
+            Some(QuotaState::Failed),
+            "{}",
+            t.name()
+        );
+    }
+    assert_eq!(count(&deny, 300), 0, "deny refuses everything");
+    assert!(deny.quota_stats().limited_fallback > 0);
+    assert_eq!(
+        deny.stats().limited_global,
+        0,
+        "fallback refusals are counted apart"
+    );
+    let n = count(&local, 1000);
+    assert!(
+        (40..=60).contains(&n),
+        "local: the local rate of 50/s, got {n}"
+    );
+    let n = count(&above, 1000);
+    assert!((32..=48).contains(&n), "fallback 400 under local 40: {n}");
+    let n = count(&below, 1000);
+    assert!((32..=48).contains(&n), "fallback 40 under local 800: {n}");
+    redis.restart();
+    let began = Instant::now();
+    while deny.quota_stats().state == Some(QuotaState::Failed) {
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "deny never recovered"
+        );
+        let _ = deny.acquire(1).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        matches!(deny.acquire(1).unwrap(), Decision::Admitted(_)),
+        "deny recovers"
+    );
+}
+
+#[test]
+fn policies_are_settings_and_bad_ones_are_refused() {
+    let scratch = Scratch::new("fleet-config");
+    let table = Table::open(scratch.path("t"), &TableOptions::default()).unwrap();
+    let t = table
+        .task("t", &TaskConfig::new().global_rate(100.0))
+        .unwrap();
+    assert_eq!(
+        t.settings().global.fallback,
+        Fallback::Share,
+        "share is the default"
+    );
+    t.update(&TaskConfig::new().fallback(Fallback::Deny))
+        .unwrap();
+    assert_eq!(t.settings().global.fallback, Fallback::Deny);
+    t.update(&TaskConfig::new().fallback_rate(0.0)).unwrap();
+    assert_eq!(
+        t.settings().global.fallback,
+        Fallback::Share,
+        "rate 0 is the default"
+    );
+    t.update(&TaskConfig::new().fallback_rate(25.0)).unwrap();
+    assert_eq!(t.settings().global.fallback, Fallback::Rate(25.0));
+    let err = table
+        .task("t", &TaskConfig::new().fallback(Fallback::Local))
+        .unwrap_err();
+    assert!(err.message().contains("fallback 25 (asked local)"), "{err}");
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        assert!(
+            t.update(&TaskConfig::new().fallback_rate(bad)).is_err(),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        t.settings().global.fallback,
+        Fallback::Rate(25.0),
+        "unchanged"
+    );
+    assert_eq!(Fallback::parse("deny").unwrap(), Fallback::Deny);
+    assert_eq!(Fallback::parse("12.5").unwrap(), Fallback::Rate(12.5));
+    assert!(Fallback::parse("sometimes").is_err());
+    let mut o = TableOptions::default();
+    o.store.host_id = Some("two words".into());
+    assert!(Table::open(scratch.path("h"), &o).is_err());
+}
