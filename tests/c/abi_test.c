@@ -1349,7 +1349,39 @@ static void test_global_quota(void)
     config.slice_ms = 50;
     EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
     config.slice_ms = 60000; /* one slice of 6000 permits for the whole test */
+    /* The fallback policy: a rate only with FC_FALLBACK_RATE, which needs one. */
+    config.fallback = FC_FALLBACK_DENY;
+    config.fallback_rate = 50;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.fallback = FC_FALLBACK_RATE;
+    config.fallback_rate = FC_RATE_UNSET;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.fallback = 7;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.fallback = FC_UNSET;
+    config.reserved3 = 1;
+    EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
+    config.reserved3 = 0;
     EXPECT(fc_task_register(table, "g", &config, &global), FC_OK);
+    {
+        fc_task_config got, update;
+        fc_task_config_init(&got, sizeof got);
+        EXPECT(fc_task_config_get(global, &got), FC_OK);
+        CHECK_EQ(got.fallback, FC_FALLBACK_SHARE, "the default fallback is the host's share");
+        CHECK(got.fallback_rate == 0, "no fallback rate with share");
+        fc_task_config_init(&update, sizeof update);
+        update.fallback = FC_FALLBACK_RATE;
+        update.fallback_rate = 25;
+        EXPECT(fc_task_update(global, &update), FC_OK);
+        EXPECT(fc_task_config_get(global, &got), FC_OK);
+        CHECK(got.fallback == FC_FALLBACK_RATE && got.fallback_rate == 25,
+              "fallback FC_FALLBACK_RATE at 25/s");
+        update.fallback = FC_UNSET;
+        update.fallback_rate = 0; /* as in 0.3: 0 is the default policy */
+        EXPECT(fc_task_update(global, &update), FC_OK);
+        EXPECT(fc_task_config_get(global, &got), FC_OK);
+        CHECK_EQ(got.fallback, FC_FALLBACK_SHARE, "fallback_rate 0 is share again");
+    }
     local = register_task(table, "l", 0, 1, 0);
 
     EXPECT(fc_pull_quota(NULL, 1, &granted), FC_ERR_INVALID_ARGUMENT);
@@ -1376,6 +1408,8 @@ static void test_global_quota(void)
     stats = stats_of(global);
     CHECK_EQ(stats.quota_state, FC_QUOTA_LIMITED, "quota_state when exhausted");
     CHECK_EQ(stats.limited_global, 1, "limited_global");
+    CHECK_EQ(stats.limited_fallback, 0, "limited_fallback: the store never failed");
+    CHECK_EQ(stats.hosts_seen, 1, "hosts_seen: the embedded store has one host");
     stats = stats_of(local);
     CHECK_EQ(stats.quota_state, FC_QUOTA_NONE, "quota_state without a global rate");
 

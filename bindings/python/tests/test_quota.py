@@ -215,3 +215,43 @@ def test_exhausted_slice_is_limited_global(tmp_path):
     assert e.value.reason == "global"
     assert admitted == 100 * 60  # one slice of 60 s, all of it on this host
     assert task.stats()["quota_state"] == "limited"
+
+
+def test_fallback_policies_through_the_python_face(tmp_path, redis):
+    table = open_table(tmp_path / "t", redis.url)
+    share = table.task("share", global_rate=1000)
+    assert share.settings["fallback"] == "share" and share.settings["fallback_rate"] == 0
+    deny = table.task("deny", global_rate=1000, chunk=1, fallback="deny")
+    rate = table.task("rate", global_rate=1000, chunk=1, fallback=25)
+    assert rate.settings["fallback"] == 25 and rate.settings["fallback_rate"] == 25
+    assert table.task("rate", fallback_rate=25).settings["fallback"] == 25
+    with pytest.raises(flowctrl.ConfigMismatchError, match="fallback 25 \\(asked deny\\)"):
+        table.task("rate", fallback="deny")
+    for bad in [dict(fallback="sometimes"), dict(fallback=-1),
+                dict(fallback="deny", fallback_rate=3)]:
+        with pytest.raises(flowctrl.InvalidArgumentError):
+            table.task("bad", global_rate=10, **bad)
+    deny.acquire().release()
+    redis.kill()
+    for _ in range(20):
+        assert deny.try_acquire() is None
+    stats = deny.stats()
+    assert stats["quota_state"] == "failed"
+    assert stats["limited_fallback"] == 20 and stats["limited_global"] == 0
+    with pytest.raises(flowctrl.Limited) as e:
+        deny.acquire()
+    assert e.value.reason == "global"
+
+
+def test_a_key_created_anew_deducts_what_the_host_took(tmp_path, redis):
+    # A minute-long slice, well inside it: the pulls below share one slice.
+    while 60 - time.time() % 60 < 10:
+        time.sleep(0.5)
+    slice_id = int(time.time() // 60)
+    task = open_table(tmp_path / "t", redis.url, timeout=1.0).task(
+        "api", global_rate=100, slice_ms=60_000)
+    assert task.pull_quota(40) == 40
+    redis.command("FLUSHALL")
+    assert task.pull_quota(10) == 10
+    reply = redis.command("HGET", f"flowctrl:{{api}}:{slice_id}", "left")
+    assert reply.split(b"\r\n")[1] == str(6000 - 40 - 10).encode(), reply
