@@ -196,6 +196,11 @@ typedef uint32_t fc_status;
 typedef struct fc_balancer fc_balancer;
 
 /**
+ * A fleet's quota store (Redis), apart from any table. Thread-safe.
+ */
+typedef struct fc_store fc_store;
+
+/**
  * An open table: this process's mapping of it and its attachment to it.
  * Thread-safe: one handle may be used from any number of threads at once.
  * A forked child may keep using the handles it inherited: its first call
@@ -478,7 +483,41 @@ struct fc_task_stats {
    * Hosts the store counted in the task's slice key at the last pull.
    */
   uint64_t hosts_seen;
+  /**
+   * Pulls that found another table pulling under this host's id.
+   */
+  uint64_t host_conflicts;
 };
+
+/**
+ * One host of a task's census. Caller memory, 128 bytes for good (the
+ * reserved words are room for later versions; written as 0).
+ */
+typedef struct fc_host_record {
+  /**
+   * The host's id, NUL-terminated.
+   */
+  char host[64];
+  /**
+   * The slice the record is of: the newest full slice the host pulled in.
+   */
+  uint64_t slice;
+  /**
+   * Permits it asked for, and was granted, from that slice's key.
+   */
+  uint64_t asked;
+  uint64_t granted;
+  /**
+   * All it had taken of the slice at its last pull (grants, also of a
+   * key the store lost, and fallback admissions).
+   */
+  uint64_t claimed;
+  /**
+   * Its clock's offset to the store's, µs.
+   */
+  int64_t offset_us;
+  uint64_t reserved[3];
+} fc_host_record;
 
 /**
  * Options for opening or creating a table. Fill it with
@@ -828,6 +867,33 @@ const char *fc_status_str(uint32_t status);
  * end. Callable at any time, in thread-local destructors too.
  */
 const char *fc_last_error(void);
+
+/**
+ * Opens a handle on the Redis at `url` (`redis://`, `rediss://`,
+ * `unix://`; the query may carry `timeout_ms`, `connect_timeout_ms`,
+ * `prefix`). Does not connect. On `FC_OK`, `*out` is a new handle, freed
+ * with `fc_store_free`.
+ */
+fc_status fc_store_open(const char *url, struct fc_store **out);
+
+/**
+ * The live hosts of `task` (slices of `slice_ms`): those that pulled in its
+ * last full slices, newest first. Fills up to `capacity` of `records`
+ * (NULL when `capacity` is 0) and sets `*count` to how many hosts there
+ * are (more than `capacity` when the array is too small). Two round trips
+ * to the store; `FC_ERR_STORE` when it fails. Thread-safe.
+ */
+fc_status fc_store_fleet(const struct fc_store *store,
+                         const char *task,
+                         uint32_t slice_ms,
+                         struct fc_host_record *records,
+                         uint32_t capacity,
+                         uint32_t *count);
+
+/**
+ * Frees a store handle (NULL is ignored); it must not be used after.
+ */
+void fc_store_free(struct fc_store *store);
 
 /**
  * Fills `*options`, a struct of `size` bytes (pass `sizeof *options`), with

@@ -46,7 +46,10 @@ pub use balance::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
-pub use quota::{Fallback, GlobalConfig, GlobalSettings, QuotaState, QuotaStats, StoreOptions};
+pub use quota::{
+    Fallback, Fleet, GlobalConfig, GlobalSettings, HostRecord, QuotaState, QuotaStats, Store,
+    StoreOptions,
+};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
     Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,

@@ -522,3 +522,89 @@ fn policies_are_settings_and_bad_ones_are_refused() {
     o.store.host_id = Some("two words".into());
     assert!(Table::open(scratch.path("h"), &o).is_err());
 }
+
+#[test]
+fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-census");
+    let config = TaskConfig::new().global_rate(1000.0);
+    let tables: Vec<_> = (0..3)
+        .map(|i| Table::open(scratch.path(&format!("h{i}")), &options(&redis.url(), None)).unwrap())
+        .collect();
+    let tasks: Vec<_> = tables
+        .iter()
+        .map(|t| t.task("api", &config).unwrap())
+        .collect();
+    // Two more tables under one id: the second's claims go backwards.
+    let twins: Vec<_> = (0..2)
+        .map(|i| {
+            Table::open(
+                scratch.path(&format!("twin{i}")),
+                &options(&redis.url(), Some("twin")),
+            )
+            .unwrap()
+        })
+        .collect();
+    let twin_tasks: Vec<_> = twins
+        .iter()
+        .map(|t| t.task("api", &config).unwrap())
+        .collect();
+    // Pull early in one slice, so every pull lands in it.
+    sleep_until(at_wall_second(1, Duration::from_millis(50)));
+    let pulled = wall_us() / 1_000_000;
+    for (i, t) in tasks.iter().enumerate() {
+        assert_eq!(
+            t.pull_quota(10 * (i as u64 + 1)).unwrap(),
+            Ok(10 * (i as u64 + 1))
+        );
+    }
+    assert_eq!(twin_tasks[0].pull_quota(100).unwrap(), Ok(100));
+    assert_eq!(twin_tasks[0].pull_quota(100).unwrap(), Ok(100));
+    assert_eq!(twin_tasks[1].pull_quota(5).unwrap(), Ok(5));
+    assert_eq!(
+        twin_tasks[1].quota_stats().host_conflicts,
+        1,
+        "a claim went backwards"
+    );
+    assert_eq!(tasks[0].quota_stats().host_conflicts, 0);
+    assert_eq!(wall_us() / 1_000_000, pulled, "stayed in one slice");
+    // A record nobody wrote is skipped, never trusted.
+    let key = format!("flowctrl:{{api}}:{pulled}");
+    redis.command::<()>(&["HSET", &key, "intruder", "not a record"]);
+    sleep_until(at_wall_second(1, Duration::from_millis(10)));
+    let mut o = TableOptions::default().store;
+    o.url = Some(redis.url());
+    let store = flowctrl::Store::open(&o).unwrap();
+    let fleet = store.fleet("api", 1000).unwrap();
+    assert_eq!(fleet.quota, Some(1000));
+    let hosts: Vec<_> = fleet.hosts.iter().map(|h| h.host.as_str()).collect();
+    assert_eq!(
+        hosts.len(),
+        4,
+        "three hosts and the twins' one id: {fleet:?}"
+    );
+    assert!(
+        hosts.contains(&"twin") && !hosts.contains(&"intruder"),
+        "{fleet:?}"
+    );
+    let mut granted: Vec<_> = fleet
+        .hosts
+        .iter()
+        .filter(|h| h.host != "twin")
+        .map(|h| (h.granted, h.asked, h.claimed, h.slice as i64))
+        .collect();
+    granted.sort();
+    assert_eq!(
+        granted,
+        [
+            (10, 10, 0, pulled),
+            (20, 20, 0, pulled),
+            (30, 30, 0, pulled)
+        ],
+        "{fleet:?}"
+    );
+    // Bad input: a clear error, no store touched.
+    assert!(flowctrl::Store::open(&TableOptions::default().store).is_err());
+    assert!(store.fleet("", 1000).is_err());
+    assert!(store.fleet("api", 0).is_err());
+}

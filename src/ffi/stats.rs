@@ -65,6 +65,7 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             recent_rtt_ns: s.recent_rtt_ns,
             limited_fallback: q.limited_fallback,
             hosts_seen: q.hosts_seen,
+            host_conflicts: q.host_conflicts,
         });
         Ok(fc_status::FC_OK)
     })

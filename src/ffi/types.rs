@@ -257,6 +257,8 @@ pub struct fc_task_stats {
     pub limited_fallback: u64,
     /// Hosts the store counted in the task's slice key at the last pull.
     pub hosts_seen: u64,
+    /// Pulls that found another table pulling under this host's id.
+    pub host_conflicts: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -272,7 +274,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 64);
     assert!(size_of::<fc_task_config>() == 200);
-    assert!(size_of::<fc_task_stats>() == 232);
+    assert!(size_of::<fc_task_stats>() == 240);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -369,6 +371,7 @@ unsafe impl SizedStruct for fc_task_stats {
             recent_rtt_ns: 0,
             limited_fallback: 0,
             hosts_seen: 0,
+            host_conflicts: 0,
         }
     }
 }

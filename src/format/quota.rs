@@ -195,7 +195,9 @@ pub(crate) struct QuotaSlot {
     pub phase_ms: [AtomicU64; 3],
     /// Hosts the store counted in the task's key at the last pull.
     pub hosts_seen: AtomicU64,
-    _pad2: [AtomicU64; 5],
+    /// Pulls whose census record showed another table under this host's id.
+    pub host_conflicts: AtomicU64,
+    _pad2: [AtomicU64; 4],
     /// GCRA theoretical arrival time of the fallback rate.
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.

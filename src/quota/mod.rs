@@ -22,6 +22,7 @@
 //! pull is one round trip per chunk. See `pull.rs` for the lock, the chunk
 //! size and the transitions.
 
+mod census;
 mod config;
 mod pull;
 mod redis;
@@ -37,6 +38,7 @@ pub(crate) use crate::format::Global;
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
+pub use census::{Fleet, HostRecord, Store};
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use pull::reclaim_pull_lock;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
@@ -60,7 +62,7 @@ pub struct StoreOptions {
     /// How long a failed store is left alone before one process probes it
     /// again (default 3 s, ±20 % jitter so hosts do not probe in step).
     pub probe_interval: Duration,
-    /// This host's id in the store's census of each slice (1–64 printable
+    /// This host's id in the store's census of each slice (1–63 printable
     /// bytes, no spaces). `None` (the default): derived from
     /// `/etc/machine-id` and the table's path, so every process of a host's
     /// table shares it and two tables on one machine are two hosts.
@@ -118,6 +120,8 @@ pub struct QuotaStats {
     pub limited_fallback: u64,
     /// Hosts the store counted in the task's key at the last pull.
     pub hosts_seen: u64,
+    /// Pulls that found another table using this host's id.
+    pub host_conflicts: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and
@@ -174,9 +178,10 @@ pub(crate) struct Quota {
 
 /// Checks a host id given in the options.
 fn validate_host_id(id: &str) -> Result<String> {
-    if id.is_empty() || id.len() > 64 || id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+    let max = crate::words::NAME_MAX;
+    if id.is_empty() || id.len() > max || id.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(crate::Error::invalid(format!(
-            "host_id must be 1..=64 printable bytes without spaces, not {id:?}"
+            "host_id must be 1..={max} printable bytes without spaces, not {id:?}"
         )));
     }
     Ok(id.to_string())

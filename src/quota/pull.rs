@@ -226,6 +226,14 @@ impl Quota {
                 continue;
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
+            if reply.host_conflict && q.host_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
+                log::warn!(
+                    "flowctrl: task {task:?}: another table pulls under this host's id {:?}: \
+                     give each host its own (StoreOptions::host_id); a key created anew \
+                     cannot deduct what both took",
+                    self.host
+                );
+            }
             deposit(q, slice, reply.granted);
             q.low_water.store(want / 4, Ordering::Relaxed);
             if reply.left == 0 {
@@ -298,6 +306,7 @@ impl Quota {
             clock_offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
             limited_fallback: q.limited_fallback.load(Ordering::Relaxed),
             hosts_seen: q.hosts_seen.load(Ordering::Relaxed),
+            host_conflicts: q.host_conflicts.load(Ordering::Relaxed),
         }
     }
 }

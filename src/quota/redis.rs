@@ -40,7 +40,9 @@ pub(crate) struct RedisSettings {
 /// deducts the difference once, since it then charges it. A repeated request
 /// claims no more than the first, and a lost reply leaves the key charging a
 /// grant the host never got (less admitted, never more): neither can deduct
-/// twice. Returns {granted, left, server seconds, server µs, hosts};
+/// twice. A claim smaller than the host's last one in the key is another
+/// table using the same host id: reported as a conflict. Returns {granted,
+/// left, server seconds, server µs, hosts, conflict};
 /// granted = -1 when the server is in another slice (nothing taken). The
 /// grant rule is `store::grant`.
 const PULL: &str = r#"
@@ -49,7 +51,7 @@ local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0} end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 local left = redis.call('HGET', key, 'left')
 if left == false then
@@ -63,14 +65,18 @@ else
   end
 end
 if left < 0 then left = 0 end
-local acc, asked, granted = 0, 0, 0
+local acc, asked, granted, before = 0, 0, 0, 0
 local rec = redis.call('HGET', key, host)
 if rec then
   local f = {}
   for v in string.gmatch(rec, '%-?%d+') do f[#f + 1] = tonumber(v) end
-  acc, asked, granted = f[1] or 0, f[2] or 0, f[3] or 0
+  acc, asked, granted, before = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0
 end
 local claimed = tonumber(ARGV[7]) or 0
+-- A host's claim only grows within a slice: a smaller one is another table
+-- using the same host id.
+local conflict = 0
+if claimed < before then conflict = 1 end
 if claimed > acc then
   left = math.max(left - (claimed - acc), 0)
   acc = claimed
@@ -83,7 +89,7 @@ end
 redis.call('HSET', key, 'left', left - grant, host,
   string.format('%d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
     tonumber(ARGV[8]) or 0))
-return {grant, left - grant, sec, usec, redis.call('HLEN', key) - 2}
+return {grant, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict}
 "#;
 
 pub(crate) struct RedisStore {
@@ -136,36 +142,17 @@ impl RedisStore {
         Ok(conn)
     }
 
-    fn error(&self, doing: &str, e: &redis::RedisError) -> Error {
-        Error::new(
-            ErrorKind::Store,
-            format!("{}: {doing}: {e}", self.describe()),
-        )
-    }
-}
-
-impl QuotaStore for RedisStore {
-    fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
-        let key = slice_key(&self.settings.prefix, ask.task, ask.slice);
-        let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
-        let call = |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64, i64)> {
-            self.script
-                .key(&key)
-                .arg(ask.quota)
-                .arg(ask.want)
-                .arg(ask.slice_ms)
-                .arg(ask.slice)
-                .arg(ttl_ms)
-                .arg(ask.host)
-                .arg(ask.claimed)
-                .arg(ask.offset_us)
-                .invoke(conn)
-        };
-        // Any error may leave a reply in flight or a node that is now a
-        // replica (READONLY after a failover): the connection is dropped, so
-        // the next pull connects afresh. An idle connection may have died
-        // with a server since restarted: one that fails other than by a
-        // timeout is replaced once at once, not counted as an outage.
+    /// One request on an idle connection of this process or a new one.
+    /// Any error may leave a reply in flight or a node that is now a
+    /// replica (READONLY after a failover): the connection is dropped, so
+    /// the next request connects afresh. An idle connection may have died
+    /// with a server since restarted: one that fails other than by a
+    /// timeout is replaced once at once, not counted as an outage.
+    pub(crate) fn round_trip<T>(
+        &self,
+        doing: &str,
+        call: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         let (conn, answer) = match self.idle() {
             Some(mut conn) => match call(&mut conn) {
                 Err(e) if !e.is_timeout() => {
@@ -181,10 +168,44 @@ impl QuotaStore for RedisStore {
                 (conn, answer)
             }
         };
-        let (granted, left, sec, usec, hosts) = answer.map_err(|e| self.error("pull", &e))?;
+        let value = answer.map_err(|e| self.error(doing, &e))?;
         if let Some(mut idle) = self.idle.try_lock() {
             idle.push((std::process::id(), conn));
         }
+        Ok(value)
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.settings.prefix
+    }
+
+    fn error(&self, doing: &str, e: &redis::RedisError) -> Error {
+        Error::new(
+            ErrorKind::Store,
+            format!("{}: {doing}: {e}", self.describe()),
+        )
+    }
+}
+
+impl QuotaStore for RedisStore {
+    fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
+        let key = slice_key(&self.settings.prefix, ask.task, ask.slice);
+        let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
+        let call =
+            |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64, i64, i64)> {
+                self.script
+                    .key(&key)
+                    .arg(ask.quota)
+                    .arg(ask.want)
+                    .arg(ask.slice_ms)
+                    .arg(ask.slice)
+                    .arg(ttl_ms)
+                    .arg(ask.host)
+                    .arg(ask.claimed)
+                    .arg(ask.offset_us)
+                    .invoke(conn)
+            };
+        let (granted, left, sec, usec, hosts, conflict) = self.round_trip("pull", call)?;
         let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
         Ok(Reply {
             slice: super::store::slice_of(store_us, ask.slice_ms),
@@ -192,6 +213,7 @@ impl QuotaStore for RedisStore {
             left: left.max(0) as u64,
             store_us,
             hosts: hosts.max(0) as u64,
+            host_conflict: conflict != 0,
         })
     }
 

@@ -42,6 +42,8 @@ pub(crate) struct Reply {
     pub store_us: i64,
     /// Hosts the key has a census record of (0 when unknown).
     pub hosts: u64,
+    /// Another table pulled under this host's id in the slice.
+    pub host_conflict: bool,
 }
 
 pub(crate) trait QuotaStore: Send + Sync {
@@ -104,6 +106,7 @@ impl QuotaStore for Embedded {
                 left: 0,
                 store_us,
                 hosts: 1,
+                host_conflict: false,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -129,6 +132,7 @@ impl QuotaStore for Embedded {
                         left: left - granted,
                         store_us,
                         hosts: 1,
+                        host_conflict: false,
                     });
                 }
                 Err(now) => word = now,

@@ -385,7 +385,7 @@ static void test_version_and_status_strings(void)
     CHECK_EQ(sizeof(fc_task_config), 200, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
     CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
-    CHECK_EQ(sizeof(struct fc_task_stats), 232, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(sizeof(struct fc_task_stats), 240, "sizeof(struct fc_task_stats)");
     CHECK_EQ(offsetof(struct fc_task_stats, size), 0, "fc_task_stats.size comes first");
     CHECK(FC_RATE_UNSET < 0 && 1.0-FC_RATE_UNSET == 2.0,
           "FC_RATE_UNSET is negative and safe in an expression");
@@ -1416,6 +1416,31 @@ static void test_global_quota(void)
     fc_task_free(global);
     fc_task_free(local);
     fc_table_close(table);
+
+    /* A fleet's store: opening does not connect; reading an unreachable one
+     * is FC_ERR_STORE; bad arguments are refused before anything happens. */
+    {
+        fc_store *store = SENTINEL;
+        fc_host_record records[4];
+        uint32_t count = 99;
+        CHECK_EQ(sizeof(fc_host_record), 128, "sizeof(fc_host_record)");
+        EXPECT(fc_store_open(NULL, &store), FC_ERR_INVALID_ARGUMENT);
+        EXPECT(fc_store_open("http://x", &store), FC_ERR_INVALID_ARGUMENT);
+        CHECK(store == SENTINEL, "no handle for a bad URL");
+        EXPECT(fc_store_open("redis://127.0.0.1:1/0?connect_timeout_ms=50", NULL),
+               FC_ERR_INVALID_ARGUMENT);
+        EXPECT(fc_store_open("redis://127.0.0.1:1/0?connect_timeout_ms=50", &store), FC_OK);
+        EXPECT(fc_store_fleet(store, "g", 1000, records, 4, &count), FC_ERR_STORE);
+        CHECK(strstr(fc_last_error(), "127.0.0.1:1") != NULL, "the store is named: %s",
+              fc_last_error());
+        EXPECT(fc_store_fleet(store, "", 1000, records, 4, &count), FC_ERR_INVALID_NAME);
+        EXPECT(fc_store_fleet(store, "g", 1000, NULL, 4, &count), FC_ERR_INVALID_ARGUMENT);
+        EXPECT(fc_store_fleet(store, "g", 1000, records, 4, NULL), FC_ERR_INVALID_ARGUMENT);
+        EXPECT(fc_store_fleet(NULL, "g", 1000, records, 4, &count), FC_ERR_INVALID_ARGUMENT);
+        CHECK_EQ(count, 99, "count untouched on errors");
+        fc_store_free(store);
+        fc_store_free(NULL);
+    }
 }
 
 static void test_sized_structs(void)

@@ -17,6 +17,7 @@ mod args;
 mod balance;
 mod config;
 mod error;
+mod store;
 mod task;
 
 use std::path::PathBuf;
@@ -69,7 +70,7 @@ impl Table {
     #[pyo3(signature = (path=None, *, capacity=None, mode=None, max_processes=None, owner=None,
                         shared=None, balancers=None, backends_per_balancer=None, store=None,
                         key_prefix=None, store_timeout=None, store_connect_timeout=None,
-                        probe_interval=None))]
+                        probe_interval=None, host_id=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python constructor
     fn new(
         py: Python<'_>,
@@ -86,6 +87,7 @@ impl Table {
         store_timeout: Option<f64>,
         store_connect_timeout: Option<f64>,
         probe_interval: Option<f64>,
+        host_id: Option<String>,
     ) -> PyResult<Self> {
         let mut options = TableOptions {
             owner,
@@ -99,6 +101,7 @@ impl Table {
         set(&mut options.backends_per_balancer, backends_per_balancer);
         let s = &mut options.store;
         s.url = store;
+        s.host_id = host_id;
         set(&mut s.key_prefix, key_prefix);
         set(
             &mut s.timeout,
@@ -288,6 +291,7 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Permit>()?;
     m.add_class::<balance::Balancer>()?;
     m.add_class::<balance::Choice>()?;
+    m.add_class::<store::Store>()?;
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
     Ok(())

@@ -255,3 +255,30 @@ def test_a_key_created_anew_deducts_what_the_host_took(tmp_path, redis):
     assert task.pull_quota(10) == 10
     reply = redis.command("HGET", f"flowctrl:{{api}}:{slice_id}", "left")
     assert reply.split(b"\r\n")[1] == str(6000 - 40 - 10).encode(), reply
+
+
+def test_the_census_through_the_python_face(tmp_path, redis):
+    tables = [open_table(tmp_path / f"h{i}", redis.url, timeout=1.0) for i in range(2)]
+    named = open_table(tmp_path / "n", redis.url, timeout=1.0)
+    named_host = flowctrl.Table(tmp_path / "m", store=redis.url, store_timeout=1.0, host_id="edge-7")
+    tasks = [t.task("api", global_rate=1000) for t in tables + [named_host]]
+    del named
+    # Early in a second, so the pulls share one slice; then read it.
+    time.sleep(1.05 - time.time() % 1)
+    for i, task in enumerate(tasks):
+        assert task.pull_quota(10 * (i + 1)) == 10 * (i + 1)
+    time.sleep(1.02 - time.time() % 1)
+    fleet = flowctrl.Store(redis.url).fleet("api")
+    assert fleet["slice_ms"] == 1000 and fleet["quota"] == 1000, fleet
+    hosts = {h["host"]: h for h in fleet["hosts"]}
+    assert len(hosts) == 3 and "edge-7" in hosts, fleet
+    assert hosts["edge-7"]["granted"] == 30 and hosts["edge-7"]["asked"] == 30
+    assert sorted(h["granted"] for h in fleet["hosts"]) == [10, 20, 30]
+    assert tasks[0].stats()["host_conflicts"] == 0
+    for bad in [dict(url="http://x"), dict(url=redis.url, timeout=-1)]:
+        with pytest.raises(flowctrl.InvalidArgumentError):
+            flowctrl.Store(**bad)
+    with pytest.raises(flowctrl.InvalidNameError):
+        flowctrl.Store(redis.url).fleet("")
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        flowctrl.Table(tmp_path / "bad", store=redis.url, host_id="two words")

@@ -6,9 +6,26 @@ from types import TracebackType
 from typing import Literal, Sequence, final
 
 from ._aio import AsyncAcquire
-from ._types import BackendStats, Consistency, ProcessStats, Settings, Stats, TableCheck
+from ._types import (
+    BackendStats,
+    Consistency,
+    Fleet,
+    ProcessStats,
+    Settings,
+    Stats,
+    TableCheck,
+)
 
-__all__ = ["Table", "Task", "Permit", "Balancer", "Choice", "__version__", "LAYOUT_VERSION"]
+__all__ = [
+    "Table",
+    "Task",
+    "Permit",
+    "Balancer",
+    "Choice",
+    "Store",
+    "__version__",
+    "LAYOUT_VERSION",
+]
 
 __version__: str
 LAYOUT_VERSION: int
@@ -31,6 +48,8 @@ class Table:
     store (the table itself: one host, no server). ``store_timeout`` (default
     5 ms), ``store_connect_timeout`` (20 ms) and ``probe_interval`` (3 s) are
     in seconds; every process of a host must name the same store.
+    ``host_id`` names this host in the store's census (default: from
+    /etc/machine-id and the table's path).
 
     ``close()``, or leaving a ``with`` block, drops this handle: the table and
     every Task made from it then raise TableClosedError (``path``,
@@ -55,6 +74,7 @@ class Table:
         store_timeout: float | None = None,
         store_connect_timeout: float | None = None,
         probe_interval: float | None = None,
+        host_id: str | None = None,
     ) -> Table: ...
     def task(
         self,
@@ -262,3 +282,23 @@ class Choice:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None: ...
+
+
+@final
+class Store:
+    """A fleet's quota store (Redis), apart from any table: reads the census
+    every pull records in a slice's key."""
+
+    def __new__(
+        cls,
+        url: str,
+        *,
+        key_prefix: str | None = None,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
+    ) -> Store: ...
+    def fleet(self, task: str, *, slice_ms: int | None = None) -> Fleet:
+        """The live hosts of ``task``: those that pulled in its last full
+        slices, with what each asked, was granted and claimed (grants and
+        fallback admissions) and its clock offset (µs)."""
+        ...

@@ -43,6 +43,7 @@ class Stats(Counters):
     failed_ms: int
     limited_fallback: int
     hosts_seen: int
+    host_conflicts: int
     clock_offset_us: int
 
 
@@ -102,3 +103,25 @@ class BackendStats(TypedDict):
     age: float
     ramp: float
     load: Optional[float]
+
+
+class HostRecord(TypedDict):
+    """One host of Store.fleet(): its record in the newest full slice it
+    pulled in."""
+
+    host: str
+    slice: int
+    asked: int
+    granted: int
+    claimed: int
+    offset_us: int
+
+
+class Fleet(TypedDict):
+    """Store.fleet(): the live hosts of a task."""
+
+    task: str
+    slice_ms: int
+    slice: int
+    quota: Optional[int]
+    hosts: list[HostRecord]

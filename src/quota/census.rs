@@ -1,0 +1,173 @@
+//! The census: what every host asked, was granted and claimed in each slice,
+//! recorded by the pull script in the slice's key (no extra round trip), and
+//! read back here for operators and the manager. A [`Store`] is a handle on
+//! a fleet's store, apart from any table.
+
+use super::StoreOptions;
+use super::redis::{RedisSettings, RedisStore, slice_key};
+use crate::error::{Error, Result};
+
+/// Full slices the census looks back over: a host that pulled in none of
+/// them is not live.
+const SLICES: u64 = 3;
+
+/// A fleet's quota store, for reading (and, later, writing) what the fleet
+/// shares there.
+pub struct Store {
+    redis: RedisStore,
+}
+
+/// One host's record in one slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRecord {
+    /// Its id (`StoreOptions::host_id`).
+    pub host: String,
+    /// The slice the record is of (the newest of the last full slices in
+    /// which the host pulled).
+    pub slice: u64,
+    /// Permits it asked for, and was granted, from the slice's key.
+    pub asked: u64,
+    pub granted: u64,
+    /// All it had taken of the slice at its last pull: grants, also of a key
+    /// the store lost, and fallback admissions.
+    pub claimed: u64,
+    /// Its clock's offset to the store's, µs, as it last measured.
+    pub offset_us: i64,
+}
+
+/// The live hosts of a task: those that pulled in the last full slices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fleet {
+    pub task: String,
+    pub slice_ms: u32,
+    /// The store's current slice (the census covers the ones before it).
+    pub slice: u64,
+    /// The quota the newest of those slices' keys was created with.
+    pub quota: Option<u64>,
+    /// One record per host, newest first by slice then by id.
+    pub hosts: Vec<HostRecord>,
+}
+
+impl Store {
+    /// A handle on the store the options name; a Redis URL is required
+    /// (the embedded store lives in one table and has no fleet).
+    pub fn open(options: &StoreOptions) -> Result<Self> {
+        let Some(url) = &options.url else {
+            return Err(Error::invalid(
+                "a fleet's store needs a Redis URL: the embedded store is one table's",
+            ));
+        };
+        let settings = super::redis::parse(
+            url,
+            RedisSettings {
+                url: String::new(),
+                prefix: options.key_prefix.clone(),
+                timeout: options.timeout,
+                connect_timeout: options.connect_timeout,
+            },
+        )?;
+        Ok(Self {
+            redis: RedisStore::new(settings)?,
+        })
+    }
+
+    /// The live hosts of `task` (whose slices are `slice_ms` long): one
+    /// round trip. Records a host or a hand wrote in a shape the script
+    /// never writes are skipped, with a log line.
+    pub fn fleet(&self, task: &str, slice_ms: u32) -> Result<Fleet> {
+        crate::words::validate_name(task, "task name")?;
+        if slice_ms == 0 {
+            return Err(Error::invalid("slice_ms must be at least 1"));
+        }
+        let (sec, usec): (u64, u64) = self
+            .redis
+            .round_trip("read the time", |conn| redis::cmd("TIME").query(conn))?;
+        let now_ms = sec * 1000 + usec / 1000;
+        let current = now_ms / slice_ms as u64 % (1 << 32);
+        let slices: Vec<u64> = (1..=SLICES)
+            .filter_map(|back| current.checked_sub(back))
+            .collect();
+        let prefix = self.redis.prefix().to_string();
+        let keys: Vec<String> = slices
+            .iter()
+            .map(|s| slice_key(&prefix, task, *s as u32))
+            .collect();
+        let hashes: Vec<Vec<(String, String)>> =
+            self.redis.round_trip("read the census", |conn| {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.hgetall(key);
+                }
+                pipe.query(conn)
+            })?;
+        let mut fleet = Fleet {
+            task: task.to_string(),
+            slice_ms,
+            slice: current,
+            quota: None,
+            hosts: Vec::new(),
+        };
+        for (slice, fields) in slices.iter().zip(hashes) {
+            for (field, value) in fields {
+                match field.as_str() {
+                    "quota" => {
+                        fleet.quota = fleet.quota.or(value.parse().ok());
+                    }
+                    "left" => {}
+                    host if fleet.hosts.iter().any(|h| h.host == host) => {}
+                    host => match parse_record(host, *slice, &value) {
+                        Some(record) => fleet.hosts.push(record),
+                        None => log::warn!(
+                            "flowctrl: census of task {task:?}, slice {slice}: \
+                             record {host:?} = {value:?} is not one flowctrl writes; skipped"
+                        ),
+                    },
+                }
+            }
+        }
+        fleet
+            .hosts
+            .sort_by(|a, b| b.slice.cmp(&a.slice).then(a.host.cmp(&b.host)));
+        Ok(fleet)
+    }
+}
+
+/// "accounted asked granted claimed offset_us" → a record.
+fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
+    let mut f = value.split(' ');
+    let mut next = || f.next()?.parse::<i64>().ok();
+    let (_accounted, asked, granted, claimed, offset_us) =
+        (next()?, next()?, next()?, next()?, next()?);
+    let count = |v: i64| u64::try_from(v).ok();
+    Some(HostRecord {
+        host: host.to_string(),
+        slice,
+        asked: count(asked)?,
+        granted: count(granted)?,
+        claimed: count(claimed)?,
+        offset_us,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_parse_and_garbage_does_not() {
+        assert_eq!(
+            parse_record("h", 7, "10 12 10 10 -35"),
+            Some(HostRecord {
+                host: "h".into(),
+                slice: 7,
+                asked: 12,
+                granted: 10,
+                claimed: 10,
+                offset_us: -35,
+            })
+        );
+        for bad in ["", "garbage", "1 2 3", "1 -2 3 4 5", "1 2 3 4 x"] {
+            assert_eq!(parse_record("h", 7, bad), None, "{bad:?}");
+        }
+    }
+}
