@@ -608,3 +608,51 @@ fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
     assert!(store.fleet("", 1000).is_err());
     assert!(store.fleet("api", 0).is_err());
 }
+
+/// Thirty pullers die between the store's grant and the deposit into the
+/// table (a test hook aborts them exactly there, where a SIGKILL would lose
+/// the chunk). Whoever takes a dead holder's lock redeems what the key
+/// charged and the host never received: at the end the key has charged the
+/// host with exactly what reached its table.
+#[test]
+fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-lost-chunk");
+    let path = scratch.path("t");
+    let opts = options(&redis.url(), Some("storm"));
+    let config = TaskConfig::new().global_rate(1000.0).slice_ms(60_000);
+    let slice = wait_for_minute_slice(Duration::from_secs(20));
+    let table = Table::open(&path, &opts).unwrap();
+    let task = table.task("lost", &config).unwrap();
+    let mut died = 0;
+    for i in 0..30 {
+        let (path, opts) = (path.clone(), opts.clone());
+        let pid = fork_guarded(move || {
+            // SAFETY: a forked child runs one thread.
+            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_AFTER_GRANT", "1") };
+            let table = Table::open(&path, &opts).unwrap();
+            let task = table.task("lost", &config).unwrap();
+            let _ = task.pull_quota(10);
+            0 // not reached when the store granted anything
+        });
+        if wait(pid) < 0 {
+            died += 1;
+        }
+        if i % 7 == 3 {
+            assert!(task.pull_quota(1).unwrap().is_ok());
+        }
+    }
+    assert_eq!(died, 30, "every puller died after its grant");
+    assert!(task.pull_quota(1).unwrap().is_ok());
+    let record: String = redis.command(&["HGET", &format!("flowctrl:{{lost}}:{slice}"), "storm"]);
+    let charged: u64 = record.split(' ').next().unwrap().parse().unwrap();
+    let q = task.quota_stats();
+    assert_eq!(charged, q.granted, "charged = received: {record:?} {q:?}");
+    assert_eq!(left(&redis, "lost", slice), 60_000 - charged as i64);
+    assert!(charged >= 30 * 10, "{charged}");
+    assert_eq!(
+        slice,
+        minute_slice(Duration::ZERO).unwrap(),
+        "stayed in one slice"
+    );
+}

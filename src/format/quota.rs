@@ -197,7 +197,11 @@ pub(crate) struct QuotaSlot {
     pub hosts_seen: AtomicU64,
     /// Pulls whose census record showed another table under this host's id.
     pub host_conflicts: AtomicU64,
-    _pad2: [AtomicU64; 4],
+    /// 1 after a pull lock was taken from a dead holder: the next pull asks
+    /// the store to hand back what the key granted and the host never
+    /// received (the holder died between the grant and the deposit).
+    pub redeem: AtomicU64,
+    _pad2: [AtomicU64; 3],
     /// GCRA theoretical arrival time of the fallback rate.
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.

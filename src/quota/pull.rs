@@ -16,9 +16,13 @@
 //! quarter of the last one is left.
 //!
 //! **A process killed during a pull** leaves the lock to be broken as above.
-//! If it dies after the store granted a chunk and before the chunk reached
-//! the table, that chunk is lost for its slice: the cluster admits less,
-//! never more, by at most one chunk per such death.
+//! If it died after the store granted a chunk and before the chunk reached
+//! the table, the key charged the host with a grant the host never
+//! received. Whoever takes the lock from a dead holder (or the reaper that
+//! clears it) marks the task `redeem`; the next pull asks the store to hand
+//! that difference back (the key's charge minus the host's claim) without
+//! taking it from the slice again. A holder only stuck, not dead, may still
+//! deposit its grant: its lock is broken without redeeming.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -78,8 +82,14 @@ impl Quota {
             let age = now.wrapping_sub((current >> 32) as u32);
             let stuck = age as u64 > self.stale_after().as_millis() as u64;
             let holder = current as u32;
-            if !stuck && (holder as u64 == me || shm.compact_owner_alive(holder)) {
+            let alive = holder as u64 == me || shm.compact_owner_alive(holder);
+            if !stuck && alive {
                 return Ok(None);
+            }
+            if !alive {
+                // Only a dead holder's grant is surely lost: a stuck one may
+                // still deposit it.
+                q.redeem.store(1, Ordering::Release);
             }
         }
         let held = me | (now as u64) << 32;
@@ -183,6 +193,7 @@ impl Quota {
                 _ => want,
             };
             let claimed = super::taken_in(q, slice);
+            let redeem = q.redeem.load(Ordering::Acquire) == 1;
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
             let answer = self.store.pull(&Ask {
@@ -193,6 +204,7 @@ impl Quota {
                 want,
                 host: &self.host,
                 claimed,
+                redeem,
                 offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
                 embedded: &q.embedded,
             });
@@ -224,6 +236,16 @@ impl Quota {
             if reply.slice != slice {
                 slice = reply.slice;
                 continue;
+            }
+            if redeem {
+                let _ = q
+                    .redeem
+                    .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            if reply.granted > 0 && std::env::var_os("FLOWCTRL_TEST_DIE_AFTER_GRANT").is_some() {
+                // Tests of the lost chunk: die between the grant and the
+                // deposit, as a SIGKILL there would.
+                std::process::abort();
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
             if reply.host_conflict && q.host_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
@@ -404,6 +426,7 @@ fn enter(q: &QuotaSlot, kind: u64) {
 pub(crate) fn reclaim_pull_lock(slot: &TaskSlot, attach: u32) {
     let word = slot.quota.pull_lock.load(Ordering::Acquire);
     if word != 0 && (word & 0xffff) as u32 == attach + 1 {
+        slot.quota.redeem.store(1, Ordering::Release);
         let _ = slot
             .quota
             .pull_lock

@@ -33,7 +33,8 @@ pub(crate) struct RedisSettings {
 /// ARGV: 1 quota (a new key starts here), 2 want, 3 slice_ms, 4 slice,
 /// 5 TTL ms, 6 host id, 7 claimed (all the host took of the slice so far:
 /// grants from this key or an earlier one, fallback admissions), 8 the
-/// host's clock offset µs.
+/// host's clock offset µs, 9 redeem ("1": a puller of this host died; a
+/// charge beyond the claim is a grant it never received, handed back).
 ///
 /// A host that claims more than the key charged it with took the rest from
 /// a key the store lost (a restart, a failover) or in fallback: the key
@@ -81,6 +82,10 @@ if claimed > acc then
   left = math.max(left - (claimed - acc), 0)
   acc = claimed
 end
+-- A grant the host never received (its puller died before the deposit):
+-- charged already, handed back once, not taken from the slice again.
+local credit = 0
+if ARGV[9] == '1' and conflict == 0 and acc > claimed then credit = acc - claimed end
 local want = tonumber(ARGV[2])
 local grant = want
 if left < 2 * want then
@@ -89,7 +94,7 @@ end
 redis.call('HSET', key, 'left', left - grant, host,
   string.format('%d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
     tonumber(ARGV[8]) or 0))
-return {grant, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict}
+return {grant + credit, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict}
 "#;
 
 pub(crate) struct RedisStore {
@@ -203,6 +208,7 @@ impl QuotaStore for RedisStore {
                     .arg(ask.host)
                     .arg(ask.claimed)
                     .arg(ask.offset_us)
+                    .arg(if ask.redeem { "1" } else { "0" })
                     .invoke(conn)
             };
         let (granted, left, sec, usec, hosts, conflict) = self.round_trip("pull", call)?;

@@ -23,6 +23,9 @@ pub(crate) struct Ask<'a> {
     /// permit its fallback admitted. A key that does not know this much of
     /// the host deducts the difference once.
     pub claimed: u64,
+    /// A pull lock was taken from a dead holder: hand back what the key
+    /// charged the host with beyond its claim (a grant that never arrived).
+    pub redeem: bool,
     /// This host's measured clock offset to the store, µs (for the census).
     pub offset_us: i64,
     /// The embedded store's key in the task's slot.
@@ -180,6 +183,7 @@ mod tests {
             want,
             host: "h",
             claimed: 0,
+            redeem: false,
             offset_us: 0,
             embedded: &word,
         };
