@@ -48,6 +48,64 @@ fn round_trips() -> u64 {
         .sum()
 }
 
+/// The pull script's server-side time per call, µs (`INFO commandstats`:
+/// EVALSHA's `usec_per_call`), over 5,000 explicit pulls into one key that
+/// holds `hosts` census records.
+fn script_usec_per_call(dir: &std::path::Path, hosts: usize) -> f64 {
+    let config = TaskConfig::new().global_rate(1e6).slice_ms(60_000);
+    let tables: Vec<_> = (0..hosts)
+        .map(|h| table(dir, &format!("script-{h}"), Some(url())))
+        .collect();
+    let tasks: Vec<_> = tables
+        .iter()
+        .map(|t| t.task("script", &config).unwrap())
+        .collect();
+    for t in &tasks {
+        t.pull_quota(1).unwrap().unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut redis_conn())
+        .unwrap();
+    for _ in 0..5000 {
+        tasks[0].pull_quota(1).unwrap().unwrap();
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis_conn())
+        .unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("usec_per_call=").nth(1)?.split(',').next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Bytes the store holds per host per slice: `MEMORY USAGE` of one slice key
+/// with `hosts` census records, divided by them, and the key's size alone.
+fn census_bytes(dir: &std::path::Path, hosts: usize) -> (u64, u64) {
+    let name = "census";
+    let mut conn = redis_conn();
+    let config = TaskConfig::new().global_rate(1e6).slice_ms(60_000);
+    let mut sizes = Vec::new();
+    for h in 0..hosts {
+        let t = table(dir, &format!("census-{h}"), Some(url()));
+        t.task(name, &config).unwrap().pull_quota(100).unwrap().unwrap();
+        if h == 0 || h + 1 == hosts {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("flowctrl:{{{name}}}:*"))
+                .query(&mut conn)
+                .unwrap();
+            let bytes: u64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&keys[0])
+                .query(&mut conn)
+                .unwrap();
+            sizes.push(bytes);
+        }
+    }
+    (sizes[0], (sizes[1] - sizes[0]) / (hosts as u64 - 1))
+}
+
 /// Admitted per second by one thread calling `acquire` as fast as it can.
 fn admitted_per_sec(task: &flowctrl::Task) -> (f64, u64) {
     let began = Instant::now();
@@ -215,5 +273,15 @@ fn main() {
             q.stranded as f64 / 6.0
         );
     }
+    let (one_host, per_host) = census_bytes(&dir, 50);
+    let (one, twenty) = (script_usec_per_call(&dir, 1), script_usec_per_call(&dir, 20));
+    println!();
+    println!("The pull script in Redis (grant, deduction, census record in one call):");
+    println!();
+    println!(
+        "| server time per pull, 1 host in the key | with 20 hosts | slice key with 1 host | each further host |"
+    );
+    println!("|---:|---:|---:|---:|");
+    println!("| {one:.2} µs | {twenty:.2} µs | {one_host} B | {per_host} B |");
     let _ = std::fs::remove_dir_all(&dir);
 }
