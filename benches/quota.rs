@@ -76,7 +76,14 @@ fn script_usec_per_call(dir: &std::path::Path, hosts: usize) -> f64 {
         .unwrap();
     info.lines()
         .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("usec_per_call=").nth(1)?.split(',').next()?.parse().ok())
+        .and_then(|l| {
+            l.split("usec_per_call=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
         .unwrap_or(f64::NAN)
 }
 
@@ -89,7 +96,11 @@ fn census_bytes(dir: &std::path::Path, hosts: usize) -> (u64, u64) {
     let mut sizes = Vec::new();
     for h in 0..hosts {
         let t = table(dir, &format!("census-{h}"), Some(url()));
-        t.task(name, &config).unwrap().pull_quota(100).unwrap().unwrap();
+        t.task(name, &config)
+            .unwrap()
+            .pull_quota(100)
+            .unwrap()
+            .unwrap();
         if h == 0 || h + 1 == hosts {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("flowctrl:{{{name}}}:*"))
@@ -274,7 +285,10 @@ fn main() {
         );
     }
     let (one_host, per_host) = census_bytes(&dir, 50);
-    let (one, twenty) = (script_usec_per_call(&dir, 1), script_usec_per_call(&dir, 20));
+    let (one, twenty) = (
+        script_usec_per_call(&dir, 1),
+        script_usec_per_call(&dir, 20),
+    );
     println!();
     println!("The pull script in Redis (grant, deduction, census record in one call):");
     println!();

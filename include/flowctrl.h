@@ -685,6 +685,16 @@ typedef struct fc_task_config {
    * Must be 0.
    */
   uint32_t reserved3;
+  /**
+   * Permits a slice releases at once, cluster-wide; the rest is released
+   * evenly over the slice. 0 = the default (100 ms of `global_rate`).
+   * `FC_UNSET` = unset.
+   */
+  uint32_t global_burst;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved4;
 } fc_task_config;
 
 /**

@@ -55,7 +55,11 @@ fn wait_for_minute_slice(margin: Duration) -> u64 {
 fn a_key_created_anew_deducts_what_each_host_took_once() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("fleet-anew");
-    let config = TaskConfig::new().global_rate(2000.0).slice_ms(60_000);
+    // The whole slice released at once: this test is of deductions.
+    let config = TaskConfig::new()
+        .global_rate(2000.0)
+        .slice_ms(60_000)
+        .global_burst(120_000);
     let quota = 120_000i64; // 2000/s × 60 s
     let slice = wait_for_minute_slice(Duration::from_secs(10));
     let a = Table::open(scratch.path("a"), &options(&redis.url(), Some("host-a"))).unwrap();
@@ -106,6 +110,7 @@ fn fallback_admissions_are_deducted_when_the_store_returns() {
             &TaskConfig::new()
                 .global_rate(100.0)
                 .slice_ms(60_000)
+                .global_burst(6000)
                 .fallback(Fallback::Local),
         )
         .unwrap();
@@ -301,15 +306,10 @@ fn a_restart_across_a_slice_edge_hands_nothing_out_twice() {
 
 #[test]
 fn a_restart_inside_a_slice_hands_nothing_out_twice() {
-    // Saturating demand spends a slice in its first milliseconds, before
-    // any kill could land inside it; 1.5 × the quota, evenly paced, keeps
-    // the hosts pulling until 0.67 s into each slice. Down from 200 ms to
-    // 500 ms: the slice's key is lost with grants and fallback behind it.
-    restart_keeps_every_slice_exact(
-        Duration::from_millis(200),
-        Duration::from_millis(300),
-        Some(RATE * 1.5 / 6.0),
-    );
+    // Saturating demand: the slice releases its quota over its length, so
+    // hosts are pulling when the store dies 200 ms in; it is back at 500 ms,
+    // its key lost with grants and fallback admissions behind it.
+    restart_keeps_every_slice_exact(Duration::from_millis(200), Duration::from_millis(300), None);
 }
 
 /// Three hosts with uneven demand (1,200, 600 and 200 /s) against a global
@@ -527,7 +527,7 @@ fn policies_are_settings_and_bad_ones_are_refused() {
 fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("fleet-census");
-    let config = TaskConfig::new().global_rate(1000.0);
+    let config = TaskConfig::new().global_rate(1000.0).global_burst(1000);
     let tables: Vec<_> = (0..3)
         .map(|i| Table::open(scratch.path(&format!("h{i}")), &options(&redis.url(), None)).unwrap())
         .collect();
@@ -620,7 +620,10 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
     let scratch = Scratch::new("fleet-lost-chunk");
     let path = scratch.path("t");
     let opts = options(&redis.url(), Some("storm"));
-    let config = TaskConfig::new().global_rate(1000.0).slice_ms(60_000);
+    let config = TaskConfig::new()
+        .global_rate(1000.0)
+        .slice_ms(60_000)
+        .global_burst(60_000);
     let slice = wait_for_minute_slice(Duration::from_secs(20));
     let table = Table::open(&path, &opts).unwrap();
     let task = table.task("lost", &config).unwrap();
@@ -655,4 +658,119 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
         minute_slice(Duration::ZERO).unwrap(),
         "stayed in one slice"
     );
+}
+
+/// Admission instants (µs of the store's clock) of saturating workers on
+/// `hosts` tables, three processes each, for `secs`.
+fn admission_times(
+    redis: &RedisServer,
+    scratch: &Scratch,
+    hosts: usize,
+    config: TaskConfig,
+    secs: f64,
+) -> Vec<i64> {
+    let start = at_wall_second(1, Duration::ZERO);
+    let mut pids = KillOnDrop::default();
+    let mut outs = Vec::new();
+    for h in 0..hosts {
+        for w in 0..3 {
+            let out = scratch.path(&format!("times-{h}-{w}"));
+            outs.push(out.clone());
+            let (path, opts) = (scratch.path(&format!("h{h}")), options(&redis.url(), None));
+            pids.add(fork_guarded(move || {
+                let table = Table::open(&path, &opts).unwrap();
+                let task = table.task("smooth", &config).unwrap();
+                sleep_until(start);
+                let end = start + Duration::from_secs_f64(secs);
+                let mut times = Vec::new();
+                while monotonic() < end {
+                    match task.acquire(1) {
+                        Ok(Decision::Admitted(_)) => {
+                            times.push(wall_us() + task.quota_stats().clock_offset_us)
+                        }
+                        Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(100)),
+                        Err(e) => {
+                            raw_eprint(&format!("acquire failed: {e}"));
+                            return 1;
+                        }
+                    }
+                }
+                let text: String = times.iter().map(|t| format!("{t}\n")).collect();
+                std::fs::write(out, text).unwrap();
+                0
+            }));
+        }
+    }
+    for pid in pids.0.clone() {
+        assert_eq!(wait(pid), 0);
+        pids.forget(pid);
+    }
+    let mut times: Vec<i64> = outs
+        .iter()
+        .flat_map(|o| {
+            std::fs::read_to_string(o)
+                .unwrap()
+                .lines()
+                .map(|l| l.parse().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+/// A global limit is as smooth as a local one: at saturating demand, every
+/// 100 ms window admits at most 1.1 × rate × 0.1 s + burst, every sliding
+/// 1 s window at most 1.05 × rate + burst, each full slice within
+/// [0.98, 1.01] × its quota, with at most 0.01 store round trips per
+/// admission — for one host and for three.
+#[test]
+fn a_global_limit_is_released_over_its_slice() {
+    const RATE: f64 = 10_000.0;
+    let burst = RATE * 0.25; // the default: 250 ms of the rate
+    for hosts in [1, 3] {
+        let redis = RedisServer::start();
+        let scratch = Scratch::new("fleet-smooth");
+        let config = TaskConfig::new().global_rate(RATE);
+        let times = admission_times(&redis, &scratch, hosts, config, 4.0);
+        let (first, last) = (times[0], *times.last().unwrap());
+        // Whole windows inside the run, skipping the first and last 100 ms.
+        let count = |from: i64, len: i64| {
+            times.partition_point(|t| *t < from + len) - times.partition_point(|t| *t < from)
+        };
+        let (mut worst_100, mut worst_1000) = (0, 0);
+        let mut at = first + 100_000;
+        while at + 1_000_000 < last - 100_000 {
+            worst_100 = worst_100.max(count(at, 100_000));
+            worst_1000 = worst_1000.max(count(at, 1_000_000));
+            at += 5_000;
+        }
+        let mut per_slice: BTreeMap<i64, u64> = BTreeMap::new();
+        for t in &times {
+            *per_slice.entry(t / 1_000_000).or_default() += 1;
+        }
+        let trips = redis.pull_round_trips();
+        eprintln!(
+            "{hosts} host(s): worst 100 ms {worst_100}, worst 1 s {worst_1000}, per slice {per_slice:?}, \
+             {trips} round trips for {} admissions",
+            times.len()
+        );
+        assert!(
+            worst_100 as f64 <= 1.1 * RATE * 0.1 + burst,
+            "100 ms: {worst_100}"
+        );
+        assert!(
+            worst_1000 as f64 <= 1.05 * RATE + burst,
+            "1 s: {worst_1000}"
+        );
+        let slices: Vec<_> = per_slice.values().collect();
+        for n in &slices[1..slices.len() - 1] {
+            let ratio = **n as f64 / RATE;
+            assert!((0.98..=1.01).contains(&ratio), "{per_slice:?}");
+        }
+        assert!(
+            trips as f64 / times.len() as f64 <= 0.01,
+            "{trips} round trips"
+        );
+    }
 }

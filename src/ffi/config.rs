@@ -14,6 +14,7 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     reserved(c.reserved, "fc_task_config.reserved")?;
     reserved(c.reserved2, "fc_task_config.reserved2")?;
     reserved(c.reserved3, "fc_task_config.reserved3")?;
+    reserved(c.reserved4, "fc_task_config.reserved4")?;
     let limiter = array_str(&c.limiter, "fc_task_config.limiter")?;
     Ok(TaskConfig {
         local: LocalConfig {
@@ -26,6 +27,7 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
             slice_ms: set(c.slice_ms),
             chunk: set(c.chunk),
             fallback: fallback_of(c.fallback, rate(c.fallback_rate))?,
+            global_burst: set(c.global_burst),
         },
         limiter: LimiterConfig {
             spec: match limiter {
@@ -73,6 +75,8 @@ pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
             Fallback::Rate(_) => FC_FALLBACK_RATE,
         },
         reserved3: 0,
+        global_burst: s.global.global_burst,
+        reserved4: 0,
     }
 }
 

@@ -157,6 +157,12 @@ pub struct fc_task_config {
     pub fallback: u32,
     /// Must be 0.
     pub reserved3: u32,
+    /// Permits a slice releases at once, cluster-wide; the rest is released
+    /// evenly over the slice. 0 = the default (250 ms of `global_rate`).
+    /// `FC_UNSET` = unset.
+    pub global_burst: u32,
+    /// Must be 0.
+    pub reserved4: u32,
 }
 
 /// `fc_task_config.fallback`: the host's own share of the global rate (what
@@ -273,7 +279,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
     assert!(size_of::<fc_table_options>() == 64);
-    assert!(size_of::<fc_task_config>() == 200);
+    assert!(size_of::<fc_task_config>() == 208);
     assert!(size_of::<fc_task_stats>() == 240);
     assert!(size_of::<fc_permit>() == 64);
 };
@@ -329,6 +335,8 @@ unsafe impl SizedStruct for fc_task_config {
             reserved2: 0,
             fallback: FC_UNSET,
             reserved3: 0,
+            global_burst: FC_UNSET,
+            reserved4: 0,
         }
     }
 }

@@ -102,6 +102,24 @@ pub(crate) struct Global {
     pub chunk: u32,
     /// What the host admits while the store fails.
     pub fallback: Fallback,
+    /// The burst the slice releases at once, as configured (0 = the
+    /// default, [`Global::burst`]).
+    pub global_burst: u32,
+}
+
+impl Global {
+    /// Permits a slice releases at its start and may hold ready since: the
+    /// rest is released evenly over the slice (cluster-wide), so a global
+    /// limit is as smooth as a local one. Default 250 ms of the rate: a
+    /// quarter of a 1 s slice, the largest chunk a host asks for, so a host
+    /// at its share pulls about four times per slice.
+    pub fn burst(&self) -> u32 {
+        let burst = match self.global_burst {
+            0 => (self.rate * 0.25).round() as u32,
+            b => b,
+        };
+        burst.clamp(1, self.quota)
+    }
 }
 
 /// One copy of a task's global-quota configuration, versioned with the
@@ -114,7 +132,9 @@ pub(crate) struct GlobalCopy {
     pub slice_chunk: AtomicU64,
     /// The [`Fallback`] policy (see `Fallback::to_bits`).
     pub fallback_bits: AtomicU64,
-    /// Permits per slice: `global_rate × slice_ms / 1000`, rounded down.
+    /// Permits per slice, `global_rate × slice_ms / 1000` rounded down
+    /// (low 32 bits) | the configured `global_burst`, 0 = default (high 32
+    /// bits; 0.3 wrote zeros there).
     pub quota: AtomicU64,
 }
 
@@ -129,17 +149,15 @@ impl GlobalCopy {
             return None;
         }
         let slice_chunk = self.slice_chunk.load(Ordering::Relaxed);
-        let quota = (self
-            .quota
-            .load(Ordering::Relaxed)
-            .min(MAX_SLICE_QUOTA as u64) as u32)
-            .max(1);
+        let quota_burst = self.quota.load(Ordering::Relaxed);
+        let quota = (quota_burst as u32).clamp(1, MAX_SLICE_QUOTA);
         Some(Global {
             rate,
             quota,
             slice_ms: (slice_chunk as u32).clamp(MIN_SLICE_MS, MAX_SLICE_MS),
             chunk: ((slice_chunk >> 32) as u32).min(quota),
             fallback: Fallback::from_bits(self.fallback_bits.load(Ordering::Relaxed)),
+            global_burst: ((quota_burst >> 32) as u32).min(quota),
         })
     }
 
@@ -152,8 +170,10 @@ impl GlobalCopy {
         );
         self.fallback_bits
             .store(g.map_or(0, |g| g.fallback.to_bits()), Ordering::Relaxed);
-        self.quota
-            .store(g.map_or(0, |g| g.quota as u64), Ordering::Relaxed);
+        self.quota.store(
+            g.map_or(0, |g| g.quota as u64 | (g.global_burst as u64) << 32),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -197,11 +217,15 @@ pub(crate) struct QuotaSlot {
     pub hosts_seen: AtomicU64,
     /// Pulls whose census record showed another table under this host's id.
     pub host_conflicts: AtomicU64,
+    /// The table clock (ticks) before which the slice has released nothing
+    /// more for this host to pull: admissions refuse as global meanwhile,
+    /// without a round trip.
+    pub paced_until: AtomicU64,
     /// 1 after a pull lock was taken from a dead holder: the next pull asks
     /// the store to hand back what the key granted and the host never
     /// received (the holder died between the grant and the deposit).
     pub redeem: AtomicU64,
-    _pad2: [AtomicU64; 3],
+    _pad2: [AtomicU64; 2],
     /// GCRA theoretical arrival time of the fallback rate.
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.

@@ -19,6 +19,9 @@ pub struct GlobalConfig {
     /// What the host admits while the store is failing. Default
     /// [`Fallback::Share`].
     pub fallback: Option<Fallback>,
+    /// Permits a slice releases at once, cluster-wide; the rest is released
+    /// evenly over the slice. 0 = the default, 250 ms of `global_rate`.
+    pub global_burst: Option<u32>,
 }
 
 /// A task's global fields in force.
@@ -28,6 +31,8 @@ pub struct GlobalSettings {
     pub slice_ms: u32,
     pub chunk: u32,
     pub fallback: Fallback,
+    /// 0 = the default (250 ms of `global_rate`).
+    pub global_burst: u32,
 }
 
 impl Default for GlobalSettings {
@@ -37,6 +42,7 @@ impl Default for GlobalSettings {
             slice_ms: 1000,
             chunk: 0,
             fallback: Fallback::Share,
+            global_burst: 0,
         }
     }
 }
@@ -49,6 +55,7 @@ impl GlobalConfig {
             slice_ms: self.slice_ms.unwrap_or(base.slice_ms),
             chunk: self.chunk.unwrap_or(base.chunk),
             fallback: self.fallback.map_or(base.fallback, Fallback::normalized),
+            global_burst: self.global_burst.unwrap_or(base.global_burst),
         }
     }
 
@@ -69,6 +76,9 @@ impl GlobalConfig {
             .filter(|f| *f != s.fallback)
         {
             out.push(format!("fallback {} (asked {f})", s.fallback));
+        }
+        if let Some(b) = self.global_burst.filter(|b| *b != s.global_burst) {
+            out.push(format!("global_burst {} (asked {b})", s.global_burst));
         }
     }
 }
@@ -113,12 +123,19 @@ impl GlobalSettings {
                 self.chunk
             )));
         }
+        if self.global_burst > quota as u32 {
+            return Err(Error::invalid(format!(
+                "global_burst {} is larger than a slice's quota of {quota}",
+                self.global_burst
+            )));
+        }
         Ok(Some(Global {
             rate: self.global_rate,
             quota: quota as u32,
             slice_ms: self.slice_ms,
             chunk: self.chunk,
             fallback: self.fallback.normalized(),
+            global_burst: self.global_burst,
         }))
     }
 
@@ -129,6 +146,7 @@ impl GlobalSettings {
             slice_ms: g.slice_ms,
             chunk: g.chunk,
             fallback: g.fallback,
+            global_burst: g.global_burst,
         })
     }
 }

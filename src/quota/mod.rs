@@ -308,6 +308,7 @@ impl Quota {
                 }
             } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
                 || pulls >= 3
+                || pull::paced(t.shm, q)
                 || share_left(q, t.g, slice).is_some_and(|left| left < need.n as u64)
             {
                 return Ok(Err(Refused::Exhausted));

@@ -62,6 +62,12 @@ impl Drop for PullLock<'_> {
     }
 }
 
+/// Whether the slice has released nothing more for this host to pull yet.
+pub(super) fn paced(shm: &Shm, q: &QuotaSlot) -> bool {
+    let until = q.paced_until.load(Ordering::Acquire);
+    until != 0 && shm.clock.now() < until
+}
+
 fn now_ms(shm: &Shm) -> u32 {
     (shm.clock.ticks_to_ns(shm.clock.now()) / 1_000_000) as u32
 }
@@ -106,7 +112,7 @@ impl Quota {
     #[cold]
     pub(super) fn pull_ahead(&self, t: TaskRef<'_>, slice: u32) {
         let q = &t.slot.quota;
-        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || failed(q) {
+        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || failed(q) || paced(t.shm, q) {
             return;
         }
         if let Ok(Some(lock)) = self.try_lock(t.shm, q) {
@@ -142,7 +148,8 @@ impl Quota {
 
     /// The chunk to ask for (see the module doc of `quota`): the host's
     /// recent admission rate times a quarter of a slice, but never past the
-    /// slice's end, between 1 % and 25 % of the slice's quota.
+    /// slice's end, between 1 % and 25 % of the slice's quota, and no more
+    /// than the slice's burst.
     pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
         if g.chunk != 0 {
             return g.chunk.max(n) as u64;
@@ -164,7 +171,9 @@ impl Quota {
         let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
         let want = rate_now.max(rate_before).saturating_mul(horizon) / 1_000_000;
         let quota = g.quota as u64;
+        // No more than a slice releases at once: a bigger ask would wait.
         want.clamp((quota / 100).max(1), (quota / 4).max(1))
+            .min(g.burst() as u64)
             .max(n as u64)
     }
 
@@ -201,6 +210,7 @@ impl Quota {
                 slice,
                 slice_ms: g.slice_ms,
                 quota: g.quota as u64,
+                burst: g.burst() as u64,
                 want,
                 host: &self.host,
                 claimed,
@@ -257,6 +267,15 @@ impl Quota {
                 );
             }
             deposit(q, slice, reply.granted);
+            // Nothing more released yet: no pull until it will have been.
+            let paced = match reply.wait_ms {
+                0 => 0,
+                ms => shm.clock.now().saturating_add(
+                    shm.clock
+                        .duration_to_ticks(Duration::from_millis(ms.min(60_000))),
+                ),
+            };
+            q.paced_until.store(paced, Ordering::Release);
             q.low_water.store(want / 4, Ordering::Relaxed);
             if reply.left == 0 {
                 q.exhausted.store(slice as u64 + 1, Ordering::Release);

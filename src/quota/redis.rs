@@ -34,7 +34,11 @@ pub(crate) struct RedisSettings {
 /// 5 TTL ms, 6 host id, 7 claimed (all the host took of the slice so far:
 /// grants from this key or an earlier one, fallback admissions), 8 the
 /// host's clock offset µs, 9 redeem ("1": a puller of this host died; a
-/// charge beyond the claim is a grant it never received, handed back).
+/// charge beyond the claim is a grant it never received, handed back), 10
+/// the slice's burst: a slice releases its burst at once and the rest
+/// evenly (cluster-wide), so a grant is no more than what has been released
+/// and not yet given; with less than asked comes the wait until the ask
+/// will have been.
 ///
 /// A host that claims more than the key charged it with took the rest from
 /// a key the store lost (a restart, a failover) or in fallback: the key
@@ -43,7 +47,7 @@ pub(crate) struct RedisSettings {
 /// grant the host never got (less admitted, never more): neither can deduct
 /// twice. A claim smaller than the host's last one in the key is another
 /// table using the same host id: reported as a conflict. Returns {granted,
-/// left, server seconds, server µs, hosts, conflict};
+/// left, server seconds, server µs, hosts, conflict, wait ms};
 /// granted = -1 when the server is in another slice (nothing taken). The
 /// grant rule is `store::grant`.
 const PULL: &str = r#"
@@ -52,7 +56,7 @@ local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0} end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 local left = redis.call('HGET', key, 'left')
 if left == false then
@@ -74,6 +78,7 @@ if rec then
   acc, asked, granted, before = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0
 end
 local claimed = tonumber(ARGV[7]) or 0
+local quota = tonumber(redis.call('HGET', key, 'quota')) or tonumber(ARGV[1])
 -- A host's claim only grows within a slice: a smaller one is another table
 -- using the same host id.
 local conflict = 0
@@ -91,10 +96,27 @@ local grant = want
 if left < 2 * want then
   grant = math.min(want, math.max(math.ceil(left / 2), math.min(left, math.floor(want / 2))))
 end
+-- Smooth within the slice: the burst at once, the rest evenly over it,
+-- cluster-wide (`store::released`); ms until the ask will have been released.
+local burst = tonumber(ARGV[10]) or quota
+local elapsed = (sec * 1000 + math.floor(usec / 1000)) % slice_ms
+local released = math.min(quota, math.floor(quota * elapsed / slice_ms) + burst)
+local room = math.max(released - (quota - left), 0)
+-- Less than the grant released: what is, if at least half, else none.
+if grant > room then
+  if 2 * room < grant then grant = 0 else grant = room end
+end
+-- The wait until the slice will have released another full ask beyond what
+-- it has given: the host does not ask before (each ask would be a sliver).
+local wait = 0
+local target = quota - left + grant + math.min(want, left - grant)
+if target > released and left > grant then
+  wait = math.max(math.ceil((target - math.min(burst, target)) * slice_ms / quota) - elapsed, 1)
+end
 redis.call('HSET', key, 'left', left - grant, host,
   string.format('%d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
     tonumber(ARGV[8]) or 0))
-return {grant + credit, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict}
+return {grant + credit, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict, wait}
 "#;
 
 pub(crate) struct RedisStore {
@@ -197,7 +219,7 @@ impl QuotaStore for RedisStore {
         let key = slice_key(&self.settings.prefix, ask.task, ask.slice);
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
         let call =
-            |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64, i64, i64)> {
+            |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64, i64, i64, i64)> {
                 self.script
                     .key(&key)
                     .arg(ask.quota)
@@ -209,9 +231,10 @@ impl QuotaStore for RedisStore {
                     .arg(ask.claimed)
                     .arg(ask.offset_us)
                     .arg(if ask.redeem { "1" } else { "0" })
+                    .arg(ask.burst)
                     .invoke(conn)
             };
-        let (granted, left, sec, usec, hosts, conflict) = self.round_trip("pull", call)?;
+        let (granted, left, sec, usec, hosts, conflict, wait) = self.round_trip("pull", call)?;
         let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
         Ok(Reply {
             slice: super::store::slice_of(store_us, ask.slice_ms),
@@ -220,6 +243,7 @@ impl QuotaStore for RedisStore {
             store_us,
             hosts: hosts.max(0) as u64,
             host_conflict: conflict != 0,
+            wait_ms: wait.max(0) as u64,
         })
     }
 

@@ -15,6 +15,8 @@ pub(crate) struct Ask<'a> {
     pub slice_ms: u32,
     /// The slice's threshold: a key that does not exist yet starts here.
     pub quota: u64,
+    /// Permits the slice releases at once; the rest evenly over the slice.
+    pub burst: u64,
     pub want: u64,
     /// This host's id in the store's census.
     pub host: &'a str,
@@ -47,6 +49,35 @@ pub(crate) struct Reply {
     pub hosts: u64,
     /// Another table pulled under this host's id in the slice.
     pub host_conflict: bool,
+    /// When less was granted than asked because the slice has not released
+    /// more yet: ms until the asked chunk will have been released.
+    pub wait_ms: u64,
+}
+
+/// What a slice has released `elapsed_ms` into it: the burst at once, the
+/// rest evenly, the whole quota by the time only the burst is left to go.
+/// The Redis script applies the same rule.
+pub(crate) fn released(quota: u64, burst: u64, elapsed_ms: u64, slice_ms: u32) -> u64 {
+    (quota.saturating_mul(elapsed_ms) / slice_ms.max(1) as u64)
+        .saturating_add(burst)
+        .min(quota)
+}
+
+/// Ms from `elapsed_ms` until a slice has released `target` (0 if it has).
+pub(crate) fn wait_until_released(
+    quota: u64,
+    burst: u64,
+    target: u64,
+    elapsed_ms: u64,
+    slice_ms: u32,
+) -> u64 {
+    if target <= released(quota, burst, elapsed_ms, slice_ms) || quota == 0 {
+        return 0;
+    }
+    let at_ms = (target - burst.min(target))
+        .saturating_mul(slice_ms as u64)
+        .div_ceil(quota);
+    at_ms.saturating_sub(elapsed_ms).max(1)
 }
 
 pub(crate) trait QuotaStore: Send + Sync {
@@ -110,6 +141,7 @@ impl QuotaStore for Embedded {
                 store_us,
                 hosts: 1,
                 host_conflict: false,
+                wait_ms: 0,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -121,7 +153,20 @@ impl QuotaStore for Embedded {
                 fresh
             };
             let left = current & 0xffff_ffff;
-            let granted = grant(left, ask.want);
+            let elapsed_ms = (store_us.max(0) as u64 / 1000) % ask.slice_ms.max(1) as u64;
+            let given = ask.quota.saturating_sub(left);
+            let room =
+                released(ask.quota, ask.burst, elapsed_ms, ask.slice_ms).saturating_sub(given);
+            // Less than the grant released: what is, if at least half, else
+            // none.
+            let full = grant(left, ask.want);
+            let granted = if full <= room {
+                full
+            } else if 2 * room >= full {
+                room
+            } else {
+                0
+            };
             match ask.embedded.compare_exchange_weak(
                 word,
                 current - granted,
@@ -129,6 +174,19 @@ impl QuotaStore for Embedded {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
+                    // The wait until another full ask will have been
+                    // released beyond what is given: no slivers.
+                    let wait_ms = if left > granted {
+                        wait_until_released(
+                            ask.quota,
+                            ask.burst,
+                            given + granted + ask.want.min(left - granted),
+                            elapsed_ms,
+                            ask.slice_ms,
+                        )
+                    } else {
+                        0
+                    };
                     return Ok(Reply {
                         slice,
                         granted,
@@ -136,6 +194,7 @@ impl QuotaStore for Embedded {
                         store_us,
                         hosts: 1,
                         host_conflict: false,
+                        wait_ms,
                     });
                 }
                 Err(now) => word = now,
@@ -180,6 +239,7 @@ mod tests {
             slice,
             slice_ms: 60_000,
             quota: 10,
+            burst: 10,
             want,
             host: "h",
             claimed: 0,

@@ -116,6 +116,13 @@ impl TaskConfig {
         self
     }
 
+    /// Permits a slice releases at once, cluster-wide (0 = 250 ms of the
+    /// global rate); the rest is released evenly over the slice.
+    pub fn global_burst(mut self, permits: u32) -> Self {
+        self.global.global_burst = Some(permits);
+        self
+    }
+
     /// `fallback(Fallback::Rate(per_second))`; 0 = the default policy.
     pub fn fallback_rate(self, per_second: f64) -> Self {
         self.fallback(crate::quota::Fallback::Rate(per_second))

@@ -382,7 +382,7 @@ static void test_version_and_status_strings(void)
     CHECK_EQ(sizeof(fc_pick_options), 16, "sizeof(fc_pick_options)");
     CHECK_EQ(sizeof(fc_backend_stats), 160, "sizeof(fc_backend_stats)");
     CHECK_EQ(offsetof(fc_table_options, size), 0, "fc_table_options.size comes first");
-    CHECK_EQ(sizeof(fc_task_config), 200, "sizeof(fc_task_config)");
+    CHECK_EQ(sizeof(fc_task_config), 208, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
     CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
     CHECK_EQ(sizeof(struct fc_task_stats), 240, "sizeof(struct fc_task_stats)");
@@ -1349,6 +1349,7 @@ static void test_global_quota(void)
     config.slice_ms = 50;
     EXPECT(fc_task_register(table, "g", &config, &global), FC_ERR_INVALID_ARGUMENT);
     config.slice_ms = 60000; /* one slice of 6000 permits for the whole test */
+    config.global_burst = 6000; /* all released at once */
     /* The fallback policy: a rate only with FC_FALLBACK_RATE, which needs one. */
     config.fallback = FC_FALLBACK_DENY;
     config.fallback_rate = 50;

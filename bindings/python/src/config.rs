@@ -22,6 +22,7 @@ pub(crate) fn task_config(
     chunk: Option<u32>,
     fallback: Option<&Bound<'_, PyAny>>,
     fallback_rate: Option<f64>,
+    global_burst: Option<u32>,
     limiter: Option<&str>,
     min_limit: Option<u32>,
     max_limit: Option<u32>,
@@ -38,6 +39,7 @@ pub(crate) fn task_config(
             slice_ms,
             chunk,
             fallback: fallback_of(fallback, fallback_rate)?,
+            global_burst,
         },
         limiter: LimiterConfig {
             spec: limiter.map(LimiterSpec::parse).transpose().map_err(to_py)?,
@@ -85,6 +87,7 @@ pub(crate) fn settings_dict<'py>(
         slice_ms,
         chunk,
         fallback,
+        global_burst,
     } = s.global;
     let limiter = &s.limiter;
     let d = PyDict::new(py);
@@ -104,6 +107,7 @@ pub(crate) fn settings_dict<'py>(
             d.set_item("fallback_rate", 0.0)?;
         }
     }
+    d.set_item("global_burst", global_burst)?;
     d.set_item("limiter", limiter.canonical())?;
     d.set_item("min_limit", limiter.min)?;
     d.set_item("max_limit", limiter.max)?;

@@ -133,6 +133,7 @@ impl Table {
 
     #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None,
                         global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
+                        global_burst=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn task(
@@ -147,6 +148,7 @@ impl Table {
         chunk: Option<u32>,
         fallback: Option<&Bound<'_, PyAny>>,
         fallback_rate: Option<f64>,
+        global_burst: Option<u32>,
         limiter: Option<&str>,
         min_limit: Option<u32>,
         max_limit: Option<u32>,
@@ -161,6 +163,7 @@ impl Table {
             chunk,
             fallback,
             fallback_rate,
+            global_burst,
             limiter,
             min_limit,
             max_limit,

@@ -88,6 +88,7 @@ impl Task {
     /// Changes the given fields of the configuration for the whole host.
     #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
                         global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
+                        global_burst=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn update(
@@ -101,6 +102,7 @@ impl Task {
         chunk: Option<u32>,
         fallback: Option<&Bound<'_, PyAny>>,
         fallback_rate: Option<f64>,
+        global_burst: Option<u32>,
         limiter: Option<&str>,
         min_limit: Option<u32>,
         max_limit: Option<u32>,
@@ -115,6 +117,7 @@ impl Task {
             chunk,
             fallback,
             fallback_rate,
+            global_burst,
             limiter,
             min_limit,
             max_limit,

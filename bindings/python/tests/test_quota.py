@@ -206,7 +206,8 @@ def test_pull_quota_and_bad_input(tmp_path, redis):
 
 
 def test_exhausted_slice_is_limited_global(tmp_path):
-    task = flowctrl.Table(tmp_path / "t").task("g", global_rate=100, slice_ms=60_000)
+    task = flowctrl.Table(tmp_path / "t").task(
+        "g", global_rate=100, slice_ms=60_000, global_burst=6000)
     admitted = 0
     with pytest.raises(flowctrl.Limited) as e:
         while True:
@@ -249,7 +250,7 @@ def test_a_key_created_anew_deducts_what_the_host_took(tmp_path, redis):
         time.sleep(0.5)
     slice_id = int(time.time() // 60)
     task = open_table(tmp_path / "t", redis.url, timeout=1.0).task(
-        "api", global_rate=100, slice_ms=60_000)
+        "api", global_rate=100, slice_ms=60_000, global_burst=6000)
     assert task.pull_quota(40) == 40
     redis.command("FLUSHALL")
     assert task.pull_quota(10) == 10
@@ -261,7 +262,7 @@ def test_the_census_through_the_python_face(tmp_path, redis):
     tables = [open_table(tmp_path / f"h{i}", redis.url, timeout=1.0) for i in range(2)]
     named = open_table(tmp_path / "n", redis.url, timeout=1.0)
     named_host = flowctrl.Table(tmp_path / "m", store=redis.url, store_timeout=1.0, host_id="edge-7")
-    tasks = [t.task("api", global_rate=1000) for t in tables + [named_host]]
+    tasks = [t.task("api", global_rate=1000, global_burst=1000) for t in tables + [named_host]]
     del named
     # Early in a second, so the pulls share one slice; then read it.
     time.sleep(1.05 - time.time() % 1)

@@ -81,6 +81,7 @@ class Settings(TypedDict):
     chunk: int
     fallback: Union[str, float]
     fallback_rate: float
+    global_burst: int
     limiter: str
     min_limit: int
     max_limit: int
