@@ -487,6 +487,11 @@ struct fc_task_stats {
    * Pulls that found another table pulling under this host's id.
    */
   uint64_t host_conflicts;
+  /**
+   * Pulls from a slice key created with another threshold than this
+   * host's (hosts disagree on `global_rate`).
+   */
+  uint64_t config_conflicts;
 };
 
 /**
@@ -687,7 +692,7 @@ typedef struct fc_task_config {
   uint32_t reserved3;
   /**
    * Permits a slice releases at once, cluster-wide; the rest is released
-   * evenly over the slice. 0 = the default (100 ms of `global_rate`).
+   * evenly over the slice. 0 = the default (250 ms of `global_rate`).
    * `FC_UNSET` = unset.
    */
   uint32_t global_burst;

@@ -774,3 +774,62 @@ fn a_global_limit_is_released_over_its_slice() {
         );
     }
 }
+
+/// Hosts that disagree on `global_rate` and have no record to agree on:
+/// each slice's key is created by one of them, every host spends by its
+/// numbers (two thresholds never add up), and the disagreement is counted.
+#[test]
+fn hosts_with_different_thresholds_spend_by_the_keys_and_are_counted() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-mixed");
+    let url = redis.url();
+    let start = at_wall_second(1, Duration::ZERO);
+    let mut pids = KillOnDrop::default();
+    let mut outs = Vec::new();
+    for (h, rate) in [(0, 2000.0), (1, 3000.0)] {
+        for w in 0..3 {
+            let out = scratch.path(&format!("counts-{h}-{w}"));
+            outs.push(out.clone());
+            let (path, opts) = (scratch.path(&format!("h{h}")), options(&url, None));
+            let config = TaskConfig::new().global_rate(rate);
+            pids.add(fork_guarded(move || {
+                worker(&path, opts, config, start, 5.0, None, out)
+            }));
+        }
+    }
+    for pid in pids.0.clone() {
+        assert_eq!(wait(pid), 0);
+        pids.forget(pid);
+    }
+    let mut per_slice: BTreeMap<i64, u64> = BTreeMap::new();
+    for out in outs {
+        for line in std::fs::read_to_string(out).unwrap().lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f[0] != "end" {
+                *per_slice.entry(f[0].parse().unwrap()).or_default() +=
+                    f[1].parse::<u64>().unwrap();
+            }
+        }
+    }
+    let slices: Vec<_> = per_slice.iter().collect();
+    // Each slice by its creator's threshold, 2000 or 3000 (the keys have
+    // expired by now): never the two added up.
+    for (slice, n) in &slices[1..slices.len() - 1] {
+        let by = |quota: f64| (0.98..=1.01).contains(&(**n as f64 / quota));
+        assert!(
+            by(2000.0) || by(3000.0),
+            "slice {slice}: {n} admitted: {per_slice:?}"
+        );
+    }
+    let conflicts: u64 = (0..2)
+        .map(|h| {
+            let t = Table::open(scratch.path(&format!("h{h}")), &options(&url, None)).unwrap();
+            t.task("api", &TaskConfig::new())
+                .unwrap()
+                .quota_stats()
+                .config_conflicts
+        })
+        .sum();
+    assert!(conflicts > 0, "the disagreement is counted");
+    eprintln!("per slice: {per_slice:?}; conflicts {conflicts}");
+}

@@ -66,6 +66,7 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             limited_fallback: q.limited_fallback,
             hosts_seen: q.hosts_seen,
             host_conflicts: q.host_conflicts,
+            config_conflicts: q.config_conflicts,
         });
         Ok(fc_status::FC_OK)
     })

@@ -265,6 +265,9 @@ pub struct fc_task_stats {
     pub hosts_seen: u64,
     /// Pulls that found another table pulling under this host's id.
     pub host_conflicts: u64,
+    /// Pulls from a slice key created with another threshold than this
+    /// host's (hosts disagree on `global_rate`).
+    pub config_conflicts: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -280,7 +283,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 64);
     assert!(size_of::<fc_task_config>() == 208);
-    assert!(size_of::<fc_task_stats>() == 240);
+    assert!(size_of::<fc_task_stats>() == 248);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -380,6 +383,7 @@ unsafe impl SizedStruct for fc_task_stats {
             limited_fallback: 0,
             hosts_seen: 0,
             host_conflicts: 0,
+            config_conflicts: 0,
         }
     }
 }

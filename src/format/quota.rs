@@ -225,7 +225,9 @@ pub(crate) struct QuotaSlot {
     /// the store to hand back what the key granted and the host never
     /// received (the holder died between the grant and the deposit).
     pub redeem: AtomicU64,
-    _pad2: [AtomicU64; 2],
+    /// Pulls from a key created with another threshold than this host's.
+    pub config_conflicts: AtomicU64,
+    _pad2: [AtomicU64; 1],
     /// GCRA theoretical arrival time of the fallback rate.
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.

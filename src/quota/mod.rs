@@ -122,6 +122,10 @@ pub struct QuotaStats {
     pub hosts_seen: u64,
     /// Pulls that found another table using this host's id.
     pub host_conflicts: u64,
+    /// Pulls from a slice key created with another threshold than this
+    /// host's (hosts disagree on `global_rate`; every host spends by the
+    /// key's).
+    pub config_conflicts: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and

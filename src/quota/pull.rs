@@ -258,6 +258,16 @@ impl Quota {
                 std::process::abort();
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
+            if reply.config_conflict
+                && q.config_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0
+            {
+                log::warn!(
+                    "flowctrl: task {task:?}: slice {slice} was created with another threshold \
+                     than this host's {} permits: hosts disagree on global_rate or slice_ms; \
+                     spending by the slice's",
+                    g.quota
+                );
+            }
             if reply.host_conflict && q.host_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
                 log::warn!(
                     "flowctrl: task {task:?}: another table pulls under this host's id {:?}: \
@@ -348,6 +358,7 @@ impl Quota {
             limited_fallback: q.limited_fallback.load(Ordering::Relaxed),
             hosts_seen: q.hosts_seen.load(Ordering::Relaxed),
             host_conflicts: q.host_conflicts.load(Ordering::Relaxed),
+            config_conflicts: q.config_conflicts.load(Ordering::Relaxed),
         }
     }
 }

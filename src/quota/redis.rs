@@ -47,7 +47,9 @@ pub(crate) struct RedisSettings {
 /// grant the host never got (less admitted, never more): neither can deduct
 /// twice. A claim smaller than the host's last one in the key is another
 /// table using the same host id: reported as a conflict. Returns {granted,
-/// left, server seconds, server µs, hosts, conflict, wait ms};
+/// left, server seconds, server µs, hosts, conflict, wait ms, mismatch}:
+/// mismatch = 1 when the key was created with another quota than this
+/// host's (the host spends by the key's).
 /// granted = -1 when the server is in another slice (nothing taken). The
 /// grant rule is `store::grant`.
 const PULL: &str = r#"
@@ -56,7 +58,7 @@ local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0} end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 local left = redis.call('HGET', key, 'left')
 if left == false then
@@ -79,6 +81,10 @@ if rec then
 end
 local claimed = tonumber(ARGV[7]) or 0
 local quota = tonumber(redis.call('HGET', key, 'quota')) or tonumber(ARGV[1])
+-- A host whose threshold differs from the key's creator's: counted there,
+-- while every host spends by the key's numbers.
+local mismatch = 0
+if quota ~= tonumber(ARGV[1]) then mismatch = 1 end
 -- A host's claim only grows within a slice: a smaller one is another table
 -- using the same host id.
 local conflict = 0
@@ -116,8 +122,12 @@ end
 redis.call('HSET', key, 'left', left - grant, host,
   string.format('%d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
     tonumber(ARGV[8]) or 0))
-return {grant + credit, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict, wait}
+return {grant + credit, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict, wait, mismatch}
 "#;
+
+/// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
+/// host-id conflict, wait ms, threshold mismatch.
+type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64);
 
 pub(crate) struct RedisStore {
     client: redis::Client,
@@ -218,23 +228,23 @@ impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
         let key = slice_key(&self.settings.prefix, ask.task, ask.slice);
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
-        let call =
-            |conn: &mut redis::Connection| -> redis::RedisResult<(i64, i64, i64, i64, i64, i64, i64)> {
-                self.script
-                    .key(&key)
-                    .arg(ask.quota)
-                    .arg(ask.want)
-                    .arg(ask.slice_ms)
-                    .arg(ask.slice)
-                    .arg(ttl_ms)
-                    .arg(ask.host)
-                    .arg(ask.claimed)
-                    .arg(ask.offset_us)
-                    .arg(if ask.redeem { "1" } else { "0" })
-                    .arg(ask.burst)
-                    .invoke(conn)
-            };
-        let (granted, left, sec, usec, hosts, conflict, wait) = self.round_trip("pull", call)?;
+        let call = |conn: &mut redis::Connection| -> redis::RedisResult<ScriptReply> {
+            self.script
+                .key(&key)
+                .arg(ask.quota)
+                .arg(ask.want)
+                .arg(ask.slice_ms)
+                .arg(ask.slice)
+                .arg(ttl_ms)
+                .arg(ask.host)
+                .arg(ask.claimed)
+                .arg(ask.offset_us)
+                .arg(if ask.redeem { "1" } else { "0" })
+                .arg(ask.burst)
+                .invoke(conn)
+        };
+        let (granted, left, sec, usec, hosts, conflict, wait, mismatch) =
+            self.round_trip("pull", call)?;
         let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
         Ok(Reply {
             slice: super::store::slice_of(store_us, ask.slice_ms),
@@ -244,6 +254,7 @@ impl QuotaStore for RedisStore {
             hosts: hosts.max(0) as u64,
             host_conflict: conflict != 0,
             wait_ms: wait.max(0) as u64,
+            config_conflict: mismatch != 0,
         })
     }
 

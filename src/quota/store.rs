@@ -52,6 +52,8 @@ pub(crate) struct Reply {
     /// When less was granted than asked because the slice has not released
     /// more yet: ms until the asked chunk will have been released.
     pub wait_ms: u64,
+    /// The key was created with another threshold than this host's.
+    pub config_conflict: bool,
 }
 
 /// What a slice has released `elapsed_ms` into it: the burst at once, the
@@ -142,6 +144,7 @@ impl QuotaStore for Embedded {
                 hosts: 1,
                 host_conflict: false,
                 wait_ms: 0,
+                config_conflict: false,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -195,6 +198,7 @@ impl QuotaStore for Embedded {
                         hosts: 1,
                         host_conflict: false,
                         wait_ms,
+                        config_conflict: false,
                     });
                 }
                 Err(now) => word = now,

@@ -44,6 +44,7 @@ class Stats(Counters):
     limited_fallback: int
     hosts_seen: int
     host_conflicts: int
+    config_conflicts: int
     clock_offset_us: int
 
 
