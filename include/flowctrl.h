@@ -602,6 +602,12 @@ typedef struct fc_table_options {
    * Backends each balancer can hold (default 32).
    */
   uint32_t backends_per_balancer;
+  /**
+   * This host's id in the store's census (1–63 printable bytes, no
+   * spaces); NULL (the default) = derived from `/etc/machine-id` and the
+   * table's path. Copied; not kept.
+   */
+  const char *host_id;
 } fc_table_options;
 
 /**

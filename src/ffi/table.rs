@@ -30,6 +30,9 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
     if !o.key_prefix.is_null() {
         store.key_prefix = unsafe { text_arg(o.key_prefix, "key_prefix") }?.to_string();
     }
+    if !o.host_id.is_null() {
+        store.host_id = Some(unsafe { text_arg(o.host_id, "host_id") }?.to_string());
+    }
     store.timeout = ms_or(o.store_timeout_ms, store.timeout);
     store.connect_timeout = ms_or(o.store_connect_timeout_ms, store.connect_timeout);
     store.probe_interval = ms_or(o.probe_interval_ms, store.probe_interval);

@@ -97,6 +97,10 @@ pub struct fc_table_options {
     pub balancers: u32,
     /// Backends each balancer can hold (default 32).
     pub backends_per_balancer: u32,
+    /// This host's id in the store's census (1–63 printable bytes, no
+    /// spaces); NULL (the default) = derived from `/etc/machine-id` and the
+    /// table's path. Copied; not kept.
+    pub host_id: *const c_char,
 }
 
 /// A task's configuration. Fill it with
@@ -281,7 +285,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
-    assert!(size_of::<fc_table_options>() == 64);
+    assert!(size_of::<fc_table_options>() == 72);
     assert!(size_of::<fc_task_config>() == 208);
     assert!(size_of::<fc_task_stats>() == 248);
     assert!(size_of::<fc_permit>() == 64);
@@ -311,6 +315,7 @@ unsafe impl SizedStruct for fc_table_options {
             reserved: 0,
             balancers: d.balancers,
             backends_per_balancer: d.backends_per_balancer,
+            host_id: std::ptr::null(),
         }
     }
 }

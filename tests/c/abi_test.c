@@ -376,7 +376,7 @@ static void test_version_and_status_strings(void)
      * their end (tests/c/compat_v1.c runs their smallest versions), and
      * fc_permit never changes. */
     CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
-    CHECK_EQ(sizeof(fc_table_options), 64, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(fc_table_options), 72, "sizeof(fc_table_options)");
     CHECK_EQ(sizeof(struct fc_pick), 128, "sizeof(struct fc_pick)");
     CHECK_EQ(sizeof(fc_balancer_config), 56, "sizeof(fc_balancer_config)");
     CHECK_EQ(sizeof(fc_pick_options), 16, "sizeof(fc_pick_options)");
@@ -1336,6 +1336,9 @@ static void test_global_quota(void)
     options.store_url = "redis://127.0.0.1:1/0?timeout_ms=0";
     EXPECT(fc_table_open(path, &options, &table), FC_ERR_INVALID_ARGUMENT);
     options.store_url = NULL;
+    options.host_id = "two words";
+    EXPECT(fc_table_open(path, &options, &table), FC_ERR_INVALID_ARGUMENT);
+    options.host_id = "edge-7";
     options.reserved = 1;
     EXPECT(fc_table_open(path, &options, &table), FC_ERR_INVALID_ARGUMENT);
     table = open_table(path, NULL);

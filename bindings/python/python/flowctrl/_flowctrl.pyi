@@ -99,6 +99,11 @@ class Table:
         The first registration wins; naming a different value for a field
         raises ConfigMismatchError (fields left None are not compared).
         ``limiter`` is a spec such as "auto" or "gradient2 tolerance=2".
+        ``fallback`` is what the host admits while the store fails: "share"
+        (the default: its own share of the global rate), "local" (its local
+        limits), "deny", or a rate for this host (``fallback_rate`` is the
+        older spelling of a rate). ``global_burst`` is what a slice releases
+        at once (0: 250 ms of ``global_rate``); the rest evenly over it.
         """
     def balancer(
         self,
