@@ -4,7 +4,7 @@
 //! a fleet's store, apart from any table.
 
 use super::StoreOptions;
-use super::redis::{RedisSettings, RedisStore, slice_key};
+use super::redis::{RedisStore, slice_key};
 use crate::error::{Error, Result};
 
 /// Full slices the census looks back over: a host that pulled in none of
@@ -57,22 +57,15 @@ impl Store {
                 "a fleet's store needs a Redis URL: the embedded store is one table's",
             ));
         };
-        let settings = super::redis::parse(
-            url,
-            RedisSettings {
-                url: String::new(),
-                prefix: options.key_prefix.clone(),
-                timeout: options.timeout,
-                connect_timeout: options.connect_timeout,
-            },
-        )?;
+        options.check()?;
         Ok(Self {
-            redis: RedisStore::new(settings)?,
+            redis: RedisStore::open(url, options)?,
         })
     }
 
-    /// The live hosts of `task` (whose slices are `slice_ms` long): one
-    /// round trip. Records a host or a hand wrote in a shape the script
+    /// The live hosts of `task` (whose slices are `slice_ms` long): two
+    /// round trips (the store's time, then the census of the slices before
+    /// it). Records a host or a hand wrote in a shape the script
     /// never writes are skipped, with a log line.
     pub fn fleet(&self, task: &str, slice_ms: u32) -> Result<Fleet> {
         crate::words::validate_name(task, "task name")?;

@@ -73,6 +73,24 @@ pub struct StoreOptions {
     pub clock_skew_ms: i64,
 }
 
+impl StoreOptions {
+    /// Refuses durations no store can use.
+    pub(crate) fn check(&self) -> Result<()> {
+        for (name, d) in [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("probe_interval", self.probe_interval),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(600) {
+                return Err(crate::Error::invalid(format!(
+                    "store {name} must be between 1 ms and 600 s, not {d:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
@@ -223,32 +241,11 @@ impl Quota {
             Some(id) => validate_host_id(id)?,
             None => default_host_id(table),
         };
+        options.check()?;
         let store: Box<dyn QuotaStore> = match &options.url {
             None => Box::new(Embedded),
-            Some(url) => {
-                let settings = redis::parse(
-                    url,
-                    redis::RedisSettings {
-                        url: String::new(),
-                        prefix: options.key_prefix.clone(),
-                        timeout: options.timeout,
-                        connect_timeout: options.connect_timeout,
-                    },
-                )?;
-                Box::new(redis::RedisStore::new(settings)?)
-            }
+            Some(url) => Box::new(redis::RedisStore::open(url, options)?),
         };
-        for (name, d) in [
-            ("timeout", options.timeout),
-            ("connect_timeout", options.connect_timeout),
-            ("probe_interval", options.probe_interval),
-        ] {
-            if d.is_zero() || d > Duration::from_secs(600) {
-                return Err(crate::Error::invalid(format!(
-                    "store {name} must be between 1 ms and 600 s, not {d:?}"
-                )));
-            }
-        }
         Ok(Self {
             store,
             options: options.clone(),
@@ -359,10 +356,10 @@ impl Quota {
     /// counted against `slice`, for the key that may be created anew in it.
     fn fallback(&self, t: TaskRef<'_>, need: Need, slice: u32) -> Result<Spent, Refused> {
         let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
-        let admitted = match fallback_rate(q, t.g) {
-            _ if t.g.fallback == Fallback::Deny => false,
-            None => true,
-            Some(rate) => {
+        let admitted = match (t.g.fallback, fallback_rate(q, t.g)) {
+            (Fallback::Deny, _) => false,
+            (_, None) => true,
+            (_, Some(rate)) => {
                 // What the host already took of this slice (grants before
                 // the store failed, fallback admissions) counts against the
                 // slice's allowance at this rate: a host that falls back

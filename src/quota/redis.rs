@@ -140,6 +140,20 @@ pub(crate) struct RedisStore {
 }
 
 impl RedisStore {
+    /// The store at `url` with the options' prefix and timeouts (the URL's
+    /// query overrides them).
+    pub fn open(url: &str, options: &super::StoreOptions) -> Result<Self> {
+        Self::new(parse(
+            url,
+            RedisSettings {
+                url: String::new(),
+                prefix: options.key_prefix.clone(),
+                timeout: options.timeout,
+                connect_timeout: options.connect_timeout,
+            },
+        )?)
+    }
+
     /// Parses the URL and prepares the client; does not connect (a store
     /// that is down at open is a failed store, not a failed open).
     pub fn new(settings: RedisSettings) -> Result<Self> {
