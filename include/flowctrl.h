@@ -60,6 +60,16 @@
 #define FC_RATE_UNSET (-1.0)
 
 /**
+ * `fc_task_config.global_source`: this host's own configuration.
+ */
+#define FC_SOURCE_LOCAL 0
+
+/**
+ * The task's record in the store (`fc_store_set_task_config`).
+ */
+#define FC_SOURCE_STORE 1
+
+/**
  * `fc_task_config.fallback`: the host's own share of the global rate (what
  * it spent per second in its last full slice; before any, the global rate
  * over the hosts the store last counted; before that, the local limits).
@@ -525,92 +535,6 @@ typedef struct fc_host_record {
 } fc_host_record;
 
 /**
- * Options for opening or creating a table. Fill it with
- * `fc_table_options_init(&options, sizeof options)`, then change fields.
- * `capacity`, `max_processes` and `mode` apply only when the file does not
- * exist yet; `owner_uid` and `shared` decide whether an existing one is
- * trusted.
- *
- * It grows at its end in later versions: the library reads only the first
- * `size` bytes, and fields past them take their defaults. Accepted sizes:
- * 16 (the fields through `mode`) to 4096; 24 is the layout of 0.2.
- */
-typedef struct fc_table_options {
-  /**
-   * `sizeof` the struct as the caller compiled it; set by
-   * `fc_table_options_init`.
-   */
-  uint32_t size;
-  /**
-   * Task slots (default 256).
-   */
-  uint32_t capacity;
-  /**
-   * Attachments at once: processes, or table handles (default 64).
-   */
-  uint32_t max_processes;
-  /**
-   * File mode of a new table (default 0600). Group or other write bits
-   * need `shared`.
-   */
-  uint32_t mode;
-  /**
-   * The uid an existing table must belong to; `FC_UNSET` (the default) =
-   * this process's effective uid. A table of another owner is refused
-   * with `FC_ERR_PERMISSION`: whoever can write it sets everyone's limits.
-   */
-  uint32_t owner_uid;
-  /**
-   * 1 = accept (and allow creating) a table that group or others may
-   * write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
-   */
-  uint32_t shared;
-  /**
-   * Where global quota comes from: `redis://[user:password@]host:port/db`,
-   * `rediss://...` (TLS), or NULL (the default) = the embedded store (the
-   * table itself: one host, no server). The query may carry
-   * `timeout_ms`, `connect_timeout_ms` and `prefix`. Every process of a
-   * host must name the same store. Copied; not kept.
-   */
-  const char *store_url;
-  /**
-   * Prefix of the store's keys; NULL (the default) = `"flowctrl:"`.
-   */
-  const char *key_prefix;
-  /**
-   * How long one store command may take, in ms; 0 (the default) = 5.
-   */
-  uint32_t store_timeout_ms;
-  /**
-   * How long connecting to the store may take, in ms; 0 = 20.
-   */
-  uint32_t store_connect_timeout_ms;
-  /**
-   * How long a failed store is left alone before one process probes it,
-   * in ms (±20 % jitter); 0 = 3000.
-   */
-  uint32_t probe_interval_ms;
-  /**
-   * Must be 0.
-   */
-  uint32_t reserved;
-  /**
-   * Balancer slots of a new table (default 16; 0 = none).
-   */
-  uint32_t balancers;
-  /**
-   * Backends each balancer can hold (default 32).
-   */
-  uint32_t backends_per_balancer;
-  /**
-   * This host's id in the store's census (1–63 printable bytes, no
-   * spaces); NULL (the default) = derived from `/etc/machine-id` and the
-   * table's path. Copied; not kept.
-   */
-  const char *host_id;
-} fc_table_options;
-
-/**
  * A task's configuration. Fill it with
  * `fc_task_config_init(&config, sizeof config)`, which leaves every field
  * unset, then set the fields you mean. Registering compares only the set
@@ -703,10 +627,100 @@ typedef struct fc_task_config {
    */
   uint32_t global_burst;
   /**
+   * Where the global fields in force come from, `FC_SOURCE_*`: written by
+   * `fc_task_config_get`. Not a setting (a task's record in the store
+   * wins while it exists): registering and updating accept
+   * `FC_SOURCE_LOCAL` (0) or `FC_SOURCE_STORE` and read nothing from it,
+   * so a struct read back can be changed and written again.
+   */
+  uint32_t global_source;
+} fc_task_config;
+
+/**
+ * Options for opening or creating a table. Fill it with
+ * `fc_table_options_init(&options, sizeof options)`, then change fields.
+ * `capacity`, `max_processes` and `mode` apply only when the file does not
+ * exist yet; `owner_uid` and `shared` decide whether an existing one is
+ * trusted.
+ *
+ * It grows at its end in later versions: the library reads only the first
+ * `size` bytes, and fields past them take their defaults. Accepted sizes:
+ * 16 (the fields through `mode`) to 4096; 24 is the layout of 0.2.
+ */
+typedef struct fc_table_options {
+  /**
+   * `sizeof` the struct as the caller compiled it; set by
+   * `fc_table_options_init`.
+   */
+  uint32_t size;
+  /**
+   * Task slots (default 256).
+   */
+  uint32_t capacity;
+  /**
+   * Attachments at once: processes, or table handles (default 64).
+   */
+  uint32_t max_processes;
+  /**
+   * File mode of a new table (default 0600). Group or other write bits
+   * need `shared`.
+   */
+  uint32_t mode;
+  /**
+   * The uid an existing table must belong to; `FC_UNSET` (the default) =
+   * this process's effective uid. A table of another owner is refused
+   * with `FC_ERR_PERMISSION`: whoever can write it sets everyone's limits.
+   */
+  uint32_t owner_uid;
+  /**
+   * 1 = accept (and allow creating) a table that group or others may
+   * write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
+   */
+  uint32_t shared;
+  /**
+   * Where global quota comes from: `redis://[user:password@]host:port/db`,
+   * `rediss://...` (TLS), or NULL (the default) = the embedded store (the
+   * table itself: one host, no server). The query may carry
+   * `timeout_ms`, `connect_timeout_ms` and `prefix`. Every process of a
+   * host must name the same store. Copied; not kept.
+   */
+  const char *store_url;
+  /**
+   * Prefix of the store's keys; NULL (the default) = `"flowctrl:"`.
+   */
+  const char *key_prefix;
+  /**
+   * How long one store command may take, in ms; 0 (the default) = 5.
+   */
+  uint32_t store_timeout_ms;
+  /**
+   * How long connecting to the store may take, in ms; 0 = 20.
+   */
+  uint32_t store_connect_timeout_ms;
+  /**
+   * How long a failed store is left alone before one process probes it,
+   * in ms (±20 % jitter); 0 = 3000.
+   */
+  uint32_t probe_interval_ms;
+  /**
    * Must be 0.
    */
-  uint32_t reserved4;
-} fc_task_config;
+  uint32_t reserved;
+  /**
+   * Balancer slots of a new table (default 16; 0 = none).
+   */
+  uint32_t balancers;
+  /**
+   * Backends each balancer can hold (default 32).
+   */
+  uint32_t backends_per_balancer;
+  /**
+   * This host's id in the store's census (1–63 printable bytes, no
+   * spaces); NULL (the default) = derived from `/etc/machine-id` and the
+   * table's path. Copied; not kept.
+   */
+  const char *host_id;
+} fc_table_options;
 
 /**
  * An admitted request, in caller memory: no allocation per request and no
@@ -898,8 +912,9 @@ const char *fc_last_error(void);
 fc_status fc_store_open(const char *url, struct fc_store **out);
 
 /**
- * The live hosts of `task` (slices of `slice_ms`): those that pulled in its
- * last full slices, newest first. Fills up to `capacity` of `records`
+ * The live hosts of `task` (slices of `slice_ms`; 0 = the task's store
+ * record's, else 1000): those that pulled in its last full slices, newest
+ * first. Fills up to `capacity` of `records`
  * (NULL when `capacity` is 0) and sets `*count` to how many hosts there
  * are (more than `capacity` when the array is too small). Two round trips
  * to the store; `FC_ERR_STORE` when it fails. Thread-safe.
@@ -910,6 +925,43 @@ fc_status fc_store_fleet(const struct fc_store *store,
                          struct fc_host_record *records,
                          uint32_t capacity,
                          uint32_t *count);
+
+/**
+ * Writes `task`'s record in the store from the global fields of `config`
+ * (`global_rate` above 0 required; `slice_ms`, `chunk`, `fallback`,
+ * `fallback_rate`, `global_burst` unset = their defaults). Every host of
+ * the fleet spends by it from its next pull, within one slice, whatever its
+ * own configuration says, until `fc_store_remove_task_config`. The local
+ * and limiter fields must be unset (they are each host's own). `*version`
+ * (NULL = not wanted) gets the record's version. One round trip;
+ * `FC_ERR_STORE` when the store fails. Thread-safe.
+ */
+fc_status fc_store_set_task_config(const struct fc_store *store,
+                                   const char *task,
+                                   const struct fc_task_config *config,
+                                   uint64_t *version);
+
+/**
+ * Reads `task`'s record in the store. With a record, fills `*out` (filled
+ * by `fc_task_config_init` first: its `size` is read) with its global
+ * fields, the others unset and `global_source` `FC_SOURCE_STORE`, and sets
+ * `*version`; without one, sets `*version` to 0 and leaves `*out` alone.
+ * A record that hosts refuse (written by hand with a bad field) answers
+ * `FC_ERR_INVALID_ARGUMENT` naming the field. Thread-safe.
+ */
+fc_status fc_store_get_task_config(const struct fc_store *store,
+                                   const char *task,
+                                   struct fc_task_config *out,
+                                   uint64_t *version);
+
+/**
+ * Removes `task`'s record from the store: hosts return to their own
+ * configuration at their next pull. `*removed` (NULL = not wanted) is 1 if
+ * there was one, else 0. Thread-safe.
+ */
+fc_status fc_store_remove_task_config(const struct fc_store *store,
+                                      const char *task,
+                                      uint32_t *removed);
 
 /**
  * Frees a store handle (NULL is ignored); it must not be used after.

@@ -47,8 +47,8 @@ pub use balance::{
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
 pub use quota::{
-    Fallback, Fleet, GlobalConfig, GlobalSettings, HostRecord, QuotaState, QuotaStats, Store,
-    StoreOptions,
+    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostRecord, QuotaState,
+    QuotaStats, Store, StoreOptions, StoredConfig,
 };
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{

@@ -5,8 +5,8 @@
 use super::args::{array_str, rate, reserved, set, to_array};
 use super::types::*;
 use crate::{
-    Error, Fallback, GlobalConfig, LimiterConfig, LimiterSpec, LocalConfig, TaskConfig,
-    TaskSettings,
+    Error, Fallback, GlobalConfig, GlobalSource, LimiterConfig, LimiterSpec, LocalConfig,
+    TaskConfig, TaskSettings,
 };
 
 /// The core configuration the caller's struct asks for.
@@ -14,7 +14,12 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     reserved(c.reserved, "fc_task_config.reserved")?;
     reserved(c.reserved2, "fc_task_config.reserved2")?;
     reserved(c.reserved3, "fc_task_config.reserved3")?;
-    reserved(c.reserved4, "fc_task_config.reserved4")?;
+    if c.global_source > FC_SOURCE_STORE {
+        return Err(Error::invalid(format!(
+            "fc_task_config.global_source must be FC_SOURCE_LOCAL or FC_SOURCE_STORE, not {}",
+            c.global_source
+        )));
+    }
     let limiter = array_str(&c.limiter, "fc_task_config.limiter")?;
     Ok(TaskConfig {
         local: LocalConfig {
@@ -76,7 +81,10 @@ pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
         },
         reserved3: 0,
         global_burst: s.global.global_burst,
-        reserved4: 0,
+        global_source: match s.global_source {
+            GlobalSource::Local => FC_SOURCE_LOCAL,
+            GlobalSource::Store => FC_SOURCE_STORE,
+        },
     }
 }
 

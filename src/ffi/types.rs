@@ -165,9 +165,18 @@ pub struct fc_task_config {
     /// evenly over the slice. 0 = the default (250 ms of `global_rate`).
     /// `FC_UNSET` = unset.
     pub global_burst: u32,
-    /// Must be 0.
-    pub reserved4: u32,
+    /// Where the global fields in force come from, `FC_SOURCE_*`: written by
+    /// `fc_task_config_get`. Not a setting (a task's record in the store
+    /// wins while it exists): registering and updating accept
+    /// `FC_SOURCE_LOCAL` (0) or `FC_SOURCE_STORE` and read nothing from it,
+    /// so a struct read back can be changed and written again.
+    pub global_source: u32,
 }
+
+/// `fc_task_config.global_source`: this host's own configuration.
+pub const FC_SOURCE_LOCAL: u32 = 0;
+/// The task's record in the store (`fc_store_set_task_config`).
+pub const FC_SOURCE_STORE: u32 = 1;
 
 /// `fc_task_config.fallback`: the host's own share of the global rate (what
 /// it spent per second in its last full slice; before any, the global rate
@@ -344,7 +353,7 @@ unsafe impl SizedStruct for fc_task_config {
             fallback: FC_UNSET,
             reserved3: 0,
             global_burst: FC_UNSET,
-            reserved4: 0,
+            global_source: FC_SOURCE_LOCAL,
         }
     }
 }

@@ -227,7 +227,11 @@ pub(crate) struct QuotaSlot {
     pub redeem: AtomicU64,
     /// Pulls from a key created with another threshold than this host's.
     pub config_conflicts: AtomicU64,
-    _pad2: [AtomicU64; 1],
+    /// Where the global copies' numbers come from (see `quota::record`):
+    /// the store record's version this host last saw (low 56 bits) and
+    /// whether the copies hold the record's numbers or another host's
+    /// slicing instead of this host's own (top bits). 0 = its own (0.3).
+    pub record: AtomicU64,
     /// GCRA theoretical arrival time of the fallback rate.
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.
@@ -237,7 +241,10 @@ pub(crate) struct QuotaSlot {
     pub fallback_admitted: AtomicU64,
     /// Requests the fallback refused (not counted as `limited_global`).
     pub limited_fallback: AtomicU64,
-    _pad3: [AtomicU64; 4],
+    /// This host's own global configuration while the copies hold another
+    /// (`record` says so): what registrations are compared with and what
+    /// the copies return to when the store's record goes.
+    pub own: GlobalCopy,
     pub config: [GlobalCopy; 2],
 }
 
@@ -248,4 +255,6 @@ const _: () = {
     assert!(std::mem::offset_of!(QuotaSlot, fallback_tat) == 256);
     assert!(std::mem::offset_of!(QuotaSlot, hosts_seen) == 208);
     assert!(std::mem::offset_of!(QuotaSlot, limited_fallback) == 280);
+    assert!(std::mem::offset_of!(QuotaSlot, record) == 248);
+    assert!(std::mem::offset_of!(QuotaSlot, own) == 288);
 };

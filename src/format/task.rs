@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{AdaptiveSlot, NAME_WORDS, QuotaSlot};
+use super::{AdaptiveSlot, Global, NAME_WORDS, QuotaSlot};
 
 /// Slot states of a named slot (a task's or a balancer's `state`), in the
 /// top two bits; a claim carries its claimer's `Owner` below.
@@ -87,6 +87,27 @@ impl ConfigCopy {
             local.burst as u64 | (local.cap as u64) << 32,
             Ordering::Relaxed,
         );
+    }
+}
+
+impl TaskSlot {
+    /// Makes `global` the copies' global limit, keeping the local limits and
+    /// the limiter (its generation too: the adaptive limit carries on). The
+    /// caller holds the configuration lock.
+    pub(crate) fn write_global(&self, global: Option<&Global>) {
+        let (version, next) = super::next_copy(&self.config_version);
+        let current = (version & 1) as usize;
+        self.config[next].store(&self.config[current].load());
+        self.quota.config[next].store(global);
+        let (spec, generation) = self.adaptive.config[current].load();
+        self.adaptive.config[next].store(&spec, generation);
+        super::commit(&self.config_version, version);
+    }
+
+    /// The copies' global limit (for the quota's slow path, which must see
+    /// a change a pull just made).
+    pub(crate) fn global(&self) -> Option<Global> {
+        super::read_versioned(&self.config_version, |i| self.quota.config[i].load())
     }
 }
 

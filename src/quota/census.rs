@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 /// them is not live.
 const SLICES: u64 = 3;
 
-/// A fleet's quota store, for reading (and, later, writing) what the fleet
-/// shares there.
+/// A fleet's quota store, for reading what the fleet shares there (the
+/// census) and writing the tasks' records (see [`Store::set_task_config`]).
 pub struct Store {
-    redis: RedisStore,
+    pub(super) redis: RedisStore,
 }
 
 /// One host's record in one slice.
@@ -63,15 +63,24 @@ impl Store {
         })
     }
 
-    /// The live hosts of `task` (whose slices are `slice_ms` long): two
-    /// round trips (the store's time, then the census of the slices before
-    /// it). Records a host or a hand wrote in a shape the script
-    /// never writes are skipped, with a log line.
-    pub fn fleet(&self, task: &str, slice_ms: u32) -> Result<Fleet> {
+    /// The live hosts of `task` (whose slices are `slice_ms` long; `None`:
+    /// the task's store record's, else the default 1000): two round trips
+    /// (the store's time, then the census of the slices before it), three
+    /// to read the record. Records a host or a hand wrote in a shape the
+    /// script never writes are skipped, with a log line.
+    pub fn fleet(&self, task: &str, slice_ms: Option<u32>) -> Result<Fleet> {
         crate::words::validate_name(task, "task name")?;
-        if slice_ms == 0 {
-            return Err(Error::invalid("slice_ms must be at least 1"));
-        }
+        let slice_ms = match slice_ms {
+            Some(0) => return Err(Error::invalid("slice_ms must be at least 1")),
+            Some(ms) => ms,
+            None => self
+                .task_config(task)
+                .ok()
+                .flatten()
+                .map_or(super::GlobalSettings::default().slice_ms, |r| {
+                    r.settings.slice_ms
+                }),
+        };
         let (sec, usec): (u64, u64) = self
             .redis
             .round_trip("read the time", |conn| redis::cmd("TIME").query(conn))?;

@@ -25,6 +25,7 @@
 mod census;
 mod config;
 mod pull;
+mod record;
 mod redis;
 mod store;
 
@@ -41,6 +42,8 @@ use crate::shm::Shm;
 pub use census::{Fleet, HostRecord, Store};
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use pull::reclaim_pull_lock;
+pub use record::{GlobalSource, StoredConfig};
+pub(crate) use record::{keep_own, own as own_global, source as global_source};
 use store::{Embedded, QuotaStore, slice_of, wall_us};
 
 /// The store options of a table handle (process-local: every process of a
@@ -298,7 +301,10 @@ impl Quota {
         let q = &t.slot.quota;
         let until = Instant::now() + self.options.timeout;
         let mut pulls = 0;
+        let mut t = t;
         loop {
+            // A pull may have just adopted the store's numbers.
+            t.g = t.slot.global().unwrap_or(t.g);
             let slice = slice_of(self.store_now_us(q), t.g.slice_ms);
             if spend(q, slice, need.n).is_some() {
                 return Ok(Ok(Spent::Quota(slice)));

@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::store::{Ask, slice_of, wall_us};
-use super::{Global, Quota, QuotaState, QuotaStats, TaskRef};
+use super::{Global, Quota, QuotaState, QuotaStats, TaskRef, record};
 use crate::error::Result;
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::shm::Shm;
@@ -187,10 +187,16 @@ impl Quota {
         want: u64,
         _lock: &PullLock<'_>,
     ) -> Result<u64> {
-        let TaskRef { shm, slot, task, g } = t;
+        let TaskRef {
+            shm,
+            slot,
+            task,
+            mut g,
+        } = t;
         let q = &slot.quota;
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
-        for _ in 0..2 {
+        // Two answers from another slice, two refreshes of the numbers.
+        for _ in 0..4 {
             // Back from a fallback in this slice: no more than its share.
             let want = match super::share_left(q, g, slice) {
                 Some(left) if left < want => {
@@ -203,6 +209,7 @@ impl Quota {
             };
             let claimed = super::taken_in(q, slice);
             let redeem = q.redeem.load(Ordering::Acquire) == 1;
+            let (record_version, spends_record) = record::seen(q);
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
             let answer = self.store.pull(&Ask {
@@ -211,11 +218,14 @@ impl Quota {
                 slice_ms: g.slice_ms,
                 quota: g.quota as u64,
                 burst: g.burst() as u64,
-                want,
+                want: want.min(g.quota as u64),
                 host: &self.host,
                 claimed,
                 redeem,
                 offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
+                record_version,
+                spends_record,
+                own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
                 embedded: &q.embedded,
             });
             let ns = began.elapsed().as_nanos() as u64;
@@ -242,6 +252,15 @@ impl Quota {
             }
             if failed(q) {
                 log::info!("flowctrl: task {task:?}: the store answers again");
+            }
+            if let Some(refresh) = reply.refresh {
+                self.refresh(TaskRef { g, ..t }, refresh)?;
+                let Some(now) = slot.global() else {
+                    return Ok(0);
+                };
+                g = now;
+                slice = slice_of(self.store_now_us(q), g.slice_ms);
+                continue;
             }
             if reply.slice != slice {
                 slice = reply.slice;
@@ -390,9 +409,11 @@ pub(super) fn tagged(word: u64, slice: u32) -> u64 {
     }
 }
 
-/// Whether slice `a` is after `b` (ids wrap at 2^32).
-fn after(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
+/// Whether slice `a` is one of the few just before `b` (ids wrap at 2^32):
+/// a grant that arrives late. Any other slice id is newer, or of another
+/// slicing (`slice_ms` changed): it replaces `b`.
+fn just_before(a: u32, b: u32) -> bool {
+    (1..=4).contains(&b.wrapping_sub(a))
 }
 
 /// Adds `granted` permits of `slice` to the host's quota. A newer slice
@@ -405,11 +426,11 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
         let (current, left) = ((word >> 32) as u32, word & 0xffff_ffff);
         let next = if current == slice {
             word + granted.min(u32::MAX as u64 - left)
-        } else if after(slice, current) || word == 0 {
-            (slice as u64) << 32 | granted.min(u32::MAX as u64)
-        } else {
+        } else if word != 0 && just_before(slice, current) {
             q.stranded.fetch_add(granted, Ordering::Relaxed);
             return;
+        } else {
+            (slice as u64) << 32 | granted.min(u32::MAX as u64)
         };
         match q
             .host
@@ -469,10 +490,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slices_compare_across_the_wrap() {
-        assert!(after(1, 0));
-        assert!(after(0, u32::MAX));
-        assert!(!after(5, 5));
-        assert!(!after(4, 5));
+    fn slices_compare_across_the_wrap_and_slicings() {
+        assert!(just_before(0, 1));
+        assert!(just_before(u32::MAX, 0));
+        assert!(!just_before(5, 5));
+        assert!(!just_before(6, 5));
+        // A 1 s slice id after 500 ms ones: another slicing, not a late grant.
+        assert!(!just_before(1_764_576_000, 3_529_152_000));
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::record::Refresh;
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -38,7 +39,17 @@ pub(crate) struct RedisSettings {
 /// the slice's burst: a slice releases its burst at once and the rest
 /// evenly (cluster-wide), so a grant is no more than what has been released
 /// and not yet given; with less than asked comes the wait until the ask
-/// will have been.
+/// will have been; 11 the version of the task's record KEYS[2] the host
+/// last saw, 12 the host's own slice_ms (ARGV 3 may be another host's), 13
+/// "1" when the numbers sent are the record's.
+///
+/// First the numbers: a record whose version is not the one sent answers
+/// {-2, version} (the host fetches it and asks again); without a record
+/// (or spending by its own numbers), the task's shape key KEYS[3] holds the
+/// slice_ms of the host that cut its keys first, and a host cut otherwise
+/// is answered {-3, slice_ms} to cut its slices the same way. Only the
+/// first host's pulls keep the shape alive: when it stops, the shape
+/// expires with its keys and the others return to their own.
 ///
 /// A host that claims more than the key charged it with took the rest from
 /// a key the store lost (a restart, a failover) or in fallback: the key
@@ -49,15 +60,33 @@ pub(crate) struct RedisSettings {
 /// table using the same host id: reported as a conflict. Returns {granted,
 /// left, server seconds, server µs, hosts, conflict, wait ms, mismatch}:
 /// mismatch = 1 when the key was created with another quota than this
-/// host's (the host spends by the key's).
-/// granted = -1 when the server is in another slice (nothing taken). The
-/// grant rule is `store::grant`.
+/// host's, or the host spends by another's slicing (it spends by the key's).
+/// granted = -1 when the server is in another slice (nothing taken), -2 and
+/// -3 as above. The grant rule is `store::grant`.
 const PULL: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
+-- A version that is no whole number up to 2^53 is no record.
+local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
+if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
+if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0} end
+local mismatch = 0
+if ARGV[13] ~= '1' then
+  local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
+  if shape == nil then
+    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0} end
+    redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
+  elseif shape ~= slice_ms then
+    return {-3, shape, sec, usec, 0, 0, 0, 0}
+  elseif shape == own then
+    redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  else
+    mismatch = 1
+  end
+end
 if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 local left = redis.call('HGET', key, 'left')
@@ -82,9 +111,9 @@ end
 local claimed = tonumber(ARGV[7]) or 0
 local quota = tonumber(redis.call('HGET', key, 'quota')) or tonumber(ARGV[1])
 -- A host whose threshold differs from the key's creator's: counted there,
--- while every host spends by the key's numbers.
-local mismatch = 0
-if quota ~= tonumber(ARGV[1]) then mismatch = 1 end
+-- while every host spends by the key's numbers. Not so for the record's:
+-- a key created before the record changed serves out its slice.
+if ARGV[13] ~= '1' and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
 -- A host's claim only grows within a slice: a smaller one is another table
 -- using the same host id.
 local conflict = 0
@@ -240,11 +269,15 @@ impl RedisStore {
 
 impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
-        let key = slice_key(&self.settings.prefix, ask.task, ask.slice);
+        let prefix = &self.settings.prefix;
+        let key = slice_key(prefix, ask.task, ask.slice);
+        let (record, shape) = (record_key(prefix, ask.task), shape_key(prefix, ask.task));
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
         let call = |conn: &mut redis::Connection| -> redis::RedisResult<ScriptReply> {
             self.script
                 .key(&key)
+                .key(&record)
+                .key(&shape)
                 .arg(ask.quota)
                 .arg(ask.want)
                 .arg(ask.slice_ms)
@@ -255,11 +288,19 @@ impl QuotaStore for RedisStore {
                 .arg(ask.offset_us)
                 .arg(if ask.redeem { "1" } else { "0" })
                 .arg(ask.burst)
+                .arg(ask.record_version)
+                .arg(ask.own_slice_ms)
+                .arg(if ask.spends_record { "1" } else { "0" })
                 .invoke(conn)
         };
         let (granted, left, sec, usec, hosts, conflict, wait, mismatch) =
             self.round_trip("pull", call)?;
         let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
+        let refresh = match granted {
+            -2 => Some(Refresh::Record(left.max(0) as u64)),
+            -3 => Some(Refresh::Reslice(left.clamp(1, u32::MAX as i64) as u32)),
+            _ => None,
+        };
         Ok(Reply {
             slice: super::store::slice_of(store_us, ask.slice_ms),
             granted: granted.max(0) as u64,
@@ -269,12 +310,32 @@ impl QuotaStore for RedisStore {
             host_conflict: conflict != 0,
             wait_ms: wait.max(0) as u64,
             config_conflict: mismatch != 0,
+            refresh,
         })
     }
 
     fn describe(&self) -> String {
         format!("Redis at {}", redact(&self.settings.url))
     }
+
+    fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
+        let key = record_key(&self.settings.prefix, task);
+        let fields: Vec<(String, String)> = self.round_trip("read the task's record", |conn| {
+            redis::cmd("HGETALL").arg(&key).query(conn)
+        })?;
+        Ok((!fields.is_empty()).then_some(fields))
+    }
+}
+
+/// The task's record of its global numbers (`record`), a hash with the
+/// task's hash tag.
+pub(crate) fn record_key(prefix: &str, task: &str) -> String {
+    format!("{prefix}cfg:{{{task}}}")
+}
+
+/// The slicing of the host that cut the task's keys first (`record`).
+pub(crate) fn shape_key(prefix: &str, task: &str) -> String {
+    format!("{prefix}{{{task}}}:shape")
 }
 
 /// The key of a task's slice: a hash (see [`PULL`]). The task's name is

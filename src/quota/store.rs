@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::record::Refresh;
 use crate::error::Result;
 
 /// One pull: up to `want` permits of `slice` of the task's key.
@@ -30,6 +31,13 @@ pub(crate) struct Ask<'a> {
     pub redeem: bool,
     /// This host's measured clock offset to the store, µs (for the census).
     pub offset_us: i64,
+    /// The version of the task's store record this host last saw (0: none).
+    pub record_version: u64,
+    /// The numbers sent are the record's: the record, not the first host's
+    /// slicing, decides how slices are cut.
+    pub spends_record: bool,
+    /// This host's own `slice_ms` (`slice_ms` may be another host's).
+    pub own_slice_ms: u32,
     /// The embedded store's key in the task's slot.
     pub embedded: &'a AtomicU64,
 }
@@ -52,8 +60,12 @@ pub(crate) struct Reply {
     /// When less was granted than asked because the slice has not released
     /// more yet: ms until the asked chunk will have been released.
     pub wait_ms: u64,
-    /// The key was created with another threshold than this host's.
+    /// The key was created with another threshold than this host's, or
+    /// this host spends by another host's slicing.
     pub config_conflict: bool,
+    /// Nothing was granted: the task's numbers in the store are not the ones
+    /// sent (see `record`).
+    pub refresh: Option<Refresh>,
 }
 
 /// What a slice has released `elapsed_ms` into it: the burst at once, the
@@ -91,6 +103,11 @@ pub(crate) trait QuotaStore: Send + Sync {
     }
     /// For messages: which store this is (never with a password).
     fn describe(&self) -> String;
+    /// The task's record of its global numbers, as stored (see `record`);
+    /// `None` when the store keeps none.
+    fn record(&self, _task: &str) -> Result<Option<Vec<(String, String)>>> {
+        Ok(None)
+    }
 }
 
 /// How much of what is `left` in a key one pull may take: all it wants while
@@ -145,6 +162,7 @@ impl QuotaStore for Embedded {
                 host_conflict: false,
                 wait_ms: 0,
                 config_conflict: false,
+                refresh: None,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -199,6 +217,7 @@ impl QuotaStore for Embedded {
                         host_conflict: false,
                         wait_ms,
                         config_conflict: false,
+                        refresh: None,
                     });
                 }
                 Err(now) => word = now,
@@ -249,6 +268,9 @@ mod tests {
             claimed: 0,
             redeem: false,
             offset_us: 0,
+            record_version: 0,
+            spends_record: false,
+            own_slice_ms: 60_000,
             embedded: &word,
         };
         let mut total = 0;

@@ -10,7 +10,7 @@ use crate::format::{self, Global, Local, TaskSlot};
 use crate::limit::adaptive::{LimiterConfig, Spec as LimiterSpec};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::MAX_COUNT;
-use crate::quota::{GlobalConfig, GlobalSettings};
+use crate::quota::{self, GlobalConfig, GlobalSettings, GlobalSource};
 use crate::shm::Shm;
 
 /// The local fields asked for; `None` keeps the current value (or the
@@ -62,6 +62,9 @@ pub struct TaskSettings {
     pub global: GlobalSettings,
     /// The limiter with its bounds (`min`, `max`, `initial`).
     pub limiter: LimiterSpec,
+    /// Where `global` comes from: this host's configuration, or the task's
+    /// record in the store (which wins while it exists).
+    pub global_source: GlobalSource,
 }
 
 impl Default for TaskSettings {
@@ -70,6 +73,7 @@ impl Default for TaskSettings {
             local: LocalSettings::default(),
             global: GlobalSettings::default(),
             limiter: LimiterSpec::fixed(),
+            global_source: GlobalSource::Local,
         }
     }
 }
@@ -160,6 +164,7 @@ impl TaskConfig {
             },
             global: self.global.over(base.global),
             limiter: self.limiter.over(base.limiter),
+            global_source: base.global_source,
         }
     }
 }
@@ -255,6 +260,7 @@ pub(crate) fn limiter(slot: &TaskSlot) -> (LimiterSpec, u64) {
     format::read_versioned(&slot.config_version, |i| slot.adaptive.config[i].load())
 }
 
+/// The settings in force: the global part may be the store's.
 pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
     let limits = read(slot);
     let l = limits.local;
@@ -266,6 +272,17 @@ pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
         },
         global: GlobalSettings::of(limits.global),
         limiter: limiter(slot).0,
+        global_source: quota::global_source(slot),
+    }
+}
+
+/// The host's own settings: those in force with its own global part, which
+/// registrations are compared with and updates change.
+pub(crate) fn own_settings(slot: &TaskSlot) -> TaskSettings {
+    TaskSettings {
+        global: GlobalSettings::of(quota::own_global(slot)),
+        global_source: GlobalSource::Local,
+        ..settings(slot)
     }
 }
 

@@ -84,18 +84,27 @@ impl Task {
     /// over: a new rate applies from now on.
     pub fn update(&self, config: &TaskConfig) -> Result<()> {
         let slot = self.shm.task_slot(self.index);
-        // Validate before taking the lock, against the current settings.
-        config.over(self.settings()).limits(&self.shm.clock)?;
+        // Validate before taking the lock, against the host's own settings
+        // (a store record in force is adopted again at the next pull).
+        config
+            .over(config::own_settings(slot))
+            .limits(&self.shm.clock)?;
         config::with_lock(&self.shm, slot, || {
-            let settings = config.over(config::settings(slot));
-            let limits = settings.limits(&self.shm.clock)?;
+            let settings = config.over(config::own_settings(slot));
+            let mut limits = settings.limits(&self.shm.clock)?;
+            // A store record in force stays so; the host's own numbers are
+            // kept for when it goes.
+            limits.global = crate::quota::keep_own(slot, limits.global);
             config::write(slot, &limits, &settings.limiter);
             Ok(())
         })?
     }
 
     pub(crate) fn check_matches(&self, asked: &TaskConfig) -> Result<()> {
-        let mismatches = self.settings().mismatches(asked);
+        // With the host's own numbers: a store record in force is no
+        // registration's to contradict.
+        let slot = self.shm.task_slot(self.index);
+        let mismatches = config::own_settings(slot).mismatches(asked);
         if mismatches.is_empty() {
             return Ok(());
         }

@@ -39,6 +39,7 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Re
         let named = named(index);
         named.write_name(name);
         slot.config_lock.store(0, Ordering::Relaxed);
+        slot.quota.record.store(0, Ordering::Relaxed);
         config::write(slot, &limits, &settings.limiter);
         named.publish();
     })?;

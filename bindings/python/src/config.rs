@@ -52,7 +52,7 @@ pub(crate) fn task_config(
 
 /// `fallback=` ("share", "local", "deny" or requests/s) or the older
 /// `fallback_rate=` (a number), as the core's policy.
-fn fallback_of(
+pub(crate) fn fallback_of(
     fallback: Option<&Bound<'_, PyAny>>,
     rate: Option<f64>,
 ) -> PyResult<Option<Fallback>> {
@@ -70,6 +70,23 @@ fn fallback_of(
         ))),
         (policy, rate) => Ok(policy.or(rate.map(Fallback::Rate))),
     }
+}
+
+/// A store record's global fields under their keywords' names.
+pub(crate) fn global_dict<'py>(
+    py: Python<'py>,
+    s: &GlobalSettings,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("global_rate", s.global_rate)?;
+    d.set_item("slice_ms", s.slice_ms)?;
+    d.set_item("chunk", s.chunk)?;
+    match s.fallback {
+        Fallback::Rate(r) => d.set_item("fallback", r)?,
+        policy => d.set_item("fallback", policy.to_string())?,
+    }
+    d.set_item("global_burst", s.global_burst)?;
+    Ok(d)
 }
 
 /// The settings in force, every field under its keyword's name.
@@ -108,6 +125,7 @@ pub(crate) fn settings_dict<'py>(
         }
     }
     d.set_item("global_burst", global_burst)?;
+    d.set_item("global_source", s.global_source.as_str())?;
     d.set_item("limiter", limiter.canonical())?;
     d.set_item("min_limit", limiter.min)?;
     d.set_item("max_limit", limiter.max)?;

@@ -1,7 +1,9 @@
 //! The Python face of a fleet's store: `Store(url).fleet(task)` reads the
-//! census the pull script records (see the core's `quota::census`).
+//! census the pull script records (see the core's `quota::census`);
+//! `set_task`, `task` and `remove_task` keep the tasks' records that every
+//! host spends by.
 
-use flowctrl::{GlobalSettings, StoreOptions};
+use flowctrl::{GlobalConfig, StoreOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -40,9 +42,56 @@ impl Store {
         })
     }
 
+    /// Writes `task`'s record: every host of the fleet spends by these
+    /// global numbers from its next pull (within one slice), whatever its
+    /// own configuration says, until `remove_task`. Fields left None take
+    /// their defaults. Returns the record's version.
+    #[pyo3(signature = (task, *, global_rate, slice_ms=None, chunk=None, fallback=None,
+                        global_burst=None))]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of the Python method
+    fn set_task(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        global_rate: f64,
+        slice_ms: Option<u32>,
+        chunk: Option<u32>,
+        fallback: Option<&Bound<'_, PyAny>>,
+        global_burst: Option<u32>,
+    ) -> PyResult<u64> {
+        let config = GlobalConfig {
+            global_rate: Some(global_rate),
+            slice_ms,
+            chunk,
+            fallback: crate::config::fallback_of(fallback, None)?,
+            global_burst,
+        };
+        py.detach(|| self.store.set_task_config(task, &config))
+            .map_err(to_py)
+    }
+
+    /// `task`'s record as a dict (its global fields and `version`), or None.
+    /// A record the hosts refuse (a bad field written by hand) raises
+    /// ValueError naming the field.
+    fn task<'py>(&self, py: Python<'py>, task: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(record) = py.detach(|| self.store.task_config(task)).map_err(to_py)? else {
+            return Ok(None);
+        };
+        let d = crate::config::global_dict(py, &record.settings)?;
+        d.set_item("version", record.version)?;
+        Ok(Some(d))
+    }
+
+    /// Removes `task`'s record (hosts return to their own configuration at
+    /// their next pull); whether there was one.
+    fn remove_task(&self, py: Python<'_>, task: &str) -> PyResult<bool> {
+        py.detach(|| self.store.remove_task_config(task))
+            .map_err(to_py)
+    }
+
     /// The live hosts of `task`: those that pulled in its last full slices,
     /// each with what it asked, was granted and claimed, and its clock
-    /// offset. `slice_ms` None: the core's default slice.
+    /// offset. `slice_ms` None: the task's record's, else the default.
     #[pyo3(signature = (task, *, slice_ms=None))]
     fn fleet<'py>(
         &self,
@@ -50,7 +99,6 @@ impl Store {
         task: &str,
         slice_ms: Option<u32>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let slice_ms = slice_ms.unwrap_or(GlobalSettings::default().slice_ms);
         let fleet = py
             .detach(|| self.store.fleet(task, slice_ms))
             .map_err(to_py)?;

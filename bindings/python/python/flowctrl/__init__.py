@@ -79,6 +79,7 @@ from ._flowctrl import (
 from ._types import (
     BackendStats,
     Fleet,
+    StoredTask,
     HostRecord,
     Consistency,
     ProcessStats,
@@ -107,6 +108,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Fleet",
+    "StoredTask",
     "HostRecord",
     "ProcessStats",
     "Consistency",

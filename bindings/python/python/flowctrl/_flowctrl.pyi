@@ -13,6 +13,7 @@ from ._types import (
     ProcessStats,
     Settings,
     Stats,
+    StoredTask,
     TableCheck,
 )
 
@@ -294,7 +295,8 @@ class Choice:
 @final
 class Store:
     """A fleet's quota store (Redis), apart from any table: reads the census
-    every pull records in a slice's key."""
+    every pull records in a slice's key, and keeps the tasks' records whose
+    global numbers win over every host's own."""
 
     def __new__(
         cls,
@@ -307,5 +309,28 @@ class Store:
     def fleet(self, task: str, *, slice_ms: int | None = None) -> Fleet:
         """The live hosts of ``task``: those that pulled in its last full
         slices, with what each asked, was granted and claimed (grants and
-        fallback admissions) and its clock offset (µs)."""
+        fallback admissions) and its clock offset (µs). ``slice_ms`` None:
+        the task's record's, else 1000."""
+        ...
+    def set_task(
+        self,
+        task: str,
+        *,
+        global_rate: float,
+        slice_ms: int | None = None,
+        chunk: int | None = None,
+        fallback: str | float | None = None,
+        global_burst: int | None = None,
+    ) -> int:
+        """Writes ``task``'s record: every host spends by these numbers from
+        its next pull (within one slice) until ``remove_task``; None fields
+        take their defaults. Returns the record's version."""
+        ...
+    def task(self, task: str) -> StoredTask | None:
+        """``task``'s record, or None; ValueError names a bad field of a
+        record written by hand."""
+        ...
+    def remove_task(self, task: str) -> bool:
+        """Removes ``task``'s record (hosts return to their own numbers at
+        their next pull); whether there was one."""
         ...

@@ -83,6 +83,7 @@ class Settings(TypedDict):
     fallback: Union[str, float]
     fallback_rate: float
     global_burst: int
+    global_source: Literal["local", "store"]
     limiter: str
     min_limit: int
     max_limit: int
@@ -105,6 +106,18 @@ class BackendStats(TypedDict):
     age: float
     ramp: float
     load: Optional[float]
+
+
+class StoredTask(TypedDict):
+    """Store.task(): a task's record in the store, which every host spends
+    by while it exists."""
+
+    version: int
+    global_rate: float
+    slice_ms: int
+    chunk: int
+    fallback: Union[str, float]
+    global_burst: int
 
 
 class HostRecord(TypedDict):
