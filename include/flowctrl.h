@@ -531,7 +531,12 @@ typedef struct fc_host_record {
    * Its clock's offset to the store's, µs.
    */
   int64_t offset_us;
-  uint64_t reserved[3];
+  /**
+   * Requests per slice it said it is asked for (admitted and refused):
+   * what fair tails divide a slice by.
+   */
+  uint64_t demand;
+  uint64_t reserved[2];
 } fc_host_record;
 
 /**
@@ -630,8 +635,11 @@ typedef struct fc_task_config {
    * Where the global fields in force come from, `FC_SOURCE_*`: written by
    * `fc_task_config_get`. Not a setting (a task's record in the store
    * wins while it exists): registering and updating accept
-   * `FC_SOURCE_LOCAL` (0) or `FC_SOURCE_STORE` and read nothing from it,
-   * so a struct read back can be changed and written again.
+   * `FC_SOURCE_LOCAL` (0) or `FC_SOURCE_STORE` and read nothing from it.
+   * While it is `FC_SOURCE_STORE` the global fields read back are the
+   * record's: written back with `fc_task_update` they become this host's
+   * own numbers (used when the record goes), and a registration is
+   * compared with the host's own numbers, not with them.
    */
   uint32_t global_source;
 } fc_task_config;

@@ -49,6 +49,8 @@ enum Program {
     QuotaWorker,
     /// `adaptive_test.c` against `include/flowctrl.h`.
     Adaptive,
+    /// `records_test.c`: a task's record in a real Redis.
+    Records,
 }
 
 impl Program {
@@ -60,6 +62,7 @@ impl Program {
             Program::CompatV0_3 => "compat_v0_3.c",
             Program::QuotaWorker => "quota_worker.c",
             Program::Adaptive => "adaptive_test.c",
+            Program::Records => "records_test.c",
         }
     }
 
@@ -70,14 +73,19 @@ impl Program {
             | Program::CompatV1
             | Program::CompatV0_3
             | Program::QuotaWorker
-            | Program::Adaptive => Language::C,
+            | Program::Adaptive
+            | Program::Records => Language::C,
         }
     }
 
     /// The directory of the header it includes.
     fn include_dir(self) -> &'static str {
         match self {
-            Program::C | Program::Cxx | Program::QuotaWorker | Program::Adaptive => "include",
+            Program::C
+            | Program::Cxx
+            | Program::QuotaWorker
+            | Program::Adaptive
+            | Program::Records => "include",
             // Only tests/c: the frozen headers, never include/flowctrl.h.
             Program::CompatV1 | Program::CompatV0_3 => "tests/c",
         }
@@ -91,6 +99,7 @@ impl Program {
             Program::CompatV0_3 => "compat_v0_3",
             Program::QuotaWorker => "quota_worker",
             Program::Adaptive => "adaptive_test",
+            Program::Records => "records_test",
         }
     }
 }
@@ -238,6 +247,12 @@ fn scratch_dir(tag: &str) -> PathBuf {
 /// output unless it succeeds; one at a time (see [`one_at_a_time`]).
 fn run(binary: &Path) {
     let _turn = one_at_a_time();
+    run_with(binary, &[]);
+}
+
+/// [`run`] with `args` after the scratch directory, for a caller that holds
+/// its turn already.
+fn run_with(binary: &Path, args: &[&str]) {
     let name = binary.file_name().unwrap().to_string_lossy().into_owned();
     let scratch = scratch_dir(name.trim_start_matches("abi_test_"));
     let log_path = binary.with_extension("log");
@@ -247,6 +262,7 @@ fn run(binary: &Path) {
     let mut child = Command::new(binary)
         .env_remove("LD_LIBRARY_PATH")
         .arg(&scratch)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone the log file"))
         .stderr(log)
@@ -538,5 +554,20 @@ mod quota {
             "recovered: {stats:?}"
         );
         let _ = std::fs::remove_dir_all(&scratch);
+    }
+
+    /// A task's record through the C face (`tests/c/records_test.c`):
+    /// written, read back, adopted at the host's next `fc_pull_quota` (its
+    /// `global_source`), refused on bad input, removed, and the host back to
+    /// its own numbers.
+    #[test]
+    fn c_records_win_over_the_hosts_own_numbers_until_removed() {
+        let _turn = one_at_a_time();
+        let binary = compile(Program::Records, Linkage::Shared, &deps_dir());
+        let redis = RedisServer::start();
+        run_with(&binary, &[&redis.url()]);
+        // The program removed what it wrote.
+        let record: Vec<String> = redis.command(&["HGETALL", "flowctrl:cfg:{api}"]);
+        assert!(record.is_empty(), "left behind: {record:?}");
     }
 }

@@ -34,7 +34,10 @@ pub struct fc_host_record {
     pub claimed: u64,
     /// Its clock's offset to the store's, µs.
     pub offset_us: i64,
-    pub reserved: [u64; 3],
+    /// Requests per slice it said it is asked for (admitted and refused):
+    /// what fair tails divide a slice by.
+    pub demand: u64,
+    pub reserved: [u64; 2],
 }
 
 const _: () = assert!(size_of::<fc_host_record>() == 128);
@@ -90,7 +93,8 @@ pub unsafe extern "C" fn fc_store_fleet(
                 granted: h.granted,
                 claimed: h.claimed,
                 offset_us: h.offset_us,
-                reserved: [0; 3],
+                demand: h.demand,
+                reserved: [0; 2],
             };
             // SAFETY: `capacity` writable records per the contract.
             unsafe { put(records.add(i), record) };

@@ -168,8 +168,11 @@ pub struct fc_task_config {
     /// Where the global fields in force come from, `FC_SOURCE_*`: written by
     /// `fc_task_config_get`. Not a setting (a task's record in the store
     /// wins while it exists): registering and updating accept
-    /// `FC_SOURCE_LOCAL` (0) or `FC_SOURCE_STORE` and read nothing from it,
-    /// so a struct read back can be changed and written again.
+    /// `FC_SOURCE_LOCAL` (0) or `FC_SOURCE_STORE` and read nothing from it.
+    /// While it is `FC_SOURCE_STORE` the global fields read back are the
+    /// record's: written back with `fc_task_update` they become this host's
+    /// own numbers (used when the record goes), and a registration is
+    /// compared with the host's own numbers, not with them.
     pub global_source: u32,
 }
 

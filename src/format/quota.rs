@@ -186,7 +186,13 @@ impl GlobalCopy {
 pub(crate) struct QuotaSlot {
     /// slice (high 32 bits) | permits left on this host (low 32 bits).
     pub host: AtomicU64,
-    _pad0: [AtomicU64; 7],
+    /// slice (high 32 bits) | requests refused as global in it (written
+    /// only when the host's quota is out: no admission is spending then).
+    pub refused: AtomicU64,
+    /// What the host was asked for in its last full slice: admitted and
+    /// refused as global (its demand, for fair tails).
+    pub prev_demand: AtomicU64,
+    _pad0: [AtomicU64; 5],
     /// The phase (open, limited, failed) and when it began (see `quota::pull`).
     pub phase: AtomicU64,
     /// slice + 1 whose store key is known to be exhausted; 0 = none.

@@ -33,6 +33,9 @@ pub struct HostRecord {
     pub claimed: u64,
     /// Its clock's offset to the store's, µs, as it last measured.
     pub offset_us: i64,
+    /// Requests per slice it said it is asked for (admitted and refused),
+    /// which fair tails divide the slice by.
+    pub demand: u64,
 }
 
 /// The live hosts of a task: those that pulled in the last full slices.
@@ -115,9 +118,12 @@ impl Store {
                     "quota" => {
                         fleet.quota = fleet.quota.or(value.parse().ok());
                     }
-                    "left" => {}
+                    "left" | "demand" => {}
                     host if fleet.hosts.iter().any(|h| h.host == host) => {}
                     host => match parse_record(host, *slice, &value) {
+                        // Carried from the slice before, never pulled in
+                        // this one: not a sign of life.
+                        Some(record) if record.asked == 0 => {}
                         Some(record) => fleet.hosts.push(record),
                         None => log::warn!(
                             "flowctrl: census of task {task:?}, slice {slice}: \
@@ -134,20 +140,23 @@ impl Store {
     }
 }
 
-/// "accounted asked granted claimed offset_us" → a record.
+/// "accounted asked granted claimed offset_us demand" → a record (the
+/// demand may be missing: a record written before fair tails).
 fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
-    let mut f = value.split(' ');
-    let mut next = || f.next()?.parse::<i64>().ok();
-    let (_accounted, asked, granted, claimed, offset_us) =
-        (next()?, next()?, next()?, next()?, next()?);
-    let count = |v: i64| u64::try_from(v).ok();
+    let fields: Vec<&str> = value.split(' ').collect();
+    if !(5..=6).contains(&fields.len()) {
+        return None;
+    }
+    let number = |i: usize| fields.get(i).map_or(Some(0), |v| v.parse::<i64>().ok());
+    let count = |i: usize| number(i).and_then(|v| u64::try_from(v).ok());
     Some(HostRecord {
         host: host.to_string(),
         slice,
-        asked: count(asked)?,
-        granted: count(granted)?,
-        claimed: count(claimed)?,
-        offset_us,
+        asked: count(1)?,
+        granted: count(2)?,
+        claimed: count(3)?,
+        offset_us: number(4)?,
+        demand: count(5)?,
     })
 }
 
@@ -158,7 +167,7 @@ mod tests {
     #[test]
     fn records_parse_and_garbage_does_not() {
         assert_eq!(
-            parse_record("h", 7, "10 12 10 10 -35"),
+            parse_record("h", 7, "10 12 10 10 -35 400"),
             Some(HostRecord {
                 host: "h".into(),
                 slice: 7,
@@ -166,9 +175,19 @@ mod tests {
                 granted: 10,
                 claimed: 10,
                 offset_us: -35,
+                demand: 400,
             })
         );
-        for bad in ["", "garbage", "1 2 3", "1 -2 3 4 5", "1 2 3 4 x"] {
+        assert_eq!(parse_record("h", 7, "10 12 10 10 -35").unwrap().demand, 0);
+        for bad in [
+            "",
+            "garbage",
+            "1 2 3",
+            "1 -2 3 4 5",
+            "1 2 3 4 x",
+            "1 2 3 4 5 -6",
+            "1 2 3 4 5 6 7",
+        ] {
             assert_eq!(parse_record("h", 7, bad), None, "{bad:?}");
         }
     }

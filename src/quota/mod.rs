@@ -24,6 +24,7 @@
 
 mod census;
 mod config;
+mod fair;
 mod pull;
 mod record;
 mod redis;
@@ -318,6 +319,7 @@ impl Quota {
                 || pull::paced(t.shm, q)
                 || share_left(q, t.g, slice).is_some_and(|left| left < need.n as u64)
             {
+                fair::refused(q, slice, need.n);
                 return Ok(Err(Refused::Exhausted));
             }
             match self.try_lock(t.shm, q)? {
@@ -332,6 +334,7 @@ impl Quota {
                     return Ok(if pull::failed(q) {
                         self.fallback(t, need, slice)
                     } else {
+                        fair::refused(q, slice, need.n);
                         Err(Refused::Exhausted)
                     });
                 }

@@ -226,6 +226,7 @@ impl Quota {
                 record_version,
                 spends_record,
                 own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
+                demand: self.demand(q, g, slice),
                 embedded: &q.embedded,
             });
             let ns = began.elapsed().as_nanos() as u64;
@@ -445,6 +446,11 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
                     let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), current);
                     q.prev_spent
                         .store(old.saturating_sub(left) + fell_back, Ordering::Relaxed);
+                    let refused = tagged(q.refused.load(Ordering::Relaxed), current);
+                    q.prev_demand.store(
+                        old.saturating_sub(left) + fell_back + refused,
+                        Ordering::Relaxed,
+                    );
                 }
                 break;
             }

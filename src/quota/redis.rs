@@ -63,96 +63,7 @@ pub(crate) struct RedisSettings {
 /// host's, or the host spends by another's slicing (it spends by the key's).
 /// granted = -1 when the server is in another slice (nothing taken), -2 and
 /// -3 as above. The grant rule is `store::grant`.
-const PULL: &str = r#"
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local sec, usec = tonumber(t[1]), tonumber(t[2])
-local slice_ms = tonumber(ARGV[3])
-local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
--- A version that is no whole number up to 2^53 is no record.
-local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
-if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
-if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0} end
-local mismatch = 0
-if ARGV[13] ~= '1' then
-  local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
-  if shape == nil then
-    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0} end
-    redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
-  elseif shape ~= slice_ms then
-    return {-3, shape, sec, usec, 0, 0, 0, 0}
-  elseif shape == own then
-    redis.call('PEXPIRE', KEYS[3], ARGV[5])
-  else
-    mismatch = 1
-  end
-end
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0} end
-local key, host = KEYS[1], ARGV[6]
-local left = redis.call('HGET', key, 'left')
-if left == false then
-  left = tonumber(ARGV[1])
-  redis.call('HSET', key, 'left', left, 'quota', left)
-  redis.call('PEXPIRE', key, ARGV[5])
-else
-  left = tonumber(left)
-  if left == nil or left ~= math.floor(left) then
-    return redis.error_reply('FLOWCTRL key ' .. key .. ' does not hold an integer')
-  end
-end
-if left < 0 then left = 0 end
-local acc, asked, granted, before = 0, 0, 0, 0
-local rec = redis.call('HGET', key, host)
-if rec then
-  local f = {}
-  for v in string.gmatch(rec, '%-?%d+') do f[#f + 1] = tonumber(v) end
-  acc, asked, granted, before = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0
-end
-local claimed = tonumber(ARGV[7]) or 0
-local quota = tonumber(redis.call('HGET', key, 'quota')) or tonumber(ARGV[1])
--- A host whose threshold differs from the key's creator's: counted there,
--- while every host spends by the key's numbers. Not so for the record's:
--- a key created before the record changed serves out its slice.
-if ARGV[13] ~= '1' and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
--- A host's claim only grows within a slice: a smaller one is another table
--- using the same host id.
-local conflict = 0
-if claimed < before then conflict = 1 end
-if claimed > acc then
-  left = math.max(left - (claimed - acc), 0)
-  acc = claimed
-end
--- A grant the host never received (its puller died before the deposit):
--- charged already, handed back once, not taken from the slice again.
-local credit = 0
-if ARGV[9] == '1' and conflict == 0 and acc > claimed then credit = acc - claimed end
-local want = tonumber(ARGV[2])
-local grant = want
-if left < 2 * want then
-  grant = math.min(want, math.max(math.ceil(left / 2), math.min(left, math.floor(want / 2))))
-end
--- Smooth within the slice: the burst at once, the rest evenly over it,
--- cluster-wide (`store::released`); ms until the ask will have been released.
-local burst = tonumber(ARGV[10]) or quota
-local elapsed = (sec * 1000 + math.floor(usec / 1000)) % slice_ms
-local released = math.min(quota, math.floor(quota * elapsed / slice_ms) + burst)
-local room = math.max(released - (quota - left), 0)
--- Less than the grant released: what is, if at least half, else none.
-if grant > room then
-  if 2 * room < grant then grant = 0 else grant = room end
-end
--- The wait until the slice will have released another full ask beyond what
--- it has given: the host does not ask before (each ask would be a sliver).
-local wait = 0
-local target = quota - left + grant + math.min(want, left - grant)
-if target > released and left > grant then
-  wait = math.max(math.ceil((target - math.min(burst, target)) * slice_ms / quota) - elapsed, 1)
-end
-redis.call('HSET', key, 'left', left - grant, host,
-  string.format('%d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
-    tonumber(ARGV[8]) or 0))
-return {grant + credit, left - grant, sec, usec, redis.call('HLEN', key) - 2, conflict, wait, mismatch}
-"#;
+const PULL: &str = include_str!("pull.lua");
 
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
 /// host-id conflict, wait ms, threshold mismatch.
@@ -272,12 +183,14 @@ impl QuotaStore for RedisStore {
         let prefix = &self.settings.prefix;
         let key = slice_key(prefix, ask.task, ask.slice);
         let (record, shape) = (record_key(prefix, ask.task), shape_key(prefix, ask.task));
+        let before = slice_key(prefix, ask.task, ask.slice.wrapping_sub(1));
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
         let call = |conn: &mut redis::Connection| -> redis::RedisResult<ScriptReply> {
             self.script
                 .key(&key)
                 .key(&record)
                 .key(&shape)
+                .key(&before)
                 .arg(ask.quota)
                 .arg(ask.want)
                 .arg(ask.slice_ms)
@@ -291,6 +204,7 @@ impl QuotaStore for RedisStore {
                 .arg(ask.record_version)
                 .arg(ask.own_slice_ms)
                 .arg(if ask.spends_record { "1" } else { "0" })
+                .arg(ask.demand)
                 .invoke(conn)
         };
         let (granted, left, sec, usec, hosts, conflict, wait, mismatch) =

@@ -38,6 +38,10 @@ pub(crate) struct Ask<'a> {
     pub spends_record: bool,
     /// This host's own `slice_ms` (`slice_ms` may be another host's).
     pub own_slice_ms: u32,
+    /// Requests per slice this host is asked for (admitted and refused):
+    /// while the hosts' demands exceed the slice, each is owed at least
+    /// min(its demand, an equal share) of it.
+    pub demand: u64,
     /// The embedded store's key in the task's slot.
     pub embedded: &'a AtomicU64,
 }
@@ -110,18 +114,12 @@ pub(crate) trait QuotaStore: Send + Sync {
     }
 }
 
-/// How much of what is `left` in a key one pull may take: all it wants while
-/// plenty is left; near the end half of the rest, so the last permits of a
-/// slice are spread over the hosts asking instead of going to the first one —
-/// but not less than half of what was asked, so the tail of a slice costs
-/// a few round trips, not one per halving. The Redis script applies
-/// the same rule (see `redis.rs`).
+/// How much of what is `left` in a key one pull may take: what it asks for,
+/// up to what is left. The tail of a slice is divided by fair shares (see
+/// `fair`), not by handing out ever smaller pieces: those cost a round trip
+/// each. The Redis script applies the same rule (see `pull.lua`).
 pub(crate) fn grant(left: u64, want: u64) -> u64 {
-    if left >= want.saturating_mul(2) {
-        want
-    } else {
-        want.min(left.div_ceil(2).max(left.min(want / 2)))
-    }
+    want.min(left)
 }
 
 /// The slice id of a wall-clock instant (µs since the Unix epoch), low 32
@@ -239,15 +237,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grants_shrink_near_the_end_of_a_key() {
+    fn grants_are_what_is_asked_up_to_what_is_left() {
         assert_eq!(grant(1000, 100), 100);
-        assert_eq!(grant(200, 100), 100);
-        assert_eq!(grant(150, 100), 75);
-        assert_eq!(grant(80, 100), 50);
+        assert_eq!(grant(150, 100), 100);
         assert_eq!(grant(40, 100), 40);
-        assert_eq!(grant(3, 100), 3);
-        assert_eq!(grant(3, 4), 2);
-        assert_eq!(grant(1, 100), 1);
         assert_eq!(grant(0, 100), 0);
         assert_eq!(grant(5, 0), 0);
     }
@@ -271,6 +264,7 @@ mod tests {
             record_version: 0,
             spends_record: false,
             own_slice_ms: 60_000,
+            demand: 0,
             embedded: &word,
         };
         let mut total = 0;

@@ -118,6 +118,7 @@ impl Store {
                 r.set_item("granted", h.granted)?;
                 r.set_item("claimed", h.claimed)?;
                 r.set_item("offset_us", h.offset_us)?;
+                r.set_item("demand", h.demand)?;
                 Ok(r)
             })
             .collect::<PyResult<Vec<_>>>()?;

@@ -283,3 +283,98 @@ def test_the_census_through_the_python_face(tmp_path, redis):
         flowctrl.Store(redis.url).fleet("")
     with pytest.raises(flowctrl.InvalidArgumentError):
         flowctrl.Table(tmp_path / "bad", store=redis.url, host_id="two words")
+
+
+def test_a_stored_record_wins_until_removed_through_the_python_face(tmp_path, redis):
+    store = flowctrl.Store(redis.url, timeout=1.0)
+    assert store.task("api") is None
+    # Two hosts (tables of their own), each with its own numbers.
+    own = {"a": 3000.0, "b": 2000.0}
+    tasks = {h: open_table(tmp_path / h, redis.url, timeout=1.0).task("api", global_rate=r)
+             for h, r in own.items()}
+    for task in tasks.values():
+        assert task.pull_quota(10) == 10
+        assert task.settings["global_source"] == "local"
+    version = store.set_task("api", global_rate=1000, slice_ms=500)
+    assert isinstance(version, int) and version > 0
+    assert store.task("api") == {
+        "version": version, "global_rate": 1000.0, "slice_ms": 500, "chunk": 0,
+        "fallback": "share", "global_burst": 0,
+    }
+    # Adopted at each host's next pull, not before.
+    for h, task in tasks.items():
+        s = task.settings
+        assert (s["global_source"], s["global_rate"], s["slice_ms"]) == ("local", own[h], 1000)
+        assert task.pull_quota(10) == 10
+        s = task.settings
+        assert (s["global_source"], s["global_rate"], s["slice_ms"]) == ("store", 1000.0, 500), s
+        assert (s["local_rate"], s["limiter"]) == (0.0, "fixed"), "the local fields are its own"
+    # A change of the record reaches every host at its next pull.
+    changed = store.set_task("api", global_rate=400, chunk=5, fallback="deny", global_burst=100)
+    assert changed > version
+    assert store.task("api") == {
+        "version": changed, "global_rate": 400.0, "slice_ms": 1000, "chunk": 5,
+        "fallback": "deny", "global_burst": 100,
+    }
+    for task in tasks.values():
+        assert task.pull_quota(10) == 10
+        s = task.settings
+        assert (s["global_source"], s["global_rate"], s["slice_ms"], s["chunk"],
+                s["fallback"], s["global_burst"]) == ("store", 400.0, 1000, 5, "deny", 100), s
+    # Removed: once; then every host is back to its own numbers.
+    assert store.remove_task("api") is True
+    assert store.remove_task("api") is False
+    assert store.task("api") is None
+    for h, task in tasks.items():
+        assert task.pull_quota(10) == 10
+        s = task.settings
+        assert (s["global_source"], s["global_rate"], s["slice_ms"], s["chunk"],
+                s["fallback"], s["global_burst"]) == ("local", own[h], 1000, 0, "share", 0), s
+
+
+def test_bad_records_are_refused_through_the_python_face(tmp_path, redis):
+    store = flowctrl.Store(redis.url, timeout=1.0)
+    for bad, says in [(dict(global_rate=0), "global_rate"),
+                      (dict(global_rate=-1), "global_rate"),
+                      (dict(global_rate=float("nan")), "global_rate"),
+                      (dict(global_rate=100, slice_ms=5), "slice_ms"),
+                      (dict(global_rate=100, fallback="maybe"), "fallback")]:
+        with pytest.raises(flowctrl.InvalidArgumentError, match=says) as e:
+            store.set_task("api", **bad)
+        assert isinstance(e.value, ValueError), bad
+    with pytest.raises(TypeError):
+        store.set_task("api")  # global_rate is required
+    for call in [lambda: store.set_task("", global_rate=10),
+                 lambda: store.task(""), lambda: store.remove_task("")]:
+        with pytest.raises(flowctrl.InvalidNameError):
+            call()
+    assert store.task("api") is None, "nothing written"
+    assert redis.command("EXISTS", "flowctrl:cfg:{api}") == b":0\r\n"
+
+    # A record written by hand, as an operator's typo would: refused with
+    # its field, and the host keeps spending by its own numbers.
+    task = open_table(tmp_path / "t", redis.url, timeout=1.0).task("api", global_rate=1000)
+    assert redis.command("HSET", "flowctrl:cfg:{api}", "version", "5",
+                         "global_rate", "-5") == b":2\r\n"
+    with pytest.raises(flowctrl.InvalidArgumentError, match="global_rate") as e:
+        store.task("api")
+    assert isinstance(e.value, ValueError) and "-5" in str(e.value), e.value
+    for _ in range(2):
+        assert task.pull_quota(10) == 10
+        s = task.settings
+        assert (s["global_source"], s["global_rate"]) == ("local", 1000.0), s
+    # A good record replaces it and is adopted; a bad edit of it keeps the
+    # good numbers in force.
+    store.set_task("api", global_rate=400)
+    assert store.task("api")["global_rate"] == 400.0
+    assert task.pull_quota(10) == 10
+    assert (task.settings["global_source"], task.settings["global_rate"]) == ("store", 400.0)
+    redis.command("HSET", "flowctrl:cfg:{api}", "version", "9007199254740000",
+                  "fallback", "maybe")
+    with pytest.raises(flowctrl.InvalidArgumentError, match="fallback"):
+        store.task("api")
+    assert task.pull_quota(10) == 10
+    assert (task.settings["global_source"], task.settings["global_rate"]) == ("store", 400.0)
+    assert store.remove_task("api") is True
+    assert task.pull_quota(10) == 10
+    assert (task.settings["global_source"], task.settings["global_rate"]) == ("local", 1000.0)

@@ -130,6 +130,7 @@ class HostRecord(TypedDict):
     granted: int
     claimed: int
     offset_us: int
+    demand: int
 
 
 class Fleet(TypedDict):

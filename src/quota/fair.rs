@@ -1,0 +1,47 @@
+//! Fair tails: what a host tells the store of its demand. While the
+//! hosts' demands add up to more than a slice holds, the pull script owes
+//! each host min(its demand, an equal share) of the slice, released over it
+//! (Doorman's FairShare, with the slice's smoothing), so a host that asks
+//! often cannot take the tail a small one needs. The demand is what the
+//! host was asked for, refusals included: what it was granted alone would
+//! hide what it lacked.
+
+use std::sync::atomic::Ordering;
+
+use super::pull::tagged;
+use super::{Global, Quota, taken_in};
+use crate::format::QuotaSlot;
+
+/// Counts `n` requests refused as global in `slice` (cold: the host's
+/// quota is out).
+pub(super) fn refused(q: &QuotaSlot, slice: u32, n: u32) {
+    let _ = q
+        .refused
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+            Some(if (w >> 32) as u32 == slice {
+                (w & !0xffff_ffff) | (w as u32).saturating_add(n) as u64
+            } else {
+                (slice as u64) << 32 | n as u64
+            })
+        });
+}
+
+impl Quota {
+    /// Requests per slice this host is asked for: its last full slice's, or
+    /// this slice's so far at its pace if more (after a tenth of it, so the
+    /// first requests of a slice do not read as a flood).
+    pub(super) fn demand(&self, q: &QuotaSlot, g: Global, slice: u32) -> u64 {
+        let prev = q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64);
+        let slice_us = g.slice_ms as u64 * 1000;
+        let elapsed = self.store_now_us(q).max(0) as u64 % slice_us;
+        let asked = taken_in(q, slice)
+            .saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
+            + tagged(q.refused.load(Ordering::Relaxed), slice);
+        let pace = if elapsed >= slice_us / 10 {
+            asked.saturating_mul(slice_us) / elapsed
+        } else {
+            0
+        };
+        prev.max(pace)
+    }
+}

@@ -1,0 +1,148 @@
+-- The pull script: see `PULL` in redis.rs for its keys, arguments and reply.
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local sec, usec = tonumber(t[1]), tonumber(t[2])
+local slice_ms = tonumber(ARGV[3])
+local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
+-- A version that is no whole number up to 2^53 is no record.
+local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
+if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
+if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0} end
+local mismatch = 0
+if ARGV[13] ~= '1' then
+  local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
+  if shape == nil then
+    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0} end
+    redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
+  elseif shape ~= slice_ms then
+    return {-3, shape, sec, usec, 0, 0, 0, 0}
+  elseif shape == own then
+    redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  else
+    mismatch = 1
+  end
+end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0} end
+local key, host = KEYS[1], ARGV[6]
+-- A census record: accounted asked granted claimed offset_us demand.
+local function fields(rec)
+  local f = {}
+  for v in string.gmatch(rec, '%-?%d+') do f[#f + 1] = tonumber(v) end
+  return f
+end
+local function is_host(field)
+  return field ~= 'left' and field ~= 'quota' and field ~= 'demand'
+end
+local left = redis.call('HGET', key, 'left')
+if left == false then
+  left = tonumber(ARGV[1])
+  -- The hosts that asked in the slice before, with their demand: present
+  -- from the slice's start, so the first to pull cannot take what the
+  -- others will need of its tail.
+  local sum, before = 0, redis.call('HGETALL', KEYS[4])
+  local carried = {}
+  for i = 1, #before, 2 do
+    if is_host(before[i]) then
+      local f = fields(before[i + 1])
+      if (f[2] or 0) > 0 and (f[6] or 0) > 0 then
+        carried[#carried + 1] = before[i]
+        carried[#carried + 1] = string.format('0 0 0 0 %d %d', f[5] or 0, f[6])
+        sum = sum + f[6]
+      end
+    end
+  end
+  redis.call('HSET', key, 'left', left, 'quota', left, 'demand', sum, unpack(carried))
+  redis.call('PEXPIRE', key, ARGV[5])
+else
+  left = tonumber(left)
+  if left == nil or left ~= math.floor(left) then
+    return redis.error_reply('FLOWCTRL key ' .. key .. ' does not hold an integer')
+  end
+end
+if left < 0 then left = 0 end
+local acc, asked, granted, before, had = 0, 0, 0, 0, 0
+local rec = redis.call('HGET', key, host)
+if rec then
+  local f = fields(rec)
+  acc, asked, granted, before, had = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0, f[6] or 0
+end
+local demand = math.max(tonumber(ARGV[14]) or 0, 0)
+local demands = (tonumber(redis.call('HGET', key, 'demand')) or 0) + demand - had
+local claimed = tonumber(ARGV[7]) or 0
+local quota = tonumber(redis.call('HGET', key, 'quota')) or tonumber(ARGV[1])
+-- A host whose threshold differs from the key's creator's: counted there,
+-- while every host spends by the key's numbers. Not so for the record's:
+-- a key created before the record changed serves out its slice.
+if ARGV[13] ~= '1' and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
+-- A host's claim only grows within a slice: a smaller one is another table
+-- using the same host id.
+local conflict = 0
+if claimed < before then conflict = 1 end
+if claimed > acc then
+  left = math.max(left - (claimed - acc), 0)
+  acc = claimed
+end
+-- A grant the host never received (its puller died before the deposit):
+-- charged already, handed back once, not taken from the slice again.
+local credit = 0
+if ARGV[9] == '1' and conflict == 0 and acc > claimed then credit = acc - claimed end
+local want = tonumber(ARGV[2])
+local grant = math.min(want, left)
+-- Smooth within the slice: the burst at once, the rest evenly over it,
+-- cluster-wide (`store::released`); ms until the ask will have been released.
+local burst = tonumber(ARGV[10]) or quota
+local elapsed = (sec * 1000 + math.floor(usec / 1000)) % slice_ms
+local released = math.min(quota, math.floor(quota * elapsed / slice_ms) + burst)
+local room = math.max(released - (quota - left), 0)
+-- Fair tails: while the hosts' demands add up to more than the slice, each
+-- host is owed min(its demand, an equal share) of it, released over the
+-- slice; a host past what it is owed takes only what nobody else is owed.
+-- A host below the equal share is owed a quarter slice ahead (its next
+-- pull at its rate), so it is never refused while a bigger one is served.
+local owed_cut = false
+local hosts = redis.call('HLEN', key) - 3
+if rec == false then hosts = hosts + 1 end
+if demands > quota and hosts > 1 then
+  local share = quota / hosts
+  local now = elapsed / slice_ms
+  local ahead = math.min(1, now + 0.25)
+  local function owed(d, g)
+    local f = now
+    if d < share then f = ahead end
+    return math.max(math.floor(math.min(d, share) * f) - g, 0)
+  end
+  local mine = owed(demand, granted)
+  if grant > mine then
+    local others, all = 0, redis.call('HGETALL', key)
+    for i = 1, #all, 2 do
+      if is_host(all[i]) and all[i] ~= host then
+        local f = fields(all[i + 1])
+        others = others + owed(f[6] or 0, f[3] or 0)
+      end
+    end
+    local free = math.max(mine, room - others)
+    if free < room then
+      room, owed_cut = free, true
+    end
+  end
+end
+-- Less than the grant released: what is, if at least half, else none.
+if grant > room then
+  if 2 * room < grant then grant = 0 else grant = room end
+end
+-- The wait until the slice will have released another full ask beyond what
+-- it has given: the host does not ask before (each ask would be a sliver).
+local wait = 0
+local target = quota - left + grant + math.min(want, left - grant)
+if target > released and left > grant then
+  wait = math.max(math.ceil((target - math.min(burst, target)) * slice_ms / quota) - elapsed, 1)
+end
+-- Held back for the others: ask again when the slice has released another
+-- half ask (the least a grant is worth, as above).
+if owed_cut and grant < want and left > grant then
+  wait = math.max(wait, math.ceil(want * slice_ms / quota / 2))
+end
+redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
+  string.format('%d %d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
+    tonumber(ARGV[8]) or 0, demand))
+return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch}
