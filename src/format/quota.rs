@@ -112,7 +112,7 @@ impl Global {
     /// rest is released evenly over the slice (cluster-wide), so a global
     /// limit is as smooth as a local one. Default 250 ms of the rate: a
     /// quarter of a 1 s slice, the largest chunk a host asks for, so a host
-    /// at its share pulls about four times per slice.
+    /// with the whole rate pulls about four times per slice.
     pub fn burst(&self) -> u32 {
         let burst = match self.global_burst {
             0 => (self.rate * 0.25).round() as u32,

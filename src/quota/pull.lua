@@ -8,7 +8,7 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
 if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0} end
-local mismatch = 0
+local mismatch, keeps_shape = 0, false
 if ARGV[13] ~= '1' then
   local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
   if shape == nil then
@@ -17,7 +17,7 @@ if ARGV[13] ~= '1' then
   elseif shape ~= slice_ms then
     return {-3, shape, sec, usec, 0, 0, 0, 0}
   elseif shape == own then
-    redis.call('PEXPIRE', KEYS[3], ARGV[5])
+    keeps_shape = true
   else
     mismatch = 1
   end
@@ -33,7 +33,8 @@ end
 local function is_host(field)
   return field ~= 'left' and field ~= 'quota' and field ~= 'demand'
 end
-local left = redis.call('HGET', key, 'left')
+local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host)
+local left, quota, demands, rec = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4]
 if left == false then
   left = tonumber(ARGV[1])
   -- The hosts that asked in the slice before, with their demand: present
@@ -53,6 +54,7 @@ if left == false then
   end
   redis.call('HSET', key, 'left', left, 'quota', left, 'demand', sum, unpack(carried))
   redis.call('PEXPIRE', key, ARGV[5])
+  quota, demands, rec = left, sum, redis.call('HGET', key, host)
 else
   left = tonumber(left)
   if left == nil or left ~= math.floor(left) then
@@ -61,15 +63,16 @@ else
 end
 if left < 0 then left = 0 end
 local acc, asked, granted, before, had = 0, 0, 0, 0, 0
-local rec = redis.call('HGET', key, host)
 if rec then
   local f = fields(rec)
   acc, asked, granted, before, had = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0, f[6] or 0
 end
+-- The shape's TTL is renewed by its hosts' first pull in each slice.
+if keeps_shape and asked == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
 local demand = math.max(tonumber(ARGV[14]) or 0, 0)
-local demands = (tonumber(redis.call('HGET', key, 'demand')) or 0) + demand - had
+demands = demands + demand - had
 local claimed = tonumber(ARGV[7]) or 0
-local quota = tonumber(redis.call('HGET', key, 'quota')) or tonumber(ARGV[1])
+quota = quota or tonumber(ARGV[1])
 -- A host whose threshold differs from the key's creator's: counted there,
 -- while every host spends by the key's numbers. Not so for the record's:
 -- a key created before the record changed serves out its slice.

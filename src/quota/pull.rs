@@ -41,7 +41,7 @@ const FAILED: u64 = 2;
 const SINCE: u64 = (1 << 62) - 1;
 
 /// Chunks the adaptive rule aims for per slice at steady demand.
-const PULLS_PER_SLICE: u64 = 4;
+const PULLS_PER_SLICE: u64 = 3;
 
 pub(super) fn failed(q: &QuotaSlot) -> bool {
     q.phase.load(Ordering::Acquire) >> 62 == FAILED
@@ -147,7 +147,7 @@ impl Quota {
     }
 
     /// The chunk to ask for (see the module doc of `quota`): the host's
-    /// recent admission rate times a quarter of a slice, but never past the
+    /// recent admission rate times a third of a slice, but never past the
     /// slice's end, between 1 % and 25 % of the slice's quota, and no more
     /// than the slice's burst.
     pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
