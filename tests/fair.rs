@@ -71,8 +71,9 @@ fn a_small_host_is_never_refused_while_a_big_one_is_admitted() {
         eprintln!("{second}: {all:?}");
     }
     let seconds: Vec<i64> = b.keys().copied().collect();
-    // The first and last seconds are partial; the first full one is where
-    // the hosts' demands are first known to the store.
+    // The first and last seconds are partial. The first full one is where
+    // each host's demand is first measured over a whole slice: the store
+    // knew only the partial one before.
     for second in &seconds[2..seconds.len() - 1] {
         let (big_admitted, _) = b[second];
         let (small_admitted, small_refused) = s.get(second).copied().unwrap_or_default();

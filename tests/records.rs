@@ -367,7 +367,12 @@ fn bad_records_are_refused_with_their_field_and_never_obeyed() {
     }
     // A good record is adopted; a bad edit of it keeps the good numbers.
     redis.command::<()>(&["DEL", "flowctrl:cfg:{api}"]);
-    fleet.set_task_config("api", &rate(400.0)).unwrap();
+    // Its whole slice released at once: this part is not about smoothing.
+    let whole = GlobalConfig {
+        global_burst: Some(400),
+        ..rate(400.0)
+    };
+    fleet.set_task_config("api", &whole).unwrap();
     assert_eq!(task.pull_quota(10).unwrap(), Ok(10));
     assert_eq!(task.settings().global.global_rate, 400.0);
     hand_written(

@@ -26,19 +26,30 @@ pub(super) fn refused(q: &QuotaSlot, slice: u32, n: u32) {
         });
 }
 
+/// What the host was asked for in `slice`: admitted (taken, less what it
+/// holds unspent) and refused as global.
+pub(super) fn asked_in(q: &QuotaSlot, slice: u32) -> u64 {
+    taken_in(q, slice).saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
+        + tagged(q.refused.load(Ordering::Relaxed), slice)
+}
+
 impl Quota {
     /// Requests per slice this host is asked for: its last full slice's, or
     /// this slice's so far at its pace if more (after a tenth of it, so the
     /// first requests of a slice do not read as a flood).
     pub(super) fn demand(&self, q: &QuotaSlot, g: Global, slice: u32) -> u64 {
-        let prev = q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64);
+        // At a slice's first pull the host word still holds the slice just
+        // over, whose demand `prev_demand` will only get at the deposit.
+        let last = (q.host.load(Ordering::Relaxed) >> 32) as u32;
+        let prev = if last == slice.wrapping_sub(1) {
+            asked_in(q, last)
+        } else {
+            q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64)
+        };
         let slice_us = g.slice_ms as u64 * 1000;
         let elapsed = self.store_now_us(q).max(0) as u64 % slice_us;
-        let asked = taken_in(q, slice)
-            .saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
-            + tagged(q.refused.load(Ordering::Relaxed), slice);
         let pace = if elapsed >= slice_us / 10 {
-            asked.saturating_mul(slice_us) / elapsed
+            asked_in(q, slice).saturating_mul(slice_us) / elapsed
         } else {
             0
         };
