@@ -728,6 +728,16 @@ typedef struct fc_table_options {
    * table's path. Copied; not kept.
    */
   const char *host_id;
+  /**
+   * A config file (TOML) whose `[table]` section and tasks' limits win
+   * over these options and the fields set in `fc_task_config`; NULL (the
+   * default) = the file the environment variable `FLOWCTRL_CONFIG`
+   * names, if any. With one, `fc_table_open(NULL, NULL, &t)` opens the
+   * file's table and `fc_task_register(t, "name", NULL, &k)` gets the
+   * file's limits; an edit of the file is applied within a second.
+   * Copied; not kept.
+   */
+  const char *config_path;
 } fc_table_options;
 
 /**

@@ -29,6 +29,7 @@ compile_error!("flowctrl needs Linux: liveness rests on open-file-description lo
 
 mod balance;
 pub mod clock;
+mod config_file;
 mod error;
 pub mod ffi;
 mod format;
@@ -50,6 +51,7 @@ pub use quota::{
     Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostRecord, QuotaState,
     QuotaStats, Store, StoreOptions, StoredConfig,
 };
+pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
     Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,

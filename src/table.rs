@@ -11,6 +11,7 @@ use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::quota::{Quota, StoreOptions};
 use crate::shm::Reclaim;
 use crate::shm::{OpenSpec, Shm};
+use crate::config_file::{self, ConfigFile, Live};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
 
 use crate::format::Geometry;
@@ -43,6 +44,10 @@ pub struct TableOptions {
     pub balancers: u32,
     /// Backends each balancer can hold at once (default 32).
     pub backends_per_balancer: u32,
+    /// A config file (TOML) whose limits win over the ones set in code
+    /// (see [`crate::ConfigFile`]); `None`: the file `FLOWCTRL_CONFIG`
+    /// names, if it names one.
+    pub config: Option<PathBuf>,
 }
 
 impl Default for TableOptions {
@@ -56,6 +61,7 @@ impl Default for TableOptions {
             store: StoreOptions::default(),
             balancers: 16,
             backends_per_balancer: 32,
+            config: None,
         }
     }
 }
@@ -65,6 +71,12 @@ impl TableOptions {
     /// `rediss://...`) instead of the embedded store.
     pub fn store(mut self, url: impl Into<String>) -> Self {
         self.store.url = Some(url.into());
+        self
+    }
+
+    /// Takes the table's limits from the config file at `path`.
+    pub fn config(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config = Some(path.into());
         self
     }
 
@@ -127,6 +139,8 @@ pub fn resolve_path(path: Option<&Path>) -> PathBuf {
 pub struct Table {
     shm: Arc<Shm>,
     quota: Arc<Quota>,
+    /// The config file, if the table was opened with one.
+    file: Option<Arc<Live>>,
 }
 
 /// What [`Table::check`] found.
@@ -150,14 +164,43 @@ impl TableCheck {
 impl Table {
     /// Opens the table at `path` (see [`resolve_path`]), creating it if it does
     /// not exist, and attaches this handle to it.
+    /// With a config file (the options' or `FLOWCTRL_CONFIG`'s), its
+    /// `[table]` section wins over `path` and the options, and its tasks'
+    /// fields are applied to the table if this version of it was not yet.
     pub fn open(path: impl AsRef<Path>, options: &TableOptions) -> Result<Self> {
+        let file = ConfigFile::find(options)?;
+        let (path, options) = match &file {
+            Some(f) => (
+                f.table.path.clone().unwrap_or(path.as_ref().to_path_buf()),
+                f.table_options(options),
+            ),
+            None => (path.as_ref().to_path_buf(), options.clone()),
+        };
         let spec = options.spec()?;
-        let path = resolve_path(Some(path.as_ref()));
+        let path = resolve_path(Some(&path));
         let quota = Arc::new(Quota::new(&options.store, &path)?);
-        Ok(Self {
-            shm: Shm::open(&path, spec, &TableReclaim)?,
-            quota,
-        })
+        let shm = Shm::open(&path, spec, &TableReclaim)?;
+        let file = file.map(|f| {
+            config_file::apply(&shm, &quota, &f);
+            let live = Arc::new(Live::new(f));
+            let (watched, q) = (live.clone(), quota.clone());
+            shm.set_watch(Box::new(move |shm| watched.poll(shm, &q)));
+            live
+        });
+        Ok(Self { shm, quota, file })
+    }
+
+    /// The config file in force (its last good version), if any.
+    pub fn config_file(&self) -> Option<Arc<ConfigFile>> {
+        self.file.as_ref().map(|f| f.current())
+    }
+
+    /// Versions of the config file refused so far, host-wide.
+    pub fn config_errors(&self) -> u64 {
+        self.shm
+            .header()
+            .config_errors
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Opens the default table, `/dev/shm/flowctrl`.
@@ -191,19 +234,41 @@ impl Table {
     /// compared); [`Task::update`] changes a task's configuration on purpose.
     /// Waits up to 2 s for another live process registering a task in the
     /// same slot, then fails with [`ErrorKind::Timeout`].
+    ///
+    /// With a config file that names the task, the file's fields win over
+    /// `config`'s and over what the table holds (they are applied host-wide
+    /// if the table differs); the fields only `config` sets are compared.
     pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
         crate::words::validate_name(name, "task name")?;
-        let settings = config.over(TaskSettings::default());
+        let file = self.config_file();
+        let from_file = file.as_ref().and_then(|f| f.tasks.get(name));
+        let asked = file.as_ref().map_or(*config, |f| f.task_over(name, config));
+        let settings = asked.over(TaskSettings::default());
         let index = task::find_or_claim(&self.shm, name, settings)?;
         let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
-        task.check_matches(config)?;
+        if let Some(fields) = from_file {
+            config_file::update_if_needed(&task, fields)?;
+        }
+        task.check_matches(&asked)?;
         Ok(task)
     }
 
     /// Registers the balancer `name`, or attaches to it if any process on the
     /// host registered it already (see [`Balancer`]).
+    ///
+    /// With a config file that names the balancer, its options win over
+    /// `config`, and its backends (if it lists them) are set.
     pub fn balancer(&self, name: &str, config: &BalancerConfig) -> Result<Balancer> {
-        balance::register(&self.shm, name, config)
+        let file = self.config_file();
+        let Some(section) = file.as_ref().and_then(|f| f.balancers.get(name)) else {
+            return balance::register(&self.shm, name, config);
+        };
+        let balancer = balance::register(&self.shm, name, &section.config)?;
+        if let Some(backends) = &section.backends {
+            let list: Vec<(&str, u32)> = backends.iter().map(|(a, w)| (a.as_str(), *w)).collect();
+            balancer.set_backends(&list)?;
+        }
+        Ok(balancer)
     }
 
     /// [`Table::balancer`], then [`Balancer::set_backends`]; the list is

@@ -51,6 +51,8 @@ enum Program {
     Adaptive,
     /// `records_test.c`: a task's record in a real Redis.
     Records,
+    /// `config_test.c`: limits from a config file, edited while it runs.
+    Config,
 }
 
 impl Program {
@@ -63,6 +65,7 @@ impl Program {
             Program::QuotaWorker => "quota_worker.c",
             Program::Adaptive => "adaptive_test.c",
             Program::Records => "records_test.c",
+            Program::Config => "config_test.c",
         }
     }
 
@@ -74,7 +77,8 @@ impl Program {
             | Program::CompatV0_3
             | Program::QuotaWorker
             | Program::Adaptive
-            | Program::Records => Language::C,
+            | Program::Records
+            | Program::Config => Language::C,
         }
     }
 
@@ -85,7 +89,8 @@ impl Program {
             | Program::Cxx
             | Program::QuotaWorker
             | Program::Adaptive
-            | Program::Records => "include",
+            | Program::Records
+            | Program::Config => "include",
             // Only tests/c: the frozen headers, never include/flowctrl.h.
             Program::CompatV1 | Program::CompatV0_3 => "tests/c",
         }
@@ -100,6 +105,7 @@ impl Program {
             Program::QuotaWorker => "quota_worker",
             Program::Adaptive => "adaptive_test",
             Program::Records => "records_test",
+            Program::Config => "config_test",
         }
     }
 }
@@ -310,6 +316,54 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 fn compile_and_run(program: Program, linkage: Linkage) {
     let binary = compile(program, linkage, &deps_dir());
     run(&binary);
+}
+
+/// A C service that names no limits in code gets them from its config file,
+/// and an edit of the file while it runs (no restart, no rebuild).
+#[test]
+fn a_c_service_takes_its_limits_from_the_config_file_and_its_edits() {
+    use std::io::{BufRead, BufReader};
+    let binary = compile(Program::Config, Linkage::Shared, &deps_dir());
+    let dir = scratch_dir("config");
+    let file = dir.join("flowctrl.toml");
+    let write = |cap: u32| {
+        let text = format!(
+            "[table]\npath = {:?}\n\n[tasks.api]\nlocal_rate = 100000\nburst = 100\n\
+             max_concurrency = {cap}\n",
+            dir.join("table")
+        );
+        // As an editor saves: a new file renamed over the old one.
+        let tmp = dir.join("flowctrl.toml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+    };
+    write(4);
+    let mut child = Command::new(&binary)
+        .env_remove("LD_LIBRARY_PATH")
+        .env("FLOWCTRL_CONFIG", &file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().map(|l| l.unwrap());
+    if first.as_deref() != Some("ready") {
+        let out = child.wait_with_output().unwrap();
+        panic!("{first:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    write(8);
+    let reloaded = lines.next().map(|l| l.unwrap()).unwrap_or_default();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{reloaded}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ms: f64 = reloaded.trim_start_matches("reloaded ").parse().unwrap();
+    println!("the edit reached the C service in {ms} ms");
+    assert!(ms <= 1500.0, "{ms} ms");
+    assert!(dir.join("table").exists(), "the file's table path");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

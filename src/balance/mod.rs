@@ -61,6 +61,21 @@ pub(crate) fn check_backends(shm: &Shm, backends: &[(&str, u32)]) -> Result<()> 
     membership::validate(backends, shm.geometry.backend_capacity)
 }
 
+/// Checks a backend list apart from any table (a config file's): the
+/// table's capacity is checked when it is applied.
+pub(crate) fn validate_backends(backends: &[(&str, u32)]) -> Result<()> {
+    membership::validate(backends, u32::MAX)
+}
+
+/// The balancer `name` if some process registered it (nothing is claimed).
+pub(crate) fn find(shm: &Arc<Shm>, name: &str) -> Option<Balancer> {
+    register::find(shm, name).map(|index| Balancer {
+        shm: shm.clone(),
+        index,
+        name: name.into(),
+    })
+}
+
 /// Registers (or attaches to) the balancer `name`.
 pub(crate) fn register(shm: &Arc<Shm>, name: &str, config: &BalancerConfig) -> Result<Balancer> {
     validate_name(name, "balancer name")?;

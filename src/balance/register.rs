@@ -37,6 +37,13 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, params: Params) -> Result<(u3
     })
 }
 
+/// The slot of balancer `name` if it is registered.
+pub(crate) fn find(shm: &Shm, name: &str) -> Option<u32> {
+    named::find(shm.geometry.balancer_capacity, name, |index| {
+        named(shm.balancer_slot(index))
+    })
+}
+
 fn named(slot: &BalancerSlot) -> Named<'_> {
     Named {
         state: &slot.state,

@@ -2,7 +2,7 @@
 
 use std::ffi::{CStr, OsStr, c_char};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::args::{arg, ms_or, out_arg, put, reserved, set, text_arg};
 use super::sized::{init_sized, read_sized};
@@ -45,7 +45,9 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
         store,
         balancers: o.balancers,
         backends_per_balancer: o.backends_per_balancer,
-        ..TableOptions::default()
+        config: (!o.config_path.is_null())
+            .then(|| unsafe { text_arg(o.config_path, "config_path") }.map(PathBuf::from))
+            .transpose()?,
     })
 }
 

@@ -101,6 +101,14 @@ pub struct fc_table_options {
     /// spaces); NULL (the default) = derived from `/etc/machine-id` and the
     /// table's path. Copied; not kept.
     pub host_id: *const c_char,
+    /// A config file (TOML) whose `[table]` section and tasks' limits win
+    /// over these options and the fields set in `fc_task_config`; NULL (the
+    /// default) = the file the environment variable `FLOWCTRL_CONFIG`
+    /// names, if any. With one, `fc_table_open(NULL, NULL, &t)` opens the
+    /// file's table and `fc_task_register(t, "name", NULL, &k)` gets the
+    /// file's limits; an edit of the file is applied within a second.
+    /// Copied; not kept.
+    pub config_path: *const c_char,
 }
 
 /// A task's configuration. Fill it with
@@ -297,7 +305,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
-    assert!(size_of::<fc_table_options>() == 72);
+    assert!(size_of::<fc_table_options>() == 80);
     assert!(size_of::<fc_task_config>() == 208);
     assert!(size_of::<fc_task_stats>() == 248);
     assert!(size_of::<fc_permit>() == 64);
@@ -328,6 +336,7 @@ unsafe impl SizedStruct for fc_table_options {
             balancers: d.balancers,
             backends_per_balancer: d.backends_per_balancer,
             host_id: std::ptr::null(),
+            config_path: std::ptr::null(),
         }
     }
 }

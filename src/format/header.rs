@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) const HEADER_SIZE: usize = 4096;
 
 /// The first page. The creator writes every field before publishing the file
-/// and nobody writes them afterwards except `last_reap`. The sizes it
+/// and nobody writes them afterwards except `last_reap` and the config
+/// file's words. The sizes it
 /// records are checked on open against this build's structs.
 #[repr(C, align(64))]
 pub(crate) struct Header {
@@ -36,7 +37,13 @@ pub(crate) struct Header {
     _pad1: [AtomicU64; 5],
     /// Clock ticks of the last reaper pass (rate-limits reaping host-wide).
     pub last_reap: AtomicU64,
-    _pad2: [AtomicU64; 7],
+    /// The version (FNV-1a of its bytes) of the config file last applied to
+    /// the table, so one process applies each change (0: none; 0.3 wrote 0).
+    pub config_applied: AtomicU64,
+    /// The version of the config file last refused, and how many were.
+    pub config_refused: AtomicU64,
+    pub config_errors: AtomicU64,
+    _pad2: [AtomicU64; 4],
 }
 
 const _: () = {

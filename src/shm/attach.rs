@@ -349,6 +349,7 @@ impl Shm {
                     if watched.elapsed() >= WATCH_PERIOD {
                         watched = std::time::Instant::now();
                         shm.replaced();
+                        shm.run_watch();
                     }
                 }
             });

@@ -67,7 +67,13 @@ pub(crate) struct Shm {
     locks: ForkSafeLock,
     reap_interval: u64,
     me: Weak<Shm>,
+    /// What the reaper thread also runs every second for this handle (the
+    /// table's config file watch): process-local, never in the file.
+    watch: parking_lot::Mutex<Option<Watch>>,
 }
+
+/// A periodic job of a handle's reaper thread.
+pub(crate) type Watch = Box<dyn Fn(&Arc<Shm>) + Send + Sync>;
 
 impl Shm {
     pub fn open(path: &Path, spec: OpenSpec, reclaim: &'static dyn Reclaim) -> Result<Arc<Self>> {
@@ -97,9 +103,30 @@ impl Shm {
             attachment: Attachment::new(),
             locks: ForkSafeLock::new(),
             me: me.clone(),
+            watch: parking_lot::Mutex::new(None),
         });
         shm.owner()?;
         Ok(shm)
+    }
+
+    /// Sets the job the reaper thread runs every second for this handle.
+    pub fn set_watch(&self, watch: Watch) {
+        *self.watch.lock() = Some(watch);
+    }
+
+    /// Runs the handle's periodic job, if any (the reaper thread's; a job
+    /// that panics is dropped, not the thread).
+    pub(crate) fn run_watch(self: &Arc<Self>) {
+        let Some(guard) = self.watch.try_lock() else {
+            return;
+        };
+        if let Some(watch) = guard.as_ref()
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| watch(self))).is_err()
+        {
+            drop(guard);
+            *self.watch.lock() = None;
+            log::error!("flowctrl: the config file watch panicked; it is stopped");
+        }
     }
 
     fn base(&self) -> *mut u8 {

@@ -61,6 +61,25 @@ impl Named<'_> {
     }
 }
 
+/// The slot of `name` if it is registered; never claims one. Probing
+/// stops at the first empty slot, as a claim would have taken it.
+pub(crate) fn find<'a>(capacity: u32, name: &str, slot: impl Fn(u32) -> Named<'a>) -> Option<u32> {
+    let words = name_words(name);
+    let start = (hash(name) % capacity.max(1) as u64) as u32;
+    for probe in 0..capacity {
+        let index = (start + probe) % capacity;
+        let named = slot(index);
+        let state = named.state.load(Ordering::Acquire);
+        if state == TASK_EMPTY {
+            return None;
+        }
+        if state == TASK_READY && named.holds(name, &words) {
+            return Some(index);
+        }
+    }
+    None
+}
+
 /// Finds the slot of `name` among `capacity` slots of `kind` ("task",
 /// "balancer"), or claims an empty or abandoned one and has `fill` write
 /// and publish it. Returns the slot index and whether this call filled it.

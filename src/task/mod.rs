@@ -78,6 +78,13 @@ impl Task {
         config::settings(self.shm.task_slot(self.index))
     }
 
+    /// The host's own settings: those in force with its own global part
+    /// (what registrations are compared with while a store record is in
+    /// force).
+    pub(crate) fn own_settings(&self) -> TaskSettings {
+        config::own_settings(self.shm.task_slot(self.index))
+    }
+
     /// Changes the fields of `config` that are set, for every process on the
     /// host, as one unit: no acquire sees half of an update, and concurrent
     /// updates of different fields both take effect. The rate state carries

@@ -376,7 +376,7 @@ static void test_version_and_status_strings(void)
      * their end (tests/c/compat_v1.c runs their smallest versions), and
      * fc_permit never changes. */
     CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
-    CHECK_EQ(sizeof(fc_table_options), 72, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(fc_table_options), 80, "sizeof(fc_table_options)");
     CHECK_EQ(sizeof(struct fc_pick), 128, "sizeof(struct fc_pick)");
     CHECK_EQ(sizeof(fc_balancer_config), 56, "sizeof(fc_balancer_config)");
     CHECK_EQ(sizeof(fc_pick_options), 16, "sizeof(fc_pick_options)");

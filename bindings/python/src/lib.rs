@@ -70,7 +70,7 @@ impl Table {
     #[pyo3(signature = (path=None, *, capacity=None, mode=None, max_processes=None, owner=None,
                         shared=None, balancers=None, backends_per_balancer=None, store=None,
                         key_prefix=None, store_timeout=None, store_connect_timeout=None,
-                        probe_interval=None, host_id=None))]
+                        probe_interval=None, host_id=None, config=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python constructor
     fn new(
         py: Python<'_>,
@@ -88,9 +88,11 @@ impl Table {
         store_connect_timeout: Option<f64>,
         probe_interval: Option<f64>,
         host_id: Option<String>,
+        config: Option<PathBuf>,
     ) -> PyResult<Self> {
         let mut options = TableOptions {
             owner,
+            config,
             ..TableOptions::default()
         };
         set(&mut options.capacity, capacity);

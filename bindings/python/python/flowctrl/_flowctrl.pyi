@@ -52,6 +52,11 @@ class Table:
     ``host_id`` names this host in the store's census (default: from
     /etc/machine-id and the table's path).
 
+    ``config`` is a TOML config file (default: the one ``FLOWCTRL_CONFIG``
+    names, if any): its ``[table]`` section wins over these arguments and
+    its tasks' fields over those given to ``task()``; an edit of the file is
+    applied host-wide within a second.
+
     ``close()``, or leaving a ``with`` block, drops this handle: the table and
     every Task made from it then raise TableClosedError (``path``,
     ``capacity``, ``max_processes`` and ``closed`` stay readable). Permits
@@ -76,6 +81,7 @@ class Table:
         store_connect_timeout: float | None = None,
         probe_interval: float | None = None,
         host_id: str | None = None,
+        config: str | PathLike[str] | None = None,
     ) -> Table: ...
     def task(
         self,

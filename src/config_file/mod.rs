@@ -1,0 +1,170 @@
+//! A host's limits from a file: one TOML file describes the table (its
+//! path, store and capacities), its tasks and its balancers, so a service
+//! gains rates, caps, an adaptive limiter or a global limit by editing a
+//! file, with no rebuild. Found through `TableOptions::config` (C
+//! `fc_table_options.config_path`, Python `Table(config=...)`) or the
+//! `FLOWCTRL_CONFIG` environment variable.
+//!
+//! Precedence, field by field: the store's record of a task (global fields)
+//! wins over the file, the file over the fields set in code, and those over
+//! what the table already holds. A registration whose code disagrees with
+//! the table on a field the file sets is not a mismatch: the file's value
+//! is applied host-wide. `watch` re-reads the file while processes run.
+
+mod parse;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::balance::BalancerConfig;
+use crate::error::{Error, Result};
+use crate::table::TableOptions;
+use crate::task::TaskConfig;
+pub(crate) use watch::{Live, apply, update_if_needed};
+
+/// The environment variable naming a config file when the options do not.
+pub const CONFIG_ENV: &str = "FLOWCTRL_CONFIG";
+
+/// A parsed and checked config file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The `[table]` section: the fields it sets.
+    pub table: TableSection,
+    /// `[tasks."name"]`: each task's fields (unset ones are `None`).
+    pub tasks: BTreeMap<String, TaskConfig>,
+    /// `[balancers."name"]`: options, and the backends with their weights
+    /// (`None`: the file does not manage the balancer's membership).
+    pub balancers: BTreeMap<String, BalancerSection>,
+    /// FNV-1a of the file's bytes: which version a table applied.
+    pub(crate) hash: u64,
+}
+
+/// The `[table]` section: what it sets over the options given in code.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TableSection {
+    pub path: Option<PathBuf>,
+    pub store: Option<String>,
+    pub key_prefix: Option<String>,
+    pub store_timeout_ms: Option<u32>,
+    pub connect_timeout_ms: Option<u32>,
+    pub probe_interval_ms: Option<u32>,
+    pub host_id: Option<String>,
+    pub capacity: Option<u32>,
+    pub max_processes: Option<u32>,
+    pub balancers: Option<u32>,
+    pub backends_per_balancer: Option<u32>,
+    pub mode: Option<u32>,
+    pub shared: Option<bool>,
+}
+
+/// A `[balancers."name"]` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BalancerSection {
+    pub config: BalancerConfig,
+    pub backends: Option<Vec<(String, u32)>>,
+}
+
+impl ConfigFile {
+    /// Reads and checks the file at `path`: a syntax error, an unknown key
+    /// or a bad value is refused with the file, the line and the key.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("config file {}", path.display()), e))?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and checks `text` as the file at `path` would be.
+    pub fn parse(path: &Path, text: &str) -> Result<Self> {
+        parse::parse(path, text)
+    }
+
+    /// The file named by the options, else by `FLOWCTRL_CONFIG`; `None`
+    /// when neither names one.
+    pub(crate) fn find(options: &TableOptions) -> Result<Option<Self>> {
+        let path = match &options.config {
+            Some(p) => p.clone(),
+            None => match std::env::var_os(CONFIG_ENV) {
+                Some(p) if !p.is_empty() => PathBuf::from(p),
+                _ => return Ok(None),
+            },
+        };
+        Self::load(path).map(Some)
+    }
+
+    /// The options with the `[table]` section's fields over them.
+    pub(crate) fn table_options(&self, code: &TableOptions) -> TableOptions {
+        let t = &self.table;
+        let mut o = code.clone();
+        let ms = |v: Option<u32>, d: &mut std::time::Duration| {
+            if let Some(ms) = v {
+                *d = std::time::Duration::from_millis(ms as u64);
+            }
+        };
+        if let Some(url) = &t.store {
+            o.store.url = Some(url.clone());
+        }
+        if let Some(p) = &t.key_prefix {
+            o.store.key_prefix = p.clone();
+        }
+        ms(t.store_timeout_ms, &mut o.store.timeout);
+        ms(t.connect_timeout_ms, &mut o.store.connect_timeout);
+        ms(t.probe_interval_ms, &mut o.store.probe_interval);
+        if let Some(id) = &t.host_id {
+            o.store.host_id = Some(id.clone());
+        }
+        let set = |v: Option<u32>, field: &mut u32| {
+            if let Some(v) = v {
+                *field = v;
+            }
+        };
+        set(t.capacity, &mut o.capacity);
+        set(t.max_processes, &mut o.max_processes);
+        set(t.balancers, &mut o.balancers);
+        set(t.backends_per_balancer, &mut o.backends_per_balancer);
+        set(t.mode, &mut o.mode);
+        if let Some(shared) = t.shared {
+            o.shared = shared;
+        }
+        o
+    }
+
+    /// What a registration of `name` asks for: the file's fields over the
+    /// code's.
+    pub(crate) fn task_over(&self, name: &str, code: &TaskConfig) -> TaskConfig {
+        match self.tasks.get(name) {
+            Some(file) => over(file, code),
+            None => *code,
+        }
+    }
+}
+
+/// The fields `file` sets, over `code`'s.
+pub(crate) fn over(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
+    let (l, g, a) = (&file.local, &file.global, &file.limiter);
+    let (cl, cg, ca) = (&code.local, &code.global, &code.limiter);
+    let mut out = *code;
+    out.local.local_rate = l.local_rate.or(cl.local_rate);
+    out.local.burst = l.burst.or(cl.burst);
+    out.local.max_concurrency = l.max_concurrency.or(cl.max_concurrency);
+    out.global.global_rate = g.global_rate.or(cg.global_rate);
+    out.global.slice_ms = g.slice_ms.or(cg.slice_ms);
+    out.global.chunk = g.chunk.or(cg.chunk);
+    out.global.fallback = g.fallback.or(cg.fallback);
+    out.global.global_burst = g.global_burst.or(cg.global_burst);
+    out.limiter.spec = a.spec.or(ca.spec);
+    out.limiter.min_limit = a.min_limit.or(ca.min_limit);
+    out.limiter.max_limit = a.max_limit.or(ca.max_limit);
+    out.limiter.initial_limit = a.initial_limit.or(ca.initial_limit);
+    out
+}
+
+/// FNV-1a, stable across builds: the version of a file the table applied.
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}

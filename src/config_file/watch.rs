@@ -1,0 +1,162 @@
+//! Live reload: every second the table handle's reaper thread (no thread of
+//! its own) looks at the file's size, mtime and inode; on a change it reads
+//! and checks the file again. A good version is applied host-wide by one
+//! process (the one that moves the table's `config_applied` word to it; the
+//! others see the word and only take the new file for their later
+//! registrations); a bad one keeps the configuration in force, is logged
+//! with its reason once and counted (`config_errors`, host-wide); a deleted
+//! file keeps the last good one.
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::ConfigFile;
+use crate::balance;
+use crate::error::Result;
+use crate::quota::Quota;
+use crate::shm::Shm;
+use crate::task::{self, Task};
+
+/// What identifies a version of the file without reading it.
+type Stamp = Option<(u64, i64, i64, u64)>;
+
+fn stamp(path: &std::path::Path) -> Stamp {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
+}
+
+/// A table handle's config file as it stands.
+pub(crate) struct Live {
+    current: RwLock<Arc<ConfigFile>>,
+    seen: Mutex<Stamp>,
+}
+
+impl Live {
+    pub fn new(file: ConfigFile) -> Self {
+        let seen = stamp(&file.path);
+        Self {
+            current: RwLock::new(Arc::new(file)),
+            seen: Mutex::new(seen),
+        }
+    }
+
+    /// The last good version.
+    pub fn current(&self) -> Arc<ConfigFile> {
+        self.current.read().clone()
+    }
+
+    /// The reaper's job: reads the file again if it changed and applies a
+    /// good new version to the table, once host-wide.
+    pub fn poll(&self, shm: &Arc<Shm>, quota: &Arc<Quota>) {
+        let path = self.current().path.clone();
+        let now = stamp(&path);
+        {
+            let mut seen = self.seen.lock();
+            if *seen == now {
+                return;
+            }
+            if now.is_none() {
+                log::warn!(
+                    "flowctrl: config file {} is gone; keeping its last good version",
+                    path.display()
+                );
+            }
+            *seen = now;
+        }
+        if now.is_none() {
+            return;
+        }
+        match ConfigFile::load(&path) {
+            Ok(file) => {
+                let file = Arc::new(file);
+                *self.current.write() = file.clone();
+                apply(shm, quota, &file);
+            }
+            Err(e) => refused(shm, &path, &e),
+        }
+    }
+}
+
+/// Counts and logs a refused version once host-wide (by its bytes).
+fn refused(shm: &Shm, path: &std::path::Path, e: &crate::Error) {
+    let hash = std::fs::read(path).map_or(0, |b| super::fnv(&b));
+    let header = shm.header();
+    let seen = header.config_refused.load(Ordering::Acquire);
+    if seen != hash
+        && header
+            .config_refused
+            .compare_exchange(seen, hash, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        header.config_errors.fetch_add(1, Ordering::Relaxed);
+        log::warn!(
+            "flowctrl: config file {} refused, the configuration in force is kept: {e}",
+            path.display()
+        );
+    }
+}
+
+/// Applies `file` to the table unless this version already was (by any
+/// process): its tasks and balancers that are registered take its fields.
+pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
+    let header = shm.header();
+    let applied = header.config_applied.load(Ordering::Acquire);
+    if applied == file.hash
+        || header
+            .config_applied
+            .compare_exchange(applied, file.hash, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let mut changed = 0;
+    for index in 0..shm.geometry.task_capacity {
+        let slot = shm.task_slot(index);
+        if slot.state.load(Ordering::Acquire) != crate::format::TASK_READY {
+            continue;
+        }
+        let Some(name) = task::slot_name(slot) else {
+            continue;
+        };
+        let Some(fields) = file.tasks.get(&name) else {
+            continue;
+        };
+        let t = Task::new(shm.clone(), quota.clone(), index, &name);
+        match update_if_needed(&t, fields) {
+            Ok(true) => changed += 1,
+            Ok(false) => {}
+            Err(e) => log::warn!(
+                "flowctrl: config file {}: task {name:?} not updated: {e}",
+                file.path.display()
+            ),
+        }
+    }
+    for (name, section) in &file.balancers {
+        if let (Some(b), Some(backends)) = (balance::find(shm, name), &section.backends) {
+            let list: Vec<(&str, u32)> = backends.iter().map(|(a, w)| (a.as_str(), *w)).collect();
+            if let Err(e) = b.set_backends(&list) {
+                log::warn!(
+                    "flowctrl: config file {}: balancer {name:?} not updated: {e}",
+                    file.path.display()
+                );
+            }
+        }
+    }
+    log::info!(
+        "flowctrl: config file {} applied: {changed} task(s) changed",
+        file.path.display()
+    );
+}
+
+/// Updates `task` to the file's fields if its own settings differ.
+pub(crate) fn update_if_needed(task: &Task, fields: &crate::task::TaskConfig) -> Result<bool> {
+    if task.own_settings().mismatches(fields).is_empty() {
+        return Ok(false);
+    }
+    task.update(fields)?;
+    Ok(true)
+}
