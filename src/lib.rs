@@ -45,13 +45,13 @@ pub use balance::{
     BackendStats, Balancer, BalancerConfig, BalancerStats, MAX_WEIGHT, OwnedPick, Pick,
     PickOptions, RawPick,
 };
+pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
 pub use quota::{
     Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostRecord, QuotaState,
     QuotaStats, Store, StoreOptions, StoredConfig,
 };
-pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{
     Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,

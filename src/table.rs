@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use crate::balance::{self, Balancer, BalancerConfig};
 use crate::clock::Clock;
+use crate::config_file::{self, ConfigFile, Live};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
 use crate::quota::{Quota, StoreOptions};
 use crate::shm::Reclaim;
 use crate::shm::{OpenSpec, Shm};
-use crate::config_file::{self, ConfigFile, Live};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
 
 use crate::format::Geometry;
@@ -168,11 +168,11 @@ impl Table {
     /// `[table]` section wins over `path` and the options, and its tasks'
     /// fields are applied to the table if this version of it was not yet.
     pub fn open(path: impl AsRef<Path>, options: &TableOptions) -> Result<Self> {
-        let file = ConfigFile::find(options)?;
+        let file = ConfigFile::find(options.config.as_deref())?;
         let (path, options) = match &file {
             Some(f) => (
                 f.table.path.clone().unwrap_or(path.as_ref().to_path_buf()),
-                f.table_options(options),
+                options_with(f, options),
             ),
             None => (path.as_ref().to_path_buf(), options.clone()),
         };
@@ -240,16 +240,25 @@ impl Table {
     /// if the table differs); the fields only `config` sets are compared.
     pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
         crate::words::validate_name(name, "task name")?;
-        let file = self.config_file();
-        let from_file = file.as_ref().and_then(|f| f.tasks.get(name));
-        let asked = file.as_ref().map_or(*config, |f| f.task_over(name, config));
-        let settings = asked.over(TaskSettings::default());
+        let Some(file) = self.config_file() else {
+            let index = task::find_or_claim(&self.shm, name, config.over(TaskSettings::default()))?;
+            let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
+            task.check_matches(config)?;
+            return Ok(task);
+        };
+        let settings = file.task_over(name, config).over(TaskSettings::default());
         let index = task::find_or_claim(&self.shm, name, settings)?;
         let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
-        if let Some(fields) = from_file {
-            config_file::update_if_needed(&task, fields)?;
+        if let Some(fields) = file.tasks.get(name) {
+            // Only the version the table applied is applied again: a
+            // process that has not read a newer one must not undo it.
+            if file.is_applied(&self.shm) {
+                config_file::update_if_needed(&task, fields)?;
+            }
+            task.check_matches(&config_file::not_in(fields, config))?;
+        } else {
+            task.check_matches(config)?;
         }
-        task.check_matches(&asked)?;
         Ok(task)
     }
 
@@ -315,6 +324,43 @@ impl Table {
         }
         report
     }
+}
+
+/// The options with a config file's `[table]` fields over them.
+fn options_with(file: &ConfigFile, code: &TableOptions) -> TableOptions {
+    let t = &file.table;
+    let mut o = code.clone();
+    let ms = |v: Option<u32>, d: &mut std::time::Duration| {
+        if let Some(ms) = v {
+            *d = std::time::Duration::from_millis(ms as u64);
+        }
+    };
+    if let Some(url) = &t.store {
+        o.store.url = Some(url.clone());
+    }
+    if let Some(p) = &t.key_prefix {
+        o.store.key_prefix = p.clone();
+    }
+    ms(t.store_timeout_ms, &mut o.store.timeout);
+    ms(t.connect_timeout_ms, &mut o.store.connect_timeout);
+    ms(t.probe_interval_ms, &mut o.store.probe_interval);
+    if let Some(id) = &t.host_id {
+        o.store.host_id = Some(id.clone());
+    }
+    let set = |v: Option<u32>, field: &mut u32| {
+        if let Some(v) = v {
+            *field = v;
+        }
+    };
+    set(t.capacity, &mut o.capacity);
+    set(t.max_processes, &mut o.max_processes);
+    set(t.balancers, &mut o.balancers);
+    set(t.backends_per_balancer, &mut o.backends_per_balancer);
+    set(t.mode, &mut o.mode);
+    if let Some(shared) = t.shared {
+        o.shared = shared;
+    }
+    o
 }
 
 /// What a dead attachment held: task permits, then balancer picks.

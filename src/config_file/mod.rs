@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 
 use crate::balance::BalancerConfig;
 use crate::error::{Error, Result};
-use crate::table::TableOptions;
 use crate::task::TaskConfig;
 pub(crate) use watch::{Live, apply, update_if_needed};
 
@@ -82,11 +81,11 @@ impl ConfigFile {
         parse::parse(path, text)
     }
 
-    /// The file named by the options, else by `FLOWCTRL_CONFIG`; `None`
+    /// The file at `path`, else the one `FLOWCTRL_CONFIG` names; `None`
     /// when neither names one.
-    pub(crate) fn find(options: &TableOptions) -> Result<Option<Self>> {
-        let path = match &options.config {
-            Some(p) => p.clone(),
+    pub(crate) fn find(path: Option<&Path>) -> Result<Option<Self>> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
             None => match std::env::var_os(CONFIG_ENV) {
                 Some(p) if !p.is_empty() => PathBuf::from(p),
                 _ => return Ok(None),
@@ -95,41 +94,14 @@ impl ConfigFile {
         Self::load(path).map(Some)
     }
 
-    /// The options with the `[table]` section's fields over them.
-    pub(crate) fn table_options(&self, code: &TableOptions) -> TableOptions {
-        let t = &self.table;
-        let mut o = code.clone();
-        let ms = |v: Option<u32>, d: &mut std::time::Duration| {
-            if let Some(ms) = v {
-                *d = std::time::Duration::from_millis(ms as u64);
-            }
-        };
-        if let Some(url) = &t.store {
-            o.store.url = Some(url.clone());
-        }
-        if let Some(p) = &t.key_prefix {
-            o.store.key_prefix = p.clone();
-        }
-        ms(t.store_timeout_ms, &mut o.store.timeout);
-        ms(t.connect_timeout_ms, &mut o.store.connect_timeout);
-        ms(t.probe_interval_ms, &mut o.store.probe_interval);
-        if let Some(id) = &t.host_id {
-            o.store.host_id = Some(id.clone());
-        }
-        let set = |v: Option<u32>, field: &mut u32| {
-            if let Some(v) = v {
-                *field = v;
-            }
-        };
-        set(t.capacity, &mut o.capacity);
-        set(t.max_processes, &mut o.max_processes);
-        set(t.balancers, &mut o.balancers);
-        set(t.backends_per_balancer, &mut o.backends_per_balancer);
-        set(t.mode, &mut o.mode);
-        if let Some(shared) = t.shared {
-            o.shared = shared;
-        }
-        o
+    /// Whether the table holds this version of the file (applied by some
+    /// process), or none yet.
+    pub(crate) fn is_applied(&self, shm: &crate::shm::Shm) -> bool {
+        let applied = shm
+            .header()
+            .config_applied
+            .load(std::sync::atomic::Ordering::Acquire);
+        applied == self.hash || applied == 0
     }
 
     /// What a registration of `name` asks for: the file's fields over the
@@ -140,6 +112,31 @@ impl ConfigFile {
             None => *code,
         }
     }
+}
+
+/// `code` without the fields `file` sets: what a registration still
+/// compares with the table.
+pub(crate) fn not_in(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
+    fn clear<T>(set: &Option<T>, field: &mut Option<T>) {
+        if set.is_some() {
+            *field = None;
+        }
+    }
+    let (l, g, a) = (&file.local, &file.global, &file.limiter);
+    let mut out = *code;
+    clear(&l.local_rate, &mut out.local.local_rate);
+    clear(&l.burst, &mut out.local.burst);
+    clear(&l.max_concurrency, &mut out.local.max_concurrency);
+    clear(&g.global_rate, &mut out.global.global_rate);
+    clear(&g.slice_ms, &mut out.global.slice_ms);
+    clear(&g.chunk, &mut out.global.chunk);
+    clear(&g.fallback, &mut out.global.fallback);
+    clear(&g.global_burst, &mut out.global.global_burst);
+    clear(&a.spec, &mut out.limiter.spec);
+    clear(&a.min_limit, &mut out.limiter.min_limit);
+    clear(&a.max_limit, &mut out.limiter.max_limit);
+    clear(&a.initial_limit, &mut out.limiter.initial_limit);
+    out
 }
 
 /// The fields `file` sets, over `code`'s.

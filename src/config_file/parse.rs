@@ -106,10 +106,18 @@ fn at(path: &Path, text: &str, offset: usize) -> String {
 
 pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
     let file: File = toml::from_str(text).map_err(|e| {
-        let place = e
-            .span()
-            .map_or_else(|| path.display().to_string(), |s| at(path, text, s.start));
-        Error::invalid(format!("{place}: {}", e.message().trim_end()))
+        let message = e.message().trim_end();
+        Error::invalid(match e.span() {
+            // The line itself names the key a value error is about.
+            Some(span) => {
+                let start = text[..span.start.min(text.len())]
+                    .rfind('\n')
+                    .map_or(0, |i| i + 1);
+                let line = text[start..].lines().next().unwrap_or("").trim();
+                format!("{}: `{line}`: {message}", at(path, text, span.start))
+            }
+            None => format!("{}: {message}", path.display()),
+        })
     })?;
     let refuse = |section: &str, name: &str, offset: usize, e: Error| {
         Error::invalid(format!(

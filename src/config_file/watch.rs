@@ -1,5 +1,5 @@
-//! Live reload: every second the table handle's reaper thread (no thread of
-//! its own) looks at the file's size, mtime and inode; on a change it reads
+//! Live reload: every 250 ms the table handle's reaper thread (no thread of
+//! its own) looks at the file's size, mtime and inode (one `stat`); on a change it reads
 //! and checks the file again. A good version is applied host-wide by one
 //! process (the one that moves the table's `config_applied` word to it; the
 //! others see the word and only take the new file for their later

@@ -36,6 +36,9 @@ pub(crate) const REAP_INTERVAL: Duration = Duration::from_millis(10);
 const REAPER_PERIOD: Duration = Duration::from_millis(20);
 /// How often the reaper thread checks that the path still names our file.
 const WATCH_PERIOD: Duration = Duration::from_secs(1);
+/// How often the handle's periodic job runs (the config file's watch: one
+/// `stat`), so an edit is applied well within a second.
+const POLL_PERIOD: Duration = Duration::from_millis(250);
 /// Where the lock bytes start: past any table, so locks never meet data.
 const LOCK_BASE: i64 = 1 << 40;
 
@@ -338,6 +341,7 @@ impl Shm {
             .stack_size(64 * 1024)
             .spawn(move || {
                 let mut watched = std::time::Instant::now();
+                let mut polled = watched;
                 let jitter = super::random_u64() % 5;
                 loop {
                     std::thread::sleep(REAPER_PERIOD + Duration::from_millis(jitter));
@@ -349,6 +353,9 @@ impl Shm {
                     if watched.elapsed() >= WATCH_PERIOD {
                         watched = std::time::Instant::now();
                         shm.replaced();
+                    }
+                    if polled.elapsed() >= POLL_PERIOD {
+                        polled = std::time::Instant::now();
                         shm.run_watch();
                     }
                 }

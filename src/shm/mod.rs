@@ -67,7 +67,7 @@ pub(crate) struct Shm {
     locks: ForkSafeLock,
     reap_interval: u64,
     me: Weak<Shm>,
-    /// What the reaper thread also runs every second for this handle (the
+    /// What the reaper thread also runs every 250 ms for this handle (the
     /// table's config file watch): process-local, never in the file.
     watch: parking_lot::Mutex<Option<Watch>>,
 }
@@ -109,7 +109,7 @@ impl Shm {
         Ok(shm)
     }
 
-    /// Sets the job the reaper thread runs every second for this handle.
+    /// Sets the job the reaper thread runs every 250 ms for this handle.
     pub fn set_watch(&self, watch: Watch) {
         *self.watch.lock() = Some(watch);
     }

@@ -1,0 +1,321 @@
+//! Limits from a config file: parsed and checked (refusals name the file,
+//! the line and the key), winning over code and over what the table holds,
+//! and edits applied host-wide while processes run. Real processes, a real
+//! Redis for the store's record.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::{
+    ConfigFile, Decision, ErrorKind, Fallback, GlobalConfig, GlobalSource, Limited, Store,
+    StoreOptions, Table, TableOptions, TaskConfig,
+};
+
+/// Writes `text` as an editor saves: a new file renamed over the old.
+fn save(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn options(file: &Path) -> TableOptions {
+    TableOptions::default().config(file)
+}
+
+#[test]
+fn a_file_is_checked_and_refusals_name_the_file_line_and_key() {
+    let path = Path::new("/etc/flowctrl.toml");
+    let good = r#"
+[table]
+path = "/dev/shm/svc"
+store = "redis://127.0.0.1:6379/0"
+store_timeout_ms = 7
+capacity = 64
+
+[tasks.search]
+local_rate = 800
+burst = 10
+max_concurrency = 64
+global_rate = 2000.5
+fallback = 400
+limiter = "gradient2 tolerance=2"
+min_limit = 4
+
+[tasks."the other"]
+fallback = "deny"
+
+[balancers.backends]
+backends = ["10.0.0.1:80", { address = "10.0.0.2:80", weight = 3 }]
+decay_ms = 5000
+"#;
+    let file = ConfigFile::parse(path, good).unwrap();
+    let search = file.tasks["search"];
+    assert_eq!(search.local.local_rate, Some(800.0));
+    assert_eq!(search.local.max_concurrency, Some(64));
+    assert_eq!(search.global.global_rate, Some(2000.5));
+    assert_eq!(search.global.fallback, Some(Fallback::Rate(400.0)));
+    assert_eq!(search.limiter.min_limit, Some(4));
+    assert_eq!(
+        file.tasks["the other"].global.fallback,
+        Some(Fallback::Deny)
+    );
+    assert_eq!(file.table.capacity, Some(64));
+    assert_eq!(file.table.store_timeout_ms, Some(7));
+    let b = &file.balancers["backends"];
+    assert_eq!(
+        b.backends,
+        Some(vec![("10.0.0.1:80".into(), 1), ("10.0.0.2:80".into(), 3)])
+    );
+    assert_eq!(b.config.decay, Duration::from_secs(5));
+
+    for (text, says) in [
+        ("[tasks.a]\nlocal_rat = 5\n", "/etc/flowctrl.toml:2:1"),
+        ("[tasks.a]\nlocal_rat = 5\n", "local_rat"),
+        ("[table]\ncolour = 1\n", "colour"),
+        ("[tasks.a]\nburst = -1\n", ":2:"),
+        ("[tasks.a]\nburst = \"ten\"\n", ":2:9: `burst = \"ten\"`"),
+        (
+            "\n\n[tasks.a]\nlocal_rate = -5\n",
+            "/etc/flowctrl.toml:3:1: tasks.\"a\"",
+        ),
+        ("[tasks.a]\nlocal_rate = -5\n", "local_rate"),
+        ("[tasks.a]\nfallback = \"maybe\"\n", "fallback"),
+        ("[tasks.a]\nlimiter = \"warp\"\n", "warp"),
+        ("[tasks.a]\nburst = 0\n", "burst"),
+        ("[tasks.a]\nglobal_rate = 1\nslice_ms = 5\n", "slice_ms"),
+        ("[tasks.\"\"]\nburst = 1\n", "name"),
+        ("[balancers.b]\nbackends = []\n", "balancers.\"b\""),
+        ("[balancers.b]\nretry_ratio = -1\n", "retry_ratio"),
+        ("[tasks.a\nburst = 1\n", ":1:"),
+    ] {
+        let err = ConfigFile::parse(path, text).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{text}");
+        assert!(err.message().contains(says), "{text:?}: {err}");
+    }
+    let missing = ConfigFile::load("/nonexistent/flowctrl.toml").unwrap_err();
+    assert!(
+        missing.message().contains("/nonexistent/flowctrl.toml"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn the_file_wins_over_code_and_over_what_the_table_holds() {
+    let scratch = Scratch::new("config-wins");
+    let table_path = scratch.path("table");
+    let file = scratch.path("flowctrl.toml");
+    // A host running without a file, its task registered in code.
+    let old = Table::open(&table_path, &TableOptions::default()).unwrap();
+    let code = TaskConfig::new().local_rate(100.0).max_concurrency(2);
+    let task = old.task("api", &code).unwrap();
+    // A restart with a file that says otherwise: no mismatch, the file's
+    // numbers host-wide, the other fields still the code's.
+    save(
+        &file,
+        &format!("[table]\npath = {table_path:?}\n[tasks.api]\nmax_concurrency = 5\n"),
+    );
+    let new = Table::open("/ignored/by/the/file", &options(&file)).unwrap();
+    assert_eq!(new.path(), table_path, "the file's [table] path wins");
+    let again = new.task("api", &code).unwrap();
+    for t in [&task, &again] {
+        let s = t.settings();
+        assert_eq!((s.local.max_concurrency, s.local.local_rate), (5, 100.0));
+    }
+    // A field only the code sets is still compared.
+    let err = new
+        .task("api", &TaskConfig::new().local_rate(300.0))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ConfigMismatch, "{err}");
+    // A task the file does not name is the code's alone.
+    let other = new.task("other", &code).unwrap();
+    assert_eq!(other.settings().local.max_concurrency, 2);
+    // The file's table options win over the code's.
+    save(
+        &file,
+        &format!(
+            "[table]\npath = {:?}\ncapacity = 8\n",
+            scratch.path("small")
+        ),
+    );
+    let small = Table::open(&table_path, &options(&file).clone()).unwrap();
+    assert_eq!(small.capacity(), 8);
+}
+
+/// One process: the task's cap as this process sees it, polled until it is
+/// `want`; exits 0 and writes how long it took.
+fn wait_for_cap(file: PathBuf, want: u32, out: PathBuf) -> i32 {
+    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    std::fs::write(out.with_extension("ready"), "").unwrap();
+    let began = Instant::now();
+    while task.settings().local.max_concurrency != want {
+        if began.elapsed() > Duration::from_secs(5) {
+            return 2;
+        }
+        let _ = task.acquire(1).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::fs::write(out, format!("{}", began.elapsed().as_millis())).unwrap();
+    0
+}
+
+#[test]
+fn an_edit_reaches_every_process_within_a_second_and_a_bad_one_is_kept_out() {
+    let scratch = Scratch::new("config-reload");
+    let file = scratch.path("flowctrl.toml");
+    let table_path = scratch.path("table");
+    let text = |cap: u32| {
+        format!("[table]\npath = {table_path:?}\n[tasks.api]\nmax_concurrency = {cap}\n")
+    };
+    save(&file, &text(3));
+    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let mut pids = KillOnDrop::default();
+    let outs: Vec<PathBuf> = (0..3).map(|i| scratch.path(&format!("took-{i}"))).collect();
+    for out in &outs {
+        let (file, out) = (file.clone(), out.clone());
+        pids.add(fork_guarded(move || wait_for_cap(file, 7, out)));
+    }
+    for out in &outs {
+        while !out.with_extension("ready").exists() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    save(&file, &text(7));
+    let saved = Instant::now();
+    for pid in pids.0.clone() {
+        assert_eq!(wait(pid), 0, "a process did not see the edit within 5 s");
+        pids.forget(pid);
+    }
+    let took: Vec<u64> = outs
+        .iter()
+        .map(|o| std::fs::read_to_string(o).unwrap().parse().unwrap())
+        .collect();
+    eprintln!(
+        "the edit reached the processes in {took:?} ms (all within {:?})",
+        saved.elapsed()
+    );
+    assert!(took.iter().all(|ms| *ms <= 1000), "{took:?}");
+    assert_eq!(task.settings().local.max_concurrency, 7);
+
+    // A bad edit keeps the configuration in force and is counted once.
+    assert_eq!(table.config_errors(), 0);
+    save(&file, "[tasks.api]\nmax_concurrency = \"many\"\n");
+    let began = Instant::now();
+    while table.config_errors() == 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "the bad edit was not noticed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(table.config_errors(), 1, "one bad version, counted once");
+    assert_eq!(task.settings().local.max_concurrency, 7);
+    // A deleted file keeps the last good version.
+    std::fs::remove_file(&file).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(task.settings().local.max_concurrency, 7);
+    // A registration in a process that never read the applied version (it
+    // polled only the bad one) does not take the table back to its own.
+    let late = Table::open("/ignored", &options(&file));
+    assert!(late.is_err(), "no file to open with");
+    assert_eq!(
+        table
+            .task("api", &TaskConfig::new())
+            .unwrap()
+            .settings()
+            .local
+            .max_concurrency,
+        7
+    );
+    // A good file again is applied.
+    save(&file, &text(9));
+    let began = Instant::now();
+    while task.settings().local.max_concurrency != 9 {
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "not applied again"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn balancers_take_their_options_and_backends_from_the_file() {
+    let scratch = Scratch::new("config-balancers");
+    let file = scratch.path("flowctrl.toml");
+    let text = |backends: &str| {
+        format!(
+            "[table]\npath = {:?}\n[balancers.up]\nbackends = {backends}\ndecay_ms = 2000\n",
+            scratch.path("table")
+        )
+    };
+    save(&file, &text(r#"["a:1", { address = "b:2", weight = 4 }]"#));
+    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let b = table
+        .balancer("up", &flowctrl::BalancerConfig::default())
+        .unwrap();
+    assert_eq!(b.config().decay, Duration::from_secs(2));
+    assert!(b.index_of("a:1").is_some() && b.index_of("b:2").is_some());
+    save(&file, &text(r#"["c:3"]"#));
+    let began = Instant::now();
+    while b.index_of("c:3").is_none() {
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "backends not updated"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(b.index_of("a:1").is_none());
+}
+
+#[test]
+fn the_stores_record_wins_over_the_file_for_global_fields() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("config-record");
+    let file = scratch.path("flowctrl.toml");
+    save(
+        &file,
+        &format!(
+            "[table]\npath = {:?}\nstore = {:?}\nhost_id = \"h\"\n[tasks.api]\nglobal_rate = 1000\nmax_concurrency = 9\n",
+            scratch.path("table"),
+            redis.url()
+        ),
+    );
+    let store = Store::open(&StoreOptions {
+        url: Some(redis.url()),
+        ..StoreOptions::default()
+    })
+    .unwrap();
+    store
+        .set_task_config(
+            "api",
+            &GlobalConfig {
+                global_rate: Some(300.0),
+                ..GlobalConfig::default()
+            },
+        )
+        .unwrap();
+    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    // One acquire pulls, and the pull adopts the record.
+    assert!(matches!(task.acquire(1).unwrap(), Decision::Admitted(_)));
+    let s = task.settings();
+    assert_eq!(
+        (
+            s.global_source,
+            s.global.global_rate,
+            s.local.max_concurrency
+        ),
+        (GlobalSource::Store, 300.0, 9)
+    );
+    assert!(!matches!(
+        task.acquire(1).unwrap(),
+        Decision::Limited(Limited::Concurrency)
+    ));
+}
