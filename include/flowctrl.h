@@ -390,6 +390,42 @@ struct fc_pick {
 typedef uint32_t fc_outcome;
 
 /**
+ * What `fc_table_check` found. Fill it with `fc_table_report_init(&r,
+ * sizeof r)`; it grows at its end in later versions (only the caller's
+ * `size` bytes are written).
+ */
+typedef struct fc_table_report {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * 1 when the path no longer names the file this handle maps (deleted
+   * or replaced): processes opening it now get another table.
+   */
+  uint32_t replaced;
+  /**
+   * Tasks whose concurrency count differs from their ledgers.
+   */
+  uint32_t drifted;
+  /**
+   * Tasks that never held still long enough to be compared.
+   */
+  uint32_t unchecked;
+  /**
+   * The drifted task with the largest drift (NUL-terminated; empty when
+   * none) and its drift: count - held (positive = capacity leaked,
+   * negative = handed out twice).
+   */
+  char worst_task[64];
+  int64_t worst_drift;
+  /**
+   * Versions of the table's config file refused so far, host-wide.
+   */
+  uint64_t config_errors;
+} fc_table_report;
+
+/**
  * A task's counters, in permits, summed over every process on the host.
  * Fill it with `fc_task_stats_init(&stats, sizeof stats)` once; then
  * `fc_task_stats` may refill it any number of times.
@@ -871,6 +907,21 @@ fc_status fc_balancer_stats(const struct fc_balancer *balancer,
  * it stay held until this process detaches or dies.
  */
 void fc_balancer_free(struct fc_balancer *balancer);
+
+/**
+ * Fills `*report`, a struct of `size` bytes (pass `sizeof *report`), with
+ * its size and zeros. Touches no other memory; thread-safe.
+ */
+fc_status fc_table_report_init(struct fc_table_report *report, size_t size);
+
+/**
+ * Checks the whole table: that its path still names this file, and that
+ * every task's concurrency count equals what the processes' ledgers hold
+ * (each task compared at an instant it holds still, for at most 1 s). The
+ * table is sound when `replaced` and `drifted` are 0. For monitoring, not
+ * the request path. Thread-safe.
+ */
+fc_status fc_table_check(const struct fc_table *table, struct fc_table_report *report);
 
 /**
  * Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its

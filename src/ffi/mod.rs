@@ -33,6 +33,7 @@
 
 mod args;
 mod balance;
+mod check;
 mod config;
 mod sized;
 mod stats;
@@ -44,6 +45,7 @@ mod types;
 mod waiting;
 
 pub use balance::*;
+pub use check::*;
 pub use stats::*;
 pub use status::*;
 pub use store::*;

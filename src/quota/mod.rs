@@ -297,6 +297,24 @@ impl Quota {
         self.take_slow(t, need)
     }
 
+    /// Whether taking `n` permits at table-clock instant `now` may make a
+    /// round trip to the store (a pull, a probe): the host's quota of the
+    /// slice is too low, or of another slice, or the store is due a probe.
+    /// The faces use it to let other threads run around such a call.
+    pub fn may_pull(&self, t: TaskRef<'_>, n: u32, now: u64) -> bool {
+        let q = &t.slot.quota;
+        let slice = slice_of(self.store_us_at(&t.shm.clock, q, now), t.g.slice_ms);
+        let word = q.host.load(Ordering::Relaxed);
+        if pull::failed(q) {
+            return now >= q.probe_at.load(Ordering::Relaxed);
+        }
+        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || pull::paced(t.shm, q) {
+            return false;
+        }
+        (word >> 32) as u32 != slice
+            || (word as u32).saturating_sub(n) < q.low_water.load(Ordering::Relaxed) as u32
+    }
+
     #[cold]
     fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Refused>> {
         let q = &t.slot.quota;

@@ -45,6 +45,20 @@ impl Task {
         }
     }
 
+    /// Whether `acquire(n)` may now make a round trip to the store (pull
+    /// quota, or probe a failed store): no when the task has no global limit
+    /// or this host holds enough of the slice. Two loads and a clock read;
+    /// the Python face lets other threads run around an acquire that may.
+    pub fn may_pull(&self, n: u32) -> bool {
+        let slot = self.shm.task_slot(self.index);
+        match config::read(slot).global {
+            None => false,
+            Some(g) => self
+                .quota
+                .may_pull(self.quota_ref(slot, g), n, self.shm.clock.now()),
+        }
+    }
+
     /// What the task's global quota did on this host.
     pub fn quota_stats(&self) -> QuotaStats {
         let slot = self.shm.task_slot(self.index);

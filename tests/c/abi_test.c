@@ -1697,7 +1697,7 @@ static void test_check_and_reap(void)
     int ready[2], wstatus;
     pid_t pid;
 
-    section("fc_task_check, fc_table_reap");
+    section("fc_task_check, fc_table_reap, fc_table_check");
     scratch_path(path, "reap");
     table = open_table(path, NULL);
     task = register_task(table, "reap", 0, 1, 4);
@@ -1741,6 +1741,23 @@ static void test_check_and_reap(void)
     CHECK_EQ(stats.reclaimed, 2, "reclaimed");
     EXPECT(fc_task_check(task, &drift), FC_OK);
     CHECK_EQ(drift, 0, "drift after the reap");
+
+    /* The table-wide check: sound, then replaced under our feet. */
+    {
+        fc_table_report report;
+        EXPECT(fc_table_report_init(&report, sizeof report), FC_OK);
+        CHECK_EQ(report.size, sizeof report, "fc_table_report.size");
+        EXPECT(fc_table_check(table, &report), FC_OK);
+        CHECK(report.replaced == 0 && report.drifted == 0 && report.worst_task[0] == '\0',
+              "a sound table: replaced %u drifted %u", report.replaced, report.drifted);
+        CHECK_EQ(report.config_errors, 0, "no config file errors");
+        CHECK(fc_table_check(NULL, &report) >= 100 && fc_last_error()[0] != '\0',
+              "fc_table_check(NULL) is an error");
+        CHECK(fc_table_check(table, NULL) >= 100, "fc_table_check(table, NULL) is an error");
+        CHECK(unlink(path) == 0, "unlink the table");
+        EXPECT(fc_table_check(table, &report), FC_OK);
+        CHECK_EQ(report.replaced, 1, "a deleted table is reported replaced");
+    }
     EXPECT(fc_release(task, &mine, FC_OUTCOME_SUCCESS), FC_OK);
     fc_task_free(task);
     fc_table_close(table);

@@ -35,17 +35,36 @@ impl Task {
     }
 }
 
+/// A non-waiting acquire: with the GIL held (cheaper than letting it go and
+/// taking it back) unless it may make a round trip to the store, which
+/// other threads should not wait out.
+#[inline]
+fn acquire_now(
+    py: Python<'_>,
+    task: &flowctrl::Task,
+    n: u32,
+) -> PyResult<Result<OwnedPermit, flowctrl::Limited>> {
+    if task.may_pull(n) {
+        py.detach(|| task.acquire_owned(n)).map_err(to_py)
+    } else {
+        task.acquire_owned(n).map_err(to_py)
+    }
+}
+
 #[pymethods]
 impl Task {
     /// Returns a Permit, or None when a limit rejects the request.
     #[pyo3(signature = (n=1))]
-    fn try_acquire(&self, n: u32) -> PyResult<Option<Permit>> {
-        Ok(self
-            .live()?
-            .acquire_owned(n)
-            .map_err(to_py)?
-            .ok()
-            .map(Permit::new))
+    fn try_acquire(&self, py: Python<'_>, n: u32) -> PyResult<Option<Permit>> {
+        let task = self.live()?;
+        Ok(acquire_now(py, task, n)?.ok().map(Permit::new))
+    }
+
+    /// Whether an acquire of `n` may now make a round trip to the store
+    /// (the asyncio face runs such an acquire off the event loop).
+    #[pyo3(name = "_may_pull", signature = (n=1))]
+    fn may_pull(&self, n: u32) -> PyResult<bool> {
+        Ok(self.live()?.may_pull(n))
     }
 
     /// Returns a Permit (a context manager), or raises Limited. With a
@@ -54,10 +73,12 @@ impl Task {
     fn acquire(&self, py: Python<'_>, n: u32, timeout: Option<f64>) -> PyResult<Permit> {
         let task = self.live()?;
         let decision = match args::seconds("timeout", timeout)? {
-            None => task.acquire_owned(n),
-            Some(t) => py.detach(|| task.acquire_owned_wait(n, Some(t))),
+            None => acquire_now(py, task, n)?,
+            Some(t) => py
+                .detach(|| task.acquire_owned_wait(n, Some(t)))
+                .map_err(to_py)?,
         };
-        match decision.map_err(to_py)? {
+        match decision {
             Ok(permit) => Ok(Permit::new(permit)),
             Err(why) => Err(limited(task.name(), why)),
         }

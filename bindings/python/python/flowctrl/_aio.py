@@ -7,7 +7,9 @@ A cancelled coroutine cannot cancel that thread: it could still take a
 permit nobody will release until it is collected, and a burst of waiters
 would occupy the executor's threads. Polling holds nothing between tries,
 so cancellation is always clean; its cost is at most 50 tries a second per
-waiter, each a non-blocking acquire of well under a microsecond.
+waiter, each a non-blocking acquire of well under a microsecond. A try that
+may make a round trip to the store (a pull of global quota, a probe) runs in
+the loop's executor instead, so the loop never waits on Redis.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ async def _acquire(task: Task, n: int, timeout: Optional[float]) -> Permit:
     deadline = loop.time() + (timeout or 0.0)
     pause = _FIRST_SLEEP
     while True:
-        permit = task.try_acquire(n)
+        if task._may_pull(n):
+            # A round trip to the store: off the loop's thread. A permit of a
+            # cancelled coroutine is released as ignored when collected.
+            permit = await loop.run_in_executor(None, task.try_acquire, n)
+        else:
+            permit = task.try_acquire(n)
         if permit is not None:
             return permit
         left = deadline - loop.time()

@@ -166,7 +166,11 @@ class Task:
     """
 
     def try_acquire(self, n: int = 1) -> Permit | None:
-        """Returns a Permit, or None when a limit rejects the request."""
+        """Returns a Permit, or None when a limit rejects the request. The
+        GIL is kept (cheaper) unless the acquire may pull global quota from
+        the store, which other threads then do not wait out."""
+        ...
+    def _may_pull(self, n: int = 1) -> bool: ...
     def acquire(self, n: int = 1, timeout: float | None = None) -> Permit:
         """Returns a Permit (usable as a context manager) or raises Limited.
 
