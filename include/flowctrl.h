@@ -33,6 +33,12 @@
 #define FC_ADDRESS_MAX 63
 
 /**
+ * `*after_ns` when `fc_retry_after` cannot say (a concurrency cap: a
+ * release decides; a failing store: its probe decides).
+ */
+#define FC_RETRY_UNKNOWN UINT64_MAX
+
+/**
  * Layout version of the table file this library reads and writes.
  */
 #define FC_LAYOUT_VERSION 3
@@ -948,6 +954,19 @@ fc_status fc_task_stats(const struct fc_task *task, struct fc_task_stats *out);
  * Thread-safe.
  */
 fc_status fc_pull_quota(const struct fc_task *task, int64_t want, int64_t *granted);
+
+/**
+ * After a request of `n` permits was refused with `limited` (an
+ * `FC_LIMITED_*` status), how long until it may be admitted, in ns, where
+ * that is known: the local rate's next admission; for the global quota,
+ * when the slice releases more for this host, or ends. `*after_ns` is
+ * `FC_RETRY_UNKNOWN` otherwise. Costs the request path nothing: call it
+ * only after a refusal. Thread-safe; no system call.
+ */
+fc_status fc_retry_after(const struct fc_task *task,
+                         fc_status limited,
+                         uint32_t n,
+                         uint64_t *after_ns);
 
 /**
  * Compares the task's concurrency count with what the processes' ledgers

@@ -101,6 +101,47 @@ pub unsafe extern "C" fn fc_pull_quota(
     })
 }
 
+/// `*after_ns` when `fc_retry_after` cannot say (a concurrency cap: a
+/// release decides; a failing store: its probe decides).
+pub const FC_RETRY_UNKNOWN: u64 = u64::MAX;
+
+/// After a request of `n` permits was refused with `limited` (an
+/// `FC_LIMITED_*` status), how long until it may be admitted, in ns, where
+/// that is known: the local rate's next admission; for the global quota,
+/// when the slice releases more for this host, or ends. `*after_ns` is
+/// `FC_RETRY_UNKNOWN` otherwise. Costs the request path nothing: call it
+/// only after a refusal. Thread-safe; no system call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_retry_after(
+    task: *const fc_task,
+    limited: fc_status,
+    n: u32,
+    after_ns: *mut u64,
+) -> fc_status {
+    boundary(|| {
+        let task = unsafe { arg(task, "task") }?;
+        let after_ns = out_arg(after_ns, "after_ns")?;
+        let why = match limited {
+            fc_status::FC_LIMITED_LOCAL => crate::Limited::Local,
+            fc_status::FC_LIMITED_GLOBAL => crate::Limited::Global,
+            fc_status::FC_LIMITED_CONCURRENCY => crate::Limited::Concurrency,
+            other => {
+                return Err(Error::invalid(format!(
+                    "fc_retry_after takes an FC_LIMITED_* status, not {}",
+                    other as u32
+                )));
+            }
+        };
+        let after = task_of(task)
+            .retry_after(why, n)
+            .map_or(FC_RETRY_UNKNOWN, |d| {
+                d.as_nanos().min(u64::MAX as u128 - 1) as u64
+            });
+        unsafe { put(after_ns, after) };
+        Ok(fc_status::FC_OK)
+    })
+}
+
 /// Compares the task's concurrency count with what the processes' ledgers
 /// hold, at one instant: `*drift` = count - held, 0 when the count is exact
 /// (positive = capacity leaked, negative = handed out twice). Retries while

@@ -37,6 +37,13 @@ impl Gcra {
         (new_tat <= horizon).then_some(new_tat)
     }
 
+    /// The earliest instant at which `n` permits fit, given `tat` (the
+    /// inverse of [`Gcra::decide`]; `n` above the burst never fits).
+    pub fn earliest(&self, tat: u64, n: u32) -> Option<u64> {
+        (n <= self.burst)
+            .then(|| tat.saturating_sub(self.interval.saturating_mul((self.burst - n) as u64)))
+    }
+
     /// Takes `n` permits from `word`, or leaves it unchanged. Returns the
     /// instant the permits were taken at.
     ///

@@ -315,6 +315,24 @@ impl Quota {
             || (word as u32).saturating_sub(n) < q.low_water.load(Ordering::Relaxed) as u32
     }
 
+    /// How long until a global refusal may end: while the slice has
+    /// released nothing more for this host, until it will have; otherwise
+    /// the slice's end. `None` while the store is failing (the probe
+    /// decides).
+    pub fn retry_after(&self, t: TaskRef<'_>, now: u64) -> Option<Duration> {
+        let q = &t.slot.quota;
+        if pull::failed(q) {
+            return None;
+        }
+        let paced = q.paced_until.load(Ordering::Acquire);
+        if paced > now {
+            return Some(Duration::from_nanos(t.shm.clock.ticks_to_ns(paced - now)));
+        }
+        let slice_us = t.g.slice_ms as i64 * 1000;
+        let at = self.store_us_at(&t.shm.clock, q, now).max(0);
+        Some(Duration::from_micros((slice_us - at % slice_us) as u64))
+    }
+
     #[cold]
     fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Refused>> {
         let q = &t.slot.quota;

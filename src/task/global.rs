@@ -59,6 +59,39 @@ impl Task {
         }
     }
 
+    /// How long until a request of `n` refused for `why` may be admitted,
+    /// where that is known: the local rate's next admission, the time the
+    /// slice releases more (or ends) for a global refusal. `None` for the
+    /// concurrency cap (a release decides) and while the store fails.
+    /// Read after a refusal, so the request path pays nothing for it.
+    pub fn retry_after(&self, why: Limited, n: u32) -> Option<std::time::Duration> {
+        let slot = self.shm.task_slot(self.index);
+        let limits = config::read(slot);
+        let now = self.shm.clock.now();
+        match why {
+            Limited::Concurrency => None,
+            Limited::Local => {
+                let l = limits.local;
+                if l.interval == 0 {
+                    return None;
+                }
+                let gcra = crate::limit::gcra::Gcra {
+                    interval: l.interval,
+                    burst: l.burst,
+                };
+                let tat = slot.tat.load(std::sync::atomic::Ordering::Relaxed);
+                let at = gcra.earliest(tat, n)?;
+                Some(std::time::Duration::from_nanos(
+                    self.shm.clock.ticks_to_ns(at.saturating_sub(now)),
+                ))
+            }
+            Limited::Global => {
+                let g = limits.global?;
+                self.quota.retry_after(self.quota_ref(slot, g), now)
+            }
+        }
+    }
+
     /// What the task's global quota did on this host.
     pub fn quota_stats(&self) -> QuotaStats {
         let slot = self.shm.task_slot(self.index);

@@ -585,6 +585,19 @@ static void test_decisions_and_stats(void)
     EXPECT(fc_acquire(rated, 1, &rate[0]), FC_OK);
     EXPECT(fc_acquire(rated, 1, &rate[1]), FC_OK);
     EXPECT(fc_acquire(rated, 1, &rejected), FC_LIMITED_LOCAL);
+    {
+        /* 10/s with the burst of 2 spent: the next one is ~100 ms away. */
+        uint64_t after = 0;
+        EXPECT(fc_retry_after(rated, FC_LIMITED_LOCAL, 1, &after), FC_OK);
+        CHECK(after > 80000000 && after <= 100000000, "fc_retry_after local: %" PRIu64 " ns",
+              after);
+        EXPECT(fc_retry_after(capped, FC_LIMITED_CONCURRENCY, 1, &after), FC_OK);
+        CHECK(after == FC_RETRY_UNKNOWN, "fc_retry_after of a cap is unknown");
+        CHECK(fc_retry_after(rated, FC_OK, 1, &after) >= 100 && fc_last_error()[0] != '\0',
+              "fc_retry_after takes only FC_LIMITED_*");
+        CHECK(fc_retry_after(rated, FC_LIMITED_LOCAL, 1, NULL) >= 100, "a NULL out-pointer");
+        CHECK(fc_retry_after(NULL, FC_LIMITED_LOCAL, 1, &after) >= 100, "a NULL task");
+    }
     stats = stats_of(rated);
     CHECK_EQ(stats.admitted, 2, "rated: admitted");
     CHECK_EQ(stats.limited_local, 1, "rated: limited_local");

@@ -52,7 +52,13 @@ fn reason(why: Why) -> &'static str {
 }
 
 /// A rejection of a request for `task`, as `Limited`.
-pub(crate) fn limited(task: &str, why: Why) -> PyErr {
+pub(crate) fn limited(task: &flowctrl::Task, why: Why, n: u32) -> PyErr {
     let reason = reason(why);
-    Limited::new_err((format!("task {task:?} limited by {reason}"), reason))
+    // Read after the refusal: the request path pays nothing for it.
+    let retry_after = task.retry_after(why, n).map(|d| d.as_secs_f64());
+    Limited::new_err((
+        format!("task {:?} limited by {reason}", task.name()),
+        reason,
+        retry_after,
+    ))
 }

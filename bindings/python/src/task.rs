@@ -80,7 +80,7 @@ impl Task {
         };
         match decision {
             Ok(permit) => Ok(Permit::new(permit)),
-            Err(why) => Err(limited(task.name(), why)),
+            Err(why) => Err(limited(task, why, n)),
         }
     }
 

@@ -52,6 +52,8 @@ def test_limited_carries_the_reason(table):
     with pytest.raises(flowctrl.Limited) as e:
         rated.acquire()
     assert e.value.reason == "local"
+    # 1/s with the burst of 2 spent: the next admission is about 1 s away.
+    assert 0.9 < e.value.retry_after <= 1.0
     # A rejection is a decision, not an error: FlowctrlError handlers let it by.
     assert not isinstance(e.value, flowctrl.FlowctrlError)
     with pytest.raises(flowctrl.Limited):
@@ -64,7 +66,13 @@ def test_limited_carries_the_reason(table):
         with pytest.raises(flowctrl.Limited) as e:
             capped.acquire()
         assert e.value.reason == "concurrency"
+        assert e.value.retry_after is None
     assert rated.stats()["limited_local"] == 2
+    # It survives pickling (multiprocessing sends exceptions so).
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(e.value))
+    assert (copy.reason, copy.retry_after) == ("concurrency", None)
 
 
 def test_unreleased_permit_is_released_as_ignored_when_collected(table):

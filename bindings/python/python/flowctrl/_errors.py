@@ -21,7 +21,7 @@ Two families:
   a ``TimeoutError``, a bug in flowctrl a ``RuntimeError``.
 """
 
-from typing import Any, Dict, Literal, Tuple, Type
+from typing import Any, Dict, Literal, Optional, Tuple, Type
 
 
 class Limited(Exception):
@@ -30,21 +30,31 @@ class Limited(Exception):
     ``reason`` is ``"local"`` (the host's rate for the task is used up),
     ``"global"`` (the cluster-wide quota) or ``"concurrency"`` (the host's
     concurrency cap is reached). Not a FlowctrlError: a rejection is a
-    decision, not a failure.
+    decision, not a failure. ``retry_after`` is how many seconds until the
+    request may be admitted where that is known (the local rate's next
+    admission; when the slice releases more, or ends, for ``"global"``),
+    else None (a concurrency cap: a release decides).
     """
 
     reason: Literal["local", "global", "concurrency"]
+    retry_after: Optional[float]
 
     def __init__(
-        self, message: str, reason: Literal["local", "global", "concurrency"]
+        self,
+        message: str,
+        reason: Literal["local", "global", "concurrency"],
+        retry_after: Optional[float] = None,
     ) -> None:
         super().__init__(message)
         self.reason = reason
+        self.retry_after = retry_after
 
-    def __reduce__(self) -> Tuple[Type["Limited"], Tuple[str, str], Dict[str, Any]]:
+    def __reduce__(
+        self,
+    ) -> Tuple[Type["Limited"], Tuple[str, str, Optional[float]], Dict[str, Any]]:
         # BaseException pickles as cls(*args) plus __dict__; args holds only
         # the message, so pass the reason to __init__ explicitly.
-        return (type(self), (str(self), self.reason), self.__dict__)
+        return (type(self), (str(self), self.reason, self.retry_after), self.__dict__)
 
 
 class FlowctrlError(Exception):
