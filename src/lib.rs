@@ -30,6 +30,7 @@ compile_error!("flowctrl needs Linux: liveness rests on open-file-description lo
 mod balance;
 pub mod clock;
 mod error;
+mod events;
 pub mod ffi;
 mod format;
 mod limit;

@@ -353,8 +353,14 @@ impl Shm {
                 }
             });
         if let Err(e) = spawned {
-            log::warn!(
-                "flowctrl: no reaper thread ({e}); dead processes are reaped on attach only"
+            let path = self.path.display().to_string();
+            crate::events::report(
+                crate::events::Event::NoReaper,
+                &path,
+                format_args!(
+                    "table {path}: no reaper thread ({e}); dead processes are reaped on \
+                     attach only"
+                ),
             );
         }
     }

@@ -23,6 +23,7 @@ use fork::{ForkSafeLock, TrackedFd};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::events::{self, Event};
 
 /// What the features do when an attachment slot changes hands: the table
 /// installs one hook that gives back the tasks' permits and pull locks and
@@ -204,10 +205,14 @@ impl Shm {
                 .unwrap_or(false);
             if !same {
                 self.replaced.store(true, Ordering::Relaxed);
-                log::warn!(
-                    "flowctrl: table {} was deleted or replaced while in use; processes that open \
-                     it now get another table, and limits are no longer shared with them",
-                    self.path.display()
+                let path = self.path.display().to_string();
+                events::report(
+                    Event::TableReplaced,
+                    &path,
+                    format_args!(
+                        "table {path} was deleted or replaced while in use; processes that \
+                         open it now get another table, and limits are no longer shared with them"
+                    ),
                 );
             }
         }
