@@ -34,6 +34,7 @@
 mod args;
 mod balance;
 mod config;
+mod logging;
 mod sized;
 mod stats;
 mod status;
@@ -44,6 +45,7 @@ mod types;
 mod waiting;
 
 pub use balance::*;
+pub use logging::*;
 pub use stats::*;
 pub use status::*;
 pub use store::*;
