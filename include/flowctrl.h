@@ -18,6 +18,12 @@
  * fc_balancer_config, fc_pick_options and fc_backend_stats). fc_permit is
  * fixed at 64 bytes for good, struct fc_pick at 128. The 0.1 release had no size fields: programs
  * built against the 0.1 header must be rebuilt, once.
+ *
+ * Logs: fc_set_log_callback() receives what an operator should know (the
+ * quota store failing and recovering, a table file replaced, a dead
+ * process's permits given back), rate-limited to one line per kind of event
+ * and task per 10 s; without a callback, FLOWCTRL_LOG=warn|info|debug writes
+ * the lines to stderr.
  */
 
 #ifndef FLOWCTRL_H
