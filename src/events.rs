@@ -72,7 +72,7 @@ impl Event {
     }
 
     /// Whether a logger may want it: no limiter, no formatting otherwise.
-    fn enabled(self) -> bool {
+    pub fn enabled(self) -> bool {
         self.level() <= log::max_level()
     }
 }

@@ -353,7 +353,7 @@ impl Shm {
                 }
             });
         if let Err(e) = spawned {
-            let path = self.path.display().to_string();
+            let path = self.path.to_string_lossy();
             crate::events::report(
                 crate::events::Event::NoReaper,
                 &path,

@@ -205,7 +205,7 @@ impl Shm {
                 .unwrap_or(false);
             if !same {
                 self.replaced.store(true, Ordering::Relaxed);
-                let path = self.path.display().to_string();
+                let path = self.path.to_string_lossy();
                 events::report(
                     Event::TableReplaced,
                     &path,

@@ -68,6 +68,9 @@ impl Reclaim for TaskReclaim {
 /// the line is written once it is free, see `events::Defer`).
 #[cold]
 fn report_reclaimed(shm: &Shm, slot: &TaskSlot, attach: u32, permits: i64) {
+    if !Event::Reclaimed.enabled() {
+        return; // not even the name's allocation
+    }
     let name = super::register::slot_name(slot).unwrap_or_default();
     let pid = shm.attach_slot(attach).pid.load(Ordering::Relaxed);
     events::report(
