@@ -283,7 +283,7 @@ int main(int argc, char **argv)
     before = seen_count();
     die_holding(local, 3);
     at = find_line(before, FC_LOG_INFO, "flowctrl::table", "task \"local\"",
-                   "gave back 3 permit(s) held by dead process", 3000);
+                   "gave back 3 permit(s) held by dead process", 5000);
     CHECK(at >= 0, "an INFO line of flowctrl::table: the dead child's 3 permits given back");
     printf("      the line: %s\n", g_seen.lines[at].message);
 
@@ -298,7 +298,7 @@ int main(int argc, char **argv)
     CHECK(fc_set_log_callback(FC_LOG_WARN, on_log, &g_seen) == FC_OK, "callback set at WARN");
     before = seen_count();
     replace_file(path);
-    at = find_line(before, FC_LOG_WARN, "flowctrl::table", path, "deleted or replaced", 3000);
+    at = find_line(before, FC_LOG_WARN, "flowctrl::table", path, "deleted or replaced", 5000);
     CHECK(at >= 0, "a WARN line of flowctrl::table: the table file was replaced");
 
     /* Off: events happen, nothing arrives. */
