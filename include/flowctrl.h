@@ -18,6 +18,12 @@
  * fc_balancer_config, fc_pick_options and fc_backend_stats). fc_permit is
  * fixed at 64 bytes for good, struct fc_pick at 128. The 0.1 release had no size fields: programs
  * built against the 0.1 header must be rebuilt, once.
+ *
+ * Logs: fc_set_log_callback() receives what an operator should know (the
+ * quota store failing and recovering, a table file replaced, a dead
+ * process's permits given back), rate-limited to one line per kind of event
+ * and task per 10 s; without a callback, FLOWCTRL_LOG=warn|info|debug writes
+ * the lines to stderr.
  */
 
 #ifndef FLOWCTRL_H
@@ -31,6 +37,39 @@
  * The longest backend address, in bytes (without the terminating NUL).
  */
 #define FC_ADDRESS_MAX 63
+
+/**
+ * Log levels: a callback's `level` delivers that level and the more
+ * severe ones (`FC_LOG_INFO` delivers errors, warnings and information).
+ */
+#define FC_LOG_OFF 0
+
+/**
+ * Not used by flowctrl today; delivered with every level but `FC_LOG_OFF`.
+ */
+#define FC_LOG_ERROR 1
+
+/**
+ * Something is wrong and limits are degraded: the quota store fails,
+ * hosts disagree on a task's numbers, the table file was replaced.
+ */
+#define FC_LOG_WARN 2
+
+/**
+ * Worth knowing: the store answers again, a store record was adopted or
+ * removed, permits of a dead process were given back.
+ */
+#define FC_LOG_INFO 3
+
+/**
+ * Not used by flowctrl today.
+ */
+#define FC_LOG_DEBUG 4
+
+/**
+ * Not used by flowctrl today.
+ */
+#define FC_LOG_TRACE 5
 
 /**
  * `*after_ns` when `fc_retry_after` cannot say (a concurrency cap: a
@@ -430,6 +469,52 @@ typedef struct fc_table_report {
    */
   uint64_t config_errors;
 } fc_table_report;
+
+/**
+ * One log line, as the callback receives it. Valid only during the call:
+ * copy what you keep. The library may add fields at the end: `size` is
+ * the struct's size as the library filled it, so a program built against
+ * a newer header reads a newer field only if it lies within `size`.
+ */
+typedef struct fc_log_params {
+  /**
+   * `sizeof(fc_log_params)` of the library that filled it.
+   */
+  uint32_t size;
+  /**
+   * `FC_LOG_ERROR` … `FC_LOG_TRACE`.
+   */
+  uint32_t level;
+  /**
+   * What the line is about: `"flowctrl::store"` (the quota store: pulls,
+   * records, the census) or `"flowctrl::table"` (the table file, the
+   * reaper). NUL-terminated.
+   */
+  const char *target;
+  /**
+   * `strlen(target)`.
+   */
+  size_t target_len;
+  /**
+   * The line, UTF-8 and NUL-terminated, without a newline (a NUL inside
+   * is shown as `\0`). Repeats are rate-limited: one line per kind of
+   * event and task (or table) per 10 s, the next one ending with
+   * "(and N more since)".
+   */
+  const char *message;
+  /**
+   * `strlen(message)`.
+   */
+  size_t message_len;
+} fc_log_params;
+
+/**
+ * A log callback: `user_data` as given to `fc_set_log_callback`, and the
+ * line. Called from any thread, flowctrl's own reaper thread included, and
+ * possibly from several at once; never with a flowctrl lock held. It must
+ * not unwind (a C++ exception ends the process) nor `longjmp` out.
+ */
+typedef void (*fc_log_callback)(void *user_data, const struct fc_log_params *params);
 
 /**
  * A task's counters, in permits, summed over every process on the host.
@@ -928,6 +1013,35 @@ fc_status fc_table_report_init(struct fc_table_report *report, size_t size);
  * the request path. Thread-safe.
  */
 fc_status fc_table_check(const struct fc_table *table, struct fc_table_report *report);
+
+/**
+ * Sends flowctrl's log lines of `level` and more severe ones
+ * (`FC_LOG_WARN`: warnings and errors) to `callback`, called with
+ * `user_data`; replaces the callback set before. `callback` NULL (or
+ * `level` `FC_LOG_OFF`) turns it off: lines then go where they go without
+ * a callback — to stderr if the environment variable `FLOWCTRL_LOG` is set
+ * (`error`, `warn`, `info`, `debug` or `trace`: the level; read once, at
+ * the first `fc_table_open`, `fc_store_open` or `fc_set_log_callback`),
+ * else nowhere.
+ *
+ * When it returns, no call of the previous callback is running any more
+ * and none will start: its `user_data` may be freed. Called from within a
+ * callback it does not wait (it cannot wait for its own caller). Do not
+ * call it while holding a lock your callback takes: it would wait for a
+ * call that waits for you.
+ *
+ * `FC_ERR_INVALID_ARGUMENT` for a level above `FC_LOG_TRACE`;
+ * `FC_ERR_INTERNAL` when the process already has another logger of the
+ * Rust `log` crate (a Rust program that links flowctrl statically and set
+ * its own: its logger gets the lines). Thread-safe.
+ */
+fc_status fc_set_log_callback(uint32_t level, fc_log_callback callback, void *user_data);
+
+/**
+ * The name of a level ("WARN"; "unknown" for other values). Static; do
+ * not free.
+ */
+const char *fc_log_level_str(uint32_t level);
 
 /**
  * Fills `*stats`, a struct of `size` bytes (pass `sizeof *stats`), with its

@@ -19,6 +19,13 @@
 //! # Ok::<(), flowctrl::Error>(())
 //! ```
 
+//! What an operator should know (the quota store failing and recovering,
+//! hosts disagreeing on a task's numbers, the table file replaced, a dead
+//! process's permits given back) is logged through the `log` crate under the
+//! targets `flowctrl::store` and `flowctrl::table`, at most one line per kind
+//! of event and task every 10 s; install any logger to see it. Nothing is
+//! logged on the request path.
+
 #[cfg(not(all(target_has_atomic = "64", target_pointer_width = "64")))]
 compile_error!(
     "flowctrl needs a 64-bit target with native 64-bit atomics: shared-memory counters cannot be emulated"
@@ -31,6 +38,7 @@ mod balance;
 pub mod clock;
 mod config_file;
 mod error;
+mod events;
 pub mod ffi;
 mod format;
 mod limit;

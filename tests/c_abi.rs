@@ -7,7 +7,9 @@
 //! with `libflowctrl.so` and once with `libflowctrl.a` (cargo builds both
 //! with the lib, into `target/<profile>/deps`), and runs them. Then runs them
 //! all again under AddressSanitizer and UBSan (`scripts/c-sanitizers.sh`),
-//! when the compiler can build sanitized programs.
+//! when the compiler can build sanitized programs. `tests/c/log_test.c`
+//! checks the log callback, and is run again with `FLOWCTRL_LOG` set, its
+//! stderr read.
 //!
 //! The compilers are `$CC` and `$CXX`, else `cc` and `c++`. A missing compiler
 //! fails the tests: the C ABI is part of the product, it is never skipped.
@@ -53,6 +55,8 @@ enum Program {
     Records,
     /// `config_test.c`: limits from a config file, edited while it runs.
     Config,
+    /// `log_test.c`: the log callback and `FLOWCTRL_LOG`.
+    Log,
 }
 
 impl Program {
@@ -66,6 +70,7 @@ impl Program {
             Program::Adaptive => "adaptive_test.c",
             Program::Records => "records_test.c",
             Program::Config => "config_test.c",
+            Program::Log => "log_test.c",
         }
     }
 
@@ -78,7 +83,8 @@ impl Program {
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
-            | Program::Config => Language::C,
+            | Program::Config
+            | Program::Log => Language::C,
         }
     }
 
@@ -90,7 +96,8 @@ impl Program {
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
-            | Program::Config => "include",
+            | Program::Config
+            | Program::Log => "include",
             // Only tests/c: the frozen headers, never include/flowctrl.h.
             Program::CompatV1 | Program::CompatV0_3 => "tests/c",
         }
@@ -106,6 +113,7 @@ impl Program {
             Program::Adaptive => "adaptive_test",
             Program::Records => "records_test",
             Program::Config => "config_test",
+            Program::Log => "log_test",
         }
     }
 }
@@ -414,6 +422,85 @@ fn adaptive_with_shared_library() {
 #[test]
 fn adaptive_with_static_library() {
     compile_and_run(Program::Adaptive, Linkage::Static);
+}
+
+#[test]
+fn log_callback_with_shared_library() {
+    compile_and_run(Program::Log, Linkage::Shared);
+}
+
+#[test]
+fn log_callback_with_static_library() {
+    compile_and_run(Program::Log, Linkage::Static);
+}
+
+/// `log_test` in `mode` (`stderr`: no callback; `callback`: one set) with
+/// `FLOWCTRL_LOG` = `level` (`None`: unset): its stdout and stderr.
+fn run_log_mode(binary: &Path, mode: &str, level: Option<&str>) -> (String, String) {
+    let scratch = scratch_dir("log-env");
+    let mut command = Command::new(binary);
+    command
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("FLOWCTRL_LOG")
+        .arg(&scratch)
+        .arg(mode)
+        .stdin(Stdio::null());
+    if let Some(level) = level {
+        command.env("FLOWCTRL_LOG", level);
+    }
+    let out = command.output().expect("run log_test");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "log_test {mode} with FLOWCTRL_LOG={level:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+    (stdout, stderr)
+}
+
+/// A C program that sets no callback gets its lines on stderr with
+/// `FLOWCTRL_LOG`, at that level; a callback wins over it.
+#[test]
+fn flowctrl_log_writes_to_stderr_when_no_callback_is_set() {
+    let _turn = one_at_a_time();
+    let binary = compile(Program::Log, Linkage::Shared, &deps_dir());
+    let ours = |stderr: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("flowctrl["))
+            .count()
+    };
+
+    let (_, stderr) = run_log_mode(&binary, "stderr", Some("warn"));
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" WARN flowctrl::store: task \"api\": the quota store failed"))
+        .unwrap_or_else(|| panic!("no store failure on stderr:\n{stderr}"));
+    assert!(line.starts_with("flowctrl["), "{line}");
+
+    let (_, stderr) = run_log_mode(&binary, "stderr", None);
+    assert_eq!(ours(&stderr), 0, "unset: nothing\n{stderr}");
+    let (_, stderr) = run_log_mode(&binary, "stderr", Some("error"));
+    assert_eq!(ours(&stderr), 0, "a warning is below error\n{stderr}");
+
+    let (stdout, stderr) = run_log_mode(&binary, "callback", Some("warn"));
+    assert_eq!(ours(&stderr), 0, "the callback gets them instead\n{stderr}");
+    let lines: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("callback lines "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(lines >= 1, "{stdout}");
+
+    let (_, stderr) = run_log_mode(&binary, "stderr", Some("loud"));
+    assert!(
+        stderr.contains("FLOWCTRL_LOG=\"loud\" is not one of"),
+        "a bad value is reported\n{stderr}"
+    );
 }
 
 /// Exit status of `scripts/c-sanitizers.sh` when the compiler cannot build

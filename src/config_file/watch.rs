@@ -16,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 use super::ConfigFile;
 use crate::balance;
 use crate::error::Result;
+use crate::events::{Event, report};
 use crate::quota::Quota;
 use crate::shm::Shm;
 use crate::task::{self, Task};
@@ -60,9 +61,11 @@ impl Live {
                 return;
             }
             if now.is_none() {
-                log::warn!(
-                    "flowctrl: config file {} is gone; keeping its last good version",
-                    path.display()
+                let subject = path.display().to_string();
+                report(
+                    Event::ConfigGone,
+                    &subject,
+                    format_args!("config file {subject} is gone; keeping its last good version"),
                 );
             }
             *seen = now;
@@ -93,9 +96,11 @@ fn refused(shm: &Shm, path: &std::path::Path, e: &crate::Error) {
             .is_ok()
     {
         header.config_errors.fetch_add(1, Ordering::Relaxed);
-        log::warn!(
-            "flowctrl: config file {} refused, the configuration in force is kept: {e}",
-            path.display()
+        let subject = path.display().to_string();
+        report(
+            Event::ConfigRefused,
+            &subject,
+            format_args!("config file {subject} refused, the configuration in force is kept: {e}"),
         );
     }
 }
@@ -129,9 +134,13 @@ pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
         match update_if_needed(&t, fields) {
             Ok(true) => changed += 1,
             Ok(false) => {}
-            Err(e) => log::warn!(
-                "flowctrl: config file {}: task {name:?} not updated: {e}",
-                file.path.display()
+            Err(e) => report(
+                Event::ConfigRefused,
+                &name,
+                format_args!(
+                    "config file {}: task {name:?} not updated: {e}",
+                    file.path.display()
+                ),
             ),
         }
     }
@@ -139,16 +148,22 @@ pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
         if let (Some(b), Some(backends)) = (balance::find(shm, name), &section.backends) {
             let list: Vec<(&str, u32)> = backends.iter().map(|(a, w)| (a.as_str(), *w)).collect();
             if let Err(e) = b.set_backends(&list) {
-                log::warn!(
-                    "flowctrl: config file {}: balancer {name:?} not updated: {e}",
-                    file.path.display()
+                report(
+                    Event::ConfigRefused,
+                    name,
+                    format_args!(
+                        "config file {}: balancer {name:?} not updated: {e}",
+                        file.path.display()
+                    ),
                 );
             }
         }
     }
-    log::info!(
-        "flowctrl: config file {} applied: {changed} task(s) changed",
-        file.path.display()
+    let subject = file.path.display().to_string();
+    report(
+        Event::ConfigApplied,
+        &subject,
+        format_args!("config file {subject} applied: {changed} task(s) changed"),
     );
 }
 

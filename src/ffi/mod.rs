@@ -17,6 +17,8 @@
 //!   `size` and grow only at their end (see `sized`); `fc_permit` is the
 //!   exception, fixed at 64 bytes for good;
 //! - `fc_last_error()` works at any time, in thread-local destructors too.
+//! - log lines reach C through `fc_set_log_callback` (`logging`), called
+//!   with no flowctrl lock held, so the callback may call any `fc_*`.
 //!
 //! # Safety
 //!
@@ -35,6 +37,7 @@ mod args;
 mod balance;
 mod check;
 mod config;
+mod logging;
 mod sized;
 mod stats;
 mod status;
@@ -46,6 +49,7 @@ mod waiting;
 
 pub use balance::*;
 pub use check::*;
+pub use logging::*;
 pub use stats::*;
 pub use status::*;
 pub use store::*;

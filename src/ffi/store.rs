@@ -49,6 +49,7 @@ const _: () = assert!(size_of::<fc_host_record>() == 128);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_store_open(url: *const c_char, out: *mut *mut fc_store) -> fc_status {
     boundary(|| {
+        super::logging::from_env();
         let out = out_arg(out, "out")?;
         let options = StoreOptions {
             url: Some(unsafe { text_arg(url, "url") }?.to_string()),

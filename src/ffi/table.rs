@@ -86,6 +86,7 @@ pub unsafe extern "C" fn fc_table_open(
     out: *mut *mut fc_table,
 ) -> fc_status {
     boundary(|| {
+        super::logging::from_env();
         let out = out_arg(out, "out")?;
         let options = if options.is_null() {
             TableOptions::default()

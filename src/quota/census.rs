@@ -6,6 +6,7 @@
 use super::StoreOptions;
 use super::redis::{RedisStore, slice_key};
 use crate::error::{Error, Result};
+use crate::events::{self, Event};
 
 /// Full slices the census looks back over: a host that pulled in none of
 /// them is not live.
@@ -125,9 +126,13 @@ impl Store {
                         // this one: not a sign of life.
                         Some(record) if record.asked == 0 => {}
                         Some(record) => fleet.hosts.push(record),
-                        None => log::warn!(
-                            "flowctrl: census of task {task:?}, slice {slice}: \
-                             record {host:?} = {value:?} is not one flowctrl writes; skipped"
+                        None => events::report(
+                            Event::CensusSkipped,
+                            task,
+                            format_args!(
+                                "census of task {task:?}, slice {slice}: record {host:?} = \
+                                 {value:?} is not one flowctrl writes; skipped"
+                            ),
                         ),
                     },
                 }

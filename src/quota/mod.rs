@@ -25,6 +25,7 @@
 mod census;
 mod config;
 mod fair;
+mod notes;
 mod pull;
 mod record;
 mod redis;

@@ -28,8 +28,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::store::{Ask, slice_of, wall_us};
-use super::{Global, Quota, QuotaState, QuotaStats, TaskRef, record};
+use super::{Global, Quota, QuotaState, QuotaStats, TaskRef, notes, record};
 use crate::error::Result;
+use crate::events;
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::shm::Shm;
 
@@ -47,10 +48,13 @@ pub(super) fn failed(q: &QuotaSlot) -> bool {
     q.phase.load(Ordering::Acquire) >> 62 == FAILED
 }
 
-/// Proof of holding a task's pull lock; releases it when dropped.
+/// Proof of holding a task's pull lock; releases it when dropped, and then
+/// (its field dropped after) writes the lines logged meanwhile: a logger
+/// that calls back into flowctrl finds the lock free.
 pub(super) struct PullLock<'a> {
     word: &'a std::sync::atomic::AtomicU64,
     held: u64,
+    _defer: events::Defer,
 }
 
 impl Drop for PullLock<'_> {
@@ -102,9 +106,10 @@ impl Quota {
         Ok(q.pull_lock
             .compare_exchange(current, held, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
-            .then_some(PullLock {
+            .then(|| PullLock {
                 word: &q.pull_lock,
                 held,
+                _defer: events::defer(),
             }))
     }
 
@@ -237,12 +242,13 @@ impl Quota {
                 Ok(reply) => reply,
                 Err(e) => {
                     q.failed_pulls.fetch_add(1, Ordering::Relaxed);
-                    if !failed(q) {
-                        log::warn!("flowctrl: task {task:?}: {e}; falling back to local limits");
+                    let first = !failed(q);
+                    if first {
                         q.probe_at
                             .store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
                         enter(q, FAILED);
                     }
+                    notes::store_failed(task, &e, first, g, self.options.probe_interval);
                     return Err(e);
                 }
             };
@@ -250,9 +256,6 @@ impl Quota {
             if !self.store.shares_host_clock() {
                 let offset = smooth_offset(q, reply.store_us - (sent + back) / 2, back - sent);
                 q.offset_us.store(offset as u64, Ordering::Relaxed);
-            }
-            if failed(q) {
-                log::info!("flowctrl: task {task:?}: the store answers again");
             }
             if let Some(refresh) = reply.refresh {
                 self.refresh(TaskRef { g, ..t }, refresh)?;
@@ -278,24 +281,7 @@ impl Quota {
                 std::process::abort();
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
-            if reply.config_conflict
-                && q.config_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0
-            {
-                log::warn!(
-                    "flowctrl: task {task:?}: slice {slice} was created with another threshold \
-                     than this host's {} permits: hosts disagree on global_rate or slice_ms; \
-                     spending by the slice's",
-                    g.quota
-                );
-            }
-            if reply.host_conflict && q.host_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
-                log::warn!(
-                    "flowctrl: task {task:?}: another table pulls under this host's id {:?}: \
-                     give each host its own (StoreOptions::host_id); a key created anew \
-                     cannot deduct what both took",
-                    self.host
-                );
-            }
+            notes::conflicts(q, task, slice, g, &self.host, &reply);
             deposit(q, slice, reply.granted);
             // Nothing more released yet: no pull until it will have been.
             let paced = match reply.wait_ms {
@@ -307,6 +293,12 @@ impl Quota {
             };
             q.paced_until.store(paced, Ordering::Release);
             q.low_water.store(want / 4, Ordering::Relaxed);
+            // Before the state leaves "failed": whether this pull ended it.
+            events::recovered(
+                task,
+                failed(q),
+                format_args!("task {task:?}: the quota store answers again"),
+            );
             if reply.left == 0 {
                 q.exhausted.store(slice as u64 + 1, Ordering::Release);
                 enter(q, LIMITED);

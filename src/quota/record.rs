@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use super::redis::record_key;
 use super::{GlobalConfig, GlobalSettings, Quota, TaskRef};
 use crate::error::{Error, Result};
+use crate::events::{self, Event};
 use crate::format::{Fallback, Global, MAX_SLICE_QUOTA, QuotaSlot, TaskSlot};
 use crate::shm::named::with_owner_lock;
 
@@ -288,6 +289,8 @@ impl Quota {
     fn adopt(&self, t: TaskRef<'_>, record: Option<(u64, Result<GlobalSettings>)>) -> Result<()> {
         let (slot, task) = (t.slot, t.task);
         let q = &slot.quota;
+        // Dropped after the lock: its lines are written once it is free.
+        let _defer = events::defer();
         with_owner_lock(t.shm, &slot.config_lock, "the task's configuration", || {
             let word = q.record.load(Ordering::Acquire);
             let before = slot.global();
@@ -295,9 +298,13 @@ impl Quota {
                 if word & ADOPTED != 0 {
                     let own = q.own.load();
                     slot.write_global(own.as_ref());
-                    log::info!(
-                        "flowctrl: task {task:?}: its store record was removed; \
-                         back to this host's own global limit"
+                    events::report(
+                        Event::RecordRemoved,
+                        task,
+                        format_args!(
+                            "task {task:?}: its store record was removed; back to this \
+                             host's own global limit"
+                        ),
                     );
                     rescale(q, before, own);
                 }
@@ -312,18 +319,25 @@ impl Quota {
                     }
                     slot.write_global(Some(&g));
                     q.record.store(version | ADOPTED, Ordering::Release);
-                    log::info!(
-                        "flowctrl: task {task:?}: adopted its store record (version \
-                         {version}): global_rate {}, slice_ms {}",
-                        g.rate,
-                        g.slice_ms
+                    events::report(
+                        Event::RecordAdopted,
+                        task,
+                        format_args!(
+                            "task {task:?}: adopted its store record (version {version}): \
+                             global_rate {}, slice_ms {}",
+                            g.rate, g.slice_ms
+                        ),
                     );
                     rescale(q, before, Some(g));
                 }
                 Err(e) => {
-                    log::warn!(
-                        "flowctrl: task {task:?}: its store record (version {version}) is \
-                         refused: {e}; keeping the numbers in force"
+                    events::report(
+                        Event::RecordRefused,
+                        task,
+                        format_args!(
+                            "task {task:?}: its store record (version {version}) is refused: \
+                             {e}; keeping the numbers in force"
+                        ),
                     );
                     q.record
                         .store(word & (ADOPTED | RESLICED) | version, Ordering::Release);
@@ -336,6 +350,7 @@ impl Quota {
     fn reslice(&self, t: TaskRef<'_>, slice_ms: u32) -> Result<()> {
         let (slot, task) = (t.slot, t.task);
         let q = &slot.quota;
+        let _defer = events::defer();
         with_owner_lock(t.shm, &slot.config_lock, "the task's configuration", || {
             let word = q.record.load(Ordering::Acquire);
             let before = slot.global();
@@ -348,14 +363,17 @@ impl Quota {
                     q.own.store(Some(&own));
                 }
                 q.record.store(word & VERSION | RESLICED, Ordering::Release);
-                if q.config_conflicts.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
-                    log::warn!(
-                        "flowctrl: task {task:?}: its keys are cut in slices of {slice_ms} ms \
-                         by another host, this host's are {} ms: hosts disagree on slice_ms; \
-                         spending by the keys' slices",
+                q.config_conflicts.fetch_add(1, Ordering::Relaxed);
+                events::report(
+                    Event::ConfigConflict,
+                    task,
+                    format_args!(
+                        "task {task:?}: its keys are cut in slices of {slice_ms} ms by another \
+                         host, this host's are {} ms: hosts disagree on slice_ms; spending by \
+                         the keys' slices",
                         own.slice_ms
-                    );
-                }
+                    ),
+                );
                 resliced(own, slice_ms)
             };
             slot.write_global(Some(&next));

@@ -361,8 +361,14 @@ impl Shm {
                 }
             });
         if let Err(e) = spawned {
-            log::warn!(
-                "flowctrl: no reaper thread ({e}); dead processes are reaped on attach only"
+            let path = self.path.to_string_lossy();
+            crate::events::report(
+                crate::events::Event::NoReaper,
+                &path,
+                format_args!(
+                    "table {path}: no reaper thread ({e}); dead processes are reaped on \
+                     attach only"
+                ),
             );
         }
     }

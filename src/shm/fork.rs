@@ -140,7 +140,9 @@ pub(crate) struct ForkSafeLock {
     word: AtomicU64,
 }
 
-pub(crate) struct ForkSafeGuard<'a>(&'a ForkSafeLock);
+/// Released first when dropped, then its `Defer` writes the lines logged
+/// under it (a reap's): a logger calling back into flowctrl finds it free.
+pub(crate) struct ForkSafeGuard<'a>(&'a ForkSafeLock, crate::events::Defer);
 
 impl ForkSafeLock {
     pub const fn new() -> Self {
@@ -160,7 +162,7 @@ impl ForkSafeLock {
                     .compare_exchange(current, mine, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return ForkSafeGuard(self);
+                return ForkSafeGuard(self, crate::events::defer());
             }
             spins += 1;
             if spins < 64 {

@@ -23,6 +23,7 @@ use fork::{ForkSafeLock, TrackedFd};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::events::{self, Event};
 
 /// What the features do when an attachment slot changes hands: the table
 /// installs one hook that gives back the tasks' permits and pull locks and
@@ -125,7 +126,7 @@ impl Shm {
         {
             drop(guard);
             *self.watch.lock() = None;
-            log::error!("flowctrl: the config file watch panicked; it is stopped");
+            log::error!(target: crate::events::TABLE, "the config file watch panicked; it is stopped");
         }
     }
 
@@ -231,10 +232,14 @@ impl Shm {
                 .unwrap_or(false);
             if !same {
                 self.replaced.store(true, Ordering::Relaxed);
-                log::warn!(
-                    "flowctrl: table {} was deleted or replaced while in use; processes that open \
-                     it now get another table, and limits are no longer shared with them",
-                    self.path.display()
+                let path = self.path.to_string_lossy();
+                events::report(
+                    Event::TableReplaced,
+                    &path,
+                    format_args!(
+                        "table {path} was deleted or replaced while in use; processes that \
+                         open it now get another table, and limits are no longer shared with them"
+                    ),
                 );
             }
         }

@@ -5,7 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use super::stats::{Sums, lane_ids, ledger_view, record_reclaimed};
-use crate::format::{Lane, TASK_READY};
+use crate::events::{self, Event};
+use crate::format::{Lane, TASK_READY, TaskSlot};
 use crate::limit::ledger;
 use crate::shm::{Reclaim, Shm};
 
@@ -38,10 +39,14 @@ impl Reclaim for TaskReclaim {
             lanes.sort_by_key(|(_, lane)| {
                 ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) >= 0
             });
+            let mut given_back = 0i64;
             for (id, lane) in lanes {
-                ledger::drain(word, resolve, ledger_view(id, lane), |seq, held| {
+                given_back += ledger::drain(word, resolve, ledger_view(id, lane), |seq, held| {
                     record_reclaimed(lane, seq, held)
-                });
+                }) as i64;
+            }
+            if given_back > 0 {
+                report_reclaimed(shm, slot, attach, given_back);
             }
         }
     }
@@ -57,4 +62,23 @@ impl Reclaim for TaskReclaim {
             sums.store(shm.baseline(task, attach));
         }
     }
+}
+
+/// One line per task and interval (the reaper runs under the table's lock:
+/// the line is written once it is free, see `events::Defer`).
+#[cold]
+fn report_reclaimed(shm: &Shm, slot: &TaskSlot, attach: u32, permits: i64) {
+    if !Event::Reclaimed.enabled() {
+        return; // not even the name's allocation
+    }
+    let name = super::register::slot_name(slot).unwrap_or_default();
+    let pid = shm.attach_slot(attach).pid.load(Ordering::Relaxed);
+    events::report(
+        Event::Reclaimed,
+        &name,
+        format_args!(
+            "task {name:?}: gave back {permits} permit(s) held by dead process {pid} \
+             (attachment {attach})"
+        ),
+    );
 }

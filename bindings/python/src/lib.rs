@@ -11,12 +11,14 @@
 //! guards, every default is the core's (an argument left None keeps it),
 //! every check is the core's, and each conversion is written once
 //! (`args.rs`: seconds, outcomes; `config.rs`: a task's configuration;
-//! `error.rs`: errors and rejections to exceptions).
+//! `error.rs`: errors and rejections to exceptions). `logging.rs` hands
+//! flowctrl's log lines to Python's `logging` ("flowctrl.*").
 
 mod args;
 mod balance;
 mod config;
 mod error;
+mod logging;
 mod store;
 mod task;
 
@@ -299,5 +301,6 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Store>()?;
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
+    logging::install(m)?;
     Ok(())
 }

@@ -43,6 +43,14 @@ the built-in exception that fits:
 All exceptions pickle, so they cross ``multiprocessing`` intact (``Limited``
 keeps its ``reason``).
 
+Log lines — the quota store failing and answering again, a table file
+replaced, a dead process's permits given back — go to the standard
+``logging`` module, loggers ``flowctrl.store`` and ``flowctrl.table``
+(children of ``flowctrl``), at most one per kind of event and task every
+10 s ("... (and 41 more since)")::
+
+    logging.getLogger("flowctrl").setLevel(logging.WARNING)
+
 ``Table.close()`` (or leaving ``with``) drops the handle; afterwards the table
 and every Task made from it raise ``TableClosedError``. Permits already taken
 can still be released, so their concurrency returns to the host; the process

@@ -1,0 +1,420 @@
+//! Events worth an operator's attention, logged through the `log` crate at
+//! most once per kind and subject (a task, a table) per [`INTERVAL_MS`] in
+//! each process; the next line of the kind carries the count of those left
+//! out ("… (and 41 more since)"), so an outage is one line per task every
+//! ten seconds, not one per request.
+//!
+//! Nothing here runs on the request path's fast branch: the call sites are
+//! pulls, reaps, record changes and checks. When no logger wants the level
+//! (`log::max_level()`, one atomic load) an event costs nothing more.
+//!
+//! Lines are never written while a lock is held: a site under a lock holds
+//! a [`Defer`], and the lines wait in a thread-local queue until the last
+//! `Defer` of the thread is dropped (after the lock). A logger that calls
+//! back into flowctrl (a C callback, Python's handlers) then finds every
+//! lock free.
+//!
+//! The limiter is a fixed table of atomics, not a map behind a mutex: no
+//! allocation, and a `fork()` while another thread was inside it leaves
+//! nothing locked in the child. Under races its counts are approximate.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use log::Level;
+
+/// One line per event kind and subject per this many milliseconds.
+pub(crate) const INTERVAL_MS: u64 = 10_000;
+
+/// The target of the quota store's events (pulls, records, the census).
+pub(crate) const STORE: &str = "flowctrl::store";
+/// The target of the table's events (the file, the reaper).
+pub(crate) const TABLE: &str = "flowctrl::table";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A pull or a probe of the store failed.
+    StoreFailed,
+    /// The store answers again.
+    StoreRecovered,
+    /// Hosts disagree on a task's global_rate or slice_ms.
+    ConfigConflict,
+    /// Another table pulls under this host's id.
+    HostConflict,
+    RecordAdopted,
+    RecordRemoved,
+    RecordRefused,
+    /// The census holds a record flowctrl does not write.
+    CensusSkipped,
+    /// The table file was deleted or replaced while in use.
+    TableReplaced,
+    /// Permits of a dead process were given back.
+    Reclaimed,
+    /// No reaper thread could be started.
+    NoReaper,
+    /// A version of the config file was applied to the table.
+    ConfigApplied,
+    /// A version of the config file was refused (the one in force is kept).
+    ConfigRefused,
+    /// The config file is gone (its last good version is kept).
+    ConfigGone,
+}
+
+impl Event {
+    pub fn level(self) -> Level {
+        match self {
+            Event::StoreRecovered | Event::RecordAdopted | Event::RecordRemoved => Level::Info,
+            Event::Reclaimed | Event::ConfigApplied => Level::Info,
+            _ => Level::Warn,
+        }
+    }
+
+    pub fn target(self) -> &'static str {
+        match self {
+            Event::TableReplaced
+            | Event::Reclaimed
+            | Event::NoReaper
+            | Event::ConfigApplied
+            | Event::ConfigRefused
+            | Event::ConfigGone => TABLE,
+            _ => STORE,
+        }
+    }
+
+    /// Whether a logger may want it: no limiter, no formatting otherwise.
+    pub fn enabled(self) -> bool {
+        self.level() <= log::max_level()
+    }
+}
+
+/// Logs `event` about `subject` unless this process logged one of the same
+/// kind and subject within [`INTERVAL_MS`].
+pub(crate) fn report(event: Event, subject: &str, message: fmt::Arguments<'_>) {
+    if !event.enabled() {
+        return;
+    }
+    let key = key(event, subject);
+    if let Some(left_out) = LIMITER.admit(key, now_ms()) {
+        if event == Event::StoreFailed {
+            LIMITER.arm(key, now_ms());
+        }
+        emit(event, message, left_out);
+    }
+}
+
+/// Logs that the store answers again for `subject`: always when this
+/// process logged a failure of it since its last such line (so its last
+/// word is not "failing" once the store is back), else when `observed` (it
+/// saw the task's shared state leave "failed"), rate-limited. Cheap when
+/// neither: every successful pull calls it.
+pub(crate) fn recovered(subject: &str, observed: bool, message: fmt::Arguments<'_>) {
+    let event = Event::StoreRecovered;
+    if !event.enabled() || (!observed && ARMED.load(Ordering::Relaxed) == 0) {
+        return;
+    }
+    let now = now_ms();
+    let key = key(event, subject);
+    if LIMITER.disarm(self::key(Event::StoreFailed, subject)) {
+        emit(event, message, LIMITER.force(key, now));
+    } else if observed && let Some(left_out) = LIMITER.admit(key, now) {
+        emit(event, message, left_out);
+    }
+}
+
+fn emit(event: Event, message: fmt::Arguments<'_>, left_out: u64) {
+    let (level, target) = (event.level(), event.target());
+    let queued = QUEUE.try_with(|queue| {
+        if HELD.get() == 0 {
+            return false;
+        }
+        let line = format!("{message}{}", LeftOut(left_out));
+        queue.borrow_mut().push((level, target, line));
+        true
+    });
+    if queued != Ok(true) {
+        log::log!(target: target, level, "{message}{}", LeftOut(left_out));
+    }
+}
+
+/// " (and N more since)" after a line that stands for N left out.
+struct LeftOut(u64);
+
+impl fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => write!(f, " (and {n} more since)"),
+        }
+    }
+}
+
+thread_local! {
+    /// How many [`Defer`]s this thread holds.
+    static HELD: Cell<u32> = const { Cell::new(0) };
+    static QUEUE: RefCell<Vec<(Level, &'static str, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Holds this thread's lines back until dropped (the last one writes them):
+/// taken before a lock, so it is dropped after it.
+pub(crate) struct Defer(std::marker::PhantomData<*const ()>);
+
+pub(crate) fn defer() -> Defer {
+    let _ = HELD.try_with(|held| held.set(held.get() + 1));
+    Defer(std::marker::PhantomData)
+}
+
+impl Drop for Defer {
+    fn drop(&mut self) {
+        let last = HELD.try_with(|held| {
+            held.set(held.get().saturating_sub(1));
+            held.get() == 0
+        });
+        if last != Ok(true) {
+            return;
+        }
+        // Taken whole: a logger that reports again pushes onto a new queue.
+        let lines = QUEUE.try_with(|q| std::mem::take(&mut *q.borrow_mut()));
+        for (level, target, line) in lines.unwrap_or_default() {
+            log::log!(target: target, level, "{line}");
+        }
+    }
+}
+
+/// FNV-1a of the kind and the subject; never 0 (a free slot).
+fn key(event: Event, subject: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(event as u8).chain(subject.bytes()) {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h.max(1)
+}
+
+/// The monotonic clock in ms, never 0 (a slot that never logged).
+fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000).max(1)
+}
+
+/// Keys with a failure line not yet followed by a recovery line.
+static ARMED: AtomicUsize = AtomicUsize::new(0);
+static LIMITER: Limiter = Limiter::new(INTERVAL_MS);
+
+/// Slots of the limiter; keys past them share one overflow slot (rate
+/// limited together).
+const SLOTS: usize = 256;
+
+struct Slot {
+    key: AtomicU64,
+    /// When it last let a line through (ms), 0 = never.
+    last: AtomicU64,
+    /// Lines left out since.
+    left_out: AtomicU64,
+    armed: AtomicBool,
+}
+
+impl Slot {
+    const fn new(key: u64) -> Self {
+        Self {
+            key: AtomicU64::new(key),
+            last: AtomicU64::new(0),
+            left_out: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
+        }
+    }
+
+    /// Nothing to remember: its interval is over and nothing left out.
+    fn idle(&self, now: u64, interval: u64) -> bool {
+        let last = self.last.load(Ordering::Acquire);
+        (last == 0 || now >= last + interval)
+            && self.left_out.load(Ordering::Relaxed) == 0
+            && !self.armed.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) struct Limiter {
+    slots: [Slot; SLOTS],
+    overflow: Slot,
+    interval_ms: u64,
+}
+
+impl Limiter {
+    pub const fn new(interval_ms: u64) -> Self {
+        Self {
+            slots: [const { Slot::new(0) }; SLOTS],
+            overflow: Slot::new(u64::MAX),
+            interval_ms,
+        }
+    }
+
+    /// The key's slot if it has one.
+    fn find(&self, key: u64) -> Option<&Slot> {
+        (0..SLOTS)
+            .map(|i| &self.slots[(key as usize).wrapping_add(i) % SLOTS])
+            .find(|s| s.key.load(Ordering::Acquire) == key)
+    }
+
+    /// The key's slot: its own, a free or idle one taken over, or the
+    /// overflow slot.
+    fn slot(&self, key: u64, now: u64) -> &Slot {
+        if let Some(slot) = self.find(key) {
+            return slot;
+        }
+        for i in 0..SLOTS {
+            let slot = &self.slots[(key as usize).wrapping_add(i) % SLOTS];
+            let held = slot.key.load(Ordering::Acquire);
+            if (held == 0 || slot.idle(now, self.interval_ms))
+                && slot
+                    .key
+                    .compare_exchange(held, key, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                // Idle: what it remembered no longer matters.
+                slot.last.store(0, Ordering::Release);
+                return slot;
+            }
+        }
+        &self.overflow
+    }
+
+    /// `Some(lines left out since the last one)` when a line may go out now.
+    pub fn admit(&self, key: u64, now: u64) -> Option<u64> {
+        let slot = self.slot(key, now);
+        let mut last = slot.last.load(Ordering::Acquire);
+        loop {
+            if last != 0 && now < last + self.interval_ms {
+                slot.left_out.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            match slot
+                .last
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(slot.left_out.swap(0, Ordering::Relaxed)),
+                Err(actual) => last = actual,
+            }
+        }
+    }
+
+    /// Lets a line through whatever the interval: the lines left out.
+    fn force(&self, key: u64, now: u64) -> u64 {
+        let slot = self.slot(key, now);
+        slot.last.store(now, Ordering::Release);
+        slot.left_out.swap(0, Ordering::Relaxed)
+    }
+
+    /// Marks that a failure line of `key` went out.
+    fn arm(&self, key: u64, now: u64) {
+        let slot = self.slot(key, now);
+        // The overflow slot is shared: `disarm` never finds it.
+        if !std::ptr::eq(slot, &self.overflow) && !slot.armed.swap(true, Ordering::AcqRel) {
+            ARMED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a failure line of `key` went out since the last disarm.
+    fn disarm(&self, key: u64) -> bool {
+        let was = self
+            .find(key)
+            .is_some_and(|s| s.armed.swap(false, Ordering::AcqRel));
+        if was {
+            ARMED.fetch_sub(1, Ordering::Relaxed);
+        }
+        was
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_within_the_interval_make_one_line_then_one_with_the_count() {
+        let limiter = Limiter::new(10_000);
+        let k = key(Event::StoreFailed, "api");
+        assert_eq!(limiter.admit(k, 1_000), Some(0), "the first goes out");
+        for i in 0..41 {
+            assert_eq!(limiter.admit(k, 1_001 + i * 200), None, "repeat {i}");
+        }
+        // Another kind, another task: limited apart.
+        assert_eq!(
+            limiter.admit(key(Event::StoreRecovered, "api"), 1_500),
+            Some(0)
+        );
+        assert_eq!(
+            limiter.admit(key(Event::StoreFailed, "web"), 1_500),
+            Some(0)
+        );
+        assert_eq!(limiter.admit(k, 10_999), None, "still within 10 s");
+        assert_eq!(limiter.admit(k, 11_000), Some(42), "with the count");
+        assert_eq!(limiter.admit(k, 30_000), Some(0), "nothing left out since");
+        assert_eq!(LeftOut(42).to_string(), " (and 42 more since)");
+        assert_eq!(LeftOut(0).to_string(), "");
+    }
+
+    #[test]
+    fn keys_past_the_slots_share_the_overflow_slot_and_idle_slots_are_reused() {
+        let limiter = Limiter::new(10_000);
+        for i in 0..SLOTS {
+            let k = key(Event::Reclaimed, &format!("task{i}"));
+            assert_eq!(limiter.admit(k, 1), Some(0));
+            assert_eq!(limiter.admit(k, 2), None, "left out: the slot stays busy");
+        }
+        let (a, b) = (key(Event::Reclaimed, "a"), key(Event::Reclaimed, "b"));
+        assert_eq!(limiter.admit(a, 3), Some(0), "the overflow slot");
+        assert_eq!(limiter.admit(b, 4), None, "limited with a");
+        // Past the interval, the slots' counts go out and they turn idle.
+        for i in 0..SLOTS {
+            let k = key(Event::Reclaimed, &format!("task{i}"));
+            assert_eq!(limiter.admit(k, 20_000), Some(1));
+        }
+        assert_eq!(limiter.admit(b, 40_000), Some(0), "an idle slot taken over");
+        assert!(std::ptr::eq(
+            limiter.slot(b, 40_001),
+            limiter.find(b).unwrap()
+        ));
+    }
+
+    #[test]
+    fn a_failure_line_is_followed_by_a_recovery_line() {
+        let limiter = Limiter::new(10_000);
+        let (fail, back) = (
+            key(Event::StoreFailed, "x"),
+            key(Event::StoreRecovered, "x"),
+        );
+        assert!(!limiter.disarm(fail), "nothing logged yet");
+        limiter.admit(fail, 1);
+        limiter.arm(fail, 1);
+        assert_eq!(limiter.admit(back, 2), Some(0));
+        assert!(limiter.disarm(fail) && !limiter.disarm(fail), "once");
+        // Flapping: the next failure is left out, and so is its recovery.
+        assert_eq!(limiter.admit(fail, 3), None);
+        assert!(!limiter.disarm(fail));
+        assert_eq!(limiter.admit(back, 4), None);
+        assert_eq!(limiter.force(back, 5), 1, "a forced line still counts");
+    }
+
+    #[test]
+    fn lines_wait_for_the_last_defer() {
+        let outer = defer();
+        let inner = defer();
+        emit(Event::NoReaper, format_args!("deferred"), 3);
+        drop(inner);
+        let queued = QUEUE.with(|q| q.borrow().clone());
+        assert_eq!(
+            queued,
+            [(
+                Level::Warn,
+                TABLE,
+                "deferred (and 3 more since)".to_string()
+            )]
+        );
+        drop(outer);
+        assert!(QUEUE.with(|q| q.borrow().is_empty()), "written at the last");
+    }
+}
