@@ -1,8 +1,20 @@
-//! Generates the C header into OUT_DIR (cargo's rule: build scripts write
-//! nowhere else). `include/flowctrl.h` is the committed copy; tests/header.rs
-//! fails when it differs from this generation.
+//! Names the shared library by its SONAME, and generates the C header into
+//! OUT_DIR (cargo's rule: build scripts write nowhere else).
+//! `include/flowctrl.h` is the committed copy; tests/header.rs fails when it
+//! differs from this generation.
+
+/// What a program linked with libflowctrl.so records, and so which file it
+/// loads: `scripts/install.sh` installs `libflowctrl.so.<version>` under this
+/// name. Its number is the C ABI's, not the crate's minor: sized structs let
+/// a program built against an older 0.x header run on a newer library
+/// (tests/c/compat_*.c), so it changes only when the ABI breaks.
+const SONAME: &str = "libflowctrl.so.0";
 
 fn main() {
+    // An ELF linker's flag; the library is Linux-only.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{SONAME}");
+    }
     #[cfg(feature = "header")]
     generate_header();
 }
