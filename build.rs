@@ -11,10 +11,18 @@
 const SONAME: &str = "libflowctrl.so.0";
 
 fn main() {
-    // An ELF linker's flag; the library is Linux-only.
+    // An ELF linker's flag; the library is Linux-only. Not
+    // `rustc-cdylib-link-arg`: cargo passes that to the cdylibs of
+    // dependents too (cargo#9562), which would name the Python module
+    // libflowctrl.so.0. This one stays in this package, whose test and bench
+    // executables get the (unused) entry as well.
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{SONAME}");
+        println!("cargo:rustc-link-arg=-Wl,-soname,{SONAME}");
     }
+    // Without it (the header feature off, as for the Python module) cargo
+    // would run this again, and rebuild the crate, whenever any file of the
+    // package changed.
+    println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "header")]
     generate_header();
 }
