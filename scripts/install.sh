@@ -40,7 +40,11 @@ command -v readelf >/dev/null || { echo "readelf not found: install binutils" >&
 cargo=${CARGO:-cargo}
 cd "$root"
 
-id=$("$cargo" pkgid --offline)
+# Without the dependencies: nothing to fetch yet.
+meta=$("$cargo" metadata --format-version 1 --no-deps)
+target=$(sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p' <<<"$meta")
+# path+file:///src/flowctrl#0.3.0, or ...#flowctrl@0.3.0
+id=$(sed -n 's/.*"workspace_members":\["\([^"]*\)".*/\1/p' <<<"$meta")
 version=${id##*[#@]}
 [[ $version =~ ^([0-9]+)\.[0-9]+\.[0-9]+$ ]] || {
     echo "cannot install version '$version' (from '$id'): expected x.y.z" >&2
@@ -60,8 +64,6 @@ echo "== cargo rustc --release --lib"
 native=$(sed -n 's/^note: native-static-libs: //p' "$log" | tail -n 1)
 [[ -n $native ]] || { echo "rustc printed no native-static-libs: see the build output above" >&2; exit 1; }
 
-target=$("$cargo" metadata --offline --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 built=$target/release
 for file in libflowctrl.so libflowctrl.a; do
     [[ -f $built/$file ]] || { echo "the build left no $built/$file" >&2; exit 1; }
