@@ -11,7 +11,8 @@
 //!
 //! The compilers are `$CC` and `$CXX`, else `cc` and `c++`. A missing compiler
 //! fails the tests: the C ABI is part of the product, it is never skipped.
-//! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`.
+//! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`,
+//! the SONAME link the shared ones load to `c-tests/lib/`.
 
 mod common;
 
