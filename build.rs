@@ -1,8 +1,28 @@
-//! Generates the C header into OUT_DIR (cargo's rule: build scripts write
-//! nowhere else). `include/flowctrl.h` is the committed copy; tests/header.rs
-//! fails when it differs from this generation.
+//! Names the shared library by its SONAME, and generates the C header into
+//! OUT_DIR (cargo's rule: build scripts write nowhere else).
+//! `include/flowctrl.h` is the committed copy; tests/header.rs fails when it
+//! differs from this generation.
+
+/// What a program linked with libflowctrl.so records, and so which file it
+/// loads: `scripts/install.sh` installs `libflowctrl.so.<version>` under this
+/// name. Its number is the C ABI's, not the crate's minor: sized structs let
+/// a program built against an older 0.x header run on a newer library
+/// (tests/c/compat_*.c), so it changes only when the ABI breaks.
+const SONAME: &str = "libflowctrl.so.0";
 
 fn main() {
+    // An ELF linker's flag; the library is Linux-only. Not
+    // `rustc-cdylib-link-arg`: cargo passes that to the cdylibs of
+    // dependents too (cargo#9562), which would name the Python module
+    // libflowctrl.so.0. This one stays in this package, whose test and bench
+    // executables get the (unused) entry as well.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg=-Wl,-soname,{SONAME}");
+    }
+    // Without it (the header feature off, as for the Python module) cargo
+    // would run this again, and rebuild the crate, whenever any file of the
+    // package changed.
+    println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "header")]
     generate_header();
 }

@@ -44,13 +44,19 @@ if [[ ! -f $lib_dir/libflowctrl.so ]]; then
     echo "no libflowctrl.so in $lib_dir" >&2
     exit 1
 fi
-mkdir -p "$out"
+mkdir -p "$out/lib"
+out=$(cd "$out" && pwd)
 
 read -r -a cc <<<"${CC:-cc}"
 read -r -a cxx <<<"${CXX:-c++}"
 sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
 warnings=(-Wall -Wextra -Werror -pedantic)
-link=(-L"$lib_dir" -lflowctrl -Wl,-rpath,"$lib_dir")
+# The programs record the library's SONAME (build.rs sets it); a build tree
+# has only libflowctrl.so, so they find it through a link of that name.
+soname=$(readelf -d "$lib_dir/libflowctrl.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[[ -n $soname ]] || { echo "no SONAME in $lib_dir/libflowctrl.so (readelf -d)" >&2; exit 1; }
+ln -sfn "$lib_dir/libflowctrl.so" "$out/lib/$soname"
+link=(-L"$lib_dir" -lflowctrl -Wl,-rpath,"$out/lib")
 # The rpath names the library to test; an inherited LD_LIBRARY_PATH (cargo
 # sets one) could put a stale copy first.
 unset LD_LIBRARY_PATH

@@ -8,8 +8,12 @@ cd "$ROOT"
 
 cargo build -q --release --lib
 mkdir -p target/demo
+# worker_c records the library's SONAME (build.rs sets it); target/release
+# has only libflowctrl.so, so it finds it through a link of that name.
+soname=$(readelf -d target/release/libflowctrl.so | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+ln -sfn "$ROOT/target/release/libflowctrl.so" "target/demo/${soname:?no SONAME in libflowctrl.so}"
 cc -std=c99 -O2 -Wall -Wextra -Werror -Iinclude demo/worker.c \
-    -Ltarget/release -lflowctrl -Wl,-rpath,"$ROOT/target/release" -o target/demo/worker_c
+    -Ltarget/release -lflowctrl -Wl,-rpath,"$ROOT/target/demo" -o target/demo/worker_c
 install_python_module
 
 TABLE="/dev/shm/flowctrl-demo-$$"

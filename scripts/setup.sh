@@ -21,6 +21,11 @@ command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
 command -v redis-server >/dev/null || apt_install redis-server
 # ... and one with TLS, with a certificate made by openssl.
 command -v openssl >/dev/null || apt_install openssl
+# tests/install.rs builds programs against an installed flowctrl with both.
+command -v cmake >/dev/null || apt_install cmake
+command -v pkg-config >/dev/null || apt_install pkg-config
+# ... and readelf, to see the SONAME and what a program links.
+command -v readelf >/dev/null || apt_install binutils
 
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }

@@ -2,8 +2,10 @@
 # Runs every test: style checks; Rust unit and integration tests (multi-process
 # tests, a kill storm of 150 SIGKILLs, regression tests, fuzzed table files,
 # and the C/C++ programs compiled against include/flowctrl.h, linked shared
-# and static and once under ASan+UBSan); the loom model of the concurrency
-# ledger; and the Python module's pytest suite with mypy's stubtest.
+# and static and once under ASan+UBSan; the install script, with CMake and
+# pkg-config programs built against what it installed); the loom model of
+# the concurrency ledger; and the Python module's pytest suite with mypy's
+# stubtest and the manylinux check of the wheel for PyPI.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"

@@ -13,7 +13,8 @@
 //!
 //! The compilers are `$CC` and `$CXX`, else `cc` and `c++`. A missing compiler
 //! fails the tests: the C ABI is part of the product, it is never skipped.
-//! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`.
+//! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`,
+//! the SONAME link the shared ones load to `c-tests/lib/`.
 
 mod common;
 
@@ -152,10 +153,12 @@ impl Linkage {
     /// Linker arguments for a program using flowctrl from `lib_dir`.
     fn args(self, lib_dir: &Path) -> Vec<String> {
         match self {
+            // The program records the library's SONAME, a name only the
+            // link in its rpath's directory has.
             Linkage::Shared => vec![
                 format!("-L{}", lib_dir.display()),
                 "-lflowctrl".into(),
-                format!("-Wl,-rpath,{}", lib_dir.display()),
+                format!("-Wl,-rpath,{}", soname_dir(lib_dir).display()),
             ],
             // `rustc --print native-static-libs` lists -lgcc_s -lutil -lrt
             // -lpthread -lm -ldl -lc. With glibc 2.34+ what the compiler
@@ -185,6 +188,16 @@ fn deps_dir() -> PathBuf {
         exe.display()
     );
     deps.to_path_buf()
+}
+
+/// `target/<profile>/c-tests/lib`: the SONAME link to `lib_dir`'s
+/// libflowctrl.so, where the shared programs find it at run time.
+fn soname_dir(lib_dir: &Path) -> PathBuf {
+    let dir = lib_dir
+        .parent()
+        .expect("deps has a parent")
+        .join("c-tests/lib");
+    common::elf::soname_link_dir(lib_dir, &dir)
 }
 
 /// Compiles one test program and returns its path.

@@ -401,6 +401,7 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 // (`the_layout_the_tests_mirror_is_the_one_the_header_records`) checks them
 // against the header of a table the library made.
 
+pub mod elf;
 pub mod redis;
 
 pub mod layout {
