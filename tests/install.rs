@@ -1,5 +1,5 @@
 //! The C install as a C or C++ user meets it: runs `scripts/install.sh`
-//! into a scratch prefix (`target/<profile>/install-test/prefix`), checks
+//! into a scratch prefix (`target/<profile>/install-test/<pid>/prefix`), checks
 //! the files, the SONAME, and the version pkg-config and CMake report
 //! against Cargo.toml's; then builds `tests/install/consumer.c` against that
 //! prefix alone, with CMake (`find_package(flowctrl)`, the shared and the
@@ -27,12 +27,16 @@ fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>/install-test`: this test's files, left for inspection.
+/// `target/<profile>/install-test/<pid>`: this test process's files, left
+/// for inspection. One directory per process: a runner that starts a
+/// process per test (nextest) runs them side by side.
 fn work_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     // target/<profile>/deps/install-<hash>
     let profile = exe.ancestors().nth(2).expect("target/<profile>");
-    profile.join("install-test")
+    profile
+        .join("install-test")
+        .join(std::process::id().to_string())
 }
 
 /// Runs `command`; fails with everything it printed unless it succeeds.
