@@ -87,25 +87,55 @@ fn server_binary() -> &'static Path {
 
 /// A running `recipe_server`; SIGKILLed and reaped when dropped.
 struct Server {
+    /// The server, or the `unshare` that runs it in a "container".
     child: Child,
+    /// The server's pid (here: unshare's child, in a container).
+    pid: i32,
     port: u16,
 }
 
 impl Server {
     fn start(mode: &str, table: &Path, n: u32, cap: u32) -> Self {
-        let mut child = Command::new(server_binary())
+        let mut command = Command::new(server_binary());
+        command.args([
+            mode,
+            table.to_str().unwrap(),
+            &n.to_string(),
+            &cap.to_string(),
+        ]);
+        Self::spawn(command, false)
+    }
+
+    /// The server as in a container of a pod: its own pid namespace (it is
+    /// pid 1 there) and mount namespace, where `pod_shm` (the pod's shared
+    /// emptyDir) is mounted at /dev/shm; the table is the bare name
+    /// `table`, so /dev/shm/table. SIGKILLed when `unshare` dies.
+    fn start_in_container(pod_shm: &Path, mode: &str, table: &str, n: u32, cap: u32) -> Self {
+        let mut command = Command::new("unshare");
+        command
+            .args([
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--propagation",
+                "private",
+            ])
+            .args(["sh", "-c", r#"mount --bind "$0" /dev/shm && exec "$@""#])
+            .arg(pod_shm)
+            .arg(server_binary())
+            .args([mode, table, &n.to_string(), &cap.to_string()]);
+        Self::spawn(command, true)
+    }
+
+    fn spawn(mut command: Command, contained: bool) -> Self {
+        let mut child = command
             // cargo's LD_LIBRARY_PATH could win over the rpath.
             .env_remove("LD_LIBRARY_PATH")
-            .args([
-                mode,
-                table.to_str().unwrap(),
-                &n.to_string(),
-                &cap.to_string(),
-            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start recipe_server");
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         thread::spawn(move || {
@@ -114,16 +144,27 @@ impl Server {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-        let mut server = Server { child, port: 0 };
+        let id = child.id();
+        let mut server = Server {
+            child,
+            pid: id as i32,
+            port: 0,
+        };
         match line.trim().strip_prefix("ready ") {
             Some(port) => server.port = port.parse().unwrap(),
-            None => panic!("recipe_server {mode} did not start: {line:?}"),
+            None => panic!("{command:?} did not start: {line:?}"),
+        }
+        if contained {
+            // `sh` exec'd the server: it is unshare's one child.
+            let children = std::fs::read_to_string(format!("/proc/{id}/task/{id}/children"))
+                .unwrap_or_default();
+            server.pid = children.trim().parse().expect("unshare's child");
         }
         server
     }
 
     fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.pid
     }
 
     /// SIGTERM by pid; SIGKILL if it has not exited within 10 s. Its exit code.
@@ -210,26 +251,24 @@ fn peak(served: &[Served]) -> usize {
     most as usize
 }
 
-/// `clients` threads asking in a loop for `seconds` (a refused one backs
-/// off 10 ms): the answers, and the errors.
-fn load(
-    port: u16,
-    clients: usize,
-    seconds: f64,
-    hold_ms: u64,
-) -> (Vec<(u16, String)>, Vec<String>) {
+/// `clients` threads asking in a loop for `seconds`, client i of
+/// `ports[i % ports.len()]` (a refused one backs off 10 ms): the answers
+/// (port, status, body) and the errors.
+type Answer = (u16, u16, String);
+fn load(ports: &[u16], clients: usize, seconds: f64, hold_ms: u64) -> (Vec<Answer>, Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..clients)
-        .map(|_| {
+        .map(|i| {
+            let port = ports[i % ports.len()];
             thread::spawn(move || {
                 let (mut answers, mut errors) = (Vec::new(), Vec::new());
                 while Instant::now() < deadline {
                     match get(port, hold_ms) {
-                        Ok(answer) => {
-                            if answer.0 != 200 {
+                        Ok((status, body)) => {
+                            if status != 200 {
                                 thread::sleep(Duration::from_millis(10));
                             }
-                            answers.push(answer);
+                            answers.push((port, status, body));
                         }
                         Err(e) => errors.push(e.to_string()),
                     }
@@ -268,35 +307,54 @@ fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Du
     start.elapsed()
 }
 
-/// Loads the server with 8 clients for 1.2 s and checks the cap: `Err`
-/// with what is wrong. `by_thread`: the servers to count are threads.
-fn check_load(server: &Server, api: &Task, cap: u32, by_thread: bool) -> Result<String, String> {
+/// What serves the requests in parallel: counted to be sure the cap was
+/// shared (at least 2 of them served).
+#[derive(Clone, Copy, Debug)]
+enum Servers {
+    Processes,
+    Threads,
+    /// Containers: each server is pid 1 of its own pid namespace.
+    Ports,
+}
+
+/// Loads the servers with 8 clients for 1.2 s and checks the cap: `Err`
+/// with what is wrong.
+fn check_load(ports: &[u16], api: &Task, cap: u32, by: Servers) -> Result<String, String> {
     let before = api.stats();
     let started = Instant::now();
-    let (answers, errors) = load(server.port, 8, 1.2, 100);
+    let (answers, errors) = load(ports, 8, 1.2, 100);
     let took = started.elapsed();
-    let served: Vec<Served> = answers
+    let served: Vec<(u16, Served)> = answers
         .iter()
-        .filter(|a| a.0 == 200)
-        .map(|a| parse(&a.1))
+        .filter(|a| a.1 == 200)
+        .map(|a| (a.0, parse(&a.2)))
         .collect();
-    let busy = answers.iter().filter(|a| a.0 == 503).count();
+    let busy = answers.iter().filter(|a| a.1 == 503).count();
     let servers: BTreeSet<u64> = served
         .iter()
-        .map(|s| if by_thread { s.tid } else { s.pid })
+        .map(|(port, s)| match by {
+            Servers::Processes => s.pid,
+            Servers::Threads => s.tid,
+            Servers::Ports => u64::from(*port),
+        })
         .collect();
+    let served: Vec<Served> = served.into_iter().map(|(_, s)| s).collect();
     let high = peak(&served);
     let seen = served.iter().map(|s| s.in_flight).max().unwrap_or(0);
     let stats = api.stats();
     let admitted = stats.admitted - before.admitted;
     let refused = stats.limited_concurrency - before.limited_concurrency;
+    let what = match by {
+        Servers::Processes => "worker processes",
+        Servers::Threads => "threads",
+        Servers::Ports => "containers",
+    };
     let report = format!(
-        "{} requests in {took:.2?}: {} served by {} {}, {busy} busy; peak {high} in flight \
+        "{} requests in {took:.2?}: {} served by {} {what}, {busy} busy; peak {high} in flight \
          (the table's in_flight seen: {seen}), cap {cap}",
         answers.len(),
         served.len(),
         servers.len(),
-        if by_thread { "threads" } else { "workers" }
     );
     let mut wrong = Vec::new();
     if !errors.is_empty() {
@@ -329,23 +387,40 @@ fn check_load(server: &Server, api: &Task, cap: u32, by_thread: bool) -> Result<
     }
 }
 
-/// SIGKILLs every server process holding permits while `n` are held; the
-/// reaper must give them all back. Returns how long that took.
-fn kill_holders(server: &Server, api: &Task, n: usize) -> Duration {
+/// While `n` permits are held through `server`, SIGKILLs what holds them:
+/// `Victims::Workers`, each of its worker processes that holds permits
+/// (their pids as the table shows them: same pid namespace); `Whole`, the
+/// server process itself. The reaper must give every permit back. Returns
+/// how long that took.
+#[derive(Clone, Copy, PartialEq)]
+enum Victims {
+    Workers,
+    Whole,
+}
+
+fn kill_holders(server: &Server, api: &Task, n: usize, victims: Victims) -> Duration {
     let before = api.stats();
     let hold = holders(server.port, n, 30_000);
     wait_for("permits held", Duration::from_secs(10), || {
         api.stats().in_flight == n as u64
     });
-    let victims: Vec<u32> = api
+    let holding: Vec<u32> = api
         .stats_by_process()
         .iter()
         .filter(|p| p.stats.in_flight > 0)
         .map(|p| p.pid)
         .collect();
-    assert!(!victims.contains(&std::process::id()), "{victims:?}");
+    let victims: Vec<i32> = match victims {
+        Victims::Workers => holding.iter().map(|&pid| pid as i32).collect(),
+        Victims::Whole => {
+            assert_eq!(holding.len(), 1, "{holding:?}");
+            vec![server.pid()]
+        }
+    };
+    assert!(!holding.contains(&std::process::id()), "{holding:?}");
     for &victim in &victims {
-        common::signal(victim as i32, libc::SIGKILL);
+        assert!(victim > 1, "never signal pid {victim}");
+        common::signal(victim, libc::SIGKILL);
     }
     let took = wait_for("the reaper", Duration::from_secs(2), || {
         api.stats().in_flight == 0
@@ -408,7 +483,8 @@ fn a_pre_fork_cpp_server_holds_the_cap_across_its_workers() {
         .task("api", &TaskConfig::new().max_concurrency(CAP))
         .unwrap();
     let mut server = Server::start("prefork", &path, WORKERS, CAP);
-    let report = check_load(&server, &api, CAP, false).unwrap_or_else(|e| panic!("{e}"));
+    let report =
+        check_load(&[server.port], &api, CAP, Servers::Processes).unwrap_or_else(|e| panic!("{e}"));
     println!("pre-fork, {WORKERS} workers: {report}");
     // The parent opened the table before fork and holds nothing.
     let rows = api.stats_by_process();
@@ -416,7 +492,7 @@ fn a_pre_fork_cpp_server_holds_the_cap_across_its_workers() {
         rows.iter()
             .any(|p| p.pid == server.pid() as u32 && p.stats.in_flight == 0)
     );
-    kill_holders(&server, &api, 2);
+    kill_holders(&server, &api, 2, Victims::Workers);
     // The parent replaced the killed workers: the cap is whole again.
     let hold = holders(server.port, CAP as usize, 300);
     wait_for("the cap whole again", Duration::from_secs(10), || {
@@ -435,12 +511,13 @@ fn a_thread_pool_cpp_server_holds_the_cap_across_its_threads() {
         .task("api", &TaskConfig::new().max_concurrency(CAP))
         .unwrap();
     let mut server = Server::start("threads", &path, THREADS, CAP);
-    let report = check_load(&server, &api, CAP, true).unwrap_or_else(|e| panic!("{e}"));
+    let report =
+        check_load(&[server.port], &api, CAP, Servers::Threads).unwrap_or_else(|e| panic!("{e}"));
     println!("thread pool, {THREADS} threads: {report}");
     stop_with_requests_in_flight(&mut server, &api, CAP as usize);
     // Started again and SIGKILLed whole while it holds permits.
     let server = Server::start("threads", &path, THREADS, CAP);
-    kill_holders(&server, &api, CAP as usize);
+    kill_holders(&server, &api, CAP as usize, Victims::Whole);
 }
 
 /// The check is not vacuous: a server that admits one more than the cap
@@ -453,11 +530,45 @@ fn the_check_fails_a_server_whose_cap_is_larger() {
     let mut server = Server::start("prefork", &path, WORKERS, CAP + 1);
     let table = Table::open(&path, &TableOptions::default()).unwrap();
     let api = table.task("api", &TaskConfig::new()).unwrap();
-    let wrong = check_load(&server, &api, CAP, false).expect_err("the check must fail");
+    let wrong =
+        check_load(&[server.port], &api, CAP, Servers::Processes).expect_err("the check must fail");
     println!("negative control: {wrong}");
     assert!(
         wrong.contains(&format!("peak {} in flight, not the cap {CAP}", CAP + 1)),
         "{wrong}"
     );
     assert_eq!(server.stop(), Some(0));
+}
+
+/// Two containers of a pod, each its own pid namespace (both servers are
+/// pid 1) with the pod's shared emptyDir mounted at /dev/shm: one table, one
+/// cap for both. A container SIGKILLed while it holds permits gives them
+/// back to the other; the other stops by SIGTERM with nothing left held.
+#[test]
+fn two_containers_sharing_a_dev_shm_share_one_cap() {
+    let _turn = one_at_a_time();
+    let pod = Scratch::new("recipe-pod");
+    let empty_dir = pod.path("shm");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let mut a = Server::start_in_container(&empty_dir, "threads", "pod-table", THREADS, CAP);
+    let b = Server::start_in_container(&empty_dir, "threads", "pod-table", THREADS, CAP);
+    let table = Table::open(empty_dir.join("pod-table"), &TableOptions::default()).unwrap();
+    let api = table.task("api", &TaskConfig::new()).unwrap();
+    let namespaced: Vec<u32> = api
+        .stats_by_process()
+        .iter()
+        .map(|p| p.pid)
+        .filter(|&pid| pid != std::process::id())
+        .collect();
+    assert_eq!(
+        namespaced,
+        vec![1, 1],
+        "both servers are pid 1 of their namespaces"
+    );
+    let report =
+        check_load(&[a.port, b.port], &api, CAP, Servers::Ports).unwrap_or_else(|e| panic!("{e}"));
+    println!("2 containers, one /dev/shm: {report}");
+    kill_holders(&b, &api, 2, Victims::Whole);
+    drop(b);
+    stop_with_requests_in_flight(&mut a, &api, CAP as usize);
 }
