@@ -285,3 +285,29 @@ def test_uvicorn_workers_share_one_host_wide_cap(tmp_path):
                 r"Uvicorn running on http://127\.0\.0\.1:(\d+)", r"Started server process \[(\d+)\]") as server:
         report = {"server": "uvicorn"}
         run_recipe(server, table, api, 503, report, every_refusal_counted=False)
+
+
+SHM_SCRIPT = """
+import flowctrl
+opened = []
+try:
+    for i in range(8):
+        opened.append(flowctrl.Table(f"svc{i}"))  # bare names: /dev/shm/svc<i>
+except flowctrl.TableIOError as e:
+    print(len(opened), e)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_docker_default_dev_shm_holds_five_default_tables():
+    """A container's own 64 MiB /dev/shm (Docker's default; here a tmpfs of
+    that size mounted at /dev/shm in a mount namespace of its own): the
+    default table is 11.0 MiB, five fit, the sixth is refused at open."""
+    mount = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" -c "$1"'
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, sys.executable, SHM_SCRIPT],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    print(f"\n{out.stdout.strip()}")
+    assert out.stdout.startswith("5 no space for table /dev/shm/svc5 ("), out.stdout
