@@ -223,6 +223,8 @@ def run_recipe(server, table, api, refusal, report, every_refusal_counted):
         "reclaimed": after["reclaimed"] - before["reclaimed"],
         "answered": holders.join(),
     }
+    # A graceful stop: the requests in hand finished and released their permits.
+    assert report["at_stop"] == {"released": 3, "reclaimed": 0, "answered": [200, 200, 200]}, report
     assert after["admitted"] - before["admitted"] == 3
     assert table.check() == {"replaced": False, "drift": {}, "unchecked": []}
     for worker in workers:
