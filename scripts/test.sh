@@ -3,7 +3,9 @@
 # tests, a kill storm of 150 SIGKILLs, regression tests, fuzzed table files,
 # and the C/C++ programs compiled against include/flowctrl.h, linked shared
 # and static and once under ASan+UBSan); the loom model of the concurrency
-# ledger; and the Python module's pytest suite with mypy's stubtest.
+# ledger; and the Python module's pytest suite with mypy's stubtest. The
+# deployment recipes run in both: C++ pre-fork and thread-pool servers in
+# tests/recipes.rs, gunicorn and uvicorn in bindings/python/tests/test_recipes.py.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
