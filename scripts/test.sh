@@ -5,7 +5,9 @@
 # and static and once under ASan+UBSan; the install script, with CMake and
 # pkg-config programs built against what it installed); the loom model of
 # the concurrency ledger; and the Python module's pytest suite with mypy's
-# stubtest and the manylinux check of the wheel for PyPI.
+# stubtest and the manylinux check of the wheel for PyPI. The deployment
+# recipes run in both: C++ pre-fork and thread-pool servers in
+# tests/recipes.rs, gunicorn and uvicorn in bindings/python/tests/test_recipes.py.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
