@@ -42,7 +42,7 @@ use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
 pub use census::{Fleet, HostRecord, Store};
 pub use config::{GlobalConfig, GlobalSettings};
-pub(crate) use pull::reclaim_pull_lock;
+pub(crate) use pull::{reclaim_pull_lock, stats};
 pub use record::{GlobalSource, StoredConfig};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};
 use store::{Embedded, QuotaStore, slice_of, wall_us};
