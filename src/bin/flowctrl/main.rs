@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 
 /// Look at a flowctrl task table, and change it when asked.
 #[derive(Parser)]
-#[command(name = "flowctrl", version, about, long_about = None)]
+#[command(name = "flowctrl", version)]
 struct Cli {
     /// The table: a path, or a bare name in /dev/shm.
     #[arg(
@@ -65,8 +65,12 @@ enum Command {
     },
     /// Change a task's configuration for the whole host.
     Set {
+        /// The task's name.
         task: String,
-        /// Fields to change: local_rate=500 burst=20 limiter="aimd" ...
+        /// Fields to change, all at once: local_rate, burst,
+        /// max_concurrency, global_rate, slice_ms, chunk, fallback
+        /// (share, local, deny or a rate), global_burst, limiter ("aimd",
+        /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit.
         #[arg(required = true, value_name = "KEY=VALUE")]
         fields: Vec<String>,
     },
@@ -77,6 +81,7 @@ enum Command {
     Reap,
     /// A task's live hosts, from the census in the quota store.
     Fleet {
+        /// The task's name.
         task: String,
         /// The fleet's store: redis://host:port/db or rediss://...
         #[arg(long, env = "FLOWCTRL_STORE")]
