@@ -312,7 +312,7 @@ fn a_table_with_holes_on_tmpfs_is_refused() {
         libc::fallocate(
             std::os::fd::AsRawFd::as_raw_fd(&file),
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            len / 2 & !4095,
+            (len / 2) & !4095,
             65536,
         )
     };

@@ -88,7 +88,7 @@ fn tasks(before: &[TaskSnapshot], now: &[TaskSnapshot], secs: f64) -> String {
             let old = before.iter().find(|b| b.name == t.name);
             let (s, q) = (&t.stats, &t.quota);
             let delta = |f: &dyn Fn(&TaskSnapshot) -> u64| {
-                f(t).saturating_sub(old.map_or(0, |o| f(o))) as f64 / secs
+                f(t).saturating_sub(old.map_or(0, f)) as f64 / secs
             };
             let samples = s.rtt_samples - old.map_or(0, |o| o.stats.rtt_samples.min(s.rtt_samples));
             let rtt_ns = s
