@@ -28,6 +28,7 @@ mod fair;
 mod pull;
 mod record;
 mod redis;
+mod stats;
 mod store;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -42,9 +43,10 @@ use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
 pub use census::{Fleet, HostRecord, Store};
 pub use config::{GlobalConfig, GlobalSettings};
-pub(crate) use pull::{reclaim_pull_lock, stats};
+pub(crate) use pull::reclaim_pull_lock;
 pub use record::{GlobalSource, StoredConfig};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};
+pub(crate) use stats::read as stats;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
 
 /// The store options of a table handle (process-local: every process of a

@@ -3,6 +3,9 @@
 //! use it, and the reaper. This layer knows regions and owners, not
 //! features: what a dead attachment held is given back by the [`Reclaim`]
 //! hooks the table installs (the tasks' and the balancers').
+//!
+//! Readers take a [`Region`] (the validated mapping and its typed regions),
+//! which an attached [`Shm`] and a read-only [`ReadOnly`] both deref to.
 
 mod attach;
 mod file;
