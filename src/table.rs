@@ -187,10 +187,10 @@ impl Table {
     /// Registers the task `name`, or attaches to it if any process on the host
     /// registered it already. The first registration sets the configuration:
     /// a later one that names a different value for any field it sets fails
-    /// with [`ErrorKind::ConfigMismatch`] (fields left unset are not
+    /// with [`ErrorKind::ConfigMismatch`](crate::ErrorKind::ConfigMismatch) (fields left unset are not
     /// compared); [`Task::update`] changes a task's configuration on purpose.
     /// Waits up to 2 s for another live process registering a task in the
-    /// same slot, then fails with [`ErrorKind::Timeout`].
+    /// same slot, then fails with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
         crate::words::validate_name(name, "task name")?;
         let settings = config.over(TaskSettings::default());

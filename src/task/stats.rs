@@ -207,7 +207,9 @@ impl super::Task {
     }
 
     /// Compares the shared concurrency count with the sum of every ledger at
-    /// one instant (see [`consistency`]).
+    /// one instant: the ledgers are read, then the count, then the ledgers
+    /// again, until none moved meanwhile; a [`ErrorKind::Timeout`] error if
+    /// traffic never lets them hold still for 1 s.
     pub fn check(&self) -> Result<Consistency> {
         consistency(&self.shm, self.index, &self.name)
     }
