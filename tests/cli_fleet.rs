@@ -8,10 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use cli::{fails, flowctrl, ok};
+use cli::{fails, field, flowctrl, ok};
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{Store, StoreOptions, Table, TableOptions, TaskConfig};
+use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
 use serde_json::Value;
 
 fn options(url: &str, host: &str) -> TableOptions {
@@ -102,6 +102,29 @@ fn fleet_prints_the_census_of_both_hosts() {
         [slice.to_string().as_str(), "30", "30"],
         "{text}"
     );
+
+    // A record in the store wins over the hosts' own numbers: the view says so.
+    let record = GlobalConfig {
+        global_rate: Some(2000.0),
+        ..GlobalConfig::default()
+    };
+    store.set_task_config("api", &record).unwrap();
+    ta.pull_quota(1).unwrap().unwrap();
+    let stats = ok(&scratch.path("a"), &["stats", "api"]);
+    eprintln!("$ flowctrl stats api   # with a store record\n{stats}");
+    assert_eq!(
+        field(&stats, "global"),
+        "global_rate 2000/s  slice_ms 1000  chunk auto  fallback share  global_burst auto  source store"
+    );
+    let tasks = ok(&scratch.path("a"), &["tasks"]);
+    assert!(tasks.lines().nth(1).unwrap().ends_with(" store"), "{tasks}");
+    let out = ok(&scratch.path("a"), &["set", "api", "global_rate=1500"]);
+    assert_eq!(
+        out,
+        "task \"api\": global_rate 2000 -> 2000\nthe store's record of \"api\" is in force: \
+         this host's own global numbers changed, and apply when the record is removed\n"
+    );
+    assert_eq!(ta.settings().global.global_rate, 2000.0);
 
     // A store that is not there is one line, not a hang.
     let line = fails(flowctrl(
