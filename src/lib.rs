@@ -42,11 +42,14 @@ mod events;
 pub mod ffi;
 mod format;
 mod limit;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod quota;
 mod shm;
 pub mod table;
 mod task;
 mod token;
+mod view;
 mod words;
 
 pub use balance::{
@@ -66,6 +69,7 @@ pub use task::{
     ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
 pub use token::{Finish, Guard, Issuer};
+pub use view::{AttachedProcess, BalancerSnapshot, TaskSnapshot, View};
 pub use words::{Limited, NAME_MAX, Outcome, validate_name};
 
 /// The crate version, as the C face reports it.

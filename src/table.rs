@@ -7,11 +7,11 @@ use std::sync::Arc;
 use crate::balance::{self, Balancer, BalancerConfig};
 use crate::clock::Clock;
 use crate::config_file::{self, ConfigFile, Live};
-use crate::error::{Error, ErrorKind, Result};
-use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY, TASK_READY};
+use crate::error::{Error, Result};
+use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY};
 use crate::quota::{Quota, StoreOptions};
 use crate::shm::Reclaim;
-use crate::shm::{OpenSpec, Shm};
+use crate::shm::{OpenSpec, Region, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
 
 use crate::format::Geometry;
@@ -230,10 +230,10 @@ impl Table {
     /// Registers the task `name`, or attaches to it if any process on the host
     /// registered it already. The first registration sets the configuration:
     /// a later one that names a different value for any field it sets fails
-    /// with [`ErrorKind::ConfigMismatch`] (fields left unset are not
+    /// with [`ErrorKind::ConfigMismatch`](crate::ErrorKind::ConfigMismatch) (fields left unset are not
     /// compared); [`Task::update`] changes a task's configuration on purpose.
     /// Waits up to 2 s for another live process registering a task in the
-    /// same slot, then fails with [`ErrorKind::Timeout`].
+    /// same slot, then fails with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
     /// With a config file that names the task, the file's fields win over
     /// `config`'s and over what the table holds (they are applied host-wide
@@ -305,24 +305,7 @@ impl Table {
     /// Checks the table: that the path still names this file, and that every
     /// task's concurrency count equals what the processes' ledgers hold.
     pub fn check(&self) -> TableCheck {
-        let mut report = TableCheck {
-            replaced: self.shm.replaced(),
-            ..TableCheck::default()
-        };
-        for index in 0..self.capacity() {
-            let slot = self.shm.task_slot(index);
-            if slot.state.load(std::sync::atomic::Ordering::Acquire) != TASK_READY {
-                continue;
-            }
-            let name = task::slot_name(slot).unwrap_or_else(|| format!("#{index}"));
-            match Task::new(self.shm.clone(), self.quota.clone(), index, &name).check() {
-                Ok(c) if c.drift() != 0 => report.drift.push((name, c.drift())),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::Timeout => report.unchecked.push(name),
-                Err(_) => report.unchecked.push(name),
-            }
-        }
-        report
+        check_region(&self.shm, self.shm.replaced())
     }
 }
 
@@ -361,6 +344,23 @@ fn options_with(file: &ConfigFile, code: &TableOptions) -> TableOptions {
         o.shared = shared;
     }
     o
+}
+
+/// [`Table::check`] of a mapping (an attached handle's or a view's), whose
+/// path no longer names it if `replaced`.
+pub(crate) fn check_region(region: &Region, replaced: bool) -> TableCheck {
+    let mut report = TableCheck {
+        replaced,
+        ..TableCheck::default()
+    };
+    for (index, name) in task::ready(region) {
+        match task::consistency(region, index, &name) {
+            Ok(c) if c.drift() != 0 => report.drift.push((name, c.drift())),
+            Ok(_) => {}
+            Err(_) => report.unchecked.push(name),
+        }
+    }
+    report
 }
 
 /// What a dead attachment held: task permits, then balancer picks.

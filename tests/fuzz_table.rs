@@ -3,7 +3,9 @@
 //! boundary values — biased towards the words that matter: task states,
 //! configuration, ledgers and intents, the in-flight word, counters, name
 //! lengths, attachment states — and then each case is opened and used in a
-//! forked child: register, acquire, release (twice), stats, check, reap,
+//! forked child: first read through a read-only view (as `flowctrl` reads
+//! it: tasks, processes, balancers, check, metrics), then register,
+//! acquire, release (twice), stats, check, reap,
 //! stats by process, update, a second handle; in one case of four a second
 //! process uses the table meanwhile and is SIGKILLed and reaped. A case may
 //! be refused or answer errors; it must never panic, crash (SIGBUS, SIGSEGV,
@@ -540,6 +542,12 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
     }));
     // SAFETY: schedules SIGALRM for this process only.
     unsafe { libc::alarm(5) };
+    // First as `flowctrl` reads it: a read-only view of the damaged file,
+    // before this process's handle reaps what reaping repairs. Its mapping
+    // has no write permission: a reader that wrote would crash the case.
+    if let Ok(view) = flowctrl::View::open(path) {
+        view_everything(&view);
+    }
     let table = match Table::open(path, &options()) {
         Ok(t) => t,
         Err(e) => return kind_code(e.kind()),
@@ -655,6 +663,19 @@ fn run_case(path: &Path, concurrent: bool) -> i32 {
         (false, true) => RAN,
         (false, false) => NOTHING_ADMITTED,
     }
+}
+
+/// Every read a view offers, as the `flowctrl` command makes them.
+fn view_everything(view: &flowctrl::View) {
+    for task in view.tasks() {
+        let _ = view.processes_of(&task.name);
+    }
+    let _ = view.task(NAMES[0]);
+    let _ = view.processes();
+    let _ = view.balancers();
+    let _ = view.check();
+    #[cfg(feature = "metrics")]
+    let _ = flowctrl::metrics::render(view);
 }
 
 /// A forked process racing the case's own operations.

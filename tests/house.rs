@@ -7,6 +7,9 @@
 //! `tests.rs` file or a trailing `#[cfg(test)] mod tests`: tests may build a
 //! whole `Table`), including the groups of `use crate::{a::…, b}`, and
 //! resolves the names `lib.rs` re-exports (`crate::Table`) to their rooms.
+//! `src/bin/` is another crate (the `flowctrl` command, whose `crate::` is
+//! its own and which sees the library through its public API only): it is
+//! held to the length limit, not scanned for imports.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +17,9 @@ use std::path::{Path, PathBuf};
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// Rooms that implement behaviour: nothing below them may import them.
-const FEATURES: &[&str] = &["task", "quota", "balance", "table", "token", "ffi"];
+const FEATURES: &[&str] = &[
+    "task", "quota", "balance", "table", "token", "ffi", "view", "metrics",
+];
 
 /// Files allowed past the limit, and why.
 const LONG_FILES: &[(&str, &str)] = &[(
@@ -137,7 +142,7 @@ fn graph() -> Graph {
     let mut graph = Graph::new();
     for file in files {
         let room = room_of(&file);
-        if room == "lib" || file.file_name().is_some_and(|n| n == "tests.rs") {
+        if room == "lib" || room == "bin" || file.file_name().is_some_and(|n| n == "tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();

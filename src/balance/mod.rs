@@ -29,6 +29,8 @@ use std::time::Duration;
 pub use config::BalancerConfig;
 pub use membership::MAX_WEIGHT;
 pub(crate) use reclaim::BalanceReclaim;
+pub(crate) use register::{config_of, ready};
+pub(crate) use stats::read as read_stats;
 pub use stats::{BackendStats, BalancerStats};
 
 use crate::error::{Error, Result};
@@ -54,6 +56,11 @@ pub(crate) fn check_capacity(balancers: u32, backends: u32) -> Result<u32> {
         )));
     }
     Ok(backends)
+}
+
+/// The table clock in ms: the time base of a balancer's words.
+pub(crate) fn now_ms(clock: &crate::clock::Clock) -> u64 {
+    clock.ticks_to_ns(clock.now()) / 1_000_000
 }
 
 /// Checks a backend list against the table's capacity.
@@ -336,8 +343,7 @@ impl Balancer {
     }
 
     fn now_ms(&self) -> u64 {
-        let clock = &self.shm.clock;
-        clock.ticks_to_ns(clock.now()) / 1_000_000
+        now_ms(&self.shm.clock)
     }
 }
 

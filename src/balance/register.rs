@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::config::Params;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::BalancerSlot;
-use crate::shm::Shm;
 use crate::shm::named::{self, Named};
+use crate::shm::{Region, Shm};
 
 /// The slot of balancer `name`, claimed and published with `params` if it
 /// is new. Returns the slot index and whether this call created it.
@@ -42,6 +42,24 @@ pub(crate) fn find(shm: &Shm, name: &str) -> Option<u32> {
     named::find(shm.geometry.balancer_capacity, name, |index| {
         named(shm.balancer_slot(index))
     })
+}
+
+/// The registered balancers: (slot index, name), a slot whose name is not
+/// readable named `#<index>`.
+pub(crate) fn ready(region: &Region) -> Vec<(u32, String)> {
+    (0..region.geometry.balancer_capacity)
+        .filter_map(|index| {
+            let named = named(region.balancer_slot(index));
+            named
+                .is_ready()
+                .then(|| (index, named.name().unwrap_or_else(|| format!("#{index}"))))
+        })
+        .collect()
+}
+
+/// The configuration balancer `index` was registered with.
+pub(crate) fn config_of(region: &Region, index: u32) -> super::BalancerConfig {
+    Params::load(region.balancer_slot(index)).config()
 }
 
 fn named(slot: &BalancerSlot) -> Named<'_> {

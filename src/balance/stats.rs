@@ -6,8 +6,9 @@ use std::time::Duration;
 use super::config::Params;
 use super::membership::{address_into, kind};
 use super::{Balancer, buckets, cost, penalty};
-use crate::format::{BACKEND_ACTIVE, BACKEND_REMOVED};
+use crate::format::{BACKEND_ACTIVE, BACKEND_REMOVED, load_acquire};
 use crate::limit::ledger;
+use crate::shm::Region;
 use crate::words::NAME_MAX;
 
 /// One backend, host-wide.
@@ -56,46 +57,51 @@ impl Balancer {
     }
 
     pub(super) fn stats_at(&self, now_ms: u64) -> BalancerStats {
-        let slot = self.shm.balancer_slot(self.index);
-        let p = Params::load(slot);
-        let sec = now_ms / 1000;
-        let backends = (0..self.capacity())
-            .filter_map(|i| Some((i, self.shm.backend_slot(self.index, i)?)))
-            .filter_map(|(i, s)| {
-                let k = kind(s.state.load(Ordering::Acquire));
-                if k != BACKEND_ACTIVE && k != BACKEND_REMOVED {
-                    return None;
-                }
-                let mut bytes = [0; NAME_MAX + 1];
-                let len = address_into(s, &mut bytes);
-                let (ok, failed) = buckets::window(&s.buckets, sec);
-                let (until, ejections) = penalty::unpack(s.penalty.load(Ordering::Relaxed));
-                let age = now_ms.saturating_sub(s.first_seen.load(Ordering::Relaxed));
-                let rtt =
-                    cost::decayed_rtt(s.rtt.load(Ordering::Relaxed), now_ms, p.decay_ms as f64);
-                Some(BackendStats {
-                    index: i,
-                    address: String::from_utf8_lossy(&bytes[..len]).into_owned(),
-                    weight: s.weight.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
-                    active: k == BACKEND_ACTIVE,
-                    in_flight: ledger::word_count(s.in_flight.load(Ordering::Acquire)),
-                    picked: s.picked.load(Ordering::Relaxed),
-                    rtt: Duration::from_nanos((rtt * 1e3) as u64),
-                    recent_successes: ok,
-                    recent_failures: failed,
-                    ejected_for: Duration::from_millis(until.saturating_sub(now_ms)),
-                    ejections,
-                    age: Duration::from_millis(age),
-                    ramp: cost::ramp(age, p.slow_start_ms),
-                    load: cost::fresh_load(s.load.load(Ordering::Relaxed), now_ms),
-                })
+        read(&self.shm, self.index, now_ms)
+    }
+}
+
+/// Balancer `index`'s statistics at table-clock instant `now_ms`. Reads only,
+/// with `Relaxed` or `format::load_acquire` (views share it).
+pub(crate) fn read(region: &Region, index: u32, now_ms: u64) -> BalancerStats {
+    let slot = region.balancer_slot(index);
+    let p = Params::load(slot);
+    let sec = now_ms / 1000;
+    let backends = (0..region.geometry.backend_capacity)
+        .filter_map(|i| Some((i, region.backend_slot(index, i)?)))
+        .filter_map(|(i, s)| {
+            let k = kind(load_acquire(&s.state));
+            if k != BACKEND_ACTIVE && k != BACKEND_REMOVED {
+                return None;
+            }
+            let mut bytes = [0; NAME_MAX + 1];
+            let len = address_into(s, &mut bytes);
+            let (ok, failed) = buckets::window(&s.buckets, sec);
+            let (until, ejections) = penalty::unpack(s.penalty.load(Ordering::Relaxed));
+            let age = now_ms.saturating_sub(s.first_seen.load(Ordering::Relaxed));
+            let rtt = cost::decayed_rtt(s.rtt.load(Ordering::Relaxed), now_ms, p.decay_ms as f64);
+            Some(BackendStats {
+                index: i,
+                address: String::from_utf8_lossy(&bytes[..len]).into_owned(),
+                weight: s.weight.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
+                active: k == BACKEND_ACTIVE,
+                in_flight: ledger::word_count(load_acquire(&s.in_flight)),
+                picked: s.picked.load(Ordering::Relaxed),
+                rtt: Duration::from_nanos((rtt * 1e3) as u64),
+                recent_successes: ok,
+                recent_failures: failed,
+                ejected_for: Duration::from_millis(until.saturating_sub(now_ms)),
+                ejections,
+                age: Duration::from_millis(age),
+                ramp: cost::ramp(age, p.slow_start_ms),
+                load: cost::fresh_load(s.load.load(Ordering::Relaxed), now_ms),
             })
-            .collect();
-        let (recent_picks, recent_retries) = buckets::window(&slot.budget, sec);
-        BalancerStats {
-            backends,
-            recent_picks,
-            recent_retries,
-        }
+        })
+        .collect();
+    let (recent_picks, recent_retries) = buckets::window(&slot.budget, sec);
+    BalancerStats {
+        backends,
+        recent_picks,
+        recent_retries,
     }
 }

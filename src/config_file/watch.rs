@@ -119,14 +119,7 @@ pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
         return;
     }
     let mut changed = 0;
-    for index in 0..shm.geometry.task_capacity {
-        let slot = shm.task_slot(index);
-        if slot.state.load(Ordering::Acquire) != crate::format::TASK_READY {
-            continue;
-        }
-        let Some(name) = task::slot_name(slot) else {
-            continue;
-        };
+    for (index, name) in task::ready(shm) {
         let Some(fields) = file.tasks.get(&name) else {
             continue;
         };

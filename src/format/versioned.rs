@@ -14,7 +14,9 @@ const MAX_TRIES: u32 = 64;
 pub(crate) fn read_versioned<T>(version: &AtomicU64, mut read: impl FnMut(usize) -> T) -> T {
     let mut tries = 0;
     loop {
-        let seen = version.load(Ordering::Acquire);
+        // Not `load(Acquire)`: views read copies through a read-only
+        // mapping (see `load_acquire`); the same order on every target.
+        let seen = super::load_acquire(version);
         let value = read((seen & 1) as usize);
         // Pairs with the writer's fence before it fills a copy: if any word
         // read came from a later write, the version moved too.

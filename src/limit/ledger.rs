@@ -322,7 +322,10 @@ pub fn drain<'a, W: Word + 'a>(
 }
 
 /// The held count of a lane including its op in flight when that op has
-/// landed — what the lane contributes to the shared word right now.
+/// landed — what the lane contributes to the shared word right now. The
+/// tests' and the model's invariant; the table's readers load the words
+/// themselves (a view's mapping is read-only) and use [`contribution_of`].
+#[cfg(test)]
 pub fn contribution<W: Word>(word: u64, lane: Lane<'_, W>) -> i64 {
     let ledger = lane.ledger.load(Ordering::Acquire);
     contribution_of(word, lane.id, ledger, || {

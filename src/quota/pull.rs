@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::store::{Ask, slice_of, wall_us};
-use super::{Global, Quota, QuotaState, QuotaStats, TaskRef, notes, record};
+use super::{Global, Quota, QuotaStats, TaskRef, notes, record};
 use crate::error::Result;
 use crate::events;
 use crate::format::{QuotaSlot, TaskSlot};
@@ -38,8 +38,8 @@ use crate::shm::Shm;
 /// clock in ms when the phase began.
 const OPEN: u64 = 0;
 const LIMITED: u64 = 1;
-const FAILED: u64 = 2;
-const SINCE: u64 = (1 << 62) - 1;
+pub(super) const FAILED: u64 = 2;
+pub(super) const SINCE: u64 = (1 << 62) - 1;
 
 /// Chunks the adaptive rule aims for per slice at steady demand.
 const PULLS_PER_SLICE: u64 = 3;
@@ -332,46 +332,7 @@ impl Quota {
 
     /// The task's global-quota statistics.
     pub fn stats(&self, slot: &TaskSlot, g: Option<Global>) -> QuotaStats {
-        let q = &slot.quota;
-        let phase = q.phase.load(Ordering::Acquire);
-        let now_ms = (wall_us() / 1000) as u64;
-        let mut ms = [0u64; 3];
-        for (m, word) in ms.iter_mut().zip(&q.phase_ms) {
-            *m = word.load(Ordering::Relaxed);
-        }
-        let kind = (phase >> 62) as usize;
-        if phase != 0 && kind < 3 {
-            ms[kind] += now_ms.saturating_sub(phase & SINCE);
-        }
-        let state = g.map(|g| {
-            let slice = slice_of(self.store_now_us(q), g.slice_ms);
-            if kind as u64 == FAILED {
-                QuotaState::Failed
-            } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
-                && tagged(q.host.load(Ordering::Relaxed), slice) == 0
-            {
-                QuotaState::Limited
-            } else {
-                QuotaState::Open
-            }
-        });
-        QuotaStats {
-            state,
-            pulls: q.pulls.load(Ordering::Relaxed),
-            failed_pulls: q.failed_pulls.load(Ordering::Relaxed),
-            pull_ns_sum: q.pull_ns_sum.load(Ordering::Relaxed),
-            pull_ns_max: q.pull_ns_max.load(Ordering::Relaxed),
-            granted: q.granted.load(Ordering::Relaxed),
-            stranded: q.stranded.load(Ordering::Relaxed),
-            open_ms: ms[0],
-            limited_ms: ms[1],
-            failed_ms: ms[2],
-            clock_offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
-            limited_fallback: q.limited_fallback.load(Ordering::Relaxed),
-            hosts_seen: q.hosts_seen.load(Ordering::Relaxed),
-            host_conflicts: q.host_conflicts.load(Ordering::Relaxed),
-            config_conflicts: q.config_conflicts.load(Ordering::Relaxed),
-        }
+        super::stats::read(slot, g, self.skew_us)
     }
 }
 

@@ -85,7 +85,8 @@ pub(crate) fn seen(q: &QuotaSlot) -> (u64, bool) {
 
 /// Where the copies' global numbers come from.
 pub(crate) fn source(slot: &TaskSlot) -> GlobalSource {
-    if slot.quota.record.load(Ordering::Acquire) & ADOPTED != 0 {
+    // Views read it through a read-only mapping (`format::load_acquire`).
+    if crate::format::load_acquire(&slot.quota.record) & ADOPTED != 0 {
         GlobalSource::Store
     } else {
         GlobalSource::Local

@@ -66,6 +66,25 @@ impl Owner {
     }
 }
 
+/// Whether an open file description other than `fd`'s holds attachment
+/// slot `index`'s lock, i.e. whether its owner lives. Asked with
+/// `F_OFD_GETLK`: a question, not a claim, so a read-only descriptor may
+/// ask it and nothing changes.
+pub(super) fn lock_held(fd: std::os::fd::RawFd, index: u32) -> std::io::Result<bool> {
+    // SAFETY: a zeroed flock is a valid value for every field (l_pid 0, as
+    // OFD locks require).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = LOCK_BASE + index as i64;
+    fl.l_len = 1;
+    // SAFETY: fcntl on a descriptor the caller owns, with a valid flock.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut fl) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
 /// This handle's attachment, as this process knows it.
 pub(crate) struct Attachment {
     /// The fork generation the claim was made in; 0 = none yet.
@@ -320,15 +339,6 @@ impl Shm {
             let _ = self.lock_slot(index, false);
             self.attachment.generation.store(0, Ordering::Release);
         }
-    }
-
-    /// The live attachments: (slot index, pid as the owner saw itself).
-    pub fn attachments(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        (0..self.geometry.attach_capacity).filter_map(|index| {
-            let slot = self.attach_slot(index);
-            let live = slot.state.load(Ordering::Acquire) & ATTACH_LIVE != 0;
-            live.then(|| (index, slot.pid.load(Ordering::Relaxed) as u32))
-        })
     }
 
     /// Starts this process's reaper thread for this handle. It holds only a

@@ -12,6 +12,9 @@
 //! others unless a shared table was asked for: whoever can write the file
 //! sets everyone's limits. Its space is reserved again on open, so pages that
 //! were never touched cannot raise SIGBUS when /dev/shm fills up later.
+//!
+//! A view opens a table for reading only (`read_only.rs`), with the same
+//! checks of the header and geometry (`validate`).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -87,7 +90,7 @@ pub(crate) fn open_or_create(
     ))
 }
 
-fn c_path(path: &Path) -> Result<CString> {
+pub(super) fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::invalid(format!("path {} contains a NUL byte", path.display())))
 }
@@ -308,23 +311,42 @@ fn check_trust(path: &Path, meta: &std::fs::Metadata, trust: Trust) -> Result<()
 /// Maps an existing table and checks everything the header claims before
 /// anything else is trusted.
 fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
-    let shown = path.display();
     let meta = file
         .metadata()
-        .map_err(|e| Error::io(format!("cannot stat table {shown}"), e))?;
+        .map_err(|e| Error::io(format!("cannot stat table {}", path.display()), e))?;
     check_trust(path, &meta, trust)?;
-    let len = meta.len();
+    let (geometry, clock) = validate(path, &file, meta.len())?;
+    let total = geometry.total_size();
+    reserve(&file, total, path)?;
+    let map = map_file(&file, total, path)?;
+    Ok(Mapped {
+        file,
+        map,
+        geometry,
+        clock,
+    })
+}
+
+/// Checks everything the header of `file` (`len` bytes) claims, through a
+/// read-only mapping of the header alone; returns the geometry and clock a
+/// mapping of the whole table may then rely on.
+pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, Clock)> {
+    let shown = path.display();
     if len < HEADER_SIZE as u64 {
         return Err(Error::corrupt(format!(
             "{shown} is {len} bytes, too small to be a flowctrl table (truncated or not a table)"
         )));
     }
-    let header = map_file(&file, HEADER_SIZE, path)?;
-    // SAFETY: the mapping holds a whole header, which is made of atomics.
+    let header = MmapOptions::new()
+        .len(HEADER_SIZE)
+        .map_raw_read_only(file)
+        .map_err(|e| Error::io(format!("cannot map table {shown}"), e))?;
+    // SAFETY: the mapping holds a whole header, which is made of atomics;
+    // it is read with relaxed loads only (see `format::load_acquire`).
     let h = unsafe { &*(header.as_ptr() as *const Header) };
     let get = |f: &std::sync::atomic::AtomicU32| f.load(Ordering::Relaxed);
     let get64 = |f: &AtomicU64| f.load(Ordering::Relaxed);
-    if h.magic.load(Ordering::Acquire) != MAGIC {
+    if load_acquire(&h.magic) != MAGIC {
         return Err(Error::corrupt(format!(
             "{shown} is not a flowctrl table (bad magic)"
         )));
@@ -386,24 +408,13 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
     }
     let kind = get(&h.clock_kind);
     let ticks = get64(&h.ticks_per_sec);
-    let clock = match ClockKind::from_raw(kind) {
-        Some(kind) if (1_000..=1 << 40).contains(&ticks) => Clock::new(kind, ticks),
-        _ => {
-            return Err(Error::new(
-                ErrorKind::Incompatible,
-                format!("{shown}: unknown clock {kind} at {ticks} ticks/s"),
-            ));
-        }
-    };
-    drop(header);
-    reserve(&file, total as usize, path)?;
-    let map = map_file(&file, total as usize, path)?;
-    Ok(Mapped {
-        file,
-        map,
-        geometry,
-        clock,
-    })
+    match ClockKind::from_raw(kind) {
+        Some(kind) if (1_000..=1 << 40).contains(&ticks) => Ok((geometry, Clock::new(kind, ticks))),
+        _ => Err(Error::new(
+            ErrorKind::Incompatible,
+            format!("{shown}: unknown clock {kind} at {ticks} ticks/s"),
+        )),
+    }
 }
 
 fn map_file(file: &File, len: usize, path: &Path) -> Result<MmapRaw> {

@@ -3,25 +3,29 @@
 //! use it, and the reaper. This layer knows regions and owners, not
 //! features: what a dead attachment held is given back by the [`Reclaim`]
 //! hooks the table installs (the tasks' and the balancers').
+//!
+//! Readers take a [`Region`] (the validated mapping and its typed regions),
+//! which an attached [`Shm`] and a read-only [`ReadOnly`] both deref to.
 
 mod attach;
 mod file;
 mod fork;
 pub(crate) mod named;
+mod read_only;
+mod region;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-
-use memmap2::MmapRaw;
 
 use crate::format::*;
 use attach::Attachment;
 pub(crate) use attach::Owner;
 pub(crate) use file::random_u64;
 use fork::{ForkSafeLock, TrackedFd};
+pub(crate) use read_only::ReadOnly;
+pub(crate) use region::Region;
 
-use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::{self, Event};
 
@@ -48,14 +52,12 @@ pub(crate) struct OpenSpec {
     pub shared: bool,
 }
 
-/// One mapping of a table file and this handle's attachment to it.
+/// One mapping of a table file and this handle's attachment to it; the
+/// mapping's regions through `Deref` ([`Region`]).
 pub(crate) struct Shm {
-    map: MmapRaw,
-    pub geometry: Geometry,
-    pub clock: Clock,
+    region: Region,
     /// Random per handle, never in the file: keys the permits' checks.
     pub permit_key: u64,
-    pub path: PathBuf,
     fd: TrackedFd,
     /// Device and inode of the file mapped, to notice it being replaced.
     identity: (u64, u64),
@@ -92,11 +94,8 @@ impl Shm {
         let fd = TrackedFd::new(std::os::fd::IntoRawFd::into_raw_fd(mapped.file))?;
         let shm = Arc::new_cyclic(|me| Shm {
             reap_interval: mapped.clock.duration_to_ticks(attach::REAP_INTERVAL),
-            map: mapped.map,
-            geometry: mapped.geometry,
-            clock: mapped.clock,
+            region: Region::new(mapped.map, mapped.geometry, mapped.clock, path),
             permit_key: file::random_u64(),
-            path: path.to_path_buf(),
             fd,
             identity,
             replaced: AtomicBool::new(false),
@@ -130,98 +129,6 @@ impl Shm {
         }
     }
 
-    fn base(&self) -> *mut u8 {
-        self.map.as_mut_ptr()
-    }
-
-    /// # Safety
-    /// `offset + size_of::<T>()` lies within the validated mapping and `T` is
-    /// one of the all-atomic structs of [`crate::format`].
-    pub(crate) unsafe fn at<T>(&self, offset: usize) -> &T {
-        debug_assert!(offset + size_of::<T>() <= self.geometry.total_size());
-        // SAFETY: per the contract; the mapping lives as long as `self`.
-        unsafe { &*(self.base().add(offset) as *const T) }
-    }
-
-    pub fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a validated header.
-        unsafe { self.at(0) }
-    }
-
-    pub fn task_slot(&self, task: u32) -> &TaskSlot {
-        assert!(task < self.geometry.task_capacity);
-        let offset = self.geometry.tasks_offset() + task as usize * size_of::<TaskSlot>();
-        // SAFETY: bounds checked above against the validated geometry.
-        unsafe { self.at(offset) }
-    }
-
-    pub fn attach_slot(&self, attach: u32) -> &AttachSlot {
-        assert!(attach < self.geometry.attach_capacity);
-        let offset = self.geometry.attach_offset() + attach as usize * size_of::<AttachSlot>();
-        // SAFETY: bounds checked above.
-        unsafe { self.at(offset) }
-    }
-
-    /// The lane `id` (`attach * LANES + lane`) of a task, or `None` for an id
-    /// no lane has (ids are read from the file: they are checked, not trusted).
-    #[inline]
-    pub fn lane(&self, task: u32, id: u32) -> Option<&Lane> {
-        if task >= self.geometry.task_capacity || id >= self.geometry.attach_capacity * LANES {
-            return None;
-        }
-        let index = task as usize * (self.geometry.attach_capacity * LANES) as usize + id as usize;
-        let offset = self.geometry.lanes_offset() + index * size_of::<Lane>();
-        // SAFETY: both indices checked above.
-        Some(unsafe { self.at(offset) })
-    }
-
-    pub fn baseline(&self, task: u32, attach: u32) -> &Baseline {
-        assert!(task < self.geometry.task_capacity && attach < self.geometry.attach_capacity);
-        let index = task as usize * self.geometry.attach_capacity as usize + attach as usize;
-        let offset = self.geometry.baselines_offset() + index * size_of::<Baseline>();
-        // SAFETY: both indices checked above.
-        unsafe { self.at(offset) }
-    }
-
-    pub fn balancer_slot(&self, balancer: u32) -> &BalancerSlot {
-        assert!(balancer < self.geometry.balancer_capacity);
-        let offset =
-            self.geometry.balancers_offset() + balancer as usize * size_of::<BalancerSlot>();
-        // SAFETY: index checked against the validated geometry.
-        unsafe { self.at(offset) }
-    }
-
-    /// A backend slot, or `None` for an index outside the table (indices
-    /// come from caller memory and the file: checked, not trusted).
-    pub fn backend_slot(&self, balancer: u32, backend: u32) -> Option<&BackendSlot> {
-        let g = &self.geometry;
-        if balancer >= g.balancer_capacity || backend >= g.backend_capacity {
-            return None;
-        }
-        let index = balancer as usize * g.backend_capacity as usize + backend as usize;
-        let offset = g.backends_offset() + index * size_of::<BackendSlot>();
-        // SAFETY: both indices checked above.
-        Some(unsafe { self.at(offset) })
-    }
-
-    /// The ledger of `attach`'s picks on a backend, or `None` for indices
-    /// outside the table.
-    pub fn pick_ledger(&self, balancer: u32, attach: u32, backend: u32) -> Option<&PickLedger> {
-        let g = &self.geometry;
-        if balancer >= g.balancer_capacity
-            || attach >= g.attach_capacity
-            || backend >= g.backend_capacity
-        {
-            return None;
-        }
-        let index = (balancer as usize * g.attach_capacity as usize + attach as usize)
-            * g.backend_capacity as usize
-            + backend as usize;
-        let offset = g.pick_ledgers_offset() + index * size_of::<PickLedger>();
-        // SAFETY: every index checked above.
-        Some(unsafe { self.at(offset) })
-    }
-
     /// Whether the file at the path is no longer the one mapped (deleted or
     /// replaced): processes that open the path now share another table.
     pub fn replaced(&self) -> bool {
@@ -245,9 +152,13 @@ impl Shm {
         }
         self.replaced.load(Ordering::Relaxed)
     }
+}
 
-    pub fn path(&self) -> &Path {
-        &self.path
+impl std::ops::Deref for Shm {
+    type Target = Region;
+
+    fn deref(&self) -> &Region {
+        &self.region
     }
 }
 

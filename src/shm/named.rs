@@ -27,6 +27,27 @@ pub(crate) struct Named<'a> {
 }
 
 impl Named<'_> {
+    /// Whether the slot is published.
+    pub fn is_ready(&self) -> bool {
+        crate::format::load_acquire(self.state) == TASK_READY
+    }
+
+    /// The name the slot holds, if it is readable (for reports and views):
+    /// a damaged length or bytes that are not UTF-8 give `None`.
+    pub fn name(&self) -> Option<String> {
+        let len = usize::try_from(self.name_len.load(Ordering::Relaxed)).ok()?;
+        if len > crate::words::NAME_MAX {
+            return None;
+        }
+        let bytes: Vec<u8> = self
+            .name
+            .iter()
+            .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+            .take(len)
+            .collect();
+        String::from_utf8(bytes).ok()
+    }
+
     fn holds(&self, name: &str, words: &[u64; NAME_WORDS]) -> bool {
         self.name_len.load(Ordering::Relaxed) == name.len() as u64
             && self

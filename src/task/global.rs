@@ -98,3 +98,10 @@ impl Task {
         self.quota.stats(slot, config::read(slot).global)
     }
 }
+
+/// What the global quota of the task in `slot` did on its host, read
+/// without a store (views: the state is judged by this host's clock and the
+/// store offset the table keeps).
+pub(crate) fn quota_stats(slot: &TaskSlot) -> QuotaStats {
+    crate::quota::stats(slot, config::read(slot).global, 0)
+}

@@ -13,14 +13,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+pub(crate) use config::settings;
 pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
+pub(crate) use global::quota_stats;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-pub(crate) use register::{find_or_claim, slot_name};
+pub(crate) use register::{find_or_claim, ready};
 pub use stats::{Consistency, ProcessStats, TaskStats};
+pub(crate) use stats::{by_process, consistency, read as read_stats};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{Counter, LANES, Lane, limit_of};
+use crate::format::{Counter, LANES, Lane, TaskSlot, limit_of};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{self, Update};
 use crate::quota::{Need, Quota, Refused};
@@ -412,13 +415,7 @@ impl Task {
     /// The concurrency limit every process applies now: the adaptive limit,
     /// or `max_concurrency` (`None` when there is no cap).
     pub fn limit(&self) -> Option<u32> {
-        let slot = self.shm.task_slot(self.index);
-        let cap = config::read(slot).local.cap;
-        match limit_of(slot.adaptive.limit.load(Ordering::Acquire)) {
-            Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
-            Some(limit) => Some(limit.max(1)),
-            None => (cap != 0).then_some(cap),
-        }
+        limit(self.shm.task_slot(self.index))
     }
 
     /// What attachment `attach` holds of the task, by its ledgers.
@@ -436,6 +433,16 @@ impl std::fmt::Debug for Task {
             .field("name", &self.name)
             .field("settings", &self.settings())
             .finish()
+    }
+}
+
+/// The concurrency limit of the task in `slot` (see [`Task::limit`]).
+pub(crate) fn limit(slot: &TaskSlot) -> Option<u32> {
+    let cap = config::read(slot).local.cap;
+    match limit_of(crate::format::load_acquire(&slot.adaptive.limit)) {
+        Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
+        Some(limit) => Some(limit.max(1)),
+        None => (cap != 0).then_some(cap),
     }
 }
 

@@ -7,23 +7,25 @@ use std::sync::atomic::Ordering;
 use super::config::{self, TaskSettings};
 use crate::error::Result;
 use crate::format::TaskSlot;
-use crate::shm::Shm;
 use crate::shm::named::{self, Named};
-use crate::words::NAME_MAX;
+use crate::shm::{Region, Shm};
+
+/// The registered tasks: (slot index, name), a slot whose name is not
+/// readable named `#<index>`.
+pub(crate) fn ready(region: &Region) -> Vec<(u32, String)> {
+    (0..region.geometry.task_capacity)
+        .filter_map(|index| {
+            let named = named(region.task_slot(index));
+            named
+                .is_ready()
+                .then(|| (index, named.name().unwrap_or_else(|| format!("#{index}"))))
+        })
+        .collect()
+}
 
 /// The name a slot holds, if it is readable (for reports).
 pub(crate) fn slot_name(slot: &TaskSlot) -> Option<String> {
-    let len = usize::try_from(slot.name_len.load(Ordering::Relaxed)).ok()?;
-    if len > NAME_MAX {
-        return None;
-    }
-    let bytes: Vec<u8> = slot
-        .name
-        .iter()
-        .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
-        .take(len)
-        .collect();
-    String::from_utf8(bytes).ok()
+    named(slot).name()
 }
 
 /// Finds the slot of `name`, or claims an empty one and publishes it with

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::adaptive;
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{Baseline, COUNTERS, Counter, LANES, Lane};
+use crate::format::{Baseline, COUNTERS, Counter, LANES, Lane, load_acquire};
 use crate::limit::ledger;
+use crate::shm::Region;
 
 /// Counters of one task, in permits unless named otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -164,7 +165,10 @@ pub(crate) fn record_reclaimed(lane: &Lane, seq: u64, held: i32) {
 /// What the lanes of one attachment contribute to the shared word `word`.
 pub(crate) fn contribution<'a>(word: u64, lanes: impl Iterator<Item = (u32, &'a Lane)>) -> i64 {
     lanes
-        .map(|(id, lane)| ledger::contribution(word, ledger_view(id, lane)))
+        .map(|(id, lane)| {
+            let ledger = load_acquire(&lane.ledger);
+            ledger::contribution_of(word, id, ledger, || load_acquire(&lane.intent))
+        })
         .sum()
 }
 
@@ -193,90 +197,109 @@ impl TaskStats {
 impl super::Task {
     /// The task's counters, summed over every process that ever used it.
     pub fn stats(&self) -> TaskStats {
-        let shm = &*self.shm;
-        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
-        let mut sums = Sums::default();
-        let mut held = 0;
-        for attach in 0..shm.geometry.attach_capacity {
-            let lanes = self.lanes_of(attach);
-            lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
-            held += contribution(word, lanes);
-        }
-        let mut stats = sums.into_stats(ledger::word_count(word), held);
-        let slot = shm.task_slot(self.index);
-        stats.limit = self.limit().map_or(0, u64::from);
-        if crate::format::limit_of(slot.adaptive.limit.load(Ordering::Acquire)).is_some() {
-            let state = adaptive::committed(slot);
-            stats.baseline_rtt_ns = state.baseline_ns as u64;
-            stats.recent_rtt_ns = state.recent_ns as u64;
-        }
-        stats
-    }
-
-    fn lanes_of(&self, attach: u32) -> impl Iterator<Item = (u32, &Lane)> + Clone {
-        lane_ids(attach).filter_map(|id| Some((id, self.shm.lane(self.index, id)?)))
+        read(&self.shm, self.index)
     }
 
     /// The counters of each attachment live now, since it attached; its
     /// `in_flight` and `held` are what its ledgers hold.
     pub fn stats_by_process(&self) -> Vec<ProcessStats> {
-        let shm = &*self.shm;
-        let word = shm.task_slot(self.index).in_flight.load(Ordering::Acquire);
-        shm.attachments()
-            .map(|(slot, pid)| {
-                let mut sums = Sums::default();
-                let lanes = self.lanes_of(slot);
-                lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
-                let held = contribution(word, lanes);
-                let base = Sums::load(shm.baseline(self.index, slot));
-                let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
-                ProcessStats { pid, slot, stats }
-            })
-            .collect()
+        by_process(&self.shm, self.index)
     }
 
     /// Compares the shared concurrency count with the sum of every ledger at
-    /// one instant. The ledgers are read, then the word, then the ledgers
-    /// again: when no ledger word changed (each carries a sequence number, so
-    /// "same" means "untouched"), every ledger held its value at the instant
-    /// the word was read. Retries while traffic keeps moving them; a
-    /// [`ErrorKind::Timeout`] error if they never hold still for a whole read.
+    /// one instant: the ledgers are read, then the count, then the ledgers
+    /// again, until none moved meanwhile; a [`ErrorKind::Timeout`] error if
+    /// traffic never lets them hold still for 1 s.
     pub fn check(&self) -> Result<Consistency> {
-        let shm = &*self.shm;
-        let word = &shm.task_slot(self.index).in_flight;
-        let lanes: Vec<(u32, &Lane)> = (0..shm.geometry.attach_capacity)
-            .flat_map(|attach| self.lanes_of(attach))
-            .collect();
-        let began = Instant::now();
-        let mut first = Vec::with_capacity(lanes.len());
-        loop {
-            first.clear();
-            first.extend(lanes.iter().map(|(_, l)| l.ledger.load(Ordering::Acquire)));
-            let at = word.load(Ordering::Acquire);
-            let mut held = 0;
-            let still = lanes.iter().zip(&first).all(|((id, lane), seen)| {
-                let ledger = lane.ledger.load(Ordering::Acquire);
-                held += ledger::contribution_of(at, *id, ledger, || {
-                    lane.intent.load(Ordering::Acquire)
-                });
-                ledger == *seen
+        consistency(&self.shm, self.index, &self.name)
+    }
+}
+
+// The readers below take a `Region`: attached handles and read-only views
+// share them, so they load with `Relaxed` or `format::load_acquire` only.
+
+/// Task `index`'s counters, summed over every process that ever used it.
+pub(crate) fn read(region: &Region, index: u32) -> TaskStats {
+    let slot = region.task_slot(index);
+    let word = load_acquire(&slot.in_flight);
+    let mut sums = Sums::default();
+    let mut held = 0;
+    for attach in 0..region.geometry.attach_capacity {
+        let lanes = lanes_of(region, index, attach);
+        lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+        held += contribution(word, lanes);
+    }
+    let mut stats = sums.into_stats(ledger::word_count(word), held);
+    stats.limit = super::limit(slot).map_or(0, u64::from);
+    if crate::format::limit_of(load_acquire(&slot.adaptive.limit)).is_some() {
+        let state = adaptive::committed(slot);
+        stats.baseline_rtt_ns = state.baseline_ns as u64;
+        stats.recent_rtt_ns = state.recent_ns as u64;
+    }
+    stats
+}
+
+fn lanes_of(
+    region: &Region,
+    index: u32,
+    attach: u32,
+) -> impl Iterator<Item = (u32, &Lane)> + Clone {
+    lane_ids(attach).filter_map(move |id| Some((id, region.lane(index, id)?)))
+}
+
+/// The counters of each attachment marked live, since it attached; its
+/// `in_flight` and `held` are what its ledgers hold.
+pub(crate) fn by_process(region: &Region, index: u32) -> Vec<ProcessStats> {
+    let word = load_acquire(&region.task_slot(index).in_flight);
+    region
+        .attachments()
+        .map(|(slot, pid)| {
+            let mut sums = Sums::default();
+            let lanes = lanes_of(region, index, slot);
+            lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+            let held = contribution(word, lanes);
+            let base = Sums::load(region.baseline(index, slot));
+            let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
+            ProcessStats { pid, slot, stats }
+        })
+        .collect()
+}
+
+/// Compares task `index`'s shared concurrency count with the sum of every
+/// ledger at one instant. The ledgers are read, then the word, then the
+/// ledgers again: when no ledger word changed (each carries a sequence
+/// number, so "same" means "untouched"), every ledger held its value at the
+/// instant the word was read. Retries while traffic keeps moving them; a
+/// [`ErrorKind::Timeout`] error if they never hold still for a whole read.
+pub(crate) fn consistency(region: &Region, index: u32, name: &str) -> Result<Consistency> {
+    let word = &region.task_slot(index).in_flight;
+    let lanes: Vec<(u32, &Lane)> = (0..region.geometry.attach_capacity)
+        .flat_map(|attach| lanes_of(region, index, attach))
+        .collect();
+    let began = Instant::now();
+    let mut first = Vec::with_capacity(lanes.len());
+    loop {
+        first.clear();
+        first.extend(lanes.iter().map(|(_, l)| load_acquire(&l.ledger)));
+        let at = load_acquire(word);
+        let mut held = 0;
+        let still = lanes.iter().zip(&first).all(|((id, lane), seen)| {
+            let ledger = load_acquire(&lane.ledger);
+            held += ledger::contribution_of(at, *id, ledger, || load_acquire(&lane.intent));
+            ledger == *seen
+        });
+        if still {
+            return Ok(Consistency {
+                in_flight: ledger::word_count(at),
+                held,
             });
-            if still {
-                return Ok(Consistency {
-                    in_flight: ledger::word_count(at),
-                    held,
-                });
-            }
-            if began.elapsed() > Duration::from_secs(1) {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "task {:?} kept changing for 1 s: no instant to compare at",
-                        self.name
-                    ),
-                ));
-            }
-            std::thread::yield_now();
         }
+        if began.elapsed() > Duration::from_secs(1) {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!("task {name:?} kept changing for 1 s: no instant to compare at"),
+            ));
+        }
+        std::thread::yield_now();
     }
 }

@@ -1,0 +1,232 @@
+//! `set` and `reap`, the two commands that change a table: they attach to
+//! it as a service does (an attachment slot for as long as they run), and
+//! only to a table that exists and has the task named. A view reads the
+//! table before and after, to say what changed.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use flowctrl::{Fallback, LimiterSpec, Table, TableOptions, TaskConfig, TaskSettings, View};
+
+use crate::{Result, invalid};
+
+/// The fields `set` takes, in the order they are reported.
+const KEYS: [&str; 12] = [
+    "local_rate",
+    "burst",
+    "max_concurrency",
+    "global_rate",
+    "slice_ms",
+    "chunk",
+    "fallback",
+    "global_burst",
+    "limiter",
+    "min_limit",
+    "max_limit",
+    "initial_limit",
+];
+
+/// `flowctrl set TASK KEY=VALUE...`: one update of the task for the whole
+/// host ([`flowctrl::Task::update`]), checked whole before anything is
+/// written.
+pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
+    let config = parse(fields)?;
+    let before = View::open(path)?.task(name)?.settings;
+    let table = attach(path)?;
+    table.task(name, &TaskConfig::new())?.update(&config)?;
+    drop(table);
+    let after = View::open(path)?.task(name)?.settings;
+    let (old, new) = (values(&before), values(&after));
+    let changes: Vec<String> = KEYS
+        .iter()
+        .enumerate()
+        .filter(|(_, key)| fields.iter().any(|f| f.split('=').next() == Some(**key)))
+        .map(|(i, key)| format!("{key} {} -> {}", old[i], new[i]))
+        .collect();
+    println!("task {name:?}: {}", changes.join(", "));
+    let global = fields.iter().any(|f| {
+        let key = f.split('=').next().unwrap_or("");
+        KEYS[3..8].contains(&key)
+    });
+    if global && after.global_source == flowctrl::GlobalSource::Store {
+        println!(
+            "the store's record of {name:?} is in force: this host's own global numbers \
+             changed, and apply when the record is removed"
+        );
+    }
+    Ok(())
+}
+
+/// `flowctrl reap`: attaches (which sweeps the dead), reaps, and reports the
+/// dead processes that are gone afterwards and the permits they held.
+pub(crate) fn reap(path: &Path) -> Result {
+    let view = View::open(path)?;
+    let dead: Vec<_> = view
+        .processes()
+        .into_iter()
+        .filter(|p| p.alive == Some(false))
+        .collect();
+    let mut held = Vec::new();
+    for task in view.tasks() {
+        for share in view.processes_of(&task.name)? {
+            if share.stats.in_flight > 0 && dead.iter().any(|d| d.slot == share.slot) {
+                held.push((share.slot, task.name.clone(), share.stats.in_flight));
+            }
+        }
+    }
+    let table = attach(path)?;
+    table.reap();
+    drop(table);
+    let after = View::open(path)?.processes();
+    let reaped: Vec<_> = dead
+        .iter()
+        .filter(|d| {
+            !after
+                .iter()
+                .any(|a| a.slot == d.slot && a.pid == d.pid && a.alive == Some(false))
+        })
+        .collect();
+    if reaped.is_empty() {
+        println!("no dead processes to reap");
+    }
+    for p in reaped {
+        let gave: Vec<String> = held
+            .iter()
+            .filter(|(slot, _, _)| *slot == p.slot)
+            .map(|(_, task, n)| format!("{n} permits of {task:?}"))
+            .collect();
+        let gave = if gave.is_empty() {
+            "held no permits".to_string()
+        } else {
+            format!("gave back {}", gave.join(", "))
+        };
+        println!("reaped slot {} (pid {}): {gave}", p.slot, p.pid);
+    }
+    Ok(())
+}
+
+/// The normal attached open of an existing table, trusting its owner: the
+/// operator named it (a service trusts only its own uid's tables).
+fn attach(path: &Path) -> Result<Table> {
+    let view = View::open(path)?;
+    let owner = std::fs::metadata(view.path())
+        .map_err(|e| invalid(format!("cannot stat {}: {e}", view.path().display())))?
+        .uid();
+    let options = TableOptions {
+        owner: Some(owner),
+        shared: true,
+        ..TableOptions::default()
+    };
+    Table::open(view.path(), &options)
+}
+
+/// `KEY=VALUE` words into one configuration; a key given twice, an unknown
+/// key or a value that does not parse is refused with the word named.
+fn parse(fields: &[String]) -> Result<TaskConfig> {
+    let mut config = TaskConfig::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for field in fields {
+        let Some((key, value)) = field.split_once('=') else {
+            return Err(invalid(format!(
+                "{field:?} is not KEY=VALUE (keys: {})",
+                KEYS.join(", ")
+            )));
+        };
+        if seen.contains(&key) {
+            return Err(invalid(format!("{key} is given twice")));
+        }
+        seen.push(key);
+        config = apply(config, key, value.trim())?;
+    }
+    Ok(config)
+}
+
+fn apply(c: TaskConfig, key: &str, value: &str) -> Result<TaskConfig> {
+    Ok(match key {
+        "local_rate" => c.local_rate(number(key, value)?),
+        "burst" => c.burst(count(key, value)?),
+        "max_concurrency" => c.max_concurrency(count(key, value)?),
+        "global_rate" => c.global_rate(number(key, value)?),
+        "slice_ms" => c.slice_ms(count(key, value)?),
+        "chunk" => c.chunk(count(key, value)?),
+        "fallback" => c.fallback(Fallback::parse(value)?),
+        "global_burst" => c.global_burst(count(key, value)?),
+        "limiter" => c.limiter(LimiterSpec::parse(value)?),
+        "min_limit" => c.min_limit(count(key, value)?),
+        "max_limit" => c.max_limit(count(key, value)?),
+        "initial_limit" => c.initial_limit(count(key, value)?),
+        _ => {
+            return Err(invalid(format!(
+                "unknown key {key:?}; the keys are {}",
+                KEYS.join(", ")
+            )));
+        }
+    })
+}
+
+fn number(key: &str, value: &str) -> Result<f64> {
+    match value.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(invalid(format!("{key}={value:?} is not a number"))),
+    }
+}
+
+fn count(key: &str, value: &str) -> Result<u32> {
+    value.parse::<u32>().map_err(|_| {
+        invalid(format!(
+            "{key}={value:?} is not a whole number of 0..={}",
+            u32::MAX
+        ))
+    })
+}
+
+/// The values of [`KEYS`] in `s`, as `set` reports them.
+fn values(s: &TaskSettings) -> [String; 12] {
+    let (l, g, m) = (&s.local, &s.global, &s.limiter);
+    [
+        l.local_rate.to_string(),
+        l.burst.to_string(),
+        l.max_concurrency.to_string(),
+        g.global_rate.to_string(),
+        g.slice_ms.to_string(),
+        g.chunk.to_string(),
+        g.fallback.to_string(),
+        g.global_burst.to_string(),
+        m.to_string(),
+        m.min.to_string(),
+        m.max.to_string(),
+        m.initial.to_string(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split(',').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn fields_parse_and_bad_ones_are_named() {
+        let c = parse(&words("local_rate=2.5,burst=7,fallback=deny,limiter=aimd")).unwrap();
+        let expected = TaskConfig::new()
+            .local_rate(2.5)
+            .burst(7)
+            .fallback(Fallback::Deny)
+            .limiter(LimiterSpec::parse("aimd").unwrap());
+        assert_eq!(c, expected);
+        for (bad, says) in [
+            ("nope=1", "unknown key \"nope\""),
+            ("burst", "is not KEY=VALUE"),
+            ("burst=-1", "burst=\"-1\" is not a whole number"),
+            ("local_rate=fast", "local_rate=\"fast\" is not a number"),
+            ("local_rate=inf", "is not a number"),
+            ("burst=1,burst=2", "burst is given twice"),
+            ("limiter=bbr", "unknown limiter"),
+        ] {
+            let err = parse(&words(bad)).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! `tasks`, `stats` and `check`: what a read-only view of the table reads,
+//! as text for people or JSON for programs.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use flowctrl::{AttachedProcess, ProcessStats, QuotaState, TaskSnapshot, View};
+use serde_json::{Value, json};
+
+use crate::Result;
+use crate::text::{duration, ns, offset_us, or_none, rate, table};
+
+/// `flowctrl tasks`: one row per task, its configuration in force.
+pub(crate) fn tasks(path: &Path, json: bool) -> Result {
+    let view = View::open(path)?;
+    let tasks = view.tasks();
+    if json {
+        let tasks: Vec<Value> = tasks
+            .iter()
+            .map(|t| json!({"name": t.name, "settings": settings_json(t)}))
+            .collect();
+        return print_json(json!({"table": view.path().display().to_string(), "tasks": tasks}));
+    }
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            let (l, g) = (&t.settings.local, &t.settings.global);
+            let global = g.global_rate != 0.0;
+            let if_global = |s: String| if global { s } else { "-".into() };
+            vec![
+                t.name.clone(),
+                rate(l.local_rate),
+                l.burst.to_string(),
+                or_none(l.max_concurrency as u64),
+                t.settings.limiter.algorithm.name().to_string(),
+                rate(g.global_rate),
+                if_global(g.slice_ms.to_string()),
+                if_global(auto(g.chunk)),
+                if_global(g.fallback.to_string()),
+                if_global(auto(g.global_burst)),
+                if_global(t.settings.global_source.as_str().to_string()),
+            ]
+        })
+        .collect();
+    let header = [
+        "TASK",
+        "LOCAL_RATE",
+        "BURST",
+        "MAX_CONCURRENCY",
+        "LIMITER",
+        "GLOBAL_RATE",
+        "SLICE_MS",
+        "CHUNK",
+        "FALLBACK",
+        "GLOBAL_BURST",
+        "SOURCE",
+    ];
+    print!("{}", table(&header, &rows));
+    Ok(())
+}
+
+/// `flowctrl stats [TASK]`: every task's (or one task's) configuration,
+/// counters, concurrency and quota; with `processes`, each live process's
+/// share since it attached.
+pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool) -> Result {
+    let view = View::open(path)?;
+    let tasks = match task {
+        Some(name) => vec![view.task(name)?],
+        None => view.tasks(),
+    };
+    let alive = view.processes();
+    let mut shares = Vec::new();
+    for t in &tasks {
+        shares.push(if processes {
+            Some(view.processes_of(&t.name)?)
+        } else {
+            None
+        });
+    }
+    if json {
+        let tasks: Vec<Value> = tasks
+            .iter()
+            .zip(&shares)
+            .map(|(t, p)| {
+                let mut v = json!({
+                    "name": t.name,
+                    "settings": settings_json(t),
+                    "stats": stats_json(t),
+                    "quota": quota_json(t),
+                });
+                if let Some(p) = p {
+                    v["processes"] = p.iter().map(|p| process_json(p, &alive)).collect();
+                }
+                v
+            })
+            .collect();
+        return print_json(json!({"table": view.path().display().to_string(), "tasks": tasks}));
+    }
+    let mut out = String::new();
+    for (i, (t, p)) in tasks.iter().zip(&shares).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        task_text(&mut out, t);
+        if let Some(p) = p {
+            processes_text(&mut out, p, &alive);
+        }
+    }
+    if tasks.is_empty() {
+        let _ = writeln!(out, "no tasks in {}", view.path().display());
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// `flowctrl check`: the table-wide check, read only. A drift or a
+/// replaced file fails the command.
+pub(crate) fn check(path: &Path) -> Result {
+    let view = View::open(path)?;
+    let report = view.check();
+    let tasks = view.tasks().len();
+    let unreaped = view
+        .processes()
+        .iter()
+        .filter(|p| p.alive == Some(false))
+        .count();
+    let mut out = String::new();
+    if report.replaced {
+        let _ = writeln!(out, "the path no longer names the table mapped (replaced)");
+    }
+    for (name, drift) in &report.drift {
+        let _ = writeln!(
+            out,
+            "task {name:?}: the concurrency count is {drift:+} off what its ledgers hold"
+        );
+    }
+    for name in &report.unchecked {
+        let _ = writeln!(out, "task {name:?}: kept changing, not compared");
+    }
+    if unreaped > 0 {
+        let _ = writeln!(
+            out,
+            "{unreaped} dead process(es) not reaped yet (`flowctrl reap` gives back what they hold)"
+        );
+    }
+    let verdict = if report.is_ok() { "ok" } else { "FAILED" };
+    let _ = writeln!(
+        out,
+        "{}: {verdict} ({tasks} tasks, {} compared, {} drifting)",
+        view.path().display(),
+        tasks - report.unchecked.len(),
+        report.drift.len()
+    );
+    print!("{out}");
+    if report.is_ok() {
+        Ok(())
+    } else {
+        Err(crate::invalid(format!(
+            "check of {} failed",
+            view.path().display()
+        )))
+    }
+}
+
+fn task_text(out: &mut String, t: &TaskSnapshot) {
+    let (s, q) = (&t.stats, &t.quota);
+    let (l, g) = (&t.settings.local, &t.settings.global);
+    let limiter = &t.settings.limiter;
+    let _ = writeln!(out, "task {}", t.name);
+    let mut line = |key: &str, value: String| {
+        let _ = writeln!(out, "  {key:<12}{value}");
+    };
+    line(
+        "local",
+        format!(
+            "local_rate {}  burst {}  max_concurrency {}",
+            rate(l.local_rate),
+            l.burst,
+            or_none(l.max_concurrency as u64)
+        ),
+    );
+    line(
+        "limiter",
+        if limiter.is_adaptive() {
+            format!(
+                "{limiter}  min {} max {} initial {}",
+                limiter.min, limiter.max, limiter.initial
+            )
+        } else {
+            limiter.to_string()
+        },
+    );
+    if g.global_rate != 0.0 {
+        line(
+            "global",
+            format!(
+                "global_rate {}  slice_ms {}  chunk {}  fallback {}  global_burst {}  source {}",
+                rate(g.global_rate),
+                g.slice_ms,
+                auto(g.chunk),
+                g.fallback,
+                auto(g.global_burst),
+                t.settings.global_source.as_str()
+            ),
+        );
+    }
+    line("admitted", s.admitted.to_string());
+    line(
+        "limited",
+        format!(
+            "local {}  global {}  concurrency {}  fallback {}",
+            s.limited_local, s.limited_global, s.limited_concurrency, q.limited_fallback
+        ),
+    );
+    line(
+        "released",
+        format!(
+            "success {}  dropped {}  ignored {}",
+            s.released_success, s.released_dropped, s.released_ignored
+        ),
+    );
+    line("reclaimed", s.reclaimed.to_string());
+    line(
+        "in flight",
+        format!("{} / {}", s.in_flight, or_none(s.limit)),
+    );
+    line(
+        "rtt",
+        match s.mean_rtt() {
+            Some(mean) => format!("mean {} over {} permits", duration(mean), s.rtt_samples),
+            None => "-".into(),
+        },
+    );
+    if limiter.is_adaptive() {
+        line(
+            "adaptive",
+            format!(
+                "baseline rtt {}  recent rtt {}",
+                ns(s.baseline_rtt_ns),
+                ns(s.recent_rtt_ns)
+            ),
+        );
+    }
+    if let Some(state) = q.state {
+        line(
+            "quota",
+            format!(
+                "{}  granted {}  stranded {}  hosts {}  clock offset {}",
+                state_name(state),
+                q.granted,
+                q.stranded,
+                q.hosts_seen,
+                offset_us(q.clock_offset_us)
+            ),
+        );
+        let mean = q.pull_ns_sum.checked_div(q.pulls).unwrap_or(0);
+        line(
+            "pulls",
+            format!(
+                "{}  failed {}  mean {}  max {}",
+                q.pulls,
+                q.failed_pulls,
+                ns(mean),
+                ns(q.pull_ns_max)
+            ),
+        );
+        line(
+            "time",
+            format!(
+                "open {}  limited {}  failed {}",
+                duration(ms(q.open_ms)),
+                duration(ms(q.limited_ms)),
+                duration(ms(q.failed_ms))
+            ),
+        );
+        line(
+            "conflicts",
+            format!("host {}  config {}", q.host_conflicts, q.config_conflicts),
+        );
+    }
+}
+
+fn processes_text(out: &mut String, shares: &[ProcessStats], alive: &[AttachedProcess]) {
+    let rows: Vec<Vec<String>> = shares
+        .iter()
+        .map(|p| {
+            let s = &p.stats;
+            vec![
+                p.slot.to_string(),
+                p.pid.to_string(),
+                alive_name(p.slot, alive).to_string(),
+                s.admitted.to_string(),
+                s.limited_local.to_string(),
+                s.limited_global.to_string(),
+                s.limited_concurrency.to_string(),
+                s.released_success.to_string(),
+                s.released_dropped.to_string(),
+                s.released_ignored.to_string(),
+                s.in_flight.to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "SLOT",
+        "PID",
+        "ALIVE",
+        "ADMITTED",
+        "LIM_LOCAL",
+        "LIM_GLOBAL",
+        "LIM_CONC",
+        "SUCCESS",
+        "DROPPED",
+        "IGNORED",
+        "IN_FLIGHT",
+    ];
+    let _ = writeln!(out, "  processes");
+    for line in table(&header, &rows).lines() {
+        let _ = writeln!(out, "    {line}");
+    }
+}
+
+fn alive_name(slot: u32, alive: &[AttachedProcess]) -> &'static str {
+    match alive.iter().find(|p| p.slot == slot).and_then(|p| p.alive) {
+        Some(true) => "yes",
+        Some(false) => "dead",
+        None => "?",
+    }
+}
+
+pub(crate) fn state_name(state: QuotaState) -> &'static str {
+    match state {
+        QuotaState::Open => "open",
+        QuotaState::Limited => "limited",
+        QuotaState::Failed => "failed",
+    }
+}
+
+fn auto(n: u32) -> String {
+    if n == 0 { "auto".into() } else { n.to_string() }
+}
+
+fn ms(ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(ms)
+}
+
+fn settings_json(t: &TaskSnapshot) -> Value {
+    let (l, g, m) = (&t.settings.local, &t.settings.global, &t.settings.limiter);
+    json!({
+        "local_rate": l.local_rate,
+        "burst": l.burst,
+        "max_concurrency": l.max_concurrency,
+        "limiter": m.to_string(),
+        "min_limit": m.min,
+        "max_limit": m.max,
+        "initial_limit": m.initial,
+        "global_rate": g.global_rate,
+        "slice_ms": g.slice_ms,
+        "chunk": g.chunk,
+        "fallback": g.fallback.to_string(),
+        "global_burst": g.global_burst,
+        "global_source": t.settings.global_source.as_str(),
+    })
+}
+
+fn counters_json(s: &flowctrl::TaskStats) -> Value {
+    json!({
+        "admitted": s.admitted,
+        "limited_local": s.limited_local,
+        "limited_global": s.limited_global,
+        "limited_concurrency": s.limited_concurrency,
+        "released_success": s.released_success,
+        "released_dropped": s.released_dropped,
+        "released_ignored": s.released_ignored,
+        "reclaimed": s.reclaimed,
+        "in_flight": s.in_flight,
+        "held": s.held,
+        "rtt_sum_ns": s.rtt_sum_ns,
+        "rtt_samples": s.rtt_samples,
+    })
+}
+
+fn stats_json(t: &TaskSnapshot) -> Value {
+    let s = &t.stats;
+    let mut v = counters_json(s);
+    v["limited_fallback"] = json!(t.quota.limited_fallback);
+    v["limit"] = json!(s.limit);
+    v["baseline_rtt_ns"] = json!(s.baseline_rtt_ns);
+    v["recent_rtt_ns"] = json!(s.recent_rtt_ns);
+    v
+}
+
+fn quota_json(t: &TaskSnapshot) -> Value {
+    let q = &t.quota;
+    json!({
+        "state": q.state.map(state_name),
+        "pulls": q.pulls,
+        "failed_pulls": q.failed_pulls,
+        "pull_ns_sum": q.pull_ns_sum,
+        "pull_ns_max": q.pull_ns_max,
+        "granted": q.granted,
+        "stranded": q.stranded,
+        "open_ms": q.open_ms,
+        "limited_ms": q.limited_ms,
+        "failed_ms": q.failed_ms,
+        "clock_offset_us": q.clock_offset_us,
+        "hosts_seen": q.hosts_seen,
+        "host_conflicts": q.host_conflicts,
+        "config_conflicts": q.config_conflicts,
+    })
+}
+
+fn process_json(p: &ProcessStats, alive: &[AttachedProcess]) -> Value {
+    let live = alive
+        .iter()
+        .find(|a| a.slot == p.slot)
+        .and_then(|a| a.alive);
+    let mut v = counters_json(&p.stats);
+    v["slot"] = json!(p.slot);
+    v["pid"] = json!(p.pid);
+    v["alive"] = json!(live);
+    v
+}
+
+pub(crate) fn print_json(value: Value) -> Result {
+    let text = serde_json::to_string_pretty(&value)
+        .map_err(|e| crate::invalid(format!("cannot write JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}

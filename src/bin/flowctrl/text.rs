@@ -1,0 +1,119 @@
+//! How numbers and tables are written for people: columns aligned, times
+//! with a unit that keeps them short, `-` for "none".
+
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Rows under a header, each column as wide as its widest cell, two spaces
+/// apart; numbers right-aligned, text left-aligned.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let numeric: Vec<bool> = (0..header.len())
+        .map(|i| !rows.is_empty() && rows.iter().all(|r| r.get(i).is_some_and(|c| is_number(c))))
+        .collect();
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let width = widths.get(i).copied().unwrap_or(0);
+            let pad = width.saturating_sub(cell.chars().count());
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if numeric[i] {
+                line.extend(std::iter::repeat_n(' ', pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
+/// A cell that reads as a number (or as "none"): right-aligned.
+fn is_number(cell: &str) -> bool {
+    cell == "-"
+        || cell
+            .trim_end_matches(['%', 's'])
+            .trim_end_matches(['/', 'm', 'µ', 'n', ' '])
+            .trim_start_matches(['+', '-'])
+            .parse::<f64>()
+            .is_ok()
+}
+
+/// A duration in the unit that keeps it short: `850 ns`, `12.3 µs`,
+/// `1.20 ms`, `3.50 s`.
+pub(crate) fn duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.2} s", ns as f64 / 1e9)
+    }
+}
+
+/// [`duration`] of nanoseconds; `-` for none.
+pub(crate) fn ns(ns: u64) -> String {
+    if ns == 0 {
+        "-".into()
+    } else {
+        duration(Duration::from_nanos(ns))
+    }
+}
+
+/// A signed offset in µs: `+0.150 ms`, `-2.000 ms`.
+pub(crate) fn offset_us(us: i64) -> String {
+    format!("{:+.3} ms", us as f64 / 1e3)
+}
+
+/// A count that 0 means "none" for: `-`, else the number.
+pub(crate) fn or_none(n: u64) -> String {
+    if n == 0 { "-".into() } else { n.to_string() }
+}
+
+/// A rate that 0 means "none" for: `-`, else `N/s`.
+pub(crate) fn rate(r: f64) -> String {
+    if r == 0.0 {
+        "-".into()
+    } else {
+        format!("{r}/s")
+    }
+}
+
+/// A per-second figure of `top`: one decimal.
+pub(crate) fn per_sec(r: f64) -> String {
+    format!("{r:.1}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align_and_numbers_go_right() {
+        let t = table(
+            &["TASK", "ADMITTED"],
+            &[
+                vec!["api".into(), "5".into()],
+                vec!["batch".into(), "1200".into()],
+            ],
+        );
+        assert_eq!(t, "TASK   ADMITTED\napi           5\nbatch      1200\n");
+        assert_eq!(duration(Duration::from_micros(1500)), "1.50 ms");
+        assert_eq!(offset_us(-2000), "-2.000 ms");
+        assert!(is_number("1.50 ms") && is_number("-") && !is_number("open"));
+    }
+}

@@ -1,0 +1,490 @@
+//! The metric families of a table's exposition, one function per part of
+//! the table. A family with no sample (no task has a global rate, no
+//! balancer exists) is left out rather than sent empty.
+
+use std::fmt;
+
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use super::Snapshot;
+use crate::quota::QuotaState;
+use crate::view::{BalancerSnapshot, TaskSnapshot};
+
+type Labels = Vec<(&'static str, String)>;
+
+fn task(t: &TaskSnapshot) -> Labels {
+    vec![("task", t.name.clone())]
+}
+
+fn with(mut labels: Labels, key: &'static str, value: &str) -> Labels {
+    labels.push((key, value.to_string()));
+    labels
+}
+
+fn counter<V: EncodeCounterValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    rows: Vec<(Labels, V)>,
+) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut family = e.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+    for (labels, value) in &rows {
+        family
+            .encode_family(labels)?
+            .encode_counter::<NoLabelSet, _, u64>(value, None)?;
+    }
+    Ok(())
+}
+
+fn gauge<V: EncodeGaugeValue, L: EncodeLabelSet>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    rows: Vec<(L, V)>,
+) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut family = e.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    for (labels, value) in &rows {
+        family.encode_family(labels)?.encode_gauge(value)?;
+    }
+    Ok(())
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The table's slots and processes.
+pub(super) fn table(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    let none = |v: u64| vec![(Labels::new(), v)];
+    gauge(
+        e,
+        "flowctrl_table_tasks",
+        "Tasks registered in the table.",
+        None,
+        none(s.tasks.len() as u64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_table_task_slots",
+        "Task slots of the table.",
+        None,
+        none(s.task_slots as u64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_table_processes",
+        "Attachment slots held by processes (or table handles), live or not reaped yet.",
+        None,
+        none(s.processes as u64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_table_unreaped_processes",
+        "Attachments whose process died and that no process has reaped yet.",
+        None,
+        none(s.unreaped as u64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_table_process_slots",
+        "Attachment slots of the table.",
+        None,
+        none(s.process_slots as u64),
+    )
+}
+
+/// Every task's counters, concurrency and configuration.
+pub(super) fn tasks(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::Result {
+    let each = |f: &dyn Fn(&TaskSnapshot) -> u64| -> Vec<(Labels, u64)> {
+        tasks.iter().map(|t| (task(t), f(t))).collect()
+    };
+    counter(
+        e,
+        "flowctrl_requests_admitted",
+        "Permits admitted, summed over every process that used the task.",
+        None,
+        each(&|t| t.stats.admitted),
+    )?;
+    let mut limited = Vec::new();
+    for t in tasks {
+        for (reason, n) in [
+            ("local", t.stats.limited_local),
+            ("global", t.stats.limited_global),
+            ("concurrency", t.stats.limited_concurrency),
+            ("fallback", t.quota.limited_fallback),
+        ] {
+            limited.push((with(task(t), "reason", reason), n));
+        }
+    }
+    counter(
+        e,
+        "flowctrl_requests_limited",
+        "Permits refused, by the limit that refused them (fallback: the global \
+         fallback policy while the store fails).",
+        None,
+        limited,
+    )?;
+    let mut released = Vec::new();
+    for t in tasks {
+        for (outcome, n) in [
+            ("success", t.stats.released_success),
+            ("dropped", t.stats.released_dropped),
+            ("ignored", t.stats.released_ignored),
+        ] {
+            released.push((with(task(t), "outcome", outcome), n));
+        }
+    }
+    counter(
+        e,
+        "flowctrl_requests_released",
+        "Permits released, by outcome.",
+        None,
+        released,
+    )?;
+    counter(
+        e,
+        "flowctrl_permits_reclaimed",
+        "Permits of processes that died holding them, given back by the reaper.",
+        None,
+        each(&|t| t.stats.reclaimed),
+    )?;
+    counter(
+        e,
+        "flowctrl_permit_rtt",
+        "Acquire-to-release time of the permits released as success or dropped, summed.",
+        Some(Unit::Seconds),
+        tasks
+            .iter()
+            .map(|t| (task(t), seconds(t.stats.rtt_sum_ns)))
+            .collect(),
+    )?;
+    counter(
+        e,
+        "flowctrl_permit_rtt_samples",
+        "Permits summed in flowctrl_permit_rtt_seconds_total.",
+        None,
+        each(&|t| t.stats.rtt_samples),
+    )?;
+    gauge(
+        e,
+        "flowctrl_permits_in_flight",
+        "Permits counted against the concurrency limit now, host-wide.",
+        None,
+        each(&|t| t.stats.in_flight),
+    )?;
+    let limited_tasks = tasks.iter().filter(|t| t.stats.limit != 0);
+    gauge(
+        e,
+        "flowctrl_concurrency_limit",
+        "The concurrency limit applied now (the adaptive limit or max_concurrency); \
+         tasks without one are left out.",
+        None,
+        limited_tasks.map(|t| (task(t), t.stats.limit)).collect(),
+    )?;
+    let adaptive: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.settings.limiter.is_adaptive())
+        .collect();
+    gauge(
+        e,
+        "flowctrl_adaptive_baseline_rtt",
+        "The adaptive limiter's no-load RTT estimate.",
+        Some(Unit::Seconds),
+        adaptive
+            .iter()
+            .map(|t| (task(t), seconds(t.stats.baseline_rtt_ns)))
+            .collect(),
+    )?;
+    gauge(
+        e,
+        "flowctrl_adaptive_recent_rtt",
+        "The RTT of the adaptive limiter's last window with samples.",
+        Some(Unit::Seconds),
+        adaptive
+            .iter()
+            .map(|t| (task(t), seconds(t.stats.recent_rtt_ns)))
+            .collect(),
+    )?;
+    config(tasks, e)
+}
+
+/// The configuration in force, as gauges (limits to draw beside the
+/// rates) and one info series per task.
+fn config(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::Result {
+    let each = |f: &dyn Fn(&TaskSnapshot) -> f64| -> Vec<(Labels, f64)> {
+        tasks.iter().map(|t| (task(t), f(t))).collect()
+    };
+    gauge(
+        e,
+        "flowctrl_config_local_rate",
+        "local_rate in force, requests per second for the host (0 = none).",
+        None,
+        each(&|t| t.settings.local.local_rate),
+    )?;
+    gauge(
+        e,
+        "flowctrl_config_burst",
+        "burst in force, permits.",
+        None,
+        each(&|t| t.settings.local.burst as f64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_config_max_concurrency",
+        "max_concurrency in force, permits (0 = none).",
+        None,
+        each(&|t| t.settings.local.max_concurrency as f64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_config_global_rate",
+        "global_rate in force, requests per second for the cluster (0 = none).",
+        None,
+        each(&|t| t.settings.global.global_rate),
+    )?;
+    let info: Vec<_> = tasks
+        .iter()
+        .map(|t| {
+            let labels = with(task(t), "limiter", &t.settings.limiter.to_string());
+            let labels = with(labels, "global_source", t.settings.global_source.as_str());
+            (
+                with(labels, "fallback", &t.settings.global.fallback.to_string()),
+                1u64,
+            )
+        })
+        .collect();
+    gauge(
+        e,
+        "flowctrl_task_info",
+        "1 per task, labelled with its limiter, where its global numbers come from \
+         (local or store) and its fallback policy.",
+        None,
+        info,
+    )
+}
+
+/// The global quota of the tasks that have a global rate.
+pub(super) fn quota(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::Result {
+    let global: Vec<_> = tasks.iter().filter(|t| t.quota.state.is_some()).collect();
+    let each = |f: &dyn Fn(&TaskSnapshot) -> u64| -> Vec<(Labels, u64)> {
+        global.iter().map(|t| (task(t), f(t))).collect()
+    };
+    let mut states = Vec::new();
+    let mut times = Vec::new();
+    for t in &global {
+        for (name, state, ms) in [
+            ("open", QuotaState::Open, t.quota.open_ms),
+            ("limited", QuotaState::Limited, t.quota.limited_ms),
+            ("failed", QuotaState::Failed, t.quota.failed_ms),
+        ] {
+            let on = u64::from(t.quota.state == Some(state));
+            states.push((with(task(t), "state", name), on));
+            times.push((with(task(t), "state", name), ms as f64 / 1e3));
+        }
+    }
+    gauge(
+        e,
+        "flowctrl_quota_state",
+        "1 for the state the task's global quota is in on this host (open, limited: \
+         the slice is used up, failed: the store fails), 0 for the others.",
+        None,
+        states,
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_state_time",
+        "Time the task's global quota spent in each state.",
+        Some(Unit::Seconds),
+        times,
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_pulls",
+        "Round trips to the quota store, failed ones included.",
+        None,
+        each(&|t| t.quota.pulls),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_failed_pulls",
+        "Round trips to the quota store that failed or timed out.",
+        None,
+        each(&|t| t.quota.failed_pulls),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_pull_time",
+        "Time spent pulling from the store, summed.",
+        Some(Unit::Seconds),
+        global
+            .iter()
+            .map(|t| (task(t), seconds(t.quota.pull_ns_sum)))
+            .collect(),
+    )?;
+    gauge(
+        e,
+        "flowctrl_quota_pull_time_max",
+        "The longest pull.",
+        Some(Unit::Seconds),
+        global
+            .iter()
+            .map(|t| (task(t), seconds(t.quota.pull_ns_max)))
+            .collect(),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_granted",
+        "Permits the store granted this host.",
+        None,
+        each(&|t| t.quota.granted),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_stranded",
+        "Permits pulled but left unspent when their slice ended.",
+        None,
+        each(&|t| t.quota.stranded),
+    )?;
+    gauge(
+        e,
+        "flowctrl_quota_clock_offset",
+        "The store's clock minus this host's, as last measured.",
+        Some(Unit::Seconds),
+        global
+            .iter()
+            .map(|t| (task(t), t.quota.clock_offset_us as f64 / 1e6))
+            .collect(),
+    )?;
+    gauge(
+        e,
+        "flowctrl_quota_hosts",
+        "Hosts the store counted in the task's slice at the last pull.",
+        None,
+        each(&|t| t.quota.hosts_seen),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_host_conflicts",
+        "Pulls that found another table pulling under this host's id.",
+        None,
+        each(&|t| t.quota.host_conflicts),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_config_conflicts",
+        "Pulls from a slice created with another threshold than this host's.",
+        None,
+        each(&|t| t.quota.config_conflicts),
+    )
+}
+
+/// Every balancer's backends and retry budget.
+pub(super) fn balancers(balancers: &[BalancerSnapshot], e: &mut DescriptorEncoder) -> fmt::Result {
+    let rows: Vec<(Labels, &crate::BackendStats)> = balancers
+        .iter()
+        .flat_map(|b| {
+            b.stats.backends.iter().map(|k| {
+                let labels = vec![("balancer", b.name.clone()), ("backend", k.address.clone())];
+                (labels, k)
+            })
+        })
+        .collect();
+    let each = |f: &dyn Fn(&crate::BackendStats) -> f64| -> Vec<(Labels, f64)> {
+        rows.iter().map(|(l, k)| (l.clone(), f(k))).collect()
+    };
+    counter(
+        e,
+        "flowctrl_backend_picks",
+        "Picks of the backend since it joined, host-wide.",
+        None,
+        rows.iter().map(|(l, k)| (l.clone(), k.picked)).collect(),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_in_flight",
+        "Picks of the backend in flight now, host-wide.",
+        None,
+        each(&|k| k.in_flight as f64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_rtt",
+        "The backend's RTT estimate now (peak EWMA, decayed).",
+        Some(Unit::Seconds),
+        each(&|k| k.rtt.as_secs_f64()),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_weight",
+        "The backend's weight.",
+        None,
+        each(&|k| k.weight as f64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_active",
+        "1 while the backend is in the set, 0 once removed (its picks still end).",
+        None,
+        each(&|k| f64::from(u8::from(k.active))),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_ejected",
+        "1 while the backend is ejected for failing.",
+        None,
+        each(&|k| f64::from(u8::from(!k.ejected_for.is_zero()))),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_ejections",
+        "Ejections of the backend in a row.",
+        None,
+        each(&|k| k.ejections as f64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_recent_successes",
+        "Calls to the backend that succeeded in the last 10 s.",
+        None,
+        each(&|k| k.recent_successes as f64),
+    )?;
+    gauge(
+        e,
+        "flowctrl_backend_recent_failures",
+        "Calls to the backend that failed in the last 10 s.",
+        None,
+        each(&|k| k.recent_failures as f64),
+    )?;
+    let budget = |f: &dyn Fn(&BalancerSnapshot) -> u64| -> Vec<(Labels, u64)> {
+        balancers
+            .iter()
+            .map(|b| (vec![("balancer", b.name.clone())], f(b)))
+            .collect()
+    };
+    gauge(
+        e,
+        "flowctrl_balancer_recent_picks",
+        "Picks the balancer's retry budget counted in the last 10 s.",
+        None,
+        budget(&|b| b.stats.recent_picks),
+    )?;
+    gauge(
+        e,
+        "flowctrl_balancer_recent_retries",
+        "Retries the balancer's retry budget allowed in the last 10 s.",
+        None,
+        budget(&|b| b.stats.recent_retries),
+    )
+}

@@ -1,0 +1,71 @@
+//! A table's Prometheus text exposition (format 0.0.4), encoded by
+//! `prometheus-client` from what a [`View`] reads: every task's counters,
+//! configuration, concurrency and global quota, every balancer's backends,
+//! and the table's processes. Read only: rendering registers nothing and
+//! changes nothing. `flowctrl metrics --listen ADDR` serves it; a Rust
+//! service can serve it on its own endpoint:
+//!
+//! ```no_run
+//! let view = flowctrl::View::open("/dev/shm/my-service")?;
+//! let body = flowctrl::metrics::render(&view);
+//! // answer GET /metrics with `body`, Content-Type flowctrl::metrics::CONTENT_TYPE
+//! # Ok::<(), flowctrl::Error>(())
+//! ```
+//!
+//! Names follow the Prometheus conventions: counters end in `_total`, times
+//! are in seconds, the task, balancer and backend are labels, and so are a
+//! refusal's `reason` and a release's `outcome`
+//! (`flowctrl_requests_limited_total{task="api",reason="global"}`). The
+//! README's "Metrics" section lists every family.
+
+mod families;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+
+use crate::view::{BalancerSnapshot, TaskSnapshot, View};
+
+/// The `Content-Type` of what [`render`] returns.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The exposition of every task and balancer of the table `view` reads,
+/// read now.
+pub fn render(view: &View) -> String {
+    let processes = view.processes();
+    let snapshot = Snapshot {
+        tasks: view.tasks(),
+        balancers: view.balancers(),
+        task_slots: view.capacity(),
+        process_slots: view.max_processes(),
+        processes: processes.len(),
+        unreaped: processes.iter().filter(|p| p.alive == Some(false)).count(),
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        .expect("encoding into a String cannot fail");
+    out
+}
+
+/// What one scrape read, encoded by [`families`].
+#[derive(Debug)]
+struct Snapshot {
+    tasks: Vec<TaskSnapshot>,
+    balancers: Vec<BalancerSnapshot>,
+    task_slots: u32,
+    process_slots: u32,
+    /// Attachment slots marked live, and those of them whose owner died.
+    processes: usize,
+    unreaped: usize,
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        families::table(self, &mut encoder)?;
+        families::tasks(&self.tasks, &mut encoder)?;
+        families::quota(&self.tasks, &mut encoder)?;
+        families::balancers(&self.balancers, &mut encoder)
+    }
+}

@@ -1,0 +1,140 @@
+//! A validated mapping of a table file and typed access to its regions:
+//! what every reader needs, and nothing that attaches. An attached handle
+//! ([`super::Shm`]) derefs to one; a view ([`super::ReadOnly`]) maps one
+//! without write permission. Readers that take a `&Region` therefore work
+//! on both, and cannot claim a slot, take a lock or write a word by
+//! mistake through the attachment: they have none.
+
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapRaw;
+
+use crate::clock::Clock;
+use crate::format::*;
+
+pub(crate) struct Region {
+    map: MmapRaw,
+    pub geometry: Geometry,
+    pub clock: Clock,
+    pub path: PathBuf,
+}
+
+impl Region {
+    /// A mapping `file::validate` checked against `geometry`.
+    pub(super) fn new(map: MmapRaw, geometry: Geometry, clock: Clock, path: &Path) -> Self {
+        debug_assert!(map.len() >= geometry.total_size());
+        Self {
+            map,
+            geometry,
+            clock,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// # Safety
+    /// `offset + size_of::<T>()` lies within the validated mapping and `T` is
+    /// one of the all-atomic structs of [`crate::format`].
+    pub(crate) unsafe fn at<T>(&self, offset: usize) -> &T {
+        debug_assert!(offset + size_of::<T>() <= self.geometry.total_size());
+        // SAFETY: per the contract; the mapping lives as long as `self`.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const T) }
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a validated header.
+        unsafe { self.at(0) }
+    }
+
+    pub fn task_slot(&self, task: u32) -> &TaskSlot {
+        assert!(task < self.geometry.task_capacity);
+        let offset = self.geometry.tasks_offset() + task as usize * size_of::<TaskSlot>();
+        // SAFETY: bounds checked above against the validated geometry.
+        unsafe { self.at(offset) }
+    }
+
+    pub fn attach_slot(&self, attach: u32) -> &AttachSlot {
+        assert!(attach < self.geometry.attach_capacity);
+        let offset = self.geometry.attach_offset() + attach as usize * size_of::<AttachSlot>();
+        // SAFETY: bounds checked above.
+        unsafe { self.at(offset) }
+    }
+
+    /// The lane `id` (`attach * LANES + lane`) of a task, or `None` for an id
+    /// no lane has (ids are read from the file: they are checked, not trusted).
+    #[inline]
+    pub fn lane(&self, task: u32, id: u32) -> Option<&Lane> {
+        if task >= self.geometry.task_capacity || id >= self.geometry.attach_capacity * LANES {
+            return None;
+        }
+        let index = task as usize * (self.geometry.attach_capacity * LANES) as usize + id as usize;
+        let offset = self.geometry.lanes_offset() + index * size_of::<Lane>();
+        // SAFETY: both indices checked above.
+        Some(unsafe { self.at(offset) })
+    }
+
+    pub fn baseline(&self, task: u32, attach: u32) -> &Baseline {
+        assert!(task < self.geometry.task_capacity && attach < self.geometry.attach_capacity);
+        let index = task as usize * self.geometry.attach_capacity as usize + attach as usize;
+        let offset = self.geometry.baselines_offset() + index * size_of::<Baseline>();
+        // SAFETY: both indices checked above.
+        unsafe { self.at(offset) }
+    }
+
+    pub fn balancer_slot(&self, balancer: u32) -> &BalancerSlot {
+        assert!(balancer < self.geometry.balancer_capacity);
+        let offset =
+            self.geometry.balancers_offset() + balancer as usize * size_of::<BalancerSlot>();
+        // SAFETY: index checked against the validated geometry.
+        unsafe { self.at(offset) }
+    }
+
+    /// A backend slot, or `None` for an index outside the table (indices
+    /// come from caller memory and the file: checked, not trusted).
+    pub fn backend_slot(&self, balancer: u32, backend: u32) -> Option<&BackendSlot> {
+        let g = &self.geometry;
+        if balancer >= g.balancer_capacity || backend >= g.backend_capacity {
+            return None;
+        }
+        let index = balancer as usize * g.backend_capacity as usize + backend as usize;
+        let offset = g.backends_offset() + index * size_of::<BackendSlot>();
+        // SAFETY: both indices checked above.
+        Some(unsafe { self.at(offset) })
+    }
+
+    /// The ledger of `attach`'s picks on a backend, or `None` for indices
+    /// outside the table.
+    pub fn pick_ledger(&self, balancer: u32, attach: u32, backend: u32) -> Option<&PickLedger> {
+        let g = &self.geometry;
+        if balancer >= g.balancer_capacity
+            || attach >= g.attach_capacity
+            || backend >= g.backend_capacity
+        {
+            return None;
+        }
+        let index = (balancer as usize * g.attach_capacity as usize + attach as usize)
+            * g.backend_capacity as usize
+            + backend as usize;
+        let offset = g.pick_ledgers_offset() + index * size_of::<PickLedger>();
+        // SAFETY: every index checked above.
+        Some(unsafe { self.at(offset) })
+    }
+
+    /// The attachments marked live: (slot index, pid as the owner saw
+    /// itself). A slot whose owner died stays marked until it is reaped.
+    pub fn attachments(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        (0..self.geometry.attach_capacity).filter_map(|index| {
+            let slot = self.attach_slot(index);
+            let live = load_acquire(&slot.state) & ATTACH_LIVE != 0;
+            live.then(|| {
+                (
+                    index,
+                    slot.pid.load(std::sync::atomic::Ordering::Relaxed) as u32,
+                )
+            })
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

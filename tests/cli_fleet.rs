@@ -1,0 +1,140 @@
+//! `flowctrl fleet`: the census of a task's hosts in a real `redis-server`,
+//! pulled into by two tables with their own host ids; the command prints
+//! what `Store::fleet` reads, exactly.
+
+#[path = "common/cli.rs"]
+mod cli;
+mod common;
+
+use std::time::Duration;
+
+use cli::{fails, field, flowctrl, ok};
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
+use serde_json::Value;
+
+fn options(url: &str, host: &str) -> TableOptions {
+    let mut o = TableOptions::default();
+    o.store.url = Some(url.to_string());
+    // Room for a loaded 2-core machine.
+    o.store.timeout = Duration::from_millis(500);
+    o.store.host_id = Some(host.to_string());
+    o
+}
+
+/// The monotonic instant `offset` after the wall clock's next whole second.
+fn at_wall_second(offset: Duration) -> Duration {
+    let now_us = wall_us() as u64;
+    let next = (now_us / 1_000_000 + 1) * 1_000_000;
+    monotonic() + Duration::from_micros(next - now_us) + offset
+}
+
+#[test]
+fn fleet_prints_the_census_of_both_hosts() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let scratch = Scratch::new("cli-fleet");
+    let config = TaskConfig::new().global_rate(1000.0).global_burst(1000);
+    let a = Table::open(scratch.path("a"), &options(&url, "host-a")).unwrap();
+    let b = Table::open(scratch.path("b"), &options(&url, "host-b")).unwrap();
+    let (ta, tb) = (
+        a.task("api", &config).unwrap(),
+        b.task("api", &config).unwrap(),
+    );
+    // Both pull early in one slice; the census covers full slices.
+    sleep_until(at_wall_second(Duration::from_millis(50)));
+    let slice = wall_us() / 1_000_000;
+    assert_eq!(ta.pull_quota(10).unwrap(), Ok(10));
+    assert_eq!(tb.pull_quota(30).unwrap(), Ok(30));
+    assert_eq!(wall_us() / 1_000_000, slice, "stayed in one slice");
+    sleep_until(at_wall_second(Duration::from_millis(20)));
+
+    let table = scratch.path("unused");
+    let doc: Value =
+        serde_json::from_str(&ok(&table, &["fleet", "api", "--store", &url, "--json"])).unwrap();
+    let store = Store::open(&StoreOptions {
+        url: Some(url.clone()),
+        ..StoreOptions::default()
+    })
+    .unwrap();
+    let fleet = store.fleet("api", None).unwrap();
+    assert_eq!(doc["quota"], 1000);
+    assert_eq!(doc["slice_ms"], 1000);
+    let hosts = doc["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2, "{doc}");
+    for (printed, read) in hosts.iter().zip(&fleet.hosts) {
+        assert_eq!(printed["host"], read.host.as_str());
+        assert_eq!(printed["slice"], read.slice);
+        assert_eq!(printed["asked"], read.asked);
+        assert_eq!(printed["granted"], read.granted);
+        assert_eq!(printed["claimed"], read.claimed);
+        assert_eq!(printed["demand"], read.demand);
+        assert_eq!(printed["offset_us"], read.offset_us);
+    }
+    let by_host: Vec<_> = hosts
+        .iter()
+        .map(|h| {
+            (
+                h["host"].as_str().unwrap(),
+                h["slice"].as_i64().unwrap(),
+                h["granted"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(by_host, [("host-a", slice, 10), ("host-b", slice, 30)]);
+
+    let text = ok(&table, &["fleet", "api", "--store", &url]);
+    eprintln!("$ flowctrl fleet api --store {url}\n{text}");
+    assert!(text.starts_with("task api: slice "), "{text}");
+    assert!(
+        text.contains("quota 1000 per slice, 2 live host(s)"),
+        "{text}"
+    );
+    let row: Vec<_> = text
+        .lines()
+        .find(|l| l.starts_with("host-b "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[1..4],
+        [slice.to_string().as_str(), "30", "30"],
+        "{text}"
+    );
+
+    // A record in the store wins over the hosts' own numbers: the view says so.
+    let record = GlobalConfig {
+        global_rate: Some(2000.0),
+        ..GlobalConfig::default()
+    };
+    store.set_task_config("api", &record).unwrap();
+    ta.pull_quota(1).unwrap().unwrap();
+    let stats = ok(&scratch.path("a"), &["stats", "api"]);
+    eprintln!("$ flowctrl stats api   # with a store record\n{stats}");
+    assert_eq!(
+        field(&stats, "global"),
+        "global_rate 2000/s  slice_ms 1000  chunk auto  fallback share  global_burst auto  source store"
+    );
+    let tasks = ok(&scratch.path("a"), &["tasks"]);
+    assert!(tasks.lines().nth(1).unwrap().ends_with(" store"), "{tasks}");
+    let out = ok(&scratch.path("a"), &["set", "api", "global_rate=1500"]);
+    assert_eq!(
+        out,
+        "task \"api\": global_rate 2000 -> 2000\nthe store's record of \"api\" is in force: \
+         this host's own global numbers changed, and apply when the record is removed\n"
+    );
+    assert_eq!(ta.settings().global.global_rate, 2000.0);
+
+    // A store that is not there is one line, not a hang.
+    let line = fails(flowctrl(
+        &table,
+        &["fleet", "api", "--store", "redis://127.0.0.1:1/0"],
+    ));
+    assert!(line.contains("127.0.0.1:1"), "{line}");
+    assert_eq!(
+        flowctrl(&table, &["fleet", "api"]).code,
+        2,
+        "--store is required"
+    );
+}

@@ -1,0 +1,154 @@
+//! Driving the real `flowctrl` binary: running a command against a table,
+//! reading the key/value lines of its text, and its metrics endpoint over
+//! real HTTP. Included by the CLI tests only (`#[path]`): the binary exists
+//! only with the `cli` feature.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// How a command ended and what it wrote.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn command(table: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flowctrl"));
+    c.env_remove("FLOWCTRL_TABLE")
+        .env_remove("FLOWCTRL_STORE")
+        .env_remove("RUST_BACKTRACE")
+        .arg("--table")
+        .arg(table);
+    c
+}
+
+fn finish(mut c: Command, args: &[&str]) -> Run {
+    let out = c.args(args).output().expect("the flowctrl binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 output"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8 errors"),
+    }
+}
+
+/// `flowctrl --table TABLE ARGS...`.
+pub fn flowctrl(table: &Path, args: &[&str]) -> Run {
+    finish(command(table), args)
+}
+
+/// The same, as user `uid` (the test runs as root).
+pub fn flowctrl_as(uid: u32, table: &Path, args: &[&str]) -> Run {
+    let mut c = command(table);
+    c.uid(uid).gid(uid);
+    finish(c, args)
+}
+
+/// A command that must succeed silently on stderr; its stdout.
+pub fn ok(table: &Path, args: &[&str]) -> String {
+    let run = flowctrl(table, args);
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (0, ""),
+        "flowctrl {args:?}: {run:?}"
+    );
+    run.stdout
+}
+
+/// A command that must fail with one line on stderr; that line.
+pub fn fails(run: Run) -> String {
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.starts_with("flowctrl: ") && run.stderr.lines().count() == 1,
+        "one line on stderr: {run:?}"
+    );
+    assert!(
+        !run.stderr.contains("panicked") && !run.stderr.contains("RUST_BACKTRACE"),
+        "{run:?}"
+    );
+    run.stderr.trim_end().to_string()
+}
+
+/// The value of the `  key   value` line of a task's `stats` text.
+pub fn field(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("  ")?.strip_prefix(key)?;
+            rest.starts_with("  ").then(|| rest.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no {key:?} line in:\n{text}"))
+}
+
+/// `flowctrl metrics` on a free loopback port; killed (by its pid) when
+/// dropped.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    pub fn start(table: &Path) -> Self {
+        let mut child = command(table)
+            .args(["metrics", "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("flowctrl metrics starts");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .split("http://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no address announced: {line:?}"));
+        Self { child, port }
+    }
+
+    /// `METHOD PATH` over a fresh connection: (status code, body).
+    pub fn request(&self, method: &str, path: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").expect("a response head");
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .expect("a Content-Length")
+            .parse()
+            .unwrap();
+        if method != "HEAD" {
+            assert_eq!(body.len(), length, "the body is as long as announced");
+        }
+        (status, body.to_string())
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        self.request("GET", path)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
