@@ -6,6 +6,7 @@
 //! mode allows reading. `set` and `reap` attach as a service would.
 //! Exit codes: 0 done, 1 an error (one line on stderr), 2 a usage error.
 
+mod config;
 mod fleet;
 mod metrics;
 mod set;
@@ -36,7 +37,22 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum ConfigCommand {
+    /// Check a config file as a table's open would, and say what applying
+    /// it would change on the table it names (or `--table`).
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
+    /// Config files: `config check FILE`.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Every task and the configuration in force.
     Tasks {
         /// One JSON document instead of a table.
@@ -130,6 +146,9 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => fleet::run(&store, &task, slice_ms, json),
         Command::Metrics { listen } => metrics::serve(table, &listen),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => config::check(&file, table),
     }
 }
 

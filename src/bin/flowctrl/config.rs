@@ -1,0 +1,124 @@
+//! `flowctrl config check FILE`: checks a config file as a table's open
+//! would, and says what applying it would change on the table it names,
+//! task by task and field by field. Reads the table through a view.
+
+use std::path::Path;
+
+use flowctrl::{ConfigFile, TaskConfig, TaskSettings, View};
+
+use crate::Result;
+
+/// The fields `file` sets that differ from `s`, as "field old -> new".
+fn changes(file: &TaskConfig, s: &TaskSettings) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, asked: Option<String>, now: String| {
+        if let Some(asked) = asked.filter(|a| *a != now) {
+            out.push(format!("{name} {now} -> {asked}"));
+        }
+    };
+    let (l, g, a) = (&file.local, &file.global, &file.limiter);
+    field(
+        "local_rate",
+        l.local_rate.map(|v| v.to_string()),
+        s.local.local_rate.to_string(),
+    );
+    field(
+        "burst",
+        l.burst.map(|v| v.to_string()),
+        s.local.burst.to_string(),
+    );
+    field(
+        "max_concurrency",
+        l.max_concurrency.map(|v| v.to_string()),
+        s.local.max_concurrency.to_string(),
+    );
+    field(
+        "global_rate",
+        g.global_rate.map(|v| v.to_string()),
+        s.global.global_rate.to_string(),
+    );
+    field(
+        "slice_ms",
+        g.slice_ms.map(|v| v.to_string()),
+        s.global.slice_ms.to_string(),
+    );
+    field(
+        "chunk",
+        g.chunk.map(|v| v.to_string()),
+        s.global.chunk.to_string(),
+    );
+    field(
+        "fallback",
+        g.fallback.map(|v| v.to_string()),
+        s.global.fallback.to_string(),
+    );
+    field(
+        "global_burst",
+        g.global_burst.map(|v| v.to_string()),
+        s.global.global_burst.to_string(),
+    );
+    field(
+        "limiter",
+        a.spec.map(|v| v.canonical()),
+        s.limiter.canonical(),
+    );
+    field(
+        "min_limit",
+        a.min_limit.map(|v| v.to_string()),
+        s.limiter.min.to_string(),
+    );
+    field(
+        "max_limit",
+        a.max_limit.map(|v| v.to_string()),
+        s.limiter.max.to_string(),
+    );
+    field(
+        "initial_limit",
+        a.initial_limit.map(|v| v.to_string()),
+        s.limiter.initial.to_string(),
+    );
+    out
+}
+
+pub(crate) fn check(file: &Path, table: &Path) -> Result {
+    let config = ConfigFile::load(file)?;
+    println!(
+        "{}: ok ({} task(s), {} balancer(s))",
+        file.display(),
+        config.tasks.len(),
+        config.balancers.len()
+    );
+    let table = config.table.path.as_deref().unwrap_or(table);
+    let view = match View::open(table) {
+        Ok(view) => view,
+        Err(e) if e.kind() == flowctrl::ErrorKind::Io && !table.exists() => {
+            println!(
+                "table {}: not created yet; nothing to change",
+                table.display()
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    for (name, fields) in &config.tasks {
+        match view.task(name) {
+            Ok(t) => {
+                let list = changes(fields, &t.settings);
+                if list.is_empty() {
+                    println!("task {name:?}: unchanged");
+                } else {
+                    println!("task {name:?}: {}", list.join(", "));
+                }
+                if t.settings.global_source == flowctrl::GlobalSource::Store {
+                    println!(
+                        "  (its global fields come from the store's record, which wins over the file)"
+                    );
+                }
+            }
+            Err(_) => println!(
+                "task {name:?}: not registered yet; registrations will take the file's fields"
+            ),
+        }
+    }
+    Ok(())
+}
