@@ -38,6 +38,7 @@ def main() -> None:
             total_limited += limited
             rows.append((labels[str(pid)], pid, admitted, limited))
         previous = current
+        limit = task.settings["local_rate"]  # the config file may change it
         print(f"\n── second {tick} ── task {args.task!r}, local_rate {limit:g}/s for the host")
         print(f"{'worker':<10} {'pid':>8} {'admitted/s':>11} {'limited/s':>10}")
         for label, pid, admitted, limited in rows:
