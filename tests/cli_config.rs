@@ -34,6 +34,8 @@ fn config_check_says_what_a_file_would_change_and_changes_nothing() {
         )
         .unwrap();
     table.task("same", &TaskConfig::new().burst(3)).unwrap();
+    // Detached: no process of ours writes the table while it is compared.
+    drop(table);
     let file = scratch.path("flowctrl.toml");
     std::fs::write(
         &file,
@@ -53,11 +55,11 @@ fn config_check_says_what_a_file_would_change_and_changes_nothing() {
     );
     assert!(out.contains("task \"same\": unchanged"), "{out}");
     assert!(out.contains("task \"new\": not registered yet"), "{out}");
-    assert_eq!(
-        std::fs::read(&table_path).unwrap(),
-        before,
-        "the table is unchanged"
+    assert!(
+        std::fs::read(&table_path).unwrap() == before,
+        "the check changed the table"
     );
+    let table = Table::open(&table_path, &TableOptions::default()).unwrap();
     assert_eq!(
         table
             .task("api", &TaskConfig::new())
@@ -67,6 +69,24 @@ fn config_check_says_what_a_file_would_change_and_changes_nothing() {
             .max_concurrency,
         4
     );
+
+    // `tasks --config` says which fields come from the file.
+    let t = table_path.to_str().unwrap();
+    let f = file.to_str().unwrap();
+    let (code, out, err) = flowctrl(&["-t", t, "tasks", "--config", f]);
+    assert_eq!(code, 0, "{err}");
+    let api = out.lines().find(|l| l.starts_with("api ")).unwrap();
+    assert!(api.ends_with("file: local_rate,max_concurrency"), "{out}");
+    let (_, out, _) = flowctrl(&["-t", t, "tasks", "--json", "--config", f]);
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let api = doc["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "api")
+        .unwrap();
+    assert_eq!(api["sources"]["max_concurrency"], "file");
+    assert_eq!(api["sources"]["burst"], "code");
 
     // A bad file: exit 1, the file, the line and the key.
     std::fs::write(&file, "[tasks.api]\nmax_concurency = 8\n").unwrap();

@@ -58,6 +58,10 @@ enum Command {
         /// One JSON document instead of a table.
         #[arg(long)]
         json: bool,
+        /// The config file the table's processes read, to say which fields
+        /// come from it (default: FLOWCTRL_CONFIG's, if set).
+        #[arg(long, env = "FLOWCTRL_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Every task's configuration, counters, concurrency and global quota.
     Stats {
@@ -129,7 +133,7 @@ pub(crate) fn invalid(message: impl Into<String>) -> flowctrl::Error {
 fn run(cli: Cli) -> Result<()> {
     let table = &cli.table;
     match cli.command {
-        Command::Tasks { json } => show::tasks(table, json),
+        Command::Tasks { json, config } => show::tasks(table, json, config.as_deref()),
         Command::Stats {
             task,
             json,

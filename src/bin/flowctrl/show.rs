@@ -4,20 +4,86 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use flowctrl::{AttachedProcess, ProcessStats, QuotaState, TaskSnapshot, View};
+use flowctrl::{AttachedProcess, ConfigFile, ProcessStats, QuotaState, TaskSnapshot, View};
 use serde_json::{Value, json};
 
 use crate::Result;
 use crate::text::{duration, ns, offset_us, or_none, rate, table};
 
-/// `flowctrl tasks`: one row per task, its configuration in force.
-pub(crate) fn tasks(path: &Path, json: bool) -> Result {
+/// Where each field of a task's configuration in force comes from: the
+/// store's record (global fields, while it is in force), the config file
+/// (the fields it sets for the task), or else the code that registered the
+/// task or last updated it.
+fn sources(t: &TaskSnapshot, file: Option<&ConfigFile>) -> Vec<(&'static str, &'static str)> {
+    const GLOBAL: [&str; 5] = [
+        "global_rate",
+        "slice_ms",
+        "chunk",
+        "fallback",
+        "global_burst",
+    ];
+    let set = file.and_then(|f| f.tasks.get(&t.name));
+    let in_file = |field: &str| {
+        set.is_some_and(|c| match field {
+            "local_rate" => c.local.local_rate.is_some(),
+            "burst" => c.local.burst.is_some(),
+            "max_concurrency" => c.local.max_concurrency.is_some(),
+            "global_rate" => c.global.global_rate.is_some(),
+            "slice_ms" => c.global.slice_ms.is_some(),
+            "chunk" => c.global.chunk.is_some(),
+            "fallback" => c.global.fallback.is_some(),
+            "global_burst" => c.global.global_burst.is_some(),
+            "limiter" => c.limiter.spec.is_some(),
+            "min_limit" => c.limiter.min_limit.is_some(),
+            "max_limit" => c.limiter.max_limit.is_some(),
+            _ => c.limiter.initial_limit.is_some(),
+        })
+    };
+    let store = t.settings.global_source == flowctrl::GlobalSource::Store;
+    [
+        "local_rate",
+        "burst",
+        "max_concurrency",
+        "global_rate",
+        "slice_ms",
+        "chunk",
+        "fallback",
+        "global_burst",
+        "limiter",
+        "min_limit",
+        "max_limit",
+        "initial_limit",
+    ]
+    .into_iter()
+    .map(|field| {
+        let from = if store && GLOBAL.contains(&field) {
+            "store"
+        } else if in_file(field) {
+            "file"
+        } else {
+            "code"
+        };
+        (field, from)
+    })
+    .collect()
+}
+
+/// `flowctrl tasks`: one row per task, its configuration in force, and
+/// which fields come from the store or the config file.
+pub(crate) fn tasks(path: &Path, json: bool, config: Option<&Path>) -> Result {
     let view = View::open(path)?;
     let tasks = view.tasks();
+    let file = config.map(ConfigFile::load).transpose()?;
     if json {
         let tasks: Vec<Value> = tasks
             .iter()
-            .map(|t| json!({"name": t.name, "settings": settings_json(t)}))
+            .map(|t| {
+                let from: serde_json::Map<String, Value> = sources(t, file.as_ref())
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), Value::from(v)))
+                    .collect();
+                json!({"name": t.name, "settings": settings_json(t), "sources": from})
+            })
             .collect();
         return print_json(json!({"table": view.path().display().to_string(), "tasks": tasks}));
     }
@@ -39,6 +105,7 @@ pub(crate) fn tasks(path: &Path, json: bool) -> Result {
                 if_global(g.fallback.to_string()),
                 if_global(auto(g.global_burst)),
                 if_global(t.settings.global_source.as_str().to_string()),
+                from_text(&sources(t, file.as_ref())),
             ]
         })
         .collect();
@@ -54,9 +121,33 @@ pub(crate) fn tasks(path: &Path, json: bool) -> Result {
         "FALLBACK",
         "GLOBAL_BURST",
         "SOURCE",
+        "FROM",
     ];
     print!("{}", table(&header, &rows));
     Ok(())
+}
+
+/// "file: a, b; store: c, d": the fields not from the code.
+fn from_text(sources: &[(&str, &str)]) -> String {
+    let of = |from: &str| -> Vec<&str> {
+        sources
+            .iter()
+            .filter(|(_, f)| *f == from)
+            .map(|(k, _)| *k)
+            .collect()
+    };
+    let parts: Vec<String> = ["store", "file"]
+        .into_iter()
+        .filter_map(|from| {
+            let fields = of(from);
+            (!fields.is_empty()).then(|| format!("{from}: {}", fields.join(",")))
+        })
+        .collect();
+    if parts.is_empty() {
+        "code".into()
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// `flowctrl stats [TASK]`: every task's (or one task's) configuration,
