@@ -117,7 +117,14 @@ fn fleet_prints_the_census_of_both_hosts() {
         "global_rate 2000/s  slice_ms 1000  chunk auto  fallback share  global_burst auto  source store"
     );
     let tasks = ok(&scratch.path("a"), &["tasks"]);
-    assert!(tasks.lines().nth(1).unwrap().ends_with(" store"), "{tasks}");
+    assert!(
+        tasks
+            .lines()
+            .nth(1)
+            .unwrap()
+            .ends_with(" store   store: global_rate,slice_ms,chunk,fallback,global_burst"),
+        "{tasks}"
+    );
     let out = ok(&scratch.path("a"), &["set", "api", "global_rate=1500"]);
     assert_eq!(
         out,
