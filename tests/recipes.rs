@@ -72,7 +72,12 @@ fn server_binary() -> &'static Path {
             .arg(&binary)
             .arg(format!("-L{}", deps.display()))
             .arg("-lflowctrl")
-            .arg(format!("-Wl,-rpath,{}", deps.display()));
+            // The program records the library's SONAME, a name only the
+            // link in this directory has (cargo leaves libflowctrl.so).
+            .arg(format!(
+                "-Wl,-rpath,{}",
+                common::elf::soname_link_dir(deps, &out.join("lib")).display()
+            ));
         let output = command
             .output()
             .unwrap_or_else(|e| panic!("cannot run {compiler} ({e}): install it or set $CXX"));
