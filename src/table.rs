@@ -159,6 +159,14 @@ impl TableCheck {
     pub fn is_ok(&self) -> bool {
         !self.replaced && self.drift.is_empty()
     }
+
+    /// The drifted task with the largest drift (either sign).
+    pub fn worst(&self) -> Option<(&str, i64)> {
+        self.drift
+            .iter()
+            .max_by_key(|(_, d)| d.unsigned_abs())
+            .map(|(name, d)| (name.as_str(), *d))
+    }
 }
 
 impl Table {

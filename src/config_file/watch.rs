@@ -105,19 +105,23 @@ fn refused(shm: &Shm, path: &std::path::Path, e: &crate::Error) {
     }
 }
 
-/// Applies `file` to the table unless this version already was (by any
-/// process): its tasks and balancers that are registered take its fields.
+/// Applies `file` to the table unless the table holds another version: its
+/// tasks and balancers that are registered take its fields where they
+/// differ (so one process writes each change, and a change a process died
+/// applying is finished by the next to read the file).
 pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
     let header = shm.header();
     let applied = header.config_applied.load(Ordering::Acquire);
-    if applied == file.hash
-        || header
+    let moved = applied != file.hash
+        && header
             .config_applied
             .compare_exchange(applied, file.hash, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-    {
-        return;
+            .is_ok();
+    if !moved && header.config_applied.load(Ordering::Acquire) != file.hash {
+        return; // another version is the table's
     }
+    // Idempotent: only tasks that differ are written, so a version a process
+    // died applying half-way is finished by the next process to read it.
     let mut changed = 0;
     for (index, name) in task::ready(shm) {
         let Some(fields) = file.tasks.get(&name) else {
@@ -151,6 +155,9 @@ pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
                 );
             }
         }
+    }
+    if !moved && changed == 0 {
+        return;
     }
     let subject = file.path.display().to_string();
     report(

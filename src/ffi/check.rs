@@ -79,14 +79,14 @@ pub unsafe extern "C" fn fc_table_check(
         let table = &unsafe { arg(table, "table") }?.table;
         let out = unsafe { Out::new(report, "report") }?;
         let check = table.check();
-        let worst = check.drift.iter().max_by_key(|(_, d)| d.unsigned_abs());
+        let worst = check.worst();
         out.write(&fc_table_report {
             size: size_of::<fc_table_report>() as u32,
             replaced: check.replaced as u32,
             drifted: u32::try_from(check.drift.len()).unwrap_or(u32::MAX),
             unchecked: u32::try_from(check.unchecked.len()).unwrap_or(u32::MAX),
             worst_task: worst.map_or([0; 64], |(name, _)| to_array(name)),
-            worst_drift: worst.map_or(0, |(_, d)| *d),
+            worst_drift: worst.map_or(0, |(_, d)| d),
             config_errors: table.config_errors(),
         });
         Ok(fc_status::FC_OK)
