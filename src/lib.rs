@@ -42,6 +42,7 @@ mod events;
 pub mod ffi;
 mod format;
 mod limit;
+pub mod manage;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod quota;
@@ -60,8 +61,8 @@ pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
 pub use quota::{
-    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostRecord, QuotaState,
-    QuotaStats, Store, StoreOptions, StoredConfig,
+    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostHealth, HostRecord,
+    QuotaState, QuotaStats, Store, StoreOptions, StoredConfig,
 };
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{

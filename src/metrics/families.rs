@@ -387,6 +387,13 @@ pub(super) fn quota(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         "Pulls from a slice created with another threshold than this host's.",
         None,
         each(&|t| t.quota.config_conflicts),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_keys_created",
+        "Slice keys this host's pulls created in the store (none while a manager writes them ahead).",
+        None,
+        each(&|t| t.quota.keys_created),
     )
 }
 

@@ -35,8 +35,18 @@ local function is_host(field)
 end
 local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host)
 local left, quota, demands, rec = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4]
-if left == false then
-  left = tonumber(ARGV[1])
+-- A key no host has pulled from: created here, or written ahead by a
+-- manager (`left` and `quota` only, its TTL set).
+local created = 0
+if left == false or got[3] == false then
+  if left == false then
+    left, created = tonumber(ARGV[1]), 1
+  else
+    left = tonumber(left)
+    if left == nil or left ~= math.floor(left) or left < 0 then
+      return redis.error_reply('FLOWCTRL key ' .. key .. ' does not hold an integer')
+    end
+  end
   -- The hosts that asked in the slice before, with their demand: present
   -- from the slice's start, so the first to pull cannot take what the
   -- others will need of its tail.
@@ -53,7 +63,7 @@ if left == false then
     end
   end
   redis.call('HSET', key, 'left', left, 'quota', left, 'demand', sum, unpack(carried))
-  redis.call('PEXPIRE', key, ARGV[5])
+  if created == 1 then redis.call('PEXPIRE', key, ARGV[5]) end
   quota, demands, rec = left, sum, redis.call('HGET', key, host)
 else
   left = tonumber(left)
@@ -145,7 +155,15 @@ end
 if owed_cut and grant < want and left > grant then
   wait = math.max(wait, math.ceil(want * slice_ms / quota / 2))
 end
+-- The record: accounted asked granted claimed offset_us demand, then what
+-- the host's releases reported in the slice so far: success dropped
+-- mean_us p99_us, then the threshold the host would create keys with when
+-- it spends by its own numbers, not the record's (0 when by the record).
+local own_numbers = 0
+if ARGV[13] ~= '1' then own_numbers = tonumber(ARGV[1]) or 0 end
+local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
 redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
-  string.format('%d %d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
-    tonumber(ARGV[8]) or 0, demand))
-return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch}
+  string.format('%d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
+    claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17), count(18),
+    own_numbers))
+return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created}

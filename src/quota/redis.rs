@@ -41,7 +41,12 @@ pub(crate) struct RedisSettings {
 /// and not yet given; with less than asked comes the wait until the ask
 /// will have been; 11 the version of the task's record KEYS[2] the host
 /// last saw, 12 the host's own slice_ms (ARGV 3 may be another host's), 13
-/// "1" when the numbers sent are the record's.
+/// "1" when the numbers sent are the record's, 14 the host's demand, 15–18
+/// what its releases reported in the slice so far (success, dropped, mean
+/// µs, p99 µs), kept in its census record for a manager. A key a manager
+/// wrote ahead holds `left` and `quota` only: its first pull carries the
+/// census in as a host's creation does, and only a creation is reported
+/// (the 9th answer) and given a TTL.
 ///
 /// First the numbers: a record whose version is not the one sent answers
 /// {-2, version} (the host fetches it and asks again); without a record
@@ -66,8 +71,8 @@ pub(crate) struct RedisSettings {
 const PULL: &str = include_str!("pull.lua");
 
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
-/// host-id conflict, wait ms, threshold mismatch.
-type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64);
+/// host-id conflict, wait ms, threshold mismatch, key created.
+type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
 pub(crate) struct RedisStore {
     client: redis::Client,
@@ -205,9 +210,13 @@ impl QuotaStore for RedisStore {
                 .arg(ask.own_slice_ms)
                 .arg(if ask.spends_record { "1" } else { "0" })
                 .arg(ask.demand)
+                .arg(ask.health.success)
+                .arg(ask.health.dropped)
+                .arg(ask.health.mean_us)
+                .arg(ask.health.p99_us)
                 .invoke(conn)
         };
-        let (granted, left, sec, usec, hosts, conflict, wait, mismatch) =
+        let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created) =
             self.round_trip("pull", call)?;
         let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
         let refresh = match granted {
@@ -225,6 +234,7 @@ impl QuotaStore for RedisStore {
             wait_ms: wait.max(0) as u64,
             config_conflict: mismatch != 0,
             refresh,
+            created: created == 1,
         })
     }
 
