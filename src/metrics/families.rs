@@ -14,7 +14,7 @@ use super::Snapshot;
 use crate::quota::QuotaState;
 use crate::view::{BalancerSnapshot, TaskSnapshot};
 
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 fn task(t: &TaskSnapshot) -> Labels {
     vec![("task", t.name.clone())]
@@ -25,7 +25,7 @@ fn with(mut labels: Labels, key: &'static str, value: &str) -> Labels {
     labels
 }
 
-fn counter<V: EncodeCounterValue>(
+pub(super) fn counter<V: EncodeCounterValue>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -44,7 +44,7 @@ fn counter<V: EncodeCounterValue>(
     Ok(())
 }
 
-fn gauge<V: EncodeGaugeValue, L: EncodeLabelSet>(
+pub(super) fn gauge<V: EncodeGaugeValue, L: EncodeLabelSet>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
