@@ -54,10 +54,28 @@ pub struct Manager {
 }
 
 impl Manager {
-    /// A standby instance for `config` (connects at its first step).
+    /// A standby instance for `config`. Refuses a store it cannot write
+    /// (down, a replica, no permission): one probe write.
     pub fn new(config: ManagerConfig) -> Result<Self> {
         let store = Store::open(&config.store)?;
         let prefix = config.store.key_prefix.clone();
+        let probe = format!("{prefix}{{manager}}:probe");
+        let _: () = store
+            .redis()
+            .round_trip("write to the store", |conn| {
+                redis::cmd("SET")
+                    .arg(&probe)
+                    .arg(&config.id)
+                    .arg("PX")
+                    .arg(1000)
+                    .query(conn)
+            })
+            .map_err(|e| {
+                crate::Error::new(
+                    crate::ErrorKind::Store,
+                    format!("the manager cannot write to its store: {}", e.message()),
+                )
+            })?;
         let lease = Lease::new(&prefix, &config.id, config.lease);
         let tasks = tick::states(&config, Default::default());
         let report = ManagerReport {
@@ -203,6 +221,14 @@ impl Manager {
             log::warn!("manager {}: {e}", self.config.id);
         }
         Ok(())
+    }
+
+    /// One step's judging and writing under `token`, whether or not this
+    /// instance holds the lease (tests of fencing: a paused manager's write
+    /// after its successor's). Returns whether the store fenced it out.
+    #[doc(hidden)]
+    pub fn write_with_token(&mut self, token: u64) -> Result<bool> {
+        tick::run(self, token)
     }
 
     pub fn config(&self) -> &ManagerConfig {

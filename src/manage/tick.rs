@@ -1,7 +1,7 @@
 //! One step of an active manager: judge each task's last full slice (one
 //! pipeline of census reads), then write what is due (one pipeline of
-//! script calls): the slices up to `ahead` past the current one, and the
-//! record and the decision when they changed.
+//! script calls): the current slice if it has no key yet, the slices up to
+//! `ahead` past it, and the record and the decision when they changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -236,8 +236,8 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         writes.push(Write {
             task: name,
             settings: &task.global,
-            first: (current(slice_ms) + 1) as u32,
-            count: ahead as u32,
+            first: current(slice_ms) as u32,
+            count: ahead as u32 + 1,
             quota: quota_of(state.threshold, slice_ms),
             decision: state.pending.as_ref().map(Decision::encode),
         });

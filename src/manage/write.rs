@@ -6,7 +6,9 @@
 //! A key written ahead holds `left` and `quota` only and is rewritten while
 //! no host has pulled from it (the pull script refuses every slice but the
 //! store's current one, and its first pull adds the census): a threshold
-//! change reaches the next slice, and a live slice is never touched.
+//! change reaches the next slice, and a live slice is never touched. The
+//! current slice is written only if it has no key yet (a manager's first
+//! step), atomically with the hosts' pulls.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::quota::{RedisStore, record_fields, record_key, slice_key};
@@ -58,7 +60,7 @@ local first = tonumber(ARGV[3])
 for k = 5, #KEYS do
   local slice = (first + k - 5) % 4294967296
   local ahead = (slice - now) % 4294967296
-  if ahead == 0 or ahead >= 2147483648 then
+  if ahead >= 2147483648 or (ahead == 0 and redis.call('EXISTS', KEYS[k]) == 1) then
     late = late + 1
   else
     local got = redis.call('HMGET', KEYS[k], 'quota', 'demand')

@@ -7,22 +7,22 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 -- A version that is no whole number up to 2^53 is no record.
 local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
-if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0} end
+if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0, 0} end
 local mismatch, keeps_shape = 0, false
 if ARGV[13] ~= '1' then
   local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
   if shape == nil then
-    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0} end
+    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0, 0} end
     redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
   elseif shape ~= slice_ms then
-    return {-3, shape, sec, usec, 0, 0, 0, 0}
+    return {-3, shape, sec, usec, 0, 0, 0, 0, 0}
   elseif shape == own then
     keeps_shape = true
   else
     mismatch = 1
   end
 end
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0} end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 -- A census record: accounted asked granted claimed offset_us demand.
 local function fields(rec)
