@@ -41,7 +41,7 @@ pub struct ManagedTask {
     pub policy: Option<Policy>,
 }
 
-/// A dynamic threshold: bounds, targets and steps. The threshold moves
+/// A dynamic threshold: bounds and targets. The threshold moves
 /// only within `[min_rate, max_rate]`, once per slice, judged on the last
 /// full slice that ran with it (see `manage::policy`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,10 +52,7 @@ pub struct Policy {
     pub dropped_ratio: Option<f64>,
     /// Target: the fleet's p99 round-trip at most this (a gradient).
     pub p99: Option<Duration>,
-    /// Requests/s added after a slice within target that used the
-    /// threshold (default (max − min) / 20).
-    pub step: f64,
-    /// Factor of a decrease beyond what the signal asks (default 0.95).
+    /// Factor of a decrease beyond what the signal asks (default 0.97).
     pub backoff: f64,
 }
 
@@ -76,7 +73,6 @@ struct PolicyFields {
     max_rate: f64,
     dropped_ratio: Option<f64>,
     p99_ms: Option<f64>,
-    step: Option<f64>,
     backoff: Option<f64>,
 }
 
@@ -234,13 +230,7 @@ fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
             "p99_ms must be in (0, 500] (the hosts' sketch tops out near 537 ms), not {ms}"
         )));
     }
-    let step = f.step.unwrap_or((f.max_rate - f.min_rate) / 20.0);
-    if !(step.is_finite() && step >= 0.0) {
-        return Err(Error::invalid(format!(
-            "step must be 0 or more, not {step}"
-        )));
-    }
-    let backoff = f.backoff.unwrap_or(0.95);
+    let backoff = f.backoff.unwrap_or(0.97);
     if !(backoff > 0.0 && backoff <= 1.0) {
         return Err(Error::invalid(format!(
             "backoff must be in (0, 1], not {backoff}"
@@ -251,7 +241,6 @@ fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
         max_rate: f.max_rate,
         dropped_ratio: f.dropped_ratio,
         p99: f.p99_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0)),
-        step,
         backoff,
     })
 }

@@ -23,6 +23,12 @@ pub(super) struct TaskState {
     /// The last slice written ahead, and the last judged.
     written_to: Option<u64>,
     judged: Option<u64>,
+    /// Clean slices in a row (the probe doubles with each).
+    clean: u32,
+    /// The first slice to judge: the second one to run the threshold in
+    /// force (a change reaches the slice after next; the next drains the
+    /// old threshold's backlog).
+    judge_from: u64,
     /// A change not yet in the store's log.
     pending: Option<Decision>,
     /// The last slice each host pulled in, and whether it is alarmed silent.
@@ -154,8 +160,10 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
     };
     let mut report = m.report.lock();
     let r = report.tasks.entry(task.to_string()).or_default();
-    if let Some(policy) = &config.policy {
-        let (next, why) = decide(policy, state.threshold, &observed);
+    if let Some(policy) = &config.policy
+        && slice >= state.judge_from
+    {
+        let (next, why) = decide(policy, state.threshold, &mut state.clean, &observed);
         if next != state.threshold {
             log::info!(
                 "task {task:?}: threshold {:.1} -> {next:.1} requests/s ({why})",
@@ -172,6 +180,7 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
             r.last_change = Some(decision.clone());
             state.pending = Some(decision);
             state.threshold = next;
+            state.judge_from = slice + 3;
         }
     }
     r.threshold = state.threshold;
