@@ -227,7 +227,20 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
     let halve = start + Duration::from_secs(PHASES[0]);
     let restore = halve + Duration::from_secs(PHASES[1]);
     let mut phase = 0;
+    let mut census: Option<serde_json::Value> = None;
     while monotonic() < end {
+        if census.is_none() && monotonic() + Duration::from_millis(1500) >= end {
+            let out = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+                .args(["fleet", "api", "--store", &url, "--json"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            census = Some(serde_json::from_slice(&out.stdout).unwrap());
+        }
         if phase == 0 && monotonic() >= halve {
             slots.store(SLOTS / 2, Ordering::Relaxed);
             phase = 1;
@@ -312,6 +325,28 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
         })
         .collect();
     eprintln!("slice:threshold/goodput/dropped {}", show.join(" "));
+    // What `flowctrl fleet` showed near the end: every host's releases and
+    // their p99 (the backend takes 20 ms at least), the manager's changes.
+    let census = census.expect("the census was read");
+    let hosts = census["hosts"].as_array().unwrap();
+    assert!(hosts.len() >= HOSTS, "{census}");
+    for h in hosts.iter().take(HOSTS) {
+        assert!(h["success"].as_u64().unwrap() > 0, "{h}");
+        let p99 = h["p99_us"].as_u64().unwrap();
+        assert!((20_000..=200_000).contains(&p99), "p99 {p99} µs: {h}");
+        assert_eq!(
+            h["own_quota"].as_u64(),
+            Some(0),
+            "spends by the record: {h}"
+        );
+    }
+    let decisions = census["decisions"].as_array().unwrap();
+    assert!(decisions.len() >= 4, "{census}");
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["reason"].as_str().unwrap().starts_with("dropped_ratio="))
+    );
     // The halving: under target within 10 slices, then held there.
     let settled = (t1..t1 + 10)
         .find(|s| ratio(*s) <= TARGET)
