@@ -20,8 +20,10 @@ const FORGET_SLICES: u64 = 1000;
 pub(super) struct TaskState {
     /// Requests/s in force.
     threshold: f64,
-    /// The last slice written ahead, and the last judged.
+    /// The last slice written ahead, with which threshold, and the last
+    /// judged.
     written_to: Option<u64>,
+    written_at: f64,
     judged: Option<u64>,
     /// Clean slices in a row (the probe doubles with each).
     clean: u32,
@@ -29,6 +31,8 @@ pub(super) struct TaskState {
     /// force (a change reaches the slice after next; the next drains the
     /// old threshold's backlog).
     judge_from: u64,
+    /// The record's version as this manager last wrote or found it.
+    version: u64,
     /// A change not yet in the store's log.
     pending: Option<Decision>,
     /// The last slice each host pulled in, and whether it is alarmed silent.
@@ -54,6 +58,7 @@ pub(super) fn states(
                 _ => rate,
             };
             state.written_to = None;
+            state.version = 0;
             (name.clone(), state)
         })
         .collect()
@@ -75,6 +80,7 @@ pub(super) fn resume(m: &mut Manager) -> Result<()> {
     for (name, threshold) in names.iter().zip(last) {
         let state = m.tasks.get_mut(name).expect("a task of the list");
         state.written_to = None;
+        state.version = 0;
         if let (Some(p), Some(t)) = (&m.config.tasks[name].policy, threshold)
             && t.is_finite()
         {
@@ -241,14 +247,20 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         if state.written_to == Some(through) && state.pending.is_none() {
             continue;
         }
+        // Only the new slices, unless the threshold moved since.
+        let first = match state.written_to {
+            Some(w) if state.written_at == state.threshold && w >= current(slice_ms) => w + 1,
+            _ => current(slice_ms),
+        };
         names.push((name.clone(), through));
         writes.push(Write {
             task: name,
             settings: &task.global,
-            first: current(slice_ms) as u32,
-            count: ahead as u32 + 1,
+            first: first as u32,
+            count: (through + 1).saturating_sub(first) as u32,
             quota: quota_of(state.threshold, slice_ms),
             decision: state.pending.as_ref().map(Decision::encode),
+            version: state.version,
         });
     }
     let written = match m.writer.write(m.store.redis(), token, &writes) {
@@ -272,6 +284,8 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         report.slices_late += w.late;
         let state = m.tasks.get_mut(&name).expect("a managed task");
         state.written_to = Some(through);
+        state.written_at = state.threshold;
+        state.version = w.version;
         state.pending = None;
     }
     Ok(fenced)

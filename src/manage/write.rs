@@ -17,7 +17,8 @@ use crate::quota::{RedisStore, record_fields, record_key, slice_key};
 /// log, 5.. the slices' keys from ARGV[3] on. ARGV: 1 token, 2 slice_ms, 3
 /// the first slice, 4 the threshold per slice, 5 the keys' TTL ms, 6 the
 /// record's field count n, then n name/value pairs, then the decision's
-/// "threshold reason at_ms manager" or "" for no change.
+/// "threshold reason at_ms manager" or "" for no change, then the record
+/// version this manager last wrote (its fields are not compared then).
 ///
 /// Returns {1, keys written, slices already begun, record version or 0}, or
 /// {-1, fence} when a newer token wrote the task.
@@ -32,10 +33,14 @@ local slice_ms = tonumber(ARGV[2])
 local now = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / slice_ms)
 now = now % 4294967296
 local n, version = tonumber(ARGV[6]), 0
-local same = redis.call('EXISTS', KEYS[2]) == 1
+-- The version this manager last wrote still there: the record is ours.
+local held = redis.call('HGET', KEYS[2], 'version')
+local same = held ~= false
+if not (same and held == ARGV[8 + 2 * n]) then
 for i = 0, n - 1 do
   if not same then break end
   if redis.call('HGET', KEYS[2], ARGV[7 + 2 * i]) ~= ARGV[8 + 2 * i] then same = false end
+end
 end
 if not same then
   local old = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
@@ -46,6 +51,8 @@ if not same then
   for i = 7, 6 + 2 * n do fields[#fields + 1] = ARGV[i] end
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[2], 'version', string.format('%.0f', version), unpack(fields))
+else
+  version = tonumber(held) or 0
 end
 local decision = ARGV[7 + 2 * n]
 if decision ~= '' then
@@ -85,6 +92,8 @@ pub(crate) struct Write<'a> {
     pub quota: u64,
     /// "threshold reason at_ms manager" when the threshold changed.
     pub decision: Option<String>,
+    /// The record version this manager last wrote (0: none yet).
+    pub version: u64,
 }
 
 /// What the store did with a write.
@@ -95,7 +104,7 @@ pub(crate) struct Written {
     pub keys: u64,
     /// Slices that had begun by the store's clock: left alone.
     pub late: u64,
-    /// The record's new version, if it was rewritten.
+    /// The record's version (rewritten or found).
     pub version: u64,
 }
 
@@ -146,6 +155,7 @@ impl Writer {
                     call.arg(name).arg(value);
                 }
                 call.arg(w.decision.as_deref().unwrap_or(""));
+                call.arg(w.version.to_string());
                 call
             })
             .collect();
