@@ -383,3 +383,50 @@ fn bad_manager_configurations_are_refused_with_their_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn an_edited_file_is_applied_and_a_bad_edit_keeps_the_running_configuration() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("manager-reload");
+    let file = scratch.path("fleet.toml");
+    let log = scratch.path("manager.log");
+    std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
+    let mut manager = manage(&file, &log);
+    let rate =
+        || -> Option<String> { redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]) };
+    wait_for("the record", Duration::from_secs(5), || {
+        rate().as_deref() == Some("400")
+    });
+    // An edit: applied at the manager's next step.
+    let text =
+        config_text(&redis.url(), LEASE_MS).replace("global_rate = 400", "global_rate = 300");
+    std::fs::write(&file, &text).unwrap();
+    let took = wait_for("the edit", Duration::from_secs(5), || {
+        rate().as_deref() == Some("300")
+    });
+    eprintln!("an edit reached the store in {took:?}");
+    // A bad edit: logged, and the running configuration kept.
+    std::fs::write(&file, text.replace("slice_ms = 500", "slice_ms = 5")).unwrap();
+    wait_for("the refusal", Duration::from_secs(5), || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("keeping the running configuration")
+    });
+    assert_eq!(rate().as_deref(), Some("300"));
+    let slices: Option<String> = redis.command(&["HGET", "flowctrl:cfg:{api}", "slice_ms"]);
+    assert_eq!(slices.as_deref(), Some("500"));
+    // SIGHUP re-reads the file too (here: fixed again, another rate).
+    std::fs::write(
+        &file,
+        text.replace("global_rate = 300", "global_rate = 250"),
+    )
+    .unwrap();
+    signal(manager.id() as i32, libc::SIGHUP);
+    wait_for("the reload", Duration::from_secs(5), || {
+        rate().as_deref() == Some("250")
+    });
+    // SIGTERM gives the lease up at once.
+    signal(manager.id() as i32, libc::SIGTERM);
+    assert!(manager.wait().unwrap().success());
+    assert_eq!(holder(&redis), None, "the lease was given up");
+}
