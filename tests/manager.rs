@@ -131,8 +131,16 @@ fn a_standby_takes_over_a_killed_manager_and_no_slice_goes_unwritten() {
     let (_t2, b) = host(&redis.url(), &scratch, "host-b");
     let stop = AtomicBool::new(false);
     let mut takeover = Duration::ZERO;
+    /// Stops the load however the scope ends (a failed wait included).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
     let counts = std::thread::scope(|scope| {
         let load = scope.spawn(|| saturate(&[&a, &b], &stop));
+        let _stop = Stop(&stop);
         std::thread::sleep(Duration::from_secs(2));
         let first = holder(&redis).unwrap();
         let pid = pid_of(&first, &managers);
