@@ -28,6 +28,18 @@ fn config_text(url: &str, lease_ms: u64) -> String {
     )
 }
 
+/// Managers killed (and reaped) however the test ends.
+struct Managers(Vec<Child>);
+
+impl Drop for Managers {
+    fn drop(&mut self) {
+        for m in &mut self.0 {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
 fn manage(config: &std::path::Path, log: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_flowctrl"))
         .args(["manage", "--config"])
@@ -113,10 +125,10 @@ fn a_standby_takes_over_a_killed_manager_and_no_slice_goes_unwritten() {
     let scratch = Scratch::new("manager-failover");
     let file = scratch.path("fleet.toml");
     std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
-    let mut managers = vec![
+    let managers = Managers(vec![
         manage(&file, &scratch.path("a.log")),
         manage(&file, &scratch.path("b.log")),
-    ];
+    ]);
     wait_for("a manager active", Duration::from_secs(5), || {
         holder(&redis).is_some()
     });
@@ -143,7 +155,7 @@ fn a_standby_takes_over_a_killed_manager_and_no_slice_goes_unwritten() {
         let _stop = Stop(&stop);
         std::thread::sleep(Duration::from_secs(2));
         let first = holder(&redis).unwrap();
-        let pid = pid_of(&first, &managers);
+        let pid = pid_of(&first, &managers.0);
         signal(pid as i32, libc::SIGKILL);
         takeover = wait_for(
             "the standby active",
@@ -177,10 +189,6 @@ fn a_standby_takes_over_a_killed_manager_and_no_slice_goes_unwritten() {
             "a slice admitted {n} < 0.98 × {quota}: {slices:?}"
         );
     }
-    for m in &mut managers {
-        let _ = m.kill();
-        let _ = m.wait();
-    }
 }
 
 /// A manager's counter from its metrics endpoint.
@@ -212,7 +220,7 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
     let file = scratch.path("fleet.toml");
     std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
     let ports = [free_port(), free_port()];
-    let mut managers: Vec<Child> = ports
+    let managers: Vec<Child> = ports
         .iter()
         .enumerate()
         .map(|(i, port)| {
@@ -226,13 +234,14 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
                 .unwrap()
         })
         .collect();
+    let managers = Managers(managers);
     wait_for("a manager active", Duration::from_secs(5), || {
         holder(&redis).is_some()
     });
     std::thread::sleep(Duration::from_millis(300));
     let first = holder(&redis).unwrap();
-    let pid = pid_of(&first, &managers);
-    let old = managers.iter().position(|m| m.id() == pid).unwrap();
+    let pid = pid_of(&first, &managers.0);
+    let old = managers.0.iter().position(|m| m.id() == pid).unwrap();
     let writes_before = metric(ports[old], "flowctrl_manager_writes_total");
     signal(pid as i32, libc::SIGSTOP);
     wait_for(
@@ -240,7 +249,16 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
         3 * Duration::from_millis(LEASE_MS),
         || holder(&redis).is_some_and(|h| h != first),
     );
-    let token: u64 = redis.command(&["GET", "flowctrl:{api}:fence"]);
+    let token: u64 = holder(&redis)
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    wait_for("the successor's write", Duration::from_secs(2), || {
+        redis.command::<u64>(&["GET", "flowctrl:{api}:fence"]) == token
+    });
     std::thread::sleep(Duration::from_millis(300));
     signal(pid as i32, libc::SIGCONT);
     std::thread::sleep(Duration::from_secs(2));
@@ -262,10 +280,6 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
         fence >= token && token >= 2,
         "the successor's token fences the task"
     );
-    for m in &mut managers {
-        let _ = m.kill();
-        let _ = m.wait();
-    }
 }
 
 #[test]
@@ -399,7 +413,8 @@ fn an_edited_file_is_applied_and_a_bad_edit_keeps_the_running_configuration() {
     let file = scratch.path("fleet.toml");
     let log = scratch.path("manager.log");
     std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
-    let mut manager = manage(&file, &log);
+    let mut managers = Managers(vec![manage(&file, &log)]);
+    let manager = &mut managers.0[0];
     let rate =
         || -> Option<String> { redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]) };
     wait_for("the record", Duration::from_secs(5), || {

@@ -41,6 +41,13 @@ pub(super) struct TaskState {
     alarms: BTreeSet<String>,
 }
 
+impl TaskState {
+    /// Forgets what was written: the next step writes every slice ahead.
+    pub(super) fn rewrite(&mut self) {
+        self.written_to = None;
+    }
+}
+
 /// The states for `config`'s tasks: those of `old` carried over (their
 /// threshold kept within the new bounds), new ones at their global_rate.
 pub(super) fn states(
