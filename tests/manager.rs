@@ -453,3 +453,62 @@ fn an_edited_file_is_applied_and_a_bad_edit_keeps_the_running_configuration() {
     assert!(manager.wait().unwrap().success());
     assert_eq!(holder(&redis), None, "the lease was given up");
 }
+
+#[test]
+fn a_skewed_clock_and_a_silent_host_raise_alarms() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("manager-alarms");
+    let file = scratch.path("fleet.toml");
+    let log = scratch.path("manager.log");
+    let text = config_text(&redis.url(), LEASE_MS).replace(
+        "[manager]\n",
+        "[manager]\nskew_alarm_ms = 50\nsilent_alarm_ms = 1000\n",
+    );
+    std::fs::write(&file, text).unwrap();
+    let _managers = Managers(vec![manage(&file, &log)]);
+    wait_for("a manager active", Duration::from_secs(5), || {
+        holder(&redis).is_some()
+    });
+    let (_t1, calm) = host(&redis.url(), &scratch, "calm");
+    // A host whose clock is 200 ms behind: it still spends by the store's
+    // slices, and says how far off it is.
+    let mut o = TableOptions::default();
+    o.store.url = Some(redis.url());
+    o.store.timeout = Duration::from_millis(500);
+    o.store.host_id = Some("skewed".into());
+    o.store.clock_skew_ms = -200;
+    let t2 = Table::open(scratch.path("skewed"), &o).unwrap();
+    let mut c = TaskConfig::default();
+    c.global.global_rate = Some(RATE);
+    c.global.slice_ms = Some(SLICE_MS);
+    let skewed = t2.task("api", &c).unwrap();
+    let (stop, stop_skewed) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        let a = scope.spawn(|| saturate(&[&calm], &stop));
+        let _b = scope.spawn(|| saturate(&[&skewed], &stop_skewed));
+        struct Stop<'a>(&'a AtomicBool, &'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+                self.1.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop, &stop_skewed);
+        std::thread::sleep(Duration::from_secs(2));
+        // The calm host goes quiet.
+        stop.store(true, Ordering::Relaxed);
+        a.join().unwrap();
+        let said = |what: &str| std::fs::read_to_string(&log).unwrap().contains(what);
+        wait_for("the skew alarm", Duration::from_secs(3), || {
+            said("host \"skewed\"'s clock is")
+        });
+        wait_for("the silence alarm", Duration::from_secs(4), || {
+            said("host \"calm\" has not pulled for")
+        });
+        assert!(
+            !said("host \"calm\"'s clock"),
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+    });
+}
