@@ -290,7 +290,9 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         report.keys_written += w.keys;
         report.slices_late += w.late;
         let state = m.tasks.get_mut(&name).expect("a managed task");
-        state.written_to = Some(through);
+        // A store that lost the task lost the slices written ahead too:
+        // the next step writes them all again.
+        state.written_to = (!w.lost).then_some(through);
         state.written_at = state.threshold;
         state.version = w.version;
         state.pending = None;
