@@ -24,6 +24,7 @@
 
 mod census;
 mod config;
+mod connect;
 mod fair;
 mod hints;
 mod notes;

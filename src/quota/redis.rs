@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::connect::{Conn, Target};
 use super::record::Refresh;
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
@@ -70,13 +71,13 @@ const PULL: &str = include_str!("pull.lua");
 type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64);
 
 pub(crate) struct RedisStore {
-    client: redis::Client,
+    target: Target,
     settings: RedisSettings,
     script: redis::Script,
     /// Idle connections with the pid that opened them: a forked child never
     /// uses its parent's socket. Taken with `try_lock` only, so a fork while
     /// another thread held the lock cannot freeze the child.
-    idle: Mutex<Vec<(u32, redis::Connection)>>,
+    idle: Mutex<Vec<(u32, Conn)>>,
 }
 
 impl RedisStore {
@@ -98,10 +99,9 @@ impl RedisStore {
     /// that is down at open is a failed store, not a failed open).
     pub fn new(settings: RedisSettings) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| Error::invalid(format!("store URL {}: {e}", redact(&settings.url))))?;
+        let target = Target::open(&settings.url)?;
         Ok(Self {
-            client,
+            target,
             settings,
             script: redis::Script::new(PULL),
             idle: Mutex::new(Vec::new()),
@@ -109,7 +109,7 @@ impl RedisStore {
     }
 
     /// An idle connection of this process, if there is one.
-    fn idle(&self) -> Option<redis::Connection> {
+    fn idle(&self) -> Option<Conn> {
         let pid = std::process::id();
         let mut idle = self.idle.try_lock()?;
         while let Some((owner, conn)) = idle.pop() {
@@ -121,16 +121,10 @@ impl RedisStore {
         None
     }
 
-    fn connect(&self) -> Result<redis::Connection> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.settings.connect_timeout)
-            .map_err(|e| self.error("connect", &e))?;
-        let timeout = Some(self.settings.timeout);
-        conn.set_read_timeout(timeout)
-            .and_then(|_| conn.set_write_timeout(timeout))
-            .map_err(|e| self.error("set timeouts", &e))?;
-        Ok(conn)
+    fn connect(&self) -> Result<Conn> {
+        self.target
+            .connect(self.settings.connect_timeout, self.settings.timeout)
+            .map_err(|e| self.error("connect", &e))
     }
 
     /// One request on an idle connection of this process or a new one.
@@ -142,7 +136,7 @@ impl RedisStore {
     pub(crate) fn round_trip<T>(
         &self,
         doing: &str,
-        call: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        call: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let (conn, answer) = match self.idle() {
             Some(mut conn) => match call(&mut conn) {
@@ -185,7 +179,7 @@ impl QuotaStore for RedisStore {
         let (record, shape) = (record_key(prefix, ask.task), shape_key(prefix, ask.task));
         let before = slice_key(prefix, ask.task, ask.slice.wrapping_sub(1));
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
-        let call = |conn: &mut redis::Connection| -> redis::RedisResult<ScriptReply> {
+        let call = |conn: &mut Conn| -> redis::RedisResult<ScriptReply> {
             self.script
                 .key(&key)
                 .key(&record)
@@ -296,13 +290,20 @@ pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings>
             _ => rest.push(pair),
         }
     }
-    if !(head.starts_with("redis://")
-        || head.starts_with("rediss://")
-        || head.starts_with("redis+unix://")
-        || head.starts_with("unix://"))
+    if ![
+        "redis://",
+        "rediss://",
+        "redis+unix://",
+        "unix://",
+        "redis+sentinel://",
+        "redis+cluster://",
+    ]
+    .iter()
+    .any(|scheme| head.starts_with(scheme))
     {
         return Err(Error::invalid(format!(
-            "store URL {} must start with redis://, rediss:// or unix://",
+            "store URL {} must start with redis://, rediss://, unix://, redis+sentinel:// \
+             or redis+cluster://",
             redact(url)
         )));
     }
