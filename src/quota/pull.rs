@@ -391,7 +391,16 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
             .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => {
-                if current != slice && word != 0 {
+                // A host that fell back after the slice it leaves (an outage
+                // longer than a slice) keeps its figure from before: that
+                // slice was cut short by the outage, and the share fallback
+                // (and a host back from it) would keep to that sliver.
+                let fell_back = q.fallback_admitted.load(Ordering::Relaxed);
+                let since = ((fell_back >> 32) as u32).wrapping_sub(current);
+                let cut_short = fell_back != 0 && since != 0 && since < 1 << 31;
+                if current != slice && word != 0 && cut_short {
+                    q.stranded.fetch_add(left, Ordering::Relaxed);
+                } else if current != slice && word != 0 {
                     q.stranded.fetch_add(left, Ordering::Relaxed);
                     // What the host admitted in the slice it leaves: the
                     // share fallback's rate if the store fails next.

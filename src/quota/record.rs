@@ -126,6 +126,7 @@ pub(crate) fn fields(s: &GlobalSettings) -> Vec<(&'static str, String)> {
         ("chunk", s.chunk.to_string()),
         ("fallback", s.fallback.to_string()),
         ("global_burst", s.global_burst.to_string()),
+        ("shards", s.shards.to_string()),
     ]
 }
 
@@ -162,6 +163,7 @@ pub(crate) fn parse(fields: &[(String, String)]) -> Result<GlobalSettings> {
             "slice_ms" => config.slice_ms = Some(count()?),
             "chunk" => config.chunk = Some(count()?),
             "global_burst" => config.global_burst = Some(count()?),
+            "shards" => config.shards = Some(count()?),
             "fallback" => config.fallback = Some(Fallback::parse(value)?),
             // The version, or a later release's field: not this one's to judge.
             _ => {}
