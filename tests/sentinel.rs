@@ -59,7 +59,10 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     assert_eq!(run.errors, 0, "no caller sees an error");
     hosts::assert_slices_exact(&run, RATE);
     let (failed, open) = (run.failed_at.unwrap(), run.open_again_at.unwrap());
-    assert!(failed >= Duration::from_millis(2300), "failed at {failed:?}");
+    assert!(
+        failed >= Duration::from_millis(2300),
+        "failed at {failed:?}"
+    );
     assert!(
         open <= promoted_at + PROBE.mul_f64(1.2) + Duration::from_millis(100),
         "open again at {open:?}, the replica promoted at {promoted_at:?}"

@@ -174,7 +174,9 @@ impl GlobalCopy {
             .store(g.map_or(0, |g| g.rate.to_bits()), Ordering::Relaxed);
         self.slice_chunk.store(
             g.map_or(0, |g| {
-                g.slice_ms as u64 | (g.shards.saturating_sub(1) as u64) << 16 | (g.chunk as u64) << 32
+                g.slice_ms as u64
+                    | (g.shards.saturating_sub(1) as u64) << 16
+                    | (g.chunk as u64) << 32
             }),
             Ordering::Relaxed,
         );

@@ -86,10 +86,10 @@ fn split_hosts<'a>(rest: &'a str, what: &str) -> Result<(&'a str, Vec<&'a str>, 
         None => ("", authority),
     };
     let hosts: Vec<&str> = hosts.split(',').collect();
-    if hosts
-        .iter()
-        .any(|h| h.rsplit_once(':').is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err()))
-    {
+    if hosts.iter().any(|h| {
+        h.rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+    }) {
         return Err(Error::invalid(format!(
             "{what} needs host:port[,host:port...], not {hosts:?}"
         )));
@@ -109,10 +109,14 @@ impl Target {
             let master = parts.next().unwrap_or("");
             let db = match parts.next() {
                 None | Some("") => 0,
-                Some(db) => db.parse::<i64>().map_err(|_| bad(&"the db must be a number"))?,
+                Some(db) => db
+                    .parse::<i64>()
+                    .map_err(|_| bad(&"the db must be a number"))?,
             };
             if master.is_empty() || parts.next().is_some() || master.contains('?') {
-                return Err(bad(&"the form is redis+sentinel://[:password@]host:port[,host:port...]/master-name[/db]"));
+                return Err(bad(
+                    &"the form is redis+sentinel://[:password@]host:port[,host:port...]/master-name[/db]",
+                ));
             }
             let sentinels = hosts
                 .iter()
@@ -173,7 +177,11 @@ impl Target {
     }
 }
 
-fn single(client: &redis::Client, connect: Duration, command: Duration) -> redis::RedisResult<Conn> {
+fn single(
+    client: &redis::Client,
+    connect: Duration,
+    command: Duration,
+) -> redis::RedisResult<Conn> {
     let conn = client.get_connection_with_timeout(connect)?;
     conn.set_read_timeout(Some(command))?;
     conn.set_write_timeout(Some(command))?;
@@ -243,7 +251,10 @@ mod tests {
                 master,
                 auth,
                 db,
-            } => assert_eq!((sentinels.len(), &*master, &*auth, db), (2, "mymaster", ":pw@", 3)),
+            } => assert_eq!(
+                (sentinels.len(), &*master, &*auth, db),
+                (2, "mymaster", ":pw@", 3)
+            ),
             _ => panic!("not a sentinel target"),
         }
         assert!(matches!(

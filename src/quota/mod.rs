@@ -31,6 +31,7 @@ mod notes;
 mod pull;
 mod record;
 mod redis;
+mod shard;
 mod stats;
 mod store;
 

@@ -217,23 +217,28 @@ impl Quota {
             let (record_version, spends_record) = record::seen(q);
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
-            let answer = self.store.pull(&Ask {
-                task,
-                slice,
-                slice_ms: g.slice_ms,
-                quota: g.quota as u64,
-                burst: g.burst() as u64,
-                want: want.min(g.quota as u64),
-                host: &self.host,
-                claimed,
-                redeem,
-                offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
-                record_version,
-                spends_record,
-                own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
-                demand: self.demand(q, g, slice),
-                embedded: &q.embedded,
-            });
+            let answer = self.pull_spread(
+                q,
+                g,
+                Ask {
+                    task,
+                    shard: 0,
+                    slice,
+                    slice_ms: g.slice_ms,
+                    quota: g.quota as u64,
+                    burst: g.burst() as u64,
+                    want: want.min(g.quota as u64),
+                    host: &self.host,
+                    claimed,
+                    redeem,
+                    offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
+                    record_version,
+                    spends_record,
+                    own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
+                    demand: self.demand(q, g, slice),
+                    embedded: &q.embedded,
+                },
+            );
             let ns = began.elapsed().as_nanos() as u64;
             q.pulls.fetch_add(1, Ordering::Relaxed);
             q.pull_ns_sum.fetch_add(ns, Ordering::Relaxed);
@@ -366,7 +371,7 @@ pub(super) fn tagged(word: u64, slice: u32) -> u64 {
 /// Whether slice `a` is one of the few just before `b` (ids wrap at 2^32):
 /// a grant that arrives late. Any other slice id is newer, or of another
 /// slicing (`slice_ms` changed): it replaces `b`.
-fn just_before(a: u32, b: u32) -> bool {
+pub(super) fn just_before(a: u32, b: u32) -> bool {
     (1..=4).contains(&b.wrapping_sub(a))
 }
 

@@ -38,7 +38,10 @@ impl Node {
         };
         let began = Instant::now();
         while node.try_command::<String>(&["PING"]).is_err() {
-            assert!(began.elapsed() < Duration::from_secs(10), "port {port} did not start");
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "port {port} did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         node
@@ -69,7 +72,14 @@ impl Node {
         let info: String = self.command(&["INFO", "commandstats"]);
         info.lines()
             .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
             .sum()
     }
 
@@ -121,7 +131,12 @@ impl Sentinels {
         let (mport, rport) = (free_port(), free_port());
         let master = Node::start(write_conf(&scratch, "master", mport, &[]), mport, &[]);
         let replica = Node::start(
-            write_conf(&scratch, "replica", rport, &[format!("replicaof 127.0.0.1 {mport}")]),
+            write_conf(
+                &scratch,
+                "replica",
+                rport,
+                &[format!("replicaof 127.0.0.1 {mport}")],
+            ),
             rport,
             &[],
         );
@@ -165,7 +180,10 @@ impl Sentinels {
             if synced && known {
                 break;
             }
-            assert!(began.elapsed() < Duration::from_secs(30), "the sentinels did not form");
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "the sentinels did not form"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         s
@@ -217,7 +235,10 @@ impl Cluster {
                 Node::start(conf, port, &[])
             })
             .collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
@@ -235,7 +256,10 @@ impl Cluster {
                 .is_ok_and(|i| i.contains("cluster_state:ok"))
         }) || cluster.masters().len() != 3
         {
-            assert!(began.elapsed() < Duration::from_secs(30), "the cluster did not form");
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "the cluster did not form"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         cluster

@@ -40,7 +40,14 @@ pub struct Run {
     pub open_again_at: Option<Duration>,
 }
 
-fn worker(path: &std::path::Path, opts: TableOptions, config: TaskConfig, start: Duration, secs: f64, out: PathBuf) -> i32 {
+fn worker(
+    path: &std::path::Path,
+    opts: TableOptions,
+    config: TaskConfig,
+    start: Duration,
+    secs: f64,
+    out: PathBuf,
+) -> i32 {
     let table = Table::open(path, &opts).unwrap();
     let task = table.task(TASK, &config).unwrap();
     sleep_until(start);
@@ -89,17 +96,25 @@ pub fn run(
     secs: f64,
     during: impl FnOnce(Duration) + Send,
 ) -> Run {
-    let paths: Vec<PathBuf> = (0..hosts).map(|h| scratch.path(&format!("host{h}"))).collect();
+    let paths: Vec<PathBuf> = (0..hosts)
+        .map(|h| scratch.path(&format!("host{h}")))
+        .collect();
     let watch_table = Table::open(&paths[0], opts).unwrap();
     let watched = watch_table.task(TASK, &config).unwrap();
     let start = next_wall_second();
     let mut pids = KillOnDrop::default();
     let mut outs = Vec::new();
-    for (i, path) in paths.iter().flat_map(|p| std::iter::repeat_n(p, procs)).enumerate() {
+    for (i, path) in paths
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p, procs))
+        .enumerate()
+    {
         let out = scratch.path(&format!("counts-{i}"));
         outs.push(out.clone());
         let (path, opts) = (path.clone(), opts.clone());
-        pids.add(fork_guarded(move || worker(&path, opts, config, start, secs, out)));
+        pids.add(fork_guarded(move || {
+            worker(&path, opts, config, start, secs, out)
+        }));
     }
     let (mut failed_at, mut open_again_at) = (None, None);
     std::thread::scope(|scope| {
@@ -110,7 +125,10 @@ pub fn run(
             let at = monotonic().saturating_sub(start);
             if failed_at.is_none() && state == Some(QuotaState::Failed) {
                 failed_at = Some(at);
-            } else if failed_at.is_some() && open_again_at.is_none() && state == Some(QuotaState::Open) {
+            } else if failed_at.is_some()
+                && open_again_at.is_none()
+                && state == Some(QuotaState::Open)
+            {
                 open_again_at = Some(at);
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -134,7 +152,9 @@ pub fn run(
             let f: Vec<&str> = line.split(' ').collect();
             if f[0] == "end" {
                 run.errors += f[1].parse::<u64>().unwrap();
-                run.slowest = run.slowest.max(Duration::from_micros(f[2].parse().unwrap()));
+                run.slowest = run
+                    .slowest
+                    .max(Duration::from_micros(f[2].parse().unwrap()));
             } else {
                 let (slice, n) = (f[0].parse().unwrap(), f[1].parse::<u64>().unwrap());
                 *run.per_slice.entry(slice).or_default() += n;
