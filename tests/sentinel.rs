@@ -29,7 +29,7 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
         &scratch,
         &opts,
         (2, 3),
-        TaskConfig::new().global_rate(RATE),
+        (TASK, TaskConfig::new().global_rate(RATE)),
         9.0,
         |start| {
             sleep_until(start + Duration::from_millis(2300));

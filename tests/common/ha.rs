@@ -229,6 +229,11 @@ impl Cluster {
                     &[
                         "cluster-enabled yes".into(),
                         format!("cluster-node-timeout {node_timeout_ms}"),
+                        // A replica of an idle master hears from it only
+                        // at each ping: without these it may refuse to
+                        // take over, its data "too old".
+                        "cluster-replica-validity-factor 0".into(),
+                        "repl-ping-replica-period 1".into(),
                         "cluster-config-file nodes.conf".into(),
                     ],
                 );
@@ -288,13 +293,45 @@ impl Cluster {
             .collect()
     }
 
-    /// The node index serving `key`'s slot now.
+    /// The index of the master serving `key`'s slot now, as the first live
+    /// node that answers says (`CLUSTER SLOTS`).
     pub fn master_of(&self, key: &str) -> Option<usize> {
-        self.masters().into_iter().find(|&i| {
-            let owner: redis::RedisResult<String> = self.nodes[i].try_command(&["GET", key]);
-            // A master that owns the slot answers (nil or a type error);
-            // one that does not answers MOVED.
-            !matches!(&owner, Err(e) if e.to_string().contains("MOVED"))
-        })
+        let slot = key_slot(key) as i64;
+        let port = self
+            .nodes
+            .iter()
+            .filter(|n| n.pid().is_some())
+            .find_map(|n| {
+                let ranges: Vec<Vec<redis::Value>> = n.try_command(&["CLUSTER", "SLOTS"]).ok()?;
+                ranges.iter().find_map(|r| match r.as_slice() {
+                    [redis::Value::Int(a), redis::Value::Int(b), redis::Value::Array(master), ..]
+                        if (*a..=*b).contains(&slot) =>
+                    {
+                        match master.get(1) {
+                            Some(redis::Value::Int(port)) => Some(*port as u16),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                })
+            })?;
+        self.nodes.iter().position(|n| n.port == port)
     }
+}
+
+/// A key's cluster slot: CRC16 (XMODEM) of its hash tag, mod 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tag = match (key.find('{'), key.find('{').and_then(|o| key[o + 1..].find('}'))) {
+        (Some(open), Some(len)) if len > 0 => &bytes[open + 1..open + 1 + len],
+        _ => bytes,
+    };
+    let mut crc: u16 = 0;
+    for b in tag {
+        crc ^= (*b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { crc << 1 ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
 }

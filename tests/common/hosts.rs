@@ -43,13 +43,13 @@ pub struct Run {
 fn worker(
     path: &std::path::Path,
     opts: TableOptions,
-    config: TaskConfig,
+    (name, config): (&str, TaskConfig),
     start: Duration,
     secs: f64,
     out: PathBuf,
 ) -> i32 {
     let table = Table::open(path, &opts).unwrap();
-    let task = table.task(TASK, &config).unwrap();
+    let task = table.task(name, &config).unwrap();
     sleep_until(start);
     let end = start + Duration::from_secs_f64(secs);
     let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
@@ -85,14 +85,15 @@ pub fn next_wall_second() -> Duration {
     monotonic() + Duration::from_micros(next - now_us)
 }
 
-/// `hosts` hosts × `procs` processes at saturating demand for `secs` from
+/// `hosts` hosts × `procs` processes at saturating demand on task `name`
+/// (with `config`) for `secs` from
 /// `start`; `during(start)` runs in this process meanwhile (it kills a
 /// server), while a watcher polls host 0's state.
 pub fn run(
     scratch: &Scratch,
     opts: &TableOptions,
     (hosts, procs): (usize, usize),
-    config: TaskConfig,
+    (name, config): (&str, TaskConfig),
     secs: f64,
     during: impl FnOnce(Duration) + Send,
 ) -> Run {
@@ -100,7 +101,7 @@ pub fn run(
         .map(|h| scratch.path(&format!("host{h}")))
         .collect();
     let watch_table = Table::open(&paths[0], opts).unwrap();
-    let watched = watch_table.task(TASK, &config).unwrap();
+    let watched = watch_table.task(name, &config).unwrap();
     let start = next_wall_second();
     let mut pids = KillOnDrop::default();
     let mut outs = Vec::new();
@@ -111,9 +112,9 @@ pub fn run(
     {
         let out = scratch.path(&format!("counts-{i}"));
         outs.push(out.clone());
-        let (path, opts) = (path.clone(), opts.clone());
+        let (path, opts, name) = (path.clone(), opts.clone(), name.to_string());
         pids.add(fork_guarded(move || {
-            worker(&path, opts, config, start, secs, out)
+            worker(&path, opts, (&name, config), start, secs, out)
         }));
     }
     let (mut failed_at, mut open_again_at) = (None, None);

@@ -1,0 +1,145 @@
+//! The global quota on a real Redis Cluster (three masters with a replica
+//! each, on loopback, made by `redis-cli --cluster create`): every full
+//! slice exact with one shard and with three; with three, the pulls spread
+//! over the three masters; a master SIGKILLed mid-run fails over with the
+//! Sentinel test's budgets. Two hosts × three processes at saturating
+//! demand.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::ha::Cluster;
+use common::hosts;
+use common::*;
+use flowctrl::{GlobalConfig, Store, StoreOptions, TaskConfig};
+
+const RATE: f64 = 2000.0;
+const PROBE: Duration = Duration::from_millis(500);
+
+fn store(url: &str) -> Store {
+    Store::open(&StoreOptions {
+        url: Some(url.to_string()),
+        timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        ..StoreOptions::default()
+    })
+    .unwrap()
+}
+
+/// A task name whose three shards' keys are served by three different
+/// masters (hash tags `{name}`, `{name#1}`, `{name#2}`).
+fn spread_name(cluster: &Cluster) -> String {
+    (0..1000)
+        .map(|i| format!("hot{i}"))
+        .find(|name| {
+            let owners: std::collections::BTreeSet<_> = [
+                format!("{{{name}}}"),
+                format!("{{{name}#1}}"),
+                format!("{{{name}#2}}"),
+            ]
+            .iter()
+            .filter_map(|key| cluster.master_of(key))
+            .collect();
+            owners.len() == 3
+        })
+        .expect("a name over three masters")
+}
+
+#[test]
+fn slices_are_exact_with_one_shard_and_three_and_three_spread_over_the_masters() {
+    let cluster = Cluster::start(1000);
+    let url = cluster.url();
+    let opts = hosts::options(&url, PROBE);
+    let name = spread_name(&cluster);
+    for shards in [1, 3] {
+        let scratch = Scratch::new("cluster-shards");
+        // Every host spreads the task alike: from its store record.
+        store(&url)
+            .set_task_config(
+                &name,
+                &GlobalConfig {
+                    global_rate: Some(RATE),
+                    shards: Some(shards),
+                    ..GlobalConfig::default()
+                },
+            )
+            .unwrap();
+        let masters = cluster.masters();
+        let before: Vec<u64> = masters.iter().map(|&i| cluster.nodes[i].script_calls()).collect();
+        let config = TaskConfig::new().global_rate(RATE).shards(shards);
+        let run = hosts::run(&scratch, &opts, (2, 3), (&name, config), 5.0, |_| {});
+        let calls: Vec<u64> = masters
+            .iter()
+            .zip(&before)
+            .map(|(&i, b)| cluster.nodes[i].script_calls() - b)
+            .collect();
+        eprintln!(
+            "shards {shards}: per slice {:?}, per host {:?}; script calls per master {calls:?}; \
+             host 0: {:?}",
+            run.per_slice, run.per_host, run.stats
+        );
+        assert_eq!(run.errors, 0);
+        hosts::assert_slices_exact(&run, RATE);
+        let fleet = store(&url).fleet(&name, None).unwrap();
+        assert_eq!(fleet.hosts.len(), 2, "{fleet:?}");
+        assert_eq!(fleet.quota, Some(RATE as u64), "the shards' parts add up");
+        if shards == 3 {
+            let mean = calls.iter().sum::<u64>() as f64 / 3.0;
+            for c in &calls {
+                assert!(
+                    (*c as f64 - mean).abs() <= 0.2 * mean,
+                    "script calls per master {calls:?}: not within ±20 % of {mean}"
+                );
+            }
+        }
+    }
+    let fleet = store(&url);
+    assert!(fleet.remove_task_config(&name).unwrap());
+    assert_eq!(fleet.task_config(&name).unwrap(), None);
+}
+
+#[test]
+fn a_cluster_failover_keeps_every_slice_exact() {
+    let mut cluster = Cluster::start(1000);
+    let url = cluster.url();
+    let opts = hosts::options(&url, PROBE);
+    let scratch = Scratch::new("cluster-failover");
+    let victim = cluster.master_of("{api}").unwrap();
+    let mut failover = None;
+    let run = hosts::run(
+        &scratch,
+        &opts,
+        (2, 3),
+        ("api", TaskConfig::new().global_rate(RATE)),
+        9.0,
+        |start| {
+            sleep_until(start + Duration::from_millis(2300));
+            let killed = Instant::now();
+            cluster.nodes[victim].kill();
+            while cluster.master_of("{api}").is_none_or(|m| m == victim) {
+                assert!(killed.elapsed() < Duration::from_secs(20), "no failover");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            failover = Some((monotonic() - start, killed.elapsed()));
+        },
+    );
+    let (promoted_at, failover) = failover.unwrap();
+    eprintln!(
+        "per slice {:?}, per host {:?}; errors {}, slowest acquire {:?}; host 0: {:?}",
+        run.per_slice, run.per_host, run.errors, run.slowest, run.stats
+    );
+    eprintln!(
+        "killed at 2.3 s; a replica took the slot over after {failover:?} (at {promoted_at:?}); \
+         host 0 failed at {:?}, open again at {:?} (probe interval {PROBE:?})",
+        run.failed_at, run.open_again_at
+    );
+    eprintln!("the census after: {:?}", store(&url).fleet("api", None));
+    assert_eq!(run.errors, 0, "no caller sees an error");
+    hosts::assert_slices_exact(&run, RATE);
+    let open = run.open_again_at.unwrap();
+    assert!(
+        open <= promoted_at + PROBE.mul_f64(1.2) + Duration::from_millis(100),
+        "open again at {open:?}, the replica promoted at {promoted_at:?}"
+    );
+}
