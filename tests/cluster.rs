@@ -66,7 +66,10 @@ fn slices_are_exact_with_one_shard_and_three_and_three_spread_over_the_masters()
             )
             .unwrap();
         let masters = cluster.masters();
-        let before: Vec<u64> = masters.iter().map(|&i| cluster.nodes[i].script_calls()).collect();
+        let before: Vec<u64> = masters
+            .iter()
+            .map(|&i| cluster.nodes[i].script_calls())
+            .collect();
         let config = TaskConfig::new().global_rate(RATE).shards(shards);
         let run = hosts::run(&scratch, &opts, (2, 3), (&name, config), 5.0, |_| {});
         let calls: Vec<u64> = masters

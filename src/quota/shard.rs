@@ -43,13 +43,16 @@ fn home(host: &str, shards: u32) -> u32 {
     (h % shards.max(1) as u64) as u32
 }
 
-/// What this host took of `slice` that shard `i`'s key is to know of.
-fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32) -> u64 {
+/// What this host took of `slice` that shard `i`'s key is to know of;
+/// `pending`: what this pull was granted so far (counted per shard already,
+/// not yet in the slice's grants).
+fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
     let of = |k: usize| tagged(q.shard_granted[k].load(Ordering::Relaxed), slice);
     let grants = match i {
         0 => {
             let others: u64 = (0..q.shard_granted.len()).map(of).sum();
-            tagged(q.slice_granted.load(Ordering::Relaxed), slice).saturating_sub(others)
+            (tagged(q.slice_granted.load(Ordering::Relaxed), slice) + pending)
+                .saturating_sub(others)
         }
         i => of(i as usize - 1),
     };
@@ -115,7 +118,7 @@ impl Quota {
                 quota,
                 burst: part(ask.burst, shards, i).max(1),
                 want: (ask.want - got).min(quota),
-                claimed: claimed(q, slice, i, home),
+                claimed: claimed(q, slice, i, home, got),
                 ..ask
             });
             let reply = match answer {

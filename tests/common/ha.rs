@@ -304,14 +304,15 @@ impl Cluster {
             .find_map(|n| {
                 let ranges: Vec<Vec<redis::Value>> = n.try_command(&["CLUSTER", "SLOTS"]).ok()?;
                 ranges.iter().find_map(|r| match r.as_slice() {
-                    [redis::Value::Int(a), redis::Value::Int(b), redis::Value::Array(master), ..]
-                        if (*a..=*b).contains(&slot) =>
-                    {
-                        match master.get(1) {
-                            Some(redis::Value::Int(port)) => Some(*port as u16),
-                            _ => None,
-                        }
-                    }
+                    [
+                        redis::Value::Int(a),
+                        redis::Value::Int(b),
+                        redis::Value::Array(master),
+                        ..,
+                    ] if (*a..=*b).contains(&slot) => match master.get(1) {
+                        Some(redis::Value::Int(port)) => Some(*port as u16),
+                        _ => None,
+                    },
                     _ => None,
                 })
             })?;
@@ -322,7 +323,10 @@ impl Cluster {
 /// A key's cluster slot: CRC16 (XMODEM) of its hash tag, mod 16384.
 pub fn key_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
-    let tag = match (key.find('{'), key.find('{').and_then(|o| key[o + 1..].find('}'))) {
+    let tag = match (
+        key.find('{'),
+        key.find('{').and_then(|o| key[o + 1..].find('}')),
+    ) {
         (Some(open), Some(len)) if len > 0 => &bytes[open + 1..open + 1 + len],
         _ => bytes,
     };
@@ -330,7 +334,11 @@ pub fn key_slot(key: &str) -> u16 {
     for b in tag {
         crc ^= (*b as u16) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { crc << 1 ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                crc << 1 ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc % 16384
