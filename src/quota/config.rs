@@ -175,3 +175,24 @@ impl GlobalSettings {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_checked() {
+        let with = |shards, rate| GlobalSettings {
+            global_rate: rate,
+            shards,
+            ..GlobalSettings::default()
+        };
+        assert_eq!(with(3, 1000.0).validate().unwrap().unwrap().shards, 3);
+        for (bad, says) in [(0, "1..=6"), (7, "1..=6")] {
+            let err = with(bad, 1000.0).validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        let err = with(6, 5.0).validate().unwrap_err().to_string();
+        assert!(err.contains("a shard needs a permit"), "{err}");
+    }
+}

@@ -452,6 +452,8 @@ mod tests {
             ("slice_ms", "5", "slice_ms"),
             ("chunk", "-1", "a count"),
             ("fallback", "maybe", "fallback"),
+            ("shards", "0", "shards must be 1..=6"),
+            ("shards", "7", "shards must be 1..=6"),
         ] {
             let mut r = record(&[("version", "1"), ("global_rate", "100")]);
             r.retain(|(k, _)| k != field);

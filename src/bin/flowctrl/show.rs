@@ -285,12 +285,16 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
         line(
             "global",
             format!(
-                "global_rate {}  slice_ms {}  chunk {}  fallback {}  global_burst {}  source {}",
+                "global_rate {}  slice_ms {}  chunk {}  fallback {}  global_burst {}{}  source {}",
                 rate(g.global_rate),
                 g.slice_ms,
                 auto(g.chunk),
                 g.fallback,
                 auto(g.global_burst),
+                match g.shards {
+                    1 => String::new(),
+                    n => format!("  shards {n}"),
+                },
                 t.settings.global_source.as_str()
             ),
         );
@@ -449,6 +453,7 @@ fn settings_json(t: &TaskSnapshot) -> Value {
         "chunk": g.chunk,
         "fallback": g.fallback.to_string(),
         "global_burst": g.global_burst,
+        "shards": g.shards,
         "global_source": t.settings.global_source.as_str(),
     })
 }

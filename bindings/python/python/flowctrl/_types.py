@@ -83,6 +83,7 @@ class Settings(TypedDict):
     fallback: Union[str, float]
     fallback_rate: float
     global_burst: int
+    shards: int
     global_source: Literal["local", "store"]
     limiter: str
     min_limit: int
@@ -118,6 +119,7 @@ class StoredTask(TypedDict):
     chunk: int
     fallback: Union[str, float]
     global_burst: int
+    shards: int
 
 
 class HostRecord(TypedDict):
