@@ -8,7 +8,7 @@ use flowctrl::{AttachedProcess, ConfigFile, ProcessStats, QuotaState, TaskSnapsh
 use serde_json::{Value, json};
 
 use crate::Result;
-use crate::text::{duration, ns, offset_us, or_none, rate, table};
+use crate::text::{auto, duration, ns, offset_us, or_none, rate, shards, table};
 
 /// Where each field of a task's configuration in force comes from: the
 /// store's record (global fields, while it is in force), the config file
@@ -291,10 +291,7 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
                 auto(g.chunk),
                 g.fallback,
                 auto(g.global_burst),
-                match g.shards {
-                    1 => String::new(),
-                    n => format!("  shards {n}"),
-                },
+                shards(g.shards),
                 t.settings.global_source.as_str()
             ),
         );
@@ -428,10 +425,6 @@ pub(crate) fn state_name(state: QuotaState) -> &'static str {
         QuotaState::Limited => "limited",
         QuotaState::Failed => "failed",
     }
-}
-
-fn auto(n: u32) -> String {
-    if n == 0 { "auto".into() } else { n.to_string() }
 }
 
 fn ms(ms: u64) -> std::time::Duration {
