@@ -39,13 +39,15 @@ port=$(free_port)
 start_server single "$port"
 single="$port:${pids[-1]}"
 for chunk in 1 10; do
-    rows+=("$(bench "one Redis" "redis://127.0.0.1:$port/0" "$single" 1 "$chunk")")
+    rows+=("$(bench "one Redis" "redis://127.0.0.1:$port/0" "$single" 1 "$chunk")"); echo "${rows[-1]}" >&2
 done
 
 nodes=() ports=()
 for i in 0 1 2; do
     p=$(free_port)
-    start_server "node$i" "$p" "cluster-enabled yes" "cluster-config-file nodes.conf" "cluster-node-timeout 2000"
+    # The bus port named: port + 10000, the default, may be past 65535.
+    start_server "node$i" "$p" "cluster-enabled yes" "cluster-config-file nodes.conf" \
+        "cluster-node-timeout 2000" "cluster-port $(free_port)"
     nodes+=("$p:${pids[-1]}") ports+=("127.0.0.1:$p")
 done
 redis-cli --cluster create "${ports[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
@@ -53,8 +55,8 @@ until redis-cli -p "${ports[0]##*:}" cluster info | grep -q cluster_state:ok; do
 cluster_url="redis+cluster://$(IFS=,; echo "${ports[*]}")"
 cluster_nodes=$(IFS=,; echo "${nodes[*]}")
 for chunk in 1 10; do
-    rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 3 "$chunk")")
-    rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 1 "$chunk")")
+    rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 3 "$chunk")"); echo "${rows[-1]}" >&2
+    rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 1 "$chunk")"); echo "${rows[-1]}" >&2
 done
 
 {

@@ -18,9 +18,11 @@ pub(crate) enum Target {
     /// The master named `master`, looked up through `sentinels` at every
     /// new connection: the store drops a connection on any error (READONLY
     /// after a failover, a dropped socket), so the next one follows the
-    /// failover.
+    /// failover. Each sentinel with the URL's credentials (as the Python
+    /// `limits` package sends them), and without, for a sentinel that has
+    /// no password set.
     Sentinel {
-        sentinels: Vec<redis::Client>,
+        sentinels: Vec<(redis::Client, redis::Client)>,
         master: String,
         /// `:password@` or `user:password@`, for the master.
         auth: String,
@@ -118,9 +120,15 @@ impl Target {
                     &"the form is redis+sentinel://[:password@]host:port[,host:port...]/master-name[/db]",
                 ));
             }
+            let client = |url: String| redis::Client::open(url).map_err(|e| bad(&e));
             let sentinels = hosts
                 .iter()
-                .map(|h| redis::Client::open(format!("redis://{h}")).map_err(|e| bad(&e)))
+                .map(|h| {
+                    Ok((
+                        client(format!("redis://{auth}{h}"))?,
+                        client(format!("redis://{h}"))?,
+                    ))
+                })
                 .collect::<Result<_>>()?;
             return Ok(Self::Sentinel {
                 sentinels,
@@ -192,7 +200,7 @@ fn single(
 /// master (a sentinel may still name a demoted one for a moment). Each
 /// sentinel and the master are given the connect and command timeouts.
 fn find_master(
-    sentinels: &[redis::Client],
+    sentinels: &[(redis::Client, redis::Client)],
     name: &str,
     auth: &str,
     db: i64,
@@ -200,8 +208,14 @@ fn find_master(
     command: Duration,
 ) -> redis::RedisResult<redis::Client> {
     let mut last = None;
-    for sentinel in sentinels {
-        let found = single(sentinel, connect, command).and_then(|mut conn| {
+    for (with_auth, without) in sentinels {
+        let conn = match single(with_auth, connect, command) {
+            Err(e) if e.to_string().contains("without any password configured") => {
+                single(without, connect, command)
+            }
+            conn => conn,
+        };
+        let found = conn.and_then(|mut conn| {
             let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(name)

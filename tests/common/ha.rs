@@ -235,6 +235,8 @@ impl Cluster {
                         "cluster-replica-validity-factor 0".into(),
                         "repl-ping-replica-period 1".into(),
                         "cluster-config-file nodes.conf".into(),
+                        // Named: the default, port + 10000, may be past 65535.
+                        format!("cluster-port {}", free_port()),
                     ],
                 );
                 Node::start(conf, port, &[])
