@@ -266,6 +266,17 @@ impl Quota {
         })
     }
 
+    /// Refuses `shards` past 1 without a Redis store: the embedded store
+    /// keeps one word per task, so spreading would do nothing.
+    pub(crate) fn check_spread(&self, shards: Option<u32>) -> Result<()> {
+        match shards {
+            Some(n) if n > 1 && !self.store.spreads() => Err(crate::Error::invalid(format!(
+                "shards {n} spreads a task over Redis keys: the embedded store has one per task"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// This host's wall clock corrected by the store offset it measured.
     fn store_now_us(&self, q: &QuotaSlot) -> i64 {
         wall_us() + self.skew_us + q.offset_us.load(Ordering::Relaxed) as i64
