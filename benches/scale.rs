@@ -7,7 +7,7 @@
 //!
 //! FLOWCTRL_SCALE_URL: the store; FLOWCTRL_SCALE_NODES: `port:pid` of each
 //! server, comma-separated; FLOWCTRL_SCALE_SHARDS, FLOWCTRL_SCALE_CHUNK;
-//! FLOWCTRL_SCALE_LABEL: the row's first cell.
+//! FLOWCTRL_SCALE_TASK: the task; FLOWCTRL_SCALE_LABEL: the row's first cell.
 
 use std::time::{Duration, Instant};
 
@@ -81,7 +81,7 @@ fn child(
     o.store.timeout = Duration::from_millis(200);
     o.store.connect_timeout = Duration::from_millis(200);
     let table = Table::open(dir.join(format!("host{host}")), &o).unwrap();
-    let task = table.task("scale", &config).unwrap();
+    let task = table.task(&env("FLOWCTRL_SCALE_TASK"), &config).unwrap();
     while Instant::now() < start {
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -32,7 +32,23 @@ start_server() {
 }
 cargo bench --bench scale --no-run -q
 bench() { FLOWCTRL_SCALE_LABEL="$1" FLOWCTRL_SCALE_URL="$2" FLOWCTRL_SCALE_NODES="$3" \
-    FLOWCTRL_SCALE_SHARDS="$4" FLOWCTRL_SCALE_CHUNK="$5" cargo bench --bench scale -q; }
+    FLOWCTRL_SCALE_SHARDS="$4" FLOWCTRL_SCALE_CHUNK="$5" FLOWCTRL_SCALE_TASK="$task" \
+    cargo bench --bench scale -q; }
+# capacity PORT TAG: pull-script calls/s one server answers (redis-benchmark,
+# 16 connections): each call a full pull (record check, grant, census) of a
+# 60-s slice key of hash tag TAG, as a host sends it.
+capacity() {
+    local sha slice
+    sha=$(redis-cli -p "$1" script load "$(cat src/quota/pull.lua)")
+    # Inside the current minute, with room for the run.
+    while [ $(( $(date +%s) % 60 )) -gt 40 ]; do sleep 1; done
+    slice=$(( $(date +%s) / 60 ))
+    redis-benchmark -p "$1" -c 16 -n 200000 -q EVALSHA "$sha" 4 \
+        "flowctrl:{$2}:$slice" "flowctrl:cfg:{$2}" "flowctrl:{$2}:shape" "flowctrl:{$2}:$((slice - 1))" \
+        1000000000 1 60000 "$slice" 122000 bench 0 0 0 1000000000 0 60000 1 0 \
+        | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1
+}
+task=scale
 
 rows=()
 port=$(free_port)
@@ -54,10 +70,24 @@ redis-cli --cluster create "${ports[@]}" --cluster-replicas 0 --cluster-yes >/de
 until redis-cli -p "${ports[0]##*:}" cluster info | grep -q cluster_state:ok; do sleep 0.1; done
 cluster_url="redis+cluster://$(IFS=,; echo "${ports[*]}")"
 cluster_nodes=$(IFS=,; echo "${nodes[*]}")
+# A task whose three shards' hash tags fall on the three masters (created in
+# the order given: slots 0-5460, 5461-10922, 10923-16383), in that order.
+owner() { local s; s=$(redis-cli -p "${ports[0]##*:}" cluster keyslot "$1"); echo $(( s < 5461 ? 0 : s < 10923 ? 1 : 2 )); }
+for i in $(seq 0 500); do
+    if [ "$(owner "{scale$i}")$(owner "{scale$i#1}")$(owner "{scale$i#2}")" = 012 ]; then task=scale$i; break; fi
+done
 for chunk in 1 10 100 0; do
     rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 3 "$chunk")"); echo "${rows[-1]}" >&2
 done
 rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 1 1)"); echo "${rows[-1]}" >&2
+# What the servers can answer: one alone, then the three masters at once.
+one=$(capacity "$port" scale)
+tags=("$task" "$task#1" "$task#2")
+cap_pids=()
+for i in 0 1 2; do capacity "${ports[$i]##*:}" "${tags[$i]}" > "$work/cap$i" & cap_pids+=($!); done
+wait "${cap_pids[@]}"
+three=$(cat "$work/cap0" "$work/cap1" "$work/cap2" | awk '{ s += $1 } END { printf "%.0f", s }')
+echo "capacity: one $one, three $three" >&2
 
 {
     echo "# Scale on one machine"
@@ -74,6 +104,14 @@ rows+=("$(bench "3-node cluster" "$cluster_url" "$cluster_nodes" 1 1)"); echo "$
     echo "| store | shards | chunk | admitted/s | store ops/s | Redis CPU | Redis µs/op | split (%) |"
     echo "|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${rows[@]}"
+    echo
+    echo "What the servers themselves answer, without flowctrl's clients: pull-script calls/s"
+    echo "(\`redis-benchmark\`, 16 connections each, full pulls of a 60-s slice key):"
+    echo
+    echo "| servers | pull calls/s |"
+    echo "|---|---|"
+    echo "| one Redis | $one |"
+    echo "| 3 cluster masters at once (one shard's tag each) | $three |"
     echo
     echo "The machine has $(nproc) cores for the 64 client processes and every server together, and"
     echo "shares them with other work: the clients compete with the servers for the same cores."
