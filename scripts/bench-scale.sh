@@ -50,6 +50,7 @@ capacity() {
 }
 task=scale
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 port=$(free_port)
 start_server single "$port"
@@ -95,8 +96,9 @@ echo "capacity: one $one, three $three" >&2
     echo "Measured $(date -u '+%F %H:%M UTC') on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
     echo "(\`nproc\`), Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), everything on the same host (loopback)."
     echo "Produced by \`./scripts/bench-scale.sh\`: 8 simulated hosts (table files, each its own host"
-    echo "id) x 8 processes at saturating demand on one task (global_rate 10,000,000/s, which no run"
-    echo "reaches), fixed chunks that make the store work hard, then adaptive ones (the default)."
+    echo "id) x 8 processes at saturating demand on one task (global_rate 10,000,000/s: only the"
+    echo "adaptive rows come near it), fixed chunks that make the store work hard, then adaptive ones"
+    echo "(the default)."
     echo "The median of 3 runs of 5 s (by admitted/s). Store ops = pull script calls (EVALSHA) on all"
     echo "servers; Redis CPU = the servers' CPU time (user + system, \`/proc/<pid>/stat\`) per second,"
     echo "summed: 100 % = one core; µs/op = that CPU per store op; split = each server's share of the ops."
@@ -114,7 +116,8 @@ echo "capacity: one $one, three $three" >&2
     echo "| 3 cluster masters at once (one shard's tag each) | $three |"
     echo
     echo "The machine has $(nproc) cores for the 64 client processes and every server together, and"
-    echo "shares them with other work: the clients compete with the servers for the same cores."
+    echo "shares them with other work (load average $load_before before the runs, $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "after): the clients compete with the servers for the same cores."
     echo "See the README (\"High availability and scale\") for what these rows show."
 } > "$work/SCALE.md"
 mv "$work/SCALE.md" benches/SCALE.md
