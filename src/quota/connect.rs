@@ -34,7 +34,7 @@ pub(crate) enum Target {
 /// One connection of any kind.
 pub(crate) enum Conn {
     Single(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl redis::ConnectionLike for Conn {
@@ -179,7 +179,9 @@ impl Target {
                 let params = redis::cluster::ClusterConfig::new()
                     .set_connection_timeout(connect)
                     .set_response_timeout(command);
-                client.get_connection_with_config(params).map(Conn::Cluster)
+                client
+                    .get_connection_with_config(params)
+                    .map(|c| Conn::Cluster(Box::new(c)))
             }
         }
     }
