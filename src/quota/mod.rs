@@ -395,7 +395,11 @@ impl Quota {
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
-                    burst: need.burst.max(n).max(fallback_burst(rate)),
+                    burst: need
+                        .burst
+                        .max(n)
+                        .max(fallback_burst(rate))
+                        .max(self.lag(q, t.g, rate, slice, taken)),
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();
@@ -419,6 +423,21 @@ impl Quota {
                 })
             });
         Ok(Spent::Fallback(slice))
+    }
+}
+
+impl Quota {
+    /// In the slice the store failed in, how far this host is behind a
+    /// pro-rata share of `rate` (it spent as the store released, not at its
+    /// rate): the fallback may catch that up at once, or the slice would be
+    /// short by the lag. 0 in a slice spent in fallback from its start.
+    fn lag(&self, q: &QuotaSlot, g: Global, rate: f64, slice: u32, taken: u64) -> u32 {
+        if pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice) == 0 {
+            return 0;
+        }
+        let elapsed_ms = (self.store_now_us(q).max(0) as u64 / 1000) % g.slice_ms as u64;
+        let due = (rate * elapsed_ms as f64 / 1000.0) as u64;
+        due.saturating_sub(taken).min(u32::MAX as u64) as u32
     }
 }
 
