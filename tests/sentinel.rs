@@ -48,7 +48,7 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     let (promoted_at, failover) = failover.unwrap();
     eprintln!(
         "per slice: {:?}; per host {:?}; errors {}, slowest acquire {:?}; host 0: {:?}",
-        run.per_slice, run.per_host, run.errors, run.slowest, run.stats
+        run.per_slice, run.per_host, run.errors, run.slowest, run.all_stats
     );
     eprintln!(
         "killed at 2.3 s; sentinels named the replica after {failover:?} (at {promoted_at:?}); \

@@ -32,6 +32,8 @@ pub struct Run {
     pub per_host: Vec<BTreeMap<i64, u64>>,
     /// Host 0's quota statistics at the end.
     pub stats: flowctrl::QuotaStats,
+    /// Every host's, host 0's first.
+    pub all_stats: Vec<flowctrl::QuotaStats>,
     pub errors: u64,
     pub slowest: Duration,
     /// Host 0's task: when (since the start) it first left "open", and when
@@ -100,8 +102,15 @@ pub fn run(
     let paths: Vec<PathBuf> = (0..hosts)
         .map(|h| scratch.path(&format!("host{h}")))
         .collect();
-    let watch_table = Table::open(&paths[0], opts).unwrap();
-    let watched = watch_table.task(name, &config).unwrap();
+    let watch_tables: Vec<Table> = paths
+        .iter()
+        .map(|p| Table::open(p, opts).unwrap())
+        .collect();
+    let watch: Vec<_> = watch_tables
+        .iter()
+        .map(|t| t.task(name, &config).unwrap())
+        .collect();
+    let watched = &watch[0];
     let start = next_wall_second();
     let mut pids = KillOnDrop::default();
     let mut outs = Vec::new();
@@ -143,6 +152,7 @@ pub fn run(
         per_slice: BTreeMap::new(),
         per_host: vec![BTreeMap::new(); hosts],
         stats: watched.quota_stats(),
+        all_stats: watch.iter().map(|t| t.quota_stats()).collect(),
         errors: 0,
         slowest: Duration::ZERO,
         failed_at,
