@@ -164,8 +164,8 @@ fn failover_keeps_every_slice_exact(shards: u32) {
     let (promoted_at, failover) = failover.unwrap();
     eprintln!(
         "shards {shards}: per slice {:?}, per host {:?}; errors {}, slowest acquire {:?}; \
-         host 0: {:?}",
-        run.per_slice, run.per_host, run.errors, run.slowest, run.stats
+         hosts: {:?}",
+        run.per_slice, run.per_host, run.errors, run.slowest, run.all_stats
     );
     eprintln!(
         "killed at 2.3 s; a replica took the slot over after {failover:?} (at {promoted_at:?}); \

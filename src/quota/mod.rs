@@ -395,18 +395,18 @@ impl Quota {
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
-                    burst: need
-                        .burst
-                        .max(n)
-                        .max(fallback_burst(rate))
-                        .max(self.lag(q, t.g, rate, slice, taken)),
+                    burst: need.burst.max(n).max(fallback_burst(rate)),
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();
+                // Behind a pro-rata share of the slice the store failed in:
+                // admitted outside the pacing (whose debt would carry the
+                // lag past the slice's end).
                 taken + n as u64 <= allowance
-                    && gcra
-                        .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
-                        .is_some()
+                    && (self.lag(q, t.g, rate, slice, taken) >= n
+                        || gcra
+                            .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
+                            .is_some())
             }
         };
         if !admitted {
@@ -429,8 +429,9 @@ impl Quota {
 impl Quota {
     /// In the slice the store failed in, how far this host is behind a
     /// pro-rata share of `rate` (it spent as the store released, not at its
-    /// rate): the fallback may catch that up at once, or the slice would be
-    /// short by the lag. 0 in a slice spent in fallback from its start.
+    /// rate, or was descheduled): the fallback catches that up at once, or
+    /// the slice would be short by the lag. 0 in a slice spent in fallback
+    /// from its start (paced as before).
     fn lag(&self, q: &QuotaSlot, g: Global, rate: f64, slice: u32, taken: u64) -> u32 {
         if pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice) == 0 {
             return 0;
