@@ -784,6 +784,16 @@ typedef struct fc_task_config {
    * compared with the host's own numbers, not with them.
    */
   uint32_t global_source;
+  /**
+   * Store keys each slice's quota is spread over, 1..=6 (a hot task on a
+   * Redis Cluster); every host of the task must agree. `FC_UNSET` =
+   * unset (1 for a new task).
+   */
+  uint32_t shards;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved4;
 } fc_task_config;
 
 /**

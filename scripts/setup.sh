@@ -19,6 +19,9 @@ command -v cc >/dev/null && command -v c++ >/dev/null || apt_install build-essen
 command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
 # The global-quota tests start real Redis servers of their own.
 command -v redis-server >/dev/null || apt_install redis-server
+# ... Sentinels (redis-server --sentinel) and a Cluster made by redis-cli;
+# scripts/bench-scale.sh also runs redis-benchmark (both in redis-tools).
+command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || apt_install redis-tools
 # ... and one with TLS, with a certificate made by openssl.
 command -v openssl >/dev/null || apt_install openssl
 # tests/install.rs builds programs against an installed flowctrl with both.

@@ -248,6 +248,7 @@ impl Table {
     /// if the table differs); the fields only `config` sets are compared.
     pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
         crate::words::validate_name(name, "task name")?;
+        self.quota.check_spread(config.global.shards)?;
         let Some(file) = self.config_file() else {
             let index = task::find_or_claim(&self.shm, name, config.over(TaskSettings::default()))?;
             let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
@@ -255,6 +256,7 @@ impl Table {
             return Ok(task);
         };
         let settings = file.task_over(name, config).over(TaskSettings::default());
+        self.quota.check_spread(Some(settings.global.shards))?;
         let index = task::find_or_claim(&self.shm, name, settings)?;
         let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
         if let Some(fields) = file.tasks.get(name) {

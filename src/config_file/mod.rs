@@ -147,6 +147,7 @@ pub(crate) fn not_in(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
     clear(&g.chunk, &mut out.global.chunk);
     clear(&g.fallback, &mut out.global.fallback);
     clear(&g.global_burst, &mut out.global.global_burst);
+    clear(&g.shards, &mut out.global.shards);
     clear(&a.spec, &mut out.limiter.spec);
     clear(&a.min_limit, &mut out.limiter.min_limit);
     clear(&a.max_limit, &mut out.limiter.max_limit);
@@ -167,6 +168,7 @@ pub(crate) fn over(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
     out.global.chunk = g.chunk.or(cg.chunk);
     out.global.fallback = g.fallback.or(cg.fallback);
     out.global.global_burst = g.global_burst.or(cg.global_burst);
+    out.global.shards = g.shards.or(cg.shards);
     out.limiter.spec = a.spec.or(ca.spec);
     out.limiter.min_limit = a.min_limit.or(ca.min_limit);
     out.limiter.max_limit = a.max_limit.or(ca.max_limit);

@@ -57,6 +57,7 @@ struct TaskFields {
     chunk: Option<u32>,
     fallback: Option<FallbackField>,
     global_burst: Option<u32>,
+    shards: Option<u32>,
     limiter: Option<String>,
     min_limit: Option<u32>,
     max_limit: Option<u32>,
@@ -216,6 +217,7 @@ fn task_config(f: TaskFields) -> Result<TaskConfig> {
                 Some(FallbackField::Name(n)) => Some(Fallback::parse(&n)?),
             },
             global_burst: f.global_burst,
+            shards: f.shards,
         },
         limiter: LimiterConfig {
             spec: f.limiter.as_deref().map(Spec::parse).transpose()?,

@@ -14,6 +14,7 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     reserved(c.reserved, "fc_task_config.reserved")?;
     reserved(c.reserved2, "fc_task_config.reserved2")?;
     reserved(c.reserved3, "fc_task_config.reserved3")?;
+    reserved(c.reserved4, "fc_task_config.reserved4")?;
     if c.global_source > FC_SOURCE_STORE {
         return Err(Error::invalid(format!(
             "fc_task_config.global_source must be FC_SOURCE_LOCAL or FC_SOURCE_STORE, not {}",
@@ -33,6 +34,7 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
             chunk: set(c.chunk),
             fallback: fallback_of(c.fallback, rate(c.fallback_rate))?,
             global_burst: set(c.global_burst),
+            shards: set(c.shards),
         },
         limiter: LimiterConfig {
             spec: match limiter {
@@ -85,6 +87,8 @@ pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
             GlobalSource::Local => FC_SOURCE_LOCAL,
             GlobalSource::Store => FC_SOURCE_STORE,
         },
+        shards: s.global.shards,
+        reserved4: 0,
     }
 }
 

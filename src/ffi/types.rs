@@ -182,6 +182,12 @@ pub struct fc_task_config {
     /// own numbers (used when the record goes), and a registration is
     /// compared with the host's own numbers, not with them.
     pub global_source: u32,
+    /// Store keys each slice's quota is spread over, 1..=6 (a hot task on a
+    /// Redis Cluster); every host of the task must agree. `FC_UNSET` =
+    /// unset (1 for a new task).
+    pub shards: u32,
+    /// Must be 0.
+    pub reserved4: u32,
 }
 
 /// `fc_task_config.global_source`: this host's own configuration.
@@ -309,7 +315,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
     assert!(size_of::<fc_table_options>() == 80);
-    assert!(size_of::<fc_task_config>() == 208);
+    assert!(size_of::<fc_task_config>() == 216);
     assert!(size_of::<fc_task_stats>() == 256);
     assert!(size_of::<fc_permit>() == 64);
 };
@@ -369,6 +375,8 @@ unsafe impl SizedStruct for fc_task_config {
             reserved3: 0,
             global_burst: FC_UNSET,
             global_source: FC_SOURCE_LOCAL,
+            shards: FC_UNSET,
+            reserved4: 0,
         }
     }
 }

@@ -10,6 +10,9 @@ pub(crate) const MIN_SLICE_MS: u32 = 100;
 pub(crate) const MAX_SLICE_MS: u32 = 60_000;
 /// Permits per slice fit the host word's 32-bit count, with room to spare.
 pub(crate) const MAX_SLICE_QUOTA: u32 = 1 << 30;
+/// Store keys a slice's quota may be spread over (`shards`): the slot has
+/// a grant tally for each shard past the first ([`QuotaSlot::shard_granted`]).
+pub const MAX_SHARDS: u32 = 6;
 
 /// What a host admits while its quota store is failing. The task's local
 /// limits (`local_rate`, `max_concurrency`) apply on top of every policy, so
@@ -105,6 +108,8 @@ pub(crate) struct Global {
     /// The burst the slice releases at once, as configured (0 = the
     /// default, [`Global::burst`]).
     pub global_burst: u32,
+    /// Store keys each slice's quota is spread over, 1..=[`MAX_SHARDS`].
+    pub shards: u32,
 }
 
 impl Global {
@@ -128,7 +133,9 @@ impl Global {
 pub(crate) struct GlobalCopy {
     /// requests/s for the whole cluster (f64 bits); 0 = no global limit.
     pub rate_bits: AtomicU64,
-    /// slice_ms (low 32 bits) | fixed chunk, 0 = adaptive (high 32 bits).
+    /// slice_ms (low 16 bits) | shards − 1 (bits 16..24; earlier releases
+    /// wrote zeros there: one shard) | fixed chunk, 0 = adaptive (high 32
+    /// bits).
     pub slice_chunk: AtomicU64,
     /// The [`Fallback`] policy (see `Fallback::to_bits`).
     pub fallback_bits: AtomicU64,
@@ -154,10 +161,11 @@ impl GlobalCopy {
         Some(Global {
             rate,
             quota,
-            slice_ms: (slice_chunk as u32).clamp(MIN_SLICE_MS, MAX_SLICE_MS),
+            slice_ms: (slice_chunk as u32 & 0xffff).clamp(MIN_SLICE_MS, MAX_SLICE_MS),
             chunk: ((slice_chunk >> 32) as u32).min(quota),
             fallback: Fallback::from_bits(self.fallback_bits.load(Ordering::Relaxed)),
             global_burst: ((quota_burst >> 32) as u32).min(quota),
+            shards: ((slice_chunk >> 16) as u32 & 0xff).min(MAX_SHARDS - 1) + 1,
         })
     }
 
@@ -165,7 +173,11 @@ impl GlobalCopy {
         self.rate_bits
             .store(g.map_or(0, |g| g.rate.to_bits()), Ordering::Relaxed);
         self.slice_chunk.store(
-            g.map_or(0, |g| g.slice_ms as u64 | (g.chunk as u64) << 32),
+            g.map_or(0, |g| {
+                g.slice_ms as u64
+                    | (g.shards.saturating_sub(1) as u64) << 16
+                    | (g.chunk as u64) << 32
+            }),
             Ordering::Relaxed,
         );
         self.fallback_bits
@@ -192,7 +204,10 @@ pub(crate) struct QuotaSlot {
     /// What the host was asked for in its last full slice: admitted and
     /// refused as global (its demand, for fair tails).
     pub prev_demand: AtomicU64,
-    _pad0: [AtomicU64; 5],
+    /// slice (high 32 bits) | permits granted in it from shard 1 + i (a
+    /// task spread over several keys; shard 0's is `slice_granted` minus
+    /// these). Written by pulls only.
+    pub shard_granted: [AtomicU64; 5],
     /// The phase (open, limited, failed) and when it began (see `quota::pull`).
     pub phase: AtomicU64,
     /// slice + 1 whose store key is known to be exhausted; 0 = none.
@@ -207,9 +222,8 @@ pub(crate) struct QuotaSlot {
     pub prev_spent: AtomicU64,
     /// Below this many permits left, the next admission pulls ahead.
     pub low_water: AtomicU64,
-    /// Slice keys this host's pulls created in the store: none while a
-    /// manager writes them ahead (0.3.0 left this word zero).
-    pub keys_created: AtomicU64,
+    /// slice (high 32 bits) | one bit per shard whose key is exhausted in it.
+    pub shards_out: AtomicU64,
     /// The pull lock: 0, or the holder's `Owner` (low 32 bits) | the table
     /// clock in ms when it was taken (high 32 bits).
     pub pull_lock: AtomicU64,

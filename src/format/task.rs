@@ -36,7 +36,10 @@ pub(crate) struct TaskSlot {
     /// `quota.config` and `adaptive.config` is current (see `versioned`).
     pub config_version: AtomicU64,
     pub config: [ConfigCopy; 2],
-    _pad1: AtomicU64,
+    /// Slice keys this host's pulls created in the store: none while a
+    /// manager writes them ahead. Written at most once a slice (0.3.0 left
+    /// this word zero).
+    pub keys_created: AtomicU64,
     /// GCRA theoretical arrival time, in clock ticks.
     pub tat: AtomicU64,
     _pad2: [AtomicU64; 7],

@@ -58,6 +58,13 @@ impl Manager {
     /// (down, a replica, no permission): one probe write.
     pub fn new(config: ManagerConfig) -> Result<Self> {
         let store = Store::open(&config.store)?;
+        if store.redis().is_cluster() {
+            // Its pipelines span every task's slot: not built for a cluster.
+            return Err(crate::Error::invalid(
+                "the manager runs on one Redis or a Sentinel-managed one, not on a Redis \
+                 Cluster (yet)",
+            ));
+        }
         let prefix = config.store.key_prefix.clone();
         let probe = format!("{prefix}{{manager}}:probe");
         let _: () = store

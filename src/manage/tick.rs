@@ -10,7 +10,7 @@ use super::report::Decision;
 use super::write::{Write, decision_key};
 use super::{Alarm, Manager, ManagerConfig, fleet_alarms};
 use crate::error::Result;
-use crate::quota::{Fleet, HostRecord, parse_record, slice_key, wall_ms};
+use crate::quota::{Fleet, HostRecord, merge_record, parse_record, slice_key, wall_ms};
 
 /// Slices of silence after which a host is forgotten.
 const FORGET_SLICES: u64 = 1000;
@@ -116,16 +116,30 @@ pub(super) fn run(m: &mut Manager, token: u64) -> Result<bool> {
         .collect();
     if !due.is_empty() {
         let prefix = m.config.store.key_prefix.clone();
+        // Every shard's key of each task, in one pipeline.
+        let keys: Vec<(usize, String)> = due
+            .iter()
+            .enumerate()
+            .flat_map(|(at, (name, slice))| {
+                let shards = m.config.tasks[name].global.shards.max(1);
+                let prefix = &prefix;
+                (0..shards).map(move |i| (at, slice_key(prefix, name, i, *slice as u32)))
+            })
+            .collect();
         let read = m.store.redis().round_trip("read the census", |conn| {
             let mut pipe = redis::pipe();
-            for (name, slice) in &due {
-                pipe.hgetall(slice_key(&prefix, name, *slice as u32));
+            for (_, key) in &keys {
+                pipe.hgetall(key);
             }
             pipe.query::<Vec<Vec<(String, String)>>>(conn)
         });
         match read {
             Ok(hashes) => {
-                for ((name, slice), fields) in due.iter().zip(hashes) {
+                let mut by_task: Vec<Vec<(String, String)>> = vec![Vec::new(); due.len()];
+                for ((at, _), fields) in keys.iter().zip(hashes) {
+                    by_task[*at].extend(fields);
+                }
+                for ((name, slice), fields) in due.iter().zip(by_task) {
                     judge(m, name, *slice, &fields, now_ms);
                 }
             }
@@ -145,15 +159,21 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
     let slice_ms = config.global.slice_ms;
     let state = m.tasks.get_mut(task).expect("a managed task");
     state.judged = Some(slice);
-    let mut quota = None;
+    // The shards' fields one after the other: their quotas add up to the
+    // slice's, a host's records (one per shard it pulled from) merge.
+    let mut quota: Option<u64> = None;
     let mut hosts: Vec<HostRecord> = Vec::new();
     for (field, value) in fields {
         match field.as_str() {
-            "quota" => quota = value.parse::<u64>().ok(),
+            "quota" => {
+                if let Ok(q) = value.parse::<u64>() {
+                    quota = Some(quota.unwrap_or(0) + q);
+                }
+            }
             "left" | "demand" => {}
             host => {
                 if let Some(r) = parse_record(host, slice, value).filter(|r| r.asked > 0) {
-                    hosts.push(r);
+                    merge_record(&mut hosts, r);
                 }
             }
         }

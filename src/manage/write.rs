@@ -11,12 +11,13 @@
 //! step), atomically with the hosts' pulls.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::quota::{RedisStore, record_fields, record_key, slice_key};
+use crate::quota::{RedisStore, record_fields, record_key, shard_part, slice_key};
 
 /// KEYS: 1 the task's fence, 2 its record, 3 its decision, 4 its change
 /// log, 5.. the slices' keys from ARGV[3] on. ARGV: 1 token, 2 slice_ms, 3
 /// the first slice, 4 the threshold per slice, 5 the keys' TTL ms, 6 the
-/// record's field count n, then n name/value pairs, then the decision's
+/// record's field count n (-1: leave the record alone, a shard past the
+/// first), then n name/value pairs, then the decision's
 /// "threshold reason at_ms manager" or "" for no change, then the record
 /// version this manager last wrote (its fields are not compared then).
 ///
@@ -39,8 +40,10 @@ local now = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000
 now = now % 4294967296
 local n, version = tonumber(ARGV[6]), 0
 -- The version this manager last wrote still there: the record is ours.
+-- n = -1: a shard past the first, whose record copy the hosts keep.
 local held = redis.call('HGET', KEYS[2], 'version')
-local same = held ~= false
+local same = held ~= false or n < 0
+if n < 0 then n = 0 end
 if not (same and held == ARGV[8 + 2 * n]) then
 for i = 0, n - 1 do
   if not same then break end
@@ -139,33 +142,46 @@ impl Writer {
             return Ok(Vec::new());
         }
         let p = &self.prefix;
-        let invocations: Vec<redis::ScriptInvocation<'_>> = writes
-            .iter()
-            .map(|w| {
+        // One call per shard of each task: a shard's keys share its hash
+        // tag (one slot), shard 0 holds the record and the decision.
+        let mut owners = Vec::new();
+        let mut invocations: Vec<redis::ScriptInvocation<'_>> = Vec::new();
+        for (at, w) in writes.iter().enumerate() {
+            let shards = w.settings.shards.max(1);
+            for shard in 0..shards {
                 let mut call = self.script.prepare_invoke();
-                call.key(format!("{p}{{{}}}:fence", w.task))
-                    .key(record_key(p, w.task))
-                    .key(decision_key(p, w.task))
-                    .key(changes_key(p, w.task));
+                let own = |what: &str| match shard {
+                    0 => format!("{p}{{{}}}:{what}", w.task),
+                    i => format!("{p}{{{}#{i}}}:shard{i}:{what}", w.task),
+                };
+                call.key(own("fence"))
+                    .key(record_key(p, w.task, shard))
+                    .key(own("manager"))
+                    .key(own("changes"));
                 for i in 0..w.count {
-                    call.key(slice_key(p, w.task, w.first.wrapping_add(i)));
+                    call.key(slice_key(p, w.task, shard, w.first.wrapping_add(i)));
                 }
                 let fields = record_fields(w.settings);
                 let ttl_ms = (w.count as u64 + 2) * w.settings.slice_ms as u64 + 2000;
                 call.arg(token)
                     .arg(w.settings.slice_ms)
                     .arg(w.first)
-                    .arg(w.quota)
-                    .arg(ttl_ms)
-                    .arg(fields.len());
-                for (name, value) in fields {
-                    call.arg(name).arg(value);
+                    .arg(shard_part(w.quota, shards, shard))
+                    .arg(ttl_ms);
+                if shard == 0 {
+                    call.arg(fields.len());
+                    for (name, value) in fields {
+                        call.arg(name).arg(value);
+                    }
+                    call.arg(w.decision.as_deref().unwrap_or(""));
+                } else {
+                    call.arg(-1).arg("");
                 }
-                call.arg(w.decision.as_deref().unwrap_or(""));
                 call.arg(w.version.to_string());
-                call
-            })
-            .collect();
+                invocations.push(call);
+                owners.push(at);
+            }
+        }
         let replies: Vec<(i64, u64, u64, u64, u64)> =
             store.round_trip("write the managed tasks", |conn| {
                 let mut pipe = redis::pipe();
@@ -175,22 +191,22 @@ impl Writer {
                 }
                 pipe.query(conn)
             })?;
-        if replies.len() != writes.len() {
+        if replies.len() != invocations.len() {
             return Err(Error::new(
                 ErrorKind::Store,
-                format!("{} answers to {} writes", replies.len(), writes.len()),
+                format!("{} answers to {} writes", replies.len(), invocations.len()),
             ));
         }
-        Ok(replies
-            .into_iter()
-            .map(|(ok, keys, late, version, lost)| Written {
-                fenced: ok == -1,
-                keys: if ok == 1 { keys } else { 0 },
-                late,
-                version,
-                lost: lost == 1,
-            })
-            .collect())
+        let mut written = vec![Written::default(); writes.len()];
+        for (at, (ok, keys, late, version, lost)) in owners.into_iter().zip(replies) {
+            let w = &mut written[at];
+            w.fenced |= ok == -1;
+            w.keys += if ok == 1 { keys } else { 0 };
+            w.late += late;
+            w.version = w.version.max(version);
+            w.lost |= lost == 1;
+        }
+        Ok(written)
     }
 }
 

@@ -7,6 +7,7 @@ use super::StoreOptions;
 use super::redis::{RedisStore, slice_key};
 use crate::error::{Error, Result};
 use crate::events::{self, Event};
+use crate::format::MAX_SHARDS;
 
 /// Full slices the census looks back over: a host that pulled in none of
 /// them is not live.
@@ -115,19 +116,7 @@ impl Store {
         let slices: Vec<u64> = (1..=SLICES)
             .filter_map(|back| current.checked_sub(back))
             .collect();
-        let prefix = self.redis.prefix().to_string();
-        let keys: Vec<String> = slices
-            .iter()
-            .map(|s| slice_key(&prefix, task, *s as u32))
-            .collect();
-        let hashes: Vec<Vec<(String, String)>> =
-            self.redis.round_trip("read the census", |conn| {
-                let mut pipe = redis::pipe();
-                for key in &keys {
-                    pipe.hgetall(key);
-                }
-                pipe.query(conn)
-            })?;
+        let census = self.census(task, &slices)?;
         let mut fleet = Fleet {
             task: task.to_string(),
             slice_ms,
@@ -135,19 +124,20 @@ impl Store {
             quota: None,
             hosts: Vec::new(),
         };
-        for (slice, fields) in slices.iter().zip(hashes) {
+        // A slice's quota: the shards' parts add up to it.
+        let mut quotas = std::collections::BTreeMap::<u64, u64>::new();
+        for (_, slice, fields) in census {
             for (field, value) in fields {
                 match field.as_str() {
                     "quota" => {
-                        fleet.quota = fleet.quota.or(value.parse().ok());
+                        *quotas.entry(slice).or_default() += value.parse::<u64>().unwrap_or(0);
                     }
                     "left" | "demand" => {}
-                    host if fleet.hosts.iter().any(|h| h.host == host) => {}
-                    host => match parse_record(host, *slice, &value) {
+                    host => match parse_record(host, slice, &value) {
                         // Carried from the slice before, never pulled in
                         // this one: not a sign of life.
                         Some(record) if record.asked == 0 => {}
-                        Some(record) => fleet.hosts.push(record),
+                        Some(record) => merge(&mut fleet.hosts, record),
                         None => events::report(
                             Event::CensusSkipped,
                             task,
@@ -160,6 +150,7 @@ impl Store {
                 }
             }
         }
+        fleet.quota = quotas.last_key_value().map(|(_, q)| *q);
         fleet
             .hosts
             .sort_by(|a, b| b.slice.cmp(&a.slice).then(a.host.cmp(&b.host)));
@@ -167,9 +158,76 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The census hashes of `slices` (newest first), shard by shard: every
+    /// shard's in one pipeline on one server; on a cluster one pipeline per
+    /// shard (each has its own slot), up to the first with no key in them.
+    #[allow(clippy::type_complexity)]
+    fn census(&self, task: &str, slices: &[u64]) -> Result<Vec<(u32, u64, Vec<(String, String)>)>> {
+        let prefix = self.redis.prefix().to_string();
+        let keys = |shard: u32| -> Vec<(u32, u64, String)> {
+            slices
+                .iter()
+                .map(|s| (shard, *s, slice_key(&prefix, task, shard, *s as u32)))
+                .collect()
+        };
+        let read = |keys: &[(u32, u64, String)]| -> Result<Vec<(u32, u64, Vec<(String, String)>)>> {
+            let hashes: Vec<Vec<(String, String)>> =
+                self.redis.round_trip("read the census", |conn| {
+                    let mut pipe = redis::pipe();
+                    for (_, _, key) in keys {
+                        pipe.hgetall(key);
+                    }
+                    pipe.query(conn)
+                })?;
+            Ok(keys
+                .iter()
+                .zip(hashes)
+                .map(|((shard, slice, _), h)| (*shard, *slice, h))
+                .collect())
+        };
+        if !self.redis.is_cluster() {
+            let all: Vec<_> = (0..MAX_SHARDS).flat_map(keys).collect();
+            return read(&all);
+        }
+        let mut census = read(&keys(0))?;
+        for shard in 1..MAX_SHARDS {
+            let more = read(&keys(shard))?;
+            if more.iter().all(|(_, _, h)| h.is_empty()) {
+                break;
+            }
+            census.extend(more);
+        }
+        Ok(census)
+    }
+}
+
+/// Adds a host's record to the fleet: a newer slice's record wins over an
+/// older one's; records of one slice (one per shard it pulled from) add up,
+/// since each shard counts what it granted and is claimed.
+pub(crate) fn merge(hosts: &mut Vec<HostRecord>, record: HostRecord) {
+    match hosts.iter_mut().find(|h| h.host == record.host) {
+        None => hosts.push(record),
+        Some(h) if h.slice < record.slice => *h = record,
+        Some(h) if h.slice == record.slice => {
+            h.asked += record.asked;
+            h.granted += record.granted;
+            h.claimed += record.claimed;
+            h.demand = h.demand.max(record.demand);
+            // Each pull reports the host's releases over the slice so far,
+            // whichever shard it pulls from: the latest report is the most.
+            if record.health.success + record.health.dropped > h.health.success + h.health.dropped {
+                h.health = record.health;
+            }
+            h.own_quota = h.own_quota.max(record.own_quota);
+        }
+        Some(_) => {}
+    }
+}
+
 /// "accounted asked granted claimed offset_us demand success dropped
-/// mean_us p99_us own_quota" → a record (written before fair tails: no demand; before
-/// the health figures: none of them).
+/// mean_us p99_us own_quota" → a record (written before fair tails: no
+/// demand; before the health figures: none of them).
 pub(crate) fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
     let fields: Vec<&str> = value.split(' ').collect();
     if ![5, 6, 10, 11].contains(&fields.len()) {

@@ -2,7 +2,7 @@
 //! and the checks that turn the one into the other.
 
 use crate::error::{Error, Result};
-use crate::format::{Fallback, Global, MAX_SLICE_MS, MAX_SLICE_QUOTA, MIN_SLICE_MS};
+use crate::format::{Fallback, Global, MAX_SHARDS, MAX_SLICE_MS, MAX_SLICE_QUOTA, MIN_SLICE_MS};
 
 /// The global fields asked for when registering or updating a task; `None`
 /// keeps the current value (or the default) and is not compared.
@@ -22,6 +22,11 @@ pub struct GlobalConfig {
     /// Permits a slice releases at once, cluster-wide; the rest is released
     /// evenly over the slice. 0 = the default, 250 ms of `global_rate`.
     pub global_burst: Option<u32>,
+    /// Store keys each slice's quota is spread over, 1..=6 (a hot task on a
+    /// Redis Cluster: the keys have their own hash tags, hence nodes). Every
+    /// host of a task must spread it alike: set it in the task's store
+    /// record. Default 1 (the keys of earlier releases).
+    pub shards: Option<u32>,
 }
 
 /// A task's global fields in force.
@@ -33,6 +38,7 @@ pub struct GlobalSettings {
     pub fallback: Fallback,
     /// 0 = the default (250 ms of `global_rate`).
     pub global_burst: u32,
+    pub shards: u32,
 }
 
 impl Default for GlobalSettings {
@@ -43,6 +49,7 @@ impl Default for GlobalSettings {
             chunk: 0,
             fallback: Fallback::Share,
             global_burst: 0,
+            shards: 1,
         }
     }
 }
@@ -56,6 +63,7 @@ impl GlobalConfig {
             chunk: self.chunk.unwrap_or(base.chunk),
             fallback: self.fallback.map_or(base.fallback, Fallback::normalized),
             global_burst: self.global_burst.unwrap_or(base.global_burst),
+            shards: self.shards.unwrap_or(base.shards),
         }
     }
 
@@ -80,6 +88,9 @@ impl GlobalConfig {
         if let Some(b) = self.global_burst.filter(|b| *b != s.global_burst) {
             out.push(format!("global_burst {} (asked {b})", s.global_burst));
         }
+        if let Some(n) = self.shards.filter(|n| *n != s.shards) {
+            out.push(format!("shards {} (asked {n})", s.shards));
+        }
     }
 }
 
@@ -90,6 +101,12 @@ impl GlobalSettings {
             return Err(Error::invalid(format!(
                 "slice_ms must be {MIN_SLICE_MS}..={MAX_SLICE_MS}, not {}",
                 self.slice_ms
+            )));
+        }
+        if !(1..=MAX_SHARDS).contains(&self.shards) {
+            return Err(Error::invalid(format!(
+                "shards must be 1..={MAX_SHARDS}, not {}",
+                self.shards
             )));
         }
         let fallback_rate = match self.fallback {
@@ -123,6 +140,12 @@ impl GlobalSettings {
                 self.chunk
             )));
         }
+        if (self.shards as f64) > quota {
+            return Err(Error::invalid(format!(
+                "shards {} is more than a slice's quota of {quota}: a shard needs a permit",
+                self.shards
+            )));
+        }
         if self.global_burst > quota as u32 {
             return Err(Error::invalid(format!(
                 "global_burst {} is larger than a slice's quota of {quota}",
@@ -136,6 +159,7 @@ impl GlobalSettings {
             chunk: self.chunk,
             fallback: self.fallback.normalized(),
             global_burst: self.global_burst,
+            shards: self.shards,
         }))
     }
 
@@ -147,6 +171,28 @@ impl GlobalSettings {
             chunk: g.chunk,
             fallback: g.fallback,
             global_burst: g.global_burst,
+            shards: g.shards,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_checked() {
+        let with = |shards, rate| GlobalSettings {
+            global_rate: rate,
+            shards,
+            ..GlobalSettings::default()
+        };
+        assert_eq!(with(3, 1000.0).validate().unwrap().unwrap().shards, 3);
+        for (bad, says) in [(0, "1..=6"), (7, "1..=6")] {
+            let err = with(bad, 1000.0).validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        let err = with(6, 5.0).validate().unwrap_err().to_string();
+        assert!(err.contains("a shard needs a permit"), "{err}");
     }
 }

@@ -24,6 +24,7 @@
 
 mod census;
 mod config;
+mod connect;
 mod fair;
 pub(crate) mod health;
 mod hints;
@@ -31,6 +32,7 @@ mod notes;
 mod pull;
 mod record;
 mod redis;
+mod shard;
 mod stats;
 mod store;
 
@@ -44,14 +46,15 @@ pub(crate) use crate::format::Global;
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
-pub(crate) use census::parse_record;
 pub use census::{Fleet, HostHealth, HostRecord, Store};
+pub(crate) use census::{merge as merge_record, parse_record};
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use pull::reclaim_pull_lock;
 pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};
 pub(crate) use redis::{RedisStore, record_key, slice_key};
+pub(crate) use shard::part as shard_part;
 pub(crate) use stats::read as stats;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
 
@@ -278,6 +281,17 @@ impl Quota {
         })
     }
 
+    /// Refuses `shards` past 1 without a Redis store: the embedded store
+    /// keeps one word per task, so spreading would do nothing.
+    pub(crate) fn check_spread(&self, shards: Option<u32>) -> Result<()> {
+        match shards {
+            Some(n) if n > 1 && !self.store.spreads() => Err(crate::Error::invalid(format!(
+                "shards {n} spreads a task over Redis keys: the embedded store has one per task"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// This host's wall clock corrected by the store offset it measured.
     fn store_now_us(&self, q: &QuotaSlot) -> i64 {
         wall_us() + self.skew_us + q.offset_us.load(Ordering::Relaxed) as i64
@@ -400,10 +414,14 @@ impl Quota {
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();
+                // Behind a pro-rata share of the slice the store failed in:
+                // admitted outside the pacing (whose debt would carry the
+                // lag past the slice's end).
                 taken + n as u64 <= allowance
-                    && gcra
-                        .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
-                        .is_some()
+                    && (self.lag(q, t.g, rate, slice, taken) >= n
+                        || gcra
+                            .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
+                            .is_some())
             }
         };
         if !admitted {
@@ -420,6 +438,22 @@ impl Quota {
                 })
             });
         Ok(Spent::Fallback(slice))
+    }
+}
+
+impl Quota {
+    /// In the slice the store failed in, how far this host is behind a
+    /// pro-rata share of `rate` (it spent as the store released, not at its
+    /// rate, or was descheduled): the fallback catches that up at once, or
+    /// the slice would be short by the lag. 0 in a slice spent in fallback
+    /// from its start (paced as before).
+    fn lag(&self, q: &QuotaSlot, g: Global, rate: f64, slice: u32, taken: u64) -> u32 {
+        if pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice) == 0 {
+            return 0;
+        }
+        let elapsed_ms = (self.store_now_us(q).max(0) as u64 / 1000) % g.slice_ms as u64;
+        let due = (rate * elapsed_ms as f64 / 1000.0) as u64;
+        due.saturating_sub(taken).min(u32::MAX as u64) as u32
     }
 }
 

@@ -218,24 +218,29 @@ impl Quota {
             let (record_version, spends_record) = record::seen(q);
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
-            let answer = self.store.pull(&Ask {
-                task,
-                slice,
-                slice_ms: g.slice_ms,
-                quota: g.quota as u64,
-                burst: g.burst() as u64,
-                want: want.min(g.quota as u64),
-                host: &self.host,
-                claimed,
-                redeem,
-                offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
-                record_version,
-                spends_record,
-                own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
-                demand: self.demand(q, g, slice),
-                health: super::health::of_slice(shm, index, slot, slice),
-                embedded: &q.embedded,
-            });
+            let answer = self.pull_spread(
+                q,
+                g,
+                Ask {
+                    task,
+                    shard: 0,
+                    slice,
+                    slice_ms: g.slice_ms,
+                    quota: g.quota as u64,
+                    burst: g.burst() as u64,
+                    want: want.min(g.quota as u64),
+                    host: &self.host,
+                    claimed,
+                    redeem,
+                    offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
+                    record_version,
+                    spends_record,
+                    own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
+                    demand: self.demand(q, g, slice),
+                    health: super::health::of_slice(shm, index, slot, slice),
+                    embedded: &q.embedded,
+                },
+            );
             let ns = began.elapsed().as_nanos() as u64;
             q.pulls.fetch_add(1, Ordering::Relaxed);
             q.pull_ns_sum.fetch_add(ns, Ordering::Relaxed);
@@ -284,7 +289,7 @@ impl Quota {
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
             if reply.created {
-                q.keys_created.fetch_add(1, Ordering::Relaxed);
+                slot.keys_created.fetch_add(1, Ordering::Relaxed);
             }
             notes::conflicts(q, task, slice, g, &self.host, &reply);
             deposit(q, slice, reply.granted);
@@ -371,7 +376,7 @@ pub(super) fn tagged(word: u64, slice: u32) -> u64 {
 /// Whether slice `a` is one of the few just before `b` (ids wrap at 2^32):
 /// a grant that arrives late. Any other slice id is newer, or of another
 /// slicing (`slice_ms` changed): it replaces `b`.
-fn just_before(a: u32, b: u32) -> bool {
+pub(super) fn just_before(a: u32, b: u32) -> bool {
     (1..=4).contains(&b.wrapping_sub(a))
 }
 
@@ -396,7 +401,16 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
             .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => {
-                if current != slice && word != 0 {
+                // A host that fell back after the slice it leaves (an outage
+                // longer than a slice) keeps its figure from before: that
+                // slice was cut short by the outage, and the share fallback
+                // (and a host back from it) would keep to that sliver.
+                let fell_back = q.fallback_admitted.load(Ordering::Relaxed);
+                let since = ((fell_back >> 32) as u32).wrapping_sub(current);
+                let cut_short = fell_back != 0 && since != 0 && since < 1 << 31;
+                if current != slice && word != 0 && cut_short {
+                    q.stranded.fetch_add(left, Ordering::Relaxed);
+                } else if current != slice && word != 0 {
                     q.stranded.fetch_add(left, Ordering::Relaxed);
                     // What the host admitted in the slice it leaves: the
                     // share fallback's rate if the store fails next.

@@ -126,6 +126,7 @@ pub(crate) fn fields(s: &GlobalSettings) -> Vec<(&'static str, String)> {
         ("chunk", s.chunk.to_string()),
         ("fallback", s.fallback.to_string()),
         ("global_burst", s.global_burst.to_string()),
+        ("shards", s.shards.to_string()),
     ]
 }
 
@@ -162,6 +163,7 @@ pub(crate) fn parse(fields: &[(String, String)]) -> Result<GlobalSettings> {
             "slice_ms" => config.slice_ms = Some(count()?),
             "chunk" => config.chunk = Some(count()?),
             "global_burst" => config.global_burst = Some(count()?),
+            "shards" => config.shards = Some(count()?),
             "fallback" => config.fallback = Some(Fallback::parse(value)?),
             // The version, or a later release's field: not this one's to judge.
             _ => {}
@@ -187,7 +189,7 @@ impl super::Store {
         crate::words::validate_name(task, "task name")?;
         let settings = config.over(GlobalSettings::default());
         check(&settings)?;
-        let key = record_key(self.redis.prefix(), task);
+        let key = record_key(self.redis.prefix(), task, 0);
         let script = redis::Script::new(SET_RECORD);
         let version: String = self.redis.round_trip("write the task's record", |conn| {
             let mut call = script.key(&key);
@@ -196,12 +198,26 @@ impl super::Store {
             }
             call.invoke(conn)
         })?;
-        version.parse().map_err(|_| {
+        let parsed = version.parse().map_err(|_| {
             Error::new(
                 crate::ErrorKind::Store,
                 format!("the store answered version {version:?} for {key}"),
             )
-        })
+        })?;
+        // Each shard's pulls read the record in their own slot: copies,
+        // written after the record (a pull that meets an older copy gets
+        // the record's version from it, then the copy's numbers).
+        let copy: Vec<(String, String)> = std::iter::once(("version".to_string(), version))
+            .chain(
+                fields(&settings)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v)),
+            )
+            .collect();
+        for shard in 1..settings.shards {
+            self.redis.write_copy(task, shard, &copy)?;
+        }
+        Ok(parsed)
     }
 
     /// `task`'s record, `None` if it has none; an error names what a
@@ -209,7 +225,7 @@ impl super::Store {
     /// log line, and keep the numbers they have).
     pub fn task_config(&self, task: &str) -> Result<Option<StoredConfig>> {
         crate::words::validate_name(task, "task name")?;
-        let key = record_key(self.redis.prefix(), task);
+        let key = record_key(self.redis.prefix(), task, 0);
         let fields: Vec<(String, String)> =
             self.redis.round_trip("read the task's record", |conn| {
                 redis::cmd("HGETALL").arg(&key).query(conn)
@@ -232,10 +248,11 @@ impl super::Store {
     /// their next pull. Whether there was one.
     pub fn remove_task_config(&self, task: &str) -> Result<bool> {
         crate::words::validate_name(task, "task name")?;
-        let key = record_key(self.redis.prefix(), task);
+        let key = record_key(self.redis.prefix(), task, 0);
         let removed: u64 = self.redis.round_trip("remove the task's record", |conn| {
             redis::cmd("DEL").arg(&key).query(conn)
         })?;
+        self.redis.remove_copies(task)?;
         Ok(removed > 0)
     }
 }
@@ -435,6 +452,8 @@ mod tests {
             ("slice_ms", "5", "slice_ms"),
             ("chunk", "-1", "a count"),
             ("fallback", "maybe", "fallback"),
+            ("shards", "0", "shards must be 1..=6"),
+            ("shards", "7", "shards must be 1..=6"),
         ] {
             let mut r = record(&[("version", "1"), ("global_rate", "100")]);
             r.retain(|(k, _)| k != field);

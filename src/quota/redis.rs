@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::connect::{Conn, Target};
 use super::record::Refresh;
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::MAX_SHARDS;
 
 /// Timeouts and naming, from the table options and the URL's query
 /// (`?timeout_ms=5&connect_timeout_ms=20&prefix=app:`).
@@ -70,18 +72,25 @@ pub(crate) struct RedisSettings {
 /// -3 as above. The grant rule is `store::grant`.
 const PULL: &str = include_str!("pull.lua");
 
+/// Replaces a shard's copy of a task's record with ARGV's fields (none:
+/// removes it).
+const COPY_RECORD: &str = r#"
+redis.call('DEL', KEYS[1])
+if #ARGV > 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
+"#;
+
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
 /// host-id conflict, wait ms, threshold mismatch, key created.
 type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
 pub(crate) struct RedisStore {
-    client: redis::Client,
+    target: Target,
     settings: RedisSettings,
     script: redis::Script,
     /// Idle connections with the pid that opened them: a forked child never
     /// uses its parent's socket. Taken with `try_lock` only, so a fork while
     /// another thread held the lock cannot freeze the child.
-    idle: Mutex<Vec<(u32, redis::Connection)>>,
+    idle: Mutex<Vec<(u32, Conn)>>,
 }
 
 impl RedisStore {
@@ -103,10 +112,9 @@ impl RedisStore {
     /// that is down at open is a failed store, not a failed open).
     pub fn new(settings: RedisSettings) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| Error::invalid(format!("store URL {}: {e}", redact(&settings.url))))?;
+        let target = Target::open(&settings.url)?;
         Ok(Self {
-            client,
+            target,
             settings,
             script: redis::Script::new(PULL),
             idle: Mutex::new(Vec::new()),
@@ -114,7 +122,7 @@ impl RedisStore {
     }
 
     /// An idle connection of this process, if there is one.
-    fn idle(&self) -> Option<redis::Connection> {
+    fn idle(&self) -> Option<Conn> {
         let pid = std::process::id();
         let mut idle = self.idle.try_lock()?;
         while let Some((owner, conn)) = idle.pop() {
@@ -126,16 +134,10 @@ impl RedisStore {
         None
     }
 
-    fn connect(&self) -> Result<redis::Connection> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.settings.connect_timeout)
-            .map_err(|e| self.error("connect", &e))?;
-        let timeout = Some(self.settings.timeout);
-        conn.set_read_timeout(timeout)
-            .and_then(|_| conn.set_write_timeout(timeout))
-            .map_err(|e| self.error("set timeouts", &e))?;
-        Ok(conn)
+    fn connect(&self) -> Result<Conn> {
+        self.target
+            .connect(self.settings.connect_timeout, self.settings.timeout)
+            .map_err(|e| self.error("connect", &e))
     }
 
     /// One request on an idle connection of this process or a new one.
@@ -147,7 +149,7 @@ impl RedisStore {
     pub(crate) fn round_trip<T>(
         &self,
         doing: &str,
-        call: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        call: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let (conn, answer) = match self.idle() {
             Some(mut conn) => match call(&mut conn) {
@@ -175,6 +177,50 @@ impl RedisStore {
         &self.settings.prefix
     }
 
+    /// Writes shard `shard`'s copy of `task`'s record: `fields` (the
+    /// version among them), none = no copy. One round trip (atomic: a pull
+    /// never sees half a copy).
+    pub(crate) fn write_copy(
+        &self,
+        task: &str,
+        shard: u32,
+        fields: &[(String, String)],
+    ) -> Result<()> {
+        let key = record_key(&self.settings.prefix, task, shard);
+        let script = redis::Script::new(COPY_RECORD);
+        self.round_trip("write a shard's copy of the task's record", |conn| {
+            let mut call = script.key(&key);
+            for (field, value) in fields {
+                call.arg(field).arg(value);
+            }
+            call.invoke::<()>(conn)
+        })
+    }
+
+    /// Removes every shard's copy of `task`'s record: one round trip, one
+    /// per shard on a cluster (each copy has its own slot).
+    pub(crate) fn remove_copies(&self, task: &str) -> Result<()> {
+        let keys: Vec<String> = (1..MAX_SHARDS)
+            .map(|i| record_key(&self.settings.prefix, task, i))
+            .collect();
+        let groups: Vec<&[String]> = if self.is_cluster() {
+            keys.chunks(1).collect()
+        } else {
+            vec![&keys[..]]
+        };
+        for group in groups {
+            self.round_trip("remove the shards' copies of the task's record", |conn| {
+                redis::cmd("DEL").arg(group).query::<()>(conn)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Keys of different hash tags cannot share a command or a pipeline.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
     fn error(&self, doing: &str, e: &redis::RedisError) -> Error {
         Error::new(
             ErrorKind::Store,
@@ -185,12 +231,13 @@ impl RedisStore {
 
 impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
-        let prefix = &self.settings.prefix;
-        let key = slice_key(prefix, ask.task, ask.slice);
-        let (record, shape) = (record_key(prefix, ask.task), shape_key(prefix, ask.task));
-        let before = slice_key(prefix, ask.task, ask.slice.wrapping_sub(1));
+        let (prefix, shard) = (&self.settings.prefix, ask.shard);
+        let key = slice_key(prefix, ask.task, shard, ask.slice);
+        let record = record_key(prefix, ask.task, shard);
+        let shape = shape_key(prefix, ask.task, shard);
+        let before = slice_key(prefix, ask.task, shard, ask.slice.wrapping_sub(1));
         let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
-        let call = |conn: &mut redis::Connection| -> redis::RedisResult<ScriptReply> {
+        let call = |conn: &mut Conn| -> redis::RedisResult<ScriptReply> {
             self.script
                 .key(&key)
                 .key(&record)
@@ -242,8 +289,12 @@ impl QuotaStore for RedisStore {
         format!("Redis at {}", redact(&self.settings.url))
     }
 
+    fn repair_copy(&self, task: &str, shard: u32, fields: &[(String, String)]) -> Result<()> {
+        self.write_copy(task, shard, fields)
+    }
+
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
-        let key = record_key(&self.settings.prefix, task);
+        let key = record_key(&self.settings.prefix, task, 0);
         let fields: Vec<(String, String)> = self.round_trip("read the task's record", |conn| {
             redis::cmd("HGETALL").arg(&key).query(conn)
         })?;
@@ -252,20 +303,34 @@ impl QuotaStore for RedisStore {
 }
 
 /// The task's record of its global numbers (`record`), a hash with the
-/// task's hash tag.
-pub(crate) fn record_key(prefix: &str, task: &str) -> String {
-    format!("{prefix}cfg:{{{task}}}")
+/// task's hash tag; shard `i` past 0 has a copy with its own tag, for its
+/// pulls to read in one slot.
+pub(crate) fn record_key(prefix: &str, task: &str, shard: u32) -> String {
+    match shard {
+        0 => format!("{prefix}cfg:{{{task}}}"),
+        i => format!("{prefix}cfg:{{{task}#{i}}}:shard{i}"),
+    }
 }
 
-/// The slicing of the host that cut the task's keys first (`record`).
-pub(crate) fn shape_key(prefix: &str, task: &str) -> String {
-    format!("{prefix}{{{task}}}:shape")
+/// The slicing of the host that cut the shard's keys first (`record`).
+pub(crate) fn shape_key(prefix: &str, task: &str, shard: u32) -> String {
+    match shard {
+        0 => format!("{prefix}{{{task}}}:shape"),
+        i => format!("{prefix}{{{task}#{i}}}:shard{i}:shape"),
+    }
 }
 
-/// The key of a task's slice: a hash (see [`PULL`]). The task's name is
-/// its hash tag, so a Redis Cluster keeps a task's keys on one slot.
-pub(crate) fn slice_key(prefix: &str, task: &str, slice: u32) -> String {
-    format!("{prefix}{{{task}}}:{slice}")
+/// The key of a task's slice in shard `shard`: a hash (see [`PULL`]). The
+/// hash tag is the task's name for shard 0 (the keys of a task that is not
+/// spread) and `<task>#<i>` for shard `i`, so a Redis Cluster keeps a
+/// shard's keys on one slot and puts shards on different ones. The shard
+/// is also named outside the tag: a task named `x#1` has other keys than
+/// shard 1 of `x`.
+pub(crate) fn slice_key(prefix: &str, task: &str, shard: u32, slice: u32) -> String {
+    match shard {
+        0 => format!("{prefix}{{{task}}}:{slice}"),
+        i => format!("{prefix}{{{task}#{i}}}:shard{i}:{slice}"),
+    }
 }
 
 /// The URL without its password, for messages.
@@ -306,13 +371,20 @@ pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings>
             _ => rest.push(pair),
         }
     }
-    if !(head.starts_with("redis://")
-        || head.starts_with("rediss://")
-        || head.starts_with("redis+unix://")
-        || head.starts_with("unix://"))
+    if ![
+        "redis://",
+        "rediss://",
+        "redis+unix://",
+        "unix://",
+        "redis+sentinel://",
+        "redis+cluster://",
+    ]
+    .iter()
+    .any(|scheme| head.starts_with(scheme))
     {
         return Err(Error::invalid(format!(
-            "store URL {} must start with redis://, rediss:// or unix://",
+            "store URL {} must start with redis://, rediss://, unix://, redis+sentinel:// \
+             or redis+cluster://",
             redact(url)
         )));
     }

@@ -9,8 +9,13 @@ use crate::error::Result;
 
 /// One pull: up to `want` permits of `slice` of the task's key.
 pub(crate) struct Ask<'a> {
-    /// The task's name (the store key is derived from it and the slice).
+    /// The task's name (the store key is derived from it, the shard and
+    /// the slice).
     pub task: &'a str,
+    /// Which of the task's keys of the slice (0 unless the task is spread
+    /// over several, see `shard`); `quota`, `burst`, `want` and `claimed`
+    /// are this shard's.
+    pub shard: u32,
     /// The slice this host believes is current (low 32 bits of the id).
     pub slice: u32,
     pub slice_ms: u32,
@@ -116,6 +121,16 @@ pub(crate) trait QuotaStore: Send + Sync {
     /// `None` when the store keeps none.
     fn record(&self, _task: &str) -> Result<Option<Vec<(String, String)>>> {
         Ok(None)
+    }
+    /// Whether a task's slice may be spread over several keys: the embedded
+    /// store has one word per task (and one host, which no node limits).
+    fn spreads(&self) -> bool {
+        true
+    }
+    /// Writes shard `shard`'s copy of the task's record (`fields`, the
+    /// version included): a copy the store lost or missed a write of.
+    fn repair_copy(&self, _task: &str, _shard: u32, _fields: &[(String, String)]) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -237,6 +252,10 @@ impl QuotaStore for Embedded {
     fn shares_host_clock(&self) -> bool {
         true
     }
+
+    fn spreads(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -259,6 +278,7 @@ mod tests {
         let slice = slice_of(now, 60_000);
         let ask = |want| Ask {
             task: "t",
+            shard: 0,
             slice,
             slice_ms: 60_000,
             quota: 10,

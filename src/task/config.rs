@@ -127,6 +127,15 @@ impl TaskConfig {
         self
     }
 
+    /// Spreads each slice's quota over `n` store keys (1..=6) with their
+    /// own hash tags: on a Redis Cluster, a hot task's pulls are not bound
+    /// by one node. Every host of the task must agree (set it in the store
+    /// record).
+    pub fn shards(mut self, n: u32) -> Self {
+        self.global.shards = Some(n);
+        self
+    }
+
     /// `fallback(Fallback::Rate(per_second))`; 0 = the default policy.
     pub fn fallback_rate(self, per_second: f64) -> Self {
         self.fallback(crate::quota::Fallback::Rate(per_second))

@@ -94,6 +94,7 @@ impl Task {
     /// over: a new rate applies from now on.
     pub fn update(&self, config: &TaskConfig) -> Result<()> {
         let slot = self.shm.task_slot(self.index);
+        self.quota.check_spread(config.global.shards)?;
         // Validate before taking the lock, against the host's own settings
         // (a store record in force is adopted again at the next pull).
         config

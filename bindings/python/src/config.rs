@@ -23,6 +23,7 @@ pub(crate) fn task_config(
     fallback: Option<&Bound<'_, PyAny>>,
     fallback_rate: Option<f64>,
     global_burst: Option<u32>,
+    shards: Option<u32>,
     limiter: Option<&str>,
     min_limit: Option<u32>,
     max_limit: Option<u32>,
@@ -40,6 +41,7 @@ pub(crate) fn task_config(
             chunk,
             fallback: fallback_of(fallback, fallback_rate)?,
             global_burst,
+            shards,
         },
         limiter: LimiterConfig {
             spec: limiter.map(LimiterSpec::parse).transpose().map_err(to_py)?,
@@ -86,6 +88,7 @@ pub(crate) fn global_dict<'py>(
         policy => d.set_item("fallback", policy.to_string())?,
     }
     d.set_item("global_burst", s.global_burst)?;
+    d.set_item("shards", s.shards)?;
     Ok(d)
 }
 
@@ -105,6 +108,7 @@ pub(crate) fn settings_dict<'py>(
         chunk,
         fallback,
         global_burst,
+        shards,
     } = s.global;
     let limiter = &s.limiter;
     let d = PyDict::new(py);
@@ -125,6 +129,7 @@ pub(crate) fn settings_dict<'py>(
         }
     }
     d.set_item("global_burst", global_burst)?;
+    d.set_item("shards", shards)?;
     d.set_item("global_source", s.global_source.as_str())?;
     d.set_item("limiter", limiter.canonical())?;
     d.set_item("min_limit", limiter.min)?;

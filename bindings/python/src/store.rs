@@ -47,7 +47,7 @@ impl Store {
     /// own configuration says, until `remove_task`. Fields left None take
     /// their defaults. Returns the record's version.
     #[pyo3(signature = (task, *, global_rate, slice_ms=None, chunk=None, fallback=None,
-                        global_burst=None))]
+                        global_burst=None, shards=None))]
     #[allow(clippy::too_many_arguments)] // the keyword arguments of the Python method
     fn set_task(
         &self,
@@ -58,6 +58,7 @@ impl Store {
         chunk: Option<u32>,
         fallback: Option<&Bound<'_, PyAny>>,
         global_burst: Option<u32>,
+        shards: Option<u32>,
     ) -> PyResult<u64> {
         let config = GlobalConfig {
             global_rate: Some(global_rate),
@@ -65,6 +66,7 @@ impl Store {
             chunk,
             fallback: crate::config::fallback_of(fallback, None)?,
             global_burst,
+            shards,
         };
         py.detach(|| self.store.set_task_config(task, &config))
             .map_err(to_py)

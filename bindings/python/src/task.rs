@@ -109,7 +109,7 @@ impl Task {
     /// Changes the given fields of the configuration for the whole host.
     #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
                         global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
-                        global_burst=None,
+                        global_burst=None, shards=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn update(
@@ -124,6 +124,7 @@ impl Task {
         fallback: Option<&Bound<'_, PyAny>>,
         fallback_rate: Option<f64>,
         global_burst: Option<u32>,
+        shards: Option<u32>,
         limiter: Option<&str>,
         min_limit: Option<u32>,
         max_limit: Option<u32>,
@@ -139,6 +140,7 @@ impl Task {
             fallback,
             fallback_rate,
             global_burst,
+            shards,
             limiter,
             min_limit,
             max_limit,

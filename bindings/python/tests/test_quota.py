@@ -299,7 +299,7 @@ def test_a_stored_record_wins_until_removed_through_the_python_face(tmp_path, re
     assert isinstance(version, int) and version > 0
     assert store.task("api") == {
         "version": version, "global_rate": 1000.0, "slice_ms": 500, "chunk": 0,
-        "fallback": "share", "global_burst": 0,
+        "fallback": "share", "global_burst": 0, "shards": 1,
     }
     # Adopted at each host's next pull, not before.
     for h, task in tasks.items():
@@ -314,7 +314,7 @@ def test_a_stored_record_wins_until_removed_through_the_python_face(tmp_path, re
     assert changed > version
     assert store.task("api") == {
         "version": changed, "global_rate": 400.0, "slice_ms": 1000, "chunk": 5,
-        "fallback": "deny", "global_burst": 100,
+        "fallback": "deny", "global_burst": 100, "shards": 1,
     }
     for task in tasks.values():
         assert task.pull_quota(10) == 10
@@ -338,7 +338,9 @@ def test_bad_records_are_refused_through_the_python_face(tmp_path, redis):
                       (dict(global_rate=-1), "global_rate"),
                       (dict(global_rate=float("nan")), "global_rate"),
                       (dict(global_rate=100, slice_ms=5), "slice_ms"),
-                      (dict(global_rate=100, fallback="maybe"), "fallback")]:
+                      (dict(global_rate=100, fallback="maybe"), "fallback"),
+                      (dict(global_rate=100, shards=0), "shards"),
+                      (dict(global_rate=100, shards=7), "shards")]:
         with pytest.raises(flowctrl.InvalidArgumentError, match=says) as e:
             store.set_task("api", **bad)
         assert isinstance(e.value, ValueError), bad
@@ -378,3 +380,21 @@ def test_bad_records_are_refused_through_the_python_face(tmp_path, redis):
     assert store.remove_task("api") is True
     assert task.pull_quota(10) == 10
     assert (task.settings["global_source"], task.settings["global_rate"]) == ("local", 1000.0)
+
+
+def test_a_task_spread_over_shards_through_the_python_face(tmp_path, redis):
+    store = flowctrl.Store(redis.url, timeout=1.0)
+    version = store.set_task("hot", global_rate=1000, shards=3)
+    assert store.task("hot")["shards"] == 3
+    task = open_table(tmp_path / "t", redis.url, timeout=1.0).task("hot", global_rate=1000)
+    assert task.settings["shards"] == 1, "its own number until its next pull"
+    assert task.pull_quota(30) == 30
+    assert (task.settings["global_source"], task.settings["shards"]) == ("store", 3)
+    # Shard 0 keeps the key names of a task that is not spread; the others
+    # have hash tags of their own and copies of the record.
+    assert redis.command("HGET", "flowctrl:cfg:{hot#2}:shard2", "version") \
+        == b"$%d\r\n%d\r\n" % (len(str(version)), version)
+    with pytest.raises(flowctrl.InvalidArgumentError, match="shards"):
+        open_table(tmp_path / "u", redis.url).task("other", global_rate=10, shards=9)
+    assert store.remove_task("hot") is True
+    assert redis.command("EXISTS", "flowctrl:cfg:{hot#2}:shard2") == b":0\r\n"

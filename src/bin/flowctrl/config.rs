@@ -58,6 +58,11 @@ fn changes(file: &TaskConfig, s: &TaskSettings) -> Vec<String> {
         s.global.global_burst.to_string(),
     );
     field(
+        "shards",
+        g.shards.map(|v| v.to_string()),
+        s.global.shards.to_string(),
+    );
+    field(
         "limiter",
         a.spec.map(|v| v.canonical()),
         s.limiter.canonical(),

@@ -90,7 +90,7 @@ enum Command {
         task: String,
         /// Fields to change, all at once: local_rate, burst,
         /// max_concurrency, global_rate, slice_ms, chunk, fallback
-        /// (share, local, deny or a rate), global_burst, limiter ("aimd",
+        /// (share, local, deny or a rate), global_burst, shards, limiter ("aimd",
         /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit.
         #[arg(required = true, value_name = "KEY=VALUE")]
         fields: Vec<String>,

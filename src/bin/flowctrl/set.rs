@@ -11,7 +11,7 @@ use flowctrl::{Fallback, LimiterSpec, Table, TableOptions, TaskConfig, TaskSetti
 use crate::{Result, invalid};
 
 /// The fields `set` takes, in the order they are reported.
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "local_rate",
     "burst",
     "max_concurrency",
@@ -20,6 +20,7 @@ const KEYS: [&str; 12] = [
     "chunk",
     "fallback",
     "global_burst",
+    "shards",
     "limiter",
     "min_limit",
     "max_limit",
@@ -46,7 +47,7 @@ pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
     println!("task {name:?}: {}", changes.join(", "));
     let global = fields.iter().any(|f| {
         let key = f.split('=').next().unwrap_or("");
-        KEYS[3..8].contains(&key)
+        KEYS[3..9].contains(&key)
     });
     if global && after.global_source == flowctrl::GlobalSource::Store {
         println!(
@@ -151,6 +152,7 @@ fn apply(c: TaskConfig, key: &str, value: &str) -> Result<TaskConfig> {
         "chunk" => c.chunk(count(key, value)?),
         "fallback" => c.fallback(Fallback::parse(value)?),
         "global_burst" => c.global_burst(count(key, value)?),
+        "shards" => c.shards(count(key, value)?),
         "limiter" => c.limiter(LimiterSpec::parse(value)?),
         "min_limit" => c.min_limit(count(key, value)?),
         "max_limit" => c.max_limit(count(key, value)?),
@@ -181,7 +183,7 @@ fn count(key: &str, value: &str) -> Result<u32> {
 }
 
 /// The values of [`KEYS`] in `s`, as `set` reports them.
-fn values(s: &TaskSettings) -> [String; 12] {
+fn values(s: &TaskSettings) -> [String; 13] {
     let (l, g, m) = (&s.local, &s.global, &s.limiter);
     [
         l.local_rate.to_string(),
@@ -192,6 +194,7 @@ fn values(s: &TaskSettings) -> [String; 12] {
         g.chunk.to_string(),
         g.fallback.to_string(),
         g.global_burst.to_string(),
+        g.shards.to_string(),
         m.to_string(),
         m.min.to_string(),
         m.max.to_string(),

@@ -8,7 +8,7 @@ use flowctrl::{AttachedProcess, ConfigFile, ProcessStats, QuotaState, TaskSnapsh
 use serde_json::{Value, json};
 
 use crate::Result;
-use crate::text::{duration, ns, offset_us, or_none, rate, table};
+use crate::text::{auto, duration, ns, offset_us, or_none, rate, shards, table};
 
 /// Where each field of a task's configuration in force comes from: the
 /// store's record (global fields, while it is in force), the config file
@@ -285,12 +285,13 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
         line(
             "global",
             format!(
-                "global_rate {}  slice_ms {}  chunk {}  fallback {}  global_burst {}  source {}",
+                "global_rate {}  slice_ms {}  chunk {}  fallback {}  global_burst {}{}  source {}",
                 rate(g.global_rate),
                 g.slice_ms,
                 auto(g.chunk),
                 g.fallback,
                 auto(g.global_burst),
+                shards(g.shards),
                 t.settings.global_source.as_str()
             ),
         );
@@ -421,10 +422,6 @@ pub(crate) fn state_name(state: QuotaState) -> &'static str {
     }
 }
 
-fn auto(n: u32) -> String {
-    if n == 0 { "auto".into() } else { n.to_string() }
-}
-
 fn ms(ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis(ms)
 }
@@ -444,6 +441,7 @@ fn settings_json(t: &TaskSnapshot) -> Value {
         "chunk": g.chunk,
         "fallback": g.fallback.to_string(),
         "global_burst": g.global_burst,
+        "shards": g.shards,
         "global_source": t.settings.global_source.as_str(),
     })
 }

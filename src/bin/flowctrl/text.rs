@@ -80,6 +80,20 @@ pub(crate) fn offset_us(us: i64) -> String {
 }
 
 /// A count that 0 means "none" for: `-`, else the number.
+/// A count where 0 means "chosen by flowctrl".
+pub(crate) fn auto(n: u32) -> String {
+    if n == 0 { "auto".into() } else { n.to_string() }
+}
+
+/// "  shards N" for a task spread over several store keys, else nothing.
+pub(crate) fn shards(n: u32) -> String {
+    if n > 1 {
+        format!("  shards {n}")
+    } else {
+        String::new()
+    }
+}
+
 pub(crate) fn or_none(n: u64) -> String {
     if n == 0 { "-".into() } else { n.to_string() }
 }

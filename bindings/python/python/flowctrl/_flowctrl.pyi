@@ -96,6 +96,7 @@ class Table:
         fallback: str | float | None = None,
         fallback_rate: float | None = None,
         global_burst: int | None = None,
+        shards: int | None = None,
         limiter: str | None = None,
         min_limit: int | None = None,
         max_limit: int | None = None,
@@ -111,6 +112,9 @@ class Table:
         limits), "deny", or a rate for this host (``fallback_rate`` is the
         older spelling of a rate). ``global_burst`` is what a slice releases
         at once (0: 250 ms of ``global_rate``); the rest evenly over it.
+        ``shards`` (1..6) spreads each slice's quota over that many store
+        keys of their own hash tags (a hot task on a Redis Cluster); every
+        host of the task must agree: set it in the store record.
         """
     def balancer(
         self,
@@ -195,6 +199,7 @@ class Task:
         fallback: str | float | None = None,
         fallback_rate: float | None = None,
         global_burst: int | None = None,
+        shards: int | None = None,
         limiter: str | None = None,
         min_limit: int | None = None,
         max_limit: int | None = None,
@@ -331,6 +336,7 @@ class Store:
         chunk: int | None = None,
         fallback: str | float | None = None,
         global_burst: int | None = None,
+        shards: int | None = None,
     ) -> int:
         """Writes ``task``'s record: every host spends by these numbers from
         its next pull (within one slice) until ``remove_task``; None fields

@@ -84,6 +84,7 @@ class Settings(TypedDict):
     fallback: Union[str, float]
     fallback_rate: float
     global_burst: int
+    shards: int
     global_source: Literal["local", "store"]
     limiter: str
     min_limit: int
@@ -119,6 +120,7 @@ class StoredTask(TypedDict):
     chunk: int
     fallback: Union[str, float]
     global_burst: int
+    shards: int
 
 
 class HostRecord(TypedDict):

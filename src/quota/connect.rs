@@ -1,0 +1,291 @@
+//! How the Redis store reaches its server: one server (`redis://`,
+//! `rediss://`, `unix://`), the master a set of Sentinels names
+//! (`redis+sentinel://`), or a Redis Cluster (`redis+cluster://`). Every
+//! kind connects within the connect timeout and answers each command
+//! within the command timeout, as one server always did.
+//!
+//! The Sentinel lookup is done here rather than by the `redis` crate's
+//! sentinel client: that one connects to the sentinels without timeouts, so
+//! a sentinel that hangs would hang the pull past the store timeout.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Where connections go.
+pub(crate) enum Target {
+    Single(redis::Client),
+    /// The master named `master`, looked up through `sentinels` at every
+    /// new connection: the store drops a connection on any error (READONLY
+    /// after a failover, a dropped socket), so the next one follows the
+    /// failover. Each sentinel with the URL's credentials (as the Python
+    /// `limits` package sends them), and without, for a sentinel that has
+    /// no password set.
+    Sentinel {
+        sentinels: Vec<(redis::Client, redis::Client)>,
+        master: String,
+        /// `:password@` or `user:password@`, for the master.
+        auth: String,
+        db: i64,
+    },
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// One connection of any kind.
+pub(crate) enum Conn {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl redis::ConnectionLike for Conn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+
+    fn check_connection(&mut self) -> bool {
+        match self {
+            Self::Single(c) => c.check_connection(),
+            Self::Cluster(c) => c.check_connection(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Self::Single(c) => c.is_open(),
+            Self::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
+/// The hosts of a multi-host URL's authority: `[userinfo@]h1:p1,h2:p2`,
+/// and the path after it.
+fn split_hosts<'a>(rest: &'a str, what: &str) -> Result<(&'a str, Vec<&'a str>, &'a str)> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (auth, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    if hosts.iter().any(|h| {
+        h.rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+    }) {
+        return Err(Error::invalid(format!(
+            "{what} needs host:port[,host:port...], not {hosts:?}"
+        )));
+    }
+    Ok((auth, hosts, path))
+}
+
+impl Target {
+    /// The target a store URL (without flowctrl's own query) names.
+    pub fn open(url: &str) -> Result<Self> {
+        let bad = |e: &dyn std::fmt::Display| {
+            Error::invalid(format!("store URL {}: {e}", super::redis::redact(url)))
+        };
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let (auth, hosts, path) = split_hosts(rest, "a Sentinel URL").map_err(|e| bad(&e))?;
+            let mut parts = path.split('/');
+            let master = parts.next().unwrap_or("");
+            let db = match parts.next() {
+                None | Some("") => 0,
+                Some(db) => db
+                    .parse::<i64>()
+                    .map_err(|_| bad(&"the db must be a number"))?,
+            };
+            if master.is_empty() || parts.next().is_some() || master.contains('?') {
+                return Err(bad(
+                    &"the form is redis+sentinel://[:password@]host:port[,host:port...]/master-name[/db]",
+                ));
+            }
+            let client = |url: String| redis::Client::open(url).map_err(|e| bad(&e));
+            let sentinels = hosts
+                .iter()
+                .map(|h| {
+                    Ok((
+                        client(format!("redis://{auth}{h}"))?,
+                        client(format!("redis://{h}"))?,
+                    ))
+                })
+                .collect::<Result<_>>()?;
+            return Ok(Self::Sentinel {
+                sentinels,
+                master: master.to_string(),
+                auth: auth.to_string(),
+                db,
+            });
+        }
+        if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            let (auth, hosts, path) = split_hosts(rest, "a Cluster URL").map_err(|e| bad(&e))?;
+            if !(path.is_empty() || path == "0") || rest.contains('?') {
+                return Err(bad(
+                    &"a Cluster URL is redis+cluster://[:password@]host:port[,host:port...] (db 0 only)",
+                ));
+            }
+            let nodes: Vec<String> = hosts.iter().map(|h| format!("redis://{auth}{h}")).collect();
+            // One retry, at once: a MOVED after a failover is followed, and
+            // nothing waits past the store timeouts (the crate's default is
+            // 16 retries over seconds).
+            let client = redis::cluster::ClusterClientBuilder::new(nodes)
+                .retries(1)
+                .min_retry_wait(0)
+                .max_retry_wait(1)
+                .build()
+                .map_err(|e| bad(&e))?;
+            return Ok(Self::Cluster(client));
+        }
+        redis::Client::open(url)
+            .map(Self::Single)
+            .map_err(|e| bad(&e))
+    }
+
+    /// A new connection with the command timeout set.
+    pub fn connect(&self, connect: Duration, command: Duration) -> redis::RedisResult<Conn> {
+        match self {
+            Self::Single(client) => single(client, connect, command),
+            Self::Sentinel {
+                sentinels,
+                master,
+                auth,
+                db,
+            } => {
+                let client = find_master(sentinels, master, auth, *db, connect, command)?;
+                single(&client, connect, command)
+            }
+            Self::Cluster(client) => {
+                // The cluster client takes its timeouts per connection.
+                let params = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(connect)
+                    .set_response_timeout(command);
+                client
+                    .get_connection_with_config(params)
+                    .map(|c| Conn::Cluster(Box::new(c)))
+            }
+        }
+    }
+}
+
+fn single(
+    client: &redis::Client,
+    connect: Duration,
+    command: Duration,
+) -> redis::RedisResult<Conn> {
+    let conn = client.get_connection_with_timeout(connect)?;
+    conn.set_read_timeout(Some(command))?;
+    conn.set_write_timeout(Some(command))?;
+    Ok(Conn::Single(conn))
+}
+
+/// The master the first sentinel that knows `name` names, checked to be a
+/// master (a sentinel may still name a demoted one for a moment). Each
+/// sentinel and the master are given the connect and command timeouts.
+fn find_master(
+    sentinels: &[(redis::Client, redis::Client)],
+    name: &str,
+    auth: &str,
+    db: i64,
+    connect: Duration,
+    command: Duration,
+) -> redis::RedisResult<redis::Client> {
+    let mut last = None;
+    for (with_auth, without) in sentinels {
+        let conn = match single(with_auth, connect, command) {
+            Err(e) if e.to_string().contains("without any password configured") => {
+                single(without, connect, command)
+            }
+            conn => conn,
+        };
+        let found = conn.and_then(|mut conn| {
+            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(name)
+                .query(&mut conn)?;
+            addr.ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the sentinel knows no master of this name",
+                    name.to_string(),
+                ))
+            })
+        });
+        let (host, port) = match found {
+            Ok(addr) => addr,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let client = redis::Client::open(format!("redis://{auth}{host}:{port}/{db}"))?;
+        let mut conn = single(&client, connect, command)?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
+        let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
+        if is_master {
+            return Ok(client);
+        }
+        last = Some(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the master the sentinels name is not a master (a failover is under way)",
+            format!("{host}:{port}"),
+        )));
+    }
+    Err(last.unwrap_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::Client, "no sentinel in the URL"))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_and_cluster_urls_parse_and_bad_ones_are_refused() {
+        match Target::open("redis+sentinel://:pw@127.0.0.1:1,127.0.0.1:2/mymaster/3").unwrap() {
+            Target::Sentinel {
+                sentinels,
+                master,
+                auth,
+                db,
+            } => assert_eq!(
+                (sentinels.len(), &*master, &*auth, db),
+                (2, "mymaster", ":pw@", 3)
+            ),
+            _ => panic!("not a sentinel target"),
+        }
+        assert!(matches!(
+            Target::open("redis+cluster://127.0.0.1:1,127.0.0.1:2").unwrap(),
+            Target::Cluster(_)
+        ));
+        for bad in [
+            "redis+sentinel://127.0.0.1:1",
+            "redis+sentinel://127.0.0.1:1/",
+            "redis+sentinel://127.0.0.1/m",
+            "redis+sentinel://127.0.0.1:1/m/x",
+            "redis+cluster://127.0.0.1:1/3",
+            "redis+cluster://h:x",
+        ] {
+            assert!(Target::open(bad).is_err(), "{bad}");
+        }
+    }
+}

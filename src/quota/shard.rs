@@ -1,0 +1,208 @@
+//! Hot tasks: a slice's quota spread over `shards` store keys, each with
+//! its own hash tag (so, on a Redis Cluster, its own node), so one task's
+//! pulls are not bound by one node.
+//!
+//! Shard `i` holds its part of the slice's quota and burst (equal parts,
+//! the remainder to the first shards: the parts add up to the slice, so the
+//! slice's total stays exact) and releases it over the slice like a whole
+//! key. A pull starts at a shard picked by the host's id and its pull count
+//! (hosts, and one host's pulls, spread over the shards) and moves on to
+//! the next while it has been granted less than it asked: a shard used up
+//! or holding back what it has not released yet does not stop a host while
+//! another has quota. A shard found used up is skipped for the rest of the
+//! slice (`QuotaSlot::shards_out`).
+//!
+//! Each shard charges a host with what it granted it, and a key created
+//! anew deducts what the host claims beyond that: so a host claims, per
+//! shard, its grants from that shard (`QuotaSlot::shard_granted`), and its
+//! fallback admissions from its home shard only — every permit it took is
+//! claimed from exactly one key.
+
+use std::sync::atomic::Ordering;
+
+use super::pull::tagged;
+use super::record::{Refresh, version_of};
+use super::store::{Ask, Reply};
+use super::{Global, Quota};
+use crate::error::Result;
+use crate::format::{MAX_SHARDS, QuotaSlot};
+
+/// Shard `i`'s part of `total` spread over `shards`.
+pub(crate) fn part(total: u64, shards: u32, i: u32) -> u64 {
+    let n = shards.max(1) as u64;
+    total / n + u64::from((i as u64) < total % n)
+}
+
+/// The shard a host's fallback admissions are claimed from: from its id
+/// (FNV-1a), so hosts spread over the shards.
+fn home(host: &str, shards: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in host.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % shards.max(1) as u64) as u32
+}
+
+/// What this host took of `slice` that shard `i`'s key is to know of;
+/// `pending`: what this pull was granted so far (counted per shard already,
+/// not yet in the slice's grants).
+fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
+    let of = |k: usize| tagged(q.shard_granted[k].load(Ordering::Relaxed), slice);
+    let grants = match i {
+        0 => {
+            let others: u64 = (0..q.shard_granted.len()).map(of).sum();
+            (tagged(q.slice_granted.load(Ordering::Relaxed), slice) + pending)
+                .saturating_sub(others)
+        }
+        i => of(i as usize - 1),
+    };
+    let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), slice);
+    grants + if i == home { fell_back } else { 0 }
+}
+
+/// Counts a grant of shard `i` (past 0: shard 0's is the rest of the
+/// slice's grants); a word of an older slice restarts. Under the pull lock.
+fn count_grant(q: &QuotaSlot, slice: u32, i: u32, granted: u64) {
+    if i == 0 {
+        return;
+    }
+    let word = &q.shard_granted[i as usize - 1];
+    let count = tagged(word.load(Ordering::Relaxed), slice) + granted;
+    word.store(
+        (slice as u64) << 32 | count.min(u32::MAX as u64),
+        Ordering::Relaxed,
+    );
+}
+
+/// The shards found used up in `slice`, one bit each.
+fn out(q: &QuotaSlot, slice: u32) -> u64 {
+    tagged(q.shards_out.load(Ordering::Relaxed), slice)
+}
+
+fn mark_out(q: &QuotaSlot, slice: u32, i: u32) {
+    let mask = out(q, slice) | 1 << i;
+    q.shards_out
+        .store((slice as u64) << 32 | mask, Ordering::Relaxed);
+}
+
+impl Quota {
+    /// One pull for `ask.want` permits of the task's slice (under the pull
+    /// lock): from its one key, or over its shards as the module doc says.
+    /// The reply adds the shards' grants up; `left` is 0 once every shard
+    /// is used up, and the wait is the shortest a shard asked for.
+    pub(super) fn pull_spread(&self, q: &QuotaSlot, g: Global, ask: Ask<'_>) -> Result<Reply> {
+        let shards = if self.store.spreads() {
+            g.shards.clamp(1, MAX_SHARDS)
+        } else {
+            1
+        };
+        if shards == 1 {
+            return self.store.pull(&ask);
+        }
+        let (slice, home) = (ask.slice, home(&self.host, shards));
+        let start = (home as u64 + q.pulls.load(Ordering::Relaxed)) % shards as u64;
+        let mut sum: Option<Reply> = None;
+        let mut wait = u64::MAX;
+        let mut repaired = false;
+        let mut k = 0;
+        while k < shards {
+            let i = (start as u32 + k) % shards;
+            let got = sum.map_or(0, |s| s.granted);
+            if out(q, slice) & 1 << i != 0 {
+                k += 1;
+                continue;
+            }
+            let quota = part(ask.quota, shards, i);
+            let answer = self.store.pull(&Ask {
+                shard: i,
+                quota,
+                burst: part(ask.burst, shards, i).max(1),
+                want: (ask.want - got).min(quota),
+                claimed: claimed(q, slice, i, home, got),
+                ..ask
+            });
+            let reply = match answer {
+                Ok(reply) => reply,
+                // What was granted is charged: deposit it; the next pull
+                // meets the failing shard again.
+                Err(_) if got > 0 => break,
+                Err(e) => return Err(e),
+            };
+            if let (Some(Refresh::Record(version)), 1.., false) = (reply.refresh, i, repaired) {
+                // A copy the store lost, or a write it missed: the
+                // canonical record decides, and the copy is rewritten.
+                let fields = self.store.record(ask.task)?;
+                if fields.as_deref().and_then(version_of).unwrap_or(0) != version {
+                    self.store
+                        .repair_copy(ask.task, i, fields.as_deref().unwrap_or(&[]))?;
+                    repaired = true;
+                    continue;
+                }
+            }
+            if reply.refresh.is_some() || reply.slice != slice {
+                if got > 0 {
+                    break;
+                }
+                return Ok(reply);
+            }
+            count_grant(q, slice, i, reply.granted);
+            if reply.left == 0 {
+                mark_out(q, slice, i);
+            } else if reply.wait_ms > 0 {
+                wait = wait.min(reply.wait_ms);
+            }
+            sum = Some(match sum {
+                None => reply,
+                Some(s) => Reply {
+                    granted: s.granted + reply.granted,
+                    store_us: reply.store_us,
+                    hosts: s.hosts.max(reply.hosts),
+                    host_conflict: s.host_conflict || reply.host_conflict,
+                    config_conflict: s.config_conflict || reply.config_conflict,
+                    ..reply
+                },
+            });
+            if got + reply.granted >= ask.want {
+                break;
+            }
+            k += 1;
+        }
+        let all_out = out(q, slice).count_ones() >= shards;
+        let mut reply = sum.unwrap_or(Reply {
+            slice,
+            granted: 0,
+            left: 0,
+            store_us: super::store::wall_us()
+                + self.skew_us
+                + q.offset_us.load(Ordering::Relaxed) as i64,
+            hosts: q.hosts_seen.load(Ordering::Relaxed),
+            host_conflict: false,
+            wait_ms: 0,
+            config_conflict: false,
+            refresh: None,
+            created: false,
+        });
+        reply.left = if all_out { 0 } else { reply.left.max(1) };
+        reply.wait_ms = if reply.granted >= ask.want || wait == u64::MAX {
+            0
+        } else {
+            wait
+        };
+        Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_add_up_to_the_whole() {
+        for (total, shards) in [(2000, 3), (10, 6), (7, 1), (5, 6)] {
+            let parts: Vec<u64> = (0..shards).map(|i| part(total, shards, i)).collect();
+            assert_eq!(parts.iter().sum::<u64>(), total, "{parts:?}");
+            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
+        }
+        assert!((0..3).any(|s| home("a", 3) == s));
+    }
+}

@@ -1,0 +1,202 @@
+//! The global quota on a real Redis Cluster (three masters with a replica
+//! each, on loopback, made by `redis-cli --cluster create`): every full
+//! slice exact with one shard and with three; with three, the pulls spread
+//! over the three masters; a master SIGKILLed mid-run fails over with the
+//! Sentinel test's budgets. Two hosts × three processes at saturating
+//! demand.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::ha::Cluster;
+use common::hosts;
+use common::*;
+use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
+
+const RATE: f64 = 2000.0;
+const PROBE: Duration = Duration::from_millis(500);
+
+/// One cluster and its six workers at a time: two on a 2-core machine
+/// would measure the machine, not the quota.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn store(url: &str) -> Store {
+    Store::open(&StoreOptions {
+        url: Some(url.to_string()),
+        timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        ..StoreOptions::default()
+    })
+    .unwrap()
+}
+
+/// A task name whose three shards' keys are served by three different
+/// masters (hash tags `{name}`, `{name#1}`, `{name#2}`).
+fn spread_name(cluster: &Cluster) -> String {
+    (0..1000)
+        .map(|i| format!("hot{i}"))
+        .find(|name| {
+            let owners: std::collections::BTreeSet<_> = [
+                format!("{{{name}}}"),
+                format!("{{{name}#1}}"),
+                format!("{{{name}#2}}"),
+            ]
+            .iter()
+            .filter_map(|key| cluster.master_of(key))
+            .collect();
+            owners.len() == 3
+        })
+        .expect("a name over three masters")
+}
+
+#[test]
+fn slices_are_exact_with_one_shard_and_three_and_three_spread_over_the_masters() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start(1000);
+    let url = cluster.url();
+    let opts = hosts::options(&url, PROBE);
+    let name = spread_name(&cluster);
+    for shards in [1, 3] {
+        let scratch = Scratch::new("cluster-shards");
+        // Every host spreads the task alike: from its store record.
+        store(&url)
+            .set_task_config(
+                &name,
+                &GlobalConfig {
+                    global_rate: Some(RATE),
+                    shards: Some(shards),
+                    ..GlobalConfig::default()
+                },
+            )
+            .unwrap();
+        let masters = cluster.masters();
+        let before: Vec<u64> = masters
+            .iter()
+            .map(|&i| cluster.nodes[i].script_calls())
+            .collect();
+        let config = TaskConfig::new().global_rate(RATE).shards(shards);
+        let run = hosts::run(&scratch, &opts, (2, 3), (&name, config), 5.0, |_| {});
+        let calls: Vec<u64> = masters
+            .iter()
+            .zip(&before)
+            .map(|(&i, b)| cluster.nodes[i].script_calls() - b)
+            .collect();
+        eprintln!(
+            "shards {shards}: per slice {:?}, per host {:?}; script calls per master {calls:?}; \
+             host 0: {:?}",
+            run.per_slice, run.per_host, run.stats
+        );
+        assert_eq!(run.errors, 0);
+        hosts::assert_slices_exact(&run, RATE);
+        let fleet = store(&url).fleet(&name, None).unwrap();
+        assert_eq!(fleet.hosts.len(), 2, "{fleet:?}");
+        assert_eq!(fleet.quota, Some(RATE as u64), "the shards' parts add up");
+        if shards == 3 {
+            let mean = calls.iter().sum::<u64>() as f64 / 3.0;
+            for c in &calls {
+                assert!(
+                    (*c as f64 - mean).abs() <= 0.2 * mean,
+                    "script calls per master {calls:?}: not within ±20 % of {mean}"
+                );
+            }
+        }
+    }
+    let fleet = store(&url);
+    assert!(fleet.remove_task_config(&name).unwrap());
+    assert_eq!(fleet.task_config(&name).unwrap(), None);
+}
+
+#[test]
+fn a_cluster_failover_keeps_every_slice_exact() {
+    failover_keeps_every_slice_exact(1);
+}
+
+/// Known gap: with a shard's master dead, a host keeps spending from the
+/// shards that answer and falls back only when a pull meets the dead one
+/// first, so it flips between open and failed and the slices of the
+/// failover come out short (1,579–1,901 of 2,000 in the runs). Kept to
+/// measure a fix.
+#[test]
+#[ignore = "known gap: the failover of one shard's master leaves its slices short"]
+fn a_cluster_failover_of_one_shard_keeps_every_slice_exact() {
+    failover_keeps_every_slice_exact(3);
+}
+
+/// The master of the task's shard 0 SIGKILLed 2.3 s into a run of 9 s.
+fn failover_keeps_every_slice_exact(shards: u32) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = Cluster::start(1000);
+    let url = cluster.url();
+    let opts = hosts::options(&url, PROBE);
+    let scratch = Scratch::new("cluster-failover");
+    let name = if shards == 1 {
+        "api".to_string()
+    } else {
+        spread_name(&cluster)
+    };
+    let config = GlobalConfig {
+        global_rate: Some(RATE),
+        shards: Some(shards),
+        ..GlobalConfig::default()
+    };
+    store(&url).set_task_config(&name, &config).unwrap();
+    let tag = format!("{{{name}}}");
+    let victim = cluster.master_of(&tag).unwrap();
+    let mut failover = None;
+    let run = hosts::run(
+        &scratch,
+        &opts,
+        (2, 3),
+        (&name, TaskConfig::new().global_rate(RATE).shards(shards)),
+        9.0,
+        |start| {
+            sleep_until(start + Duration::from_millis(2300));
+            let killed = Instant::now();
+            cluster.nodes[victim].kill();
+            while cluster.master_of(&tag).is_none_or(|m| m == victim) {
+                assert!(killed.elapsed() < Duration::from_secs(20), "no failover");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            failover = Some((monotonic() - start, killed.elapsed()));
+        },
+    );
+    let (promoted_at, failover) = failover.unwrap();
+    eprintln!(
+        "shards {shards}: per slice {:?}, per host {:?}; errors {}, slowest acquire {:?}; \
+         hosts: {:?}",
+        run.per_slice, run.per_host, run.errors, run.slowest, run.all_stats
+    );
+    eprintln!(
+        "killed at 2.3 s; a replica took the slot over after {failover:?} (at {promoted_at:?}); \
+         host 0 failed at {:?}, open again at {:?} (probe interval {PROBE:?})",
+        run.failed_at, run.open_again_at
+    );
+    let fleet = store(&url).fleet(&name, None).unwrap();
+    assert_eq!(
+        fleet.hosts.len(),
+        2,
+        "the census reads the new master: {fleet:?}"
+    );
+    assert_eq!(run.errors, 0, "no caller sees an error");
+    hosts::assert_slices_exact(&run, RATE);
+    let open = run.open_again_at.unwrap();
+    assert!(
+        open <= promoted_at + PROBE.mul_f64(1.2) + Duration::from_millis(100),
+        "open again at {open:?}, the replica promoted at {promoted_at:?}"
+    );
+}
+
+#[test]
+fn shards_need_a_redis_store() {
+    let scratch = Scratch::new("shards-embedded");
+    let table = Table::open(scratch.path("t"), &TableOptions::default()).unwrap();
+    let spread = TaskConfig::new().global_rate(100.0).shards(2);
+    let err = table.task("x", &spread).unwrap_err().to_string();
+    assert!(err.contains("embedded store"), "{err}");
+    let task = table
+        .task("x", &TaskConfig::new().global_rate(100.0))
+        .unwrap();
+    let err = task.update(&spread).unwrap_err().to_string();
+    assert!(err.contains("embedded store"), "{err}");
+}

@@ -1,0 +1,192 @@
+//! Hosts as real processes: each host a table file of its own (its own host
+//! id), each process a forked child at saturating demand, counting its
+//! admissions per slice of the store's clock; and a watcher in the test's
+//! process that records when host 0's task leaves and re-enters "open".
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use flowctrl::{Decision, QuotaState, Table, TableOptions, TaskConfig};
+
+use super::*;
+
+pub const TASK: &str = "api";
+
+/// Store options for a test host: room for a loaded 2-core machine, and a
+/// short probe interval.
+pub fn options(url: &str, probe: Duration) -> TableOptions {
+    let mut o = TableOptions::default();
+    o.store.url = Some(url.to_string());
+    o.store.timeout = Duration::from_millis(500);
+    o.store.connect_timeout = Duration::from_millis(500);
+    o.store.probe_interval = probe;
+    o
+}
+
+/// What the processes of a run saw.
+pub struct Run {
+    /// Admissions per slice (1 s), all processes.
+    pub per_slice: BTreeMap<i64, u64>,
+    /// The same, per host.
+    pub per_host: Vec<BTreeMap<i64, u64>>,
+    /// Host 0's quota statistics at the end.
+    pub stats: flowctrl::QuotaStats,
+    /// Every host's, host 0's first.
+    pub all_stats: Vec<flowctrl::QuotaStats>,
+    pub errors: u64,
+    pub slowest: Duration,
+    /// Host 0's task: when (since the start) it first left "open", and when
+    /// it was open again after that.
+    pub failed_at: Option<Duration>,
+    pub open_again_at: Option<Duration>,
+}
+
+fn worker(
+    path: &std::path::Path,
+    opts: TableOptions,
+    (name, config): (&str, TaskConfig),
+    start: Duration,
+    secs: f64,
+    out: PathBuf,
+) -> i32 {
+    let table = Table::open(path, &opts).unwrap();
+    let task = table.task(name, &config).unwrap();
+    sleep_until(start);
+    let end = start + Duration::from_secs_f64(secs);
+    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+    let (mut errors, mut slowest) = (0u64, Duration::ZERO);
+    while monotonic() < end {
+        let began = Instant::now();
+        let decision = task.acquire(1);
+        slowest = slowest.max(began.elapsed());
+        match decision {
+            Ok(Decision::Admitted(p)) => {
+                let slice = (wall_us() + task.quota_stats().clock_offset_us) / 1_000_000;
+                *counts.entry(slice).or_default() += 1;
+                drop(p);
+            }
+            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(200)),
+            Err(e) => {
+                errors += 1;
+                raw_eprint(&format!("acquire failed: {e}"));
+            }
+        }
+    }
+    let mut text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
+    text.push_str(&format!("end {errors} {}\n", slowest.as_micros()));
+    std::fs::write(out, text).unwrap();
+    0
+}
+
+/// The monotonic instant at which the wall clock reads the next whole
+/// second.
+pub fn next_wall_second() -> Duration {
+    let now_us = wall_us() as u64;
+    let next = (now_us / 1_000_000 + 1) * 1_000_000;
+    monotonic() + Duration::from_micros(next - now_us)
+}
+
+/// `hosts` hosts × `procs` processes at saturating demand on task `name`
+/// (with `config`) for `secs` from
+/// `start`; `during(start)` runs in this process meanwhile (it kills a
+/// server), while a watcher polls host 0's state.
+pub fn run(
+    scratch: &Scratch,
+    opts: &TableOptions,
+    (hosts, procs): (usize, usize),
+    (name, config): (&str, TaskConfig),
+    secs: f64,
+    during: impl FnOnce(Duration) + Send,
+) -> Run {
+    let paths: Vec<PathBuf> = (0..hosts)
+        .map(|h| scratch.path(&format!("host{h}")))
+        .collect();
+    let watch_tables: Vec<Table> = paths
+        .iter()
+        .map(|p| Table::open(p, opts).unwrap())
+        .collect();
+    let watch: Vec<_> = watch_tables
+        .iter()
+        .map(|t| t.task(name, &config).unwrap())
+        .collect();
+    let watched = &watch[0];
+    let start = next_wall_second();
+    let mut pids = KillOnDrop::default();
+    let mut outs = Vec::new();
+    for (i, path) in paths
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p, procs))
+        .enumerate()
+    {
+        let out = scratch.path(&format!("counts-{i}"));
+        outs.push(out.clone());
+        let (path, opts, name) = (path.clone(), opts.clone(), name.to_string());
+        pids.add(fork_guarded(move || {
+            worker(&path, opts, (&name, config), start, secs, out)
+        }));
+    }
+    let (mut failed_at, mut open_again_at) = (None, None);
+    std::thread::scope(|scope| {
+        scope.spawn(|| during(start));
+        sleep_until(start);
+        while monotonic() < start + Duration::from_secs_f64(secs) {
+            let state = watched.quota_stats().state;
+            let at = monotonic().saturating_sub(start);
+            if failed_at.is_none() && state == Some(QuotaState::Failed) {
+                failed_at = Some(at);
+            } else if failed_at.is_some()
+                && open_again_at.is_none()
+                && state == Some(QuotaState::Open)
+            {
+                open_again_at = Some(at);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    for pid in pids.0.clone() {
+        assert_eq!(wait(pid), 0, "a worker failed");
+        pids.forget(pid);
+    }
+    let mut run = Run {
+        per_slice: BTreeMap::new(),
+        per_host: vec![BTreeMap::new(); hosts],
+        stats: watched.quota_stats(),
+        all_stats: watch.iter().map(|t| t.quota_stats()).collect(),
+        errors: 0,
+        slowest: Duration::ZERO,
+        failed_at,
+        open_again_at,
+    };
+    for (i, out) in outs.into_iter().enumerate() {
+        for line in std::fs::read_to_string(out).unwrap().lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f[0] == "end" {
+                run.errors += f[1].parse::<u64>().unwrap();
+                run.slowest = run
+                    .slowest
+                    .max(Duration::from_micros(f[2].parse().unwrap()));
+            } else {
+                let (slice, n) = (f[0].parse().unwrap(), f[1].parse::<u64>().unwrap());
+                *run.per_slice.entry(slice).or_default() += n;
+                *run.per_host[i / procs].entry(slice).or_default() += n;
+            }
+        }
+    }
+    run
+}
+
+/// Asserts every full slice (not the first nor the last) admitted within
+/// [0.98, 1.01] × `quota`.
+pub fn assert_slices_exact(run: &Run, quota: f64) {
+    let slices: Vec<_> = run.per_slice.iter().collect();
+    assert!(slices.len() >= 4, "{:?}", run.per_slice);
+    for (slice, n) in &slices[1..slices.len() - 1] {
+        let ratio = **n as f64 / quota;
+        assert!(
+            (0.98..=1.01).contains(&ratio),
+            "slice {slice} admitted {n} of {quota}: {:?}",
+            run.per_slice
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! The global quota through a Sentinel failover: a real master, its replica
+//! and three sentinels on loopback; the master SIGKILLed mid-run under two
+//! hosts × three processes at saturating demand. No caller sees an error,
+//! every full slice (the failover's included) admits within [0.98, 1.01] ×
+//! the quota, and the hosts are open again within the sentinels' failover
+//! time plus one probe interval.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::ha::Sentinels;
+use common::hosts::{self, TASK};
+use common::*;
+use flowctrl::{Store, StoreOptions, TaskConfig};
+
+const RATE: f64 = 2000.0;
+const PROBE: Duration = Duration::from_millis(500);
+
+#[test]
+fn a_sentinel_failover_keeps_every_slice_exact() {
+    let mut ha = Sentinels::start(1000);
+    let scratch = Scratch::new("sentinel");
+    let url = ha.url();
+    let opts = hosts::options(&url, PROBE);
+    let old_master = ha.master.port;
+    let mut failover = None;
+    let run = hosts::run(
+        &scratch,
+        &opts,
+        (2, 3),
+        (TASK, TaskConfig::new().global_rate(RATE)),
+        9.0,
+        |start| {
+            sleep_until(start + Duration::from_millis(2300));
+            let killed = Instant::now();
+            let pid = ha.master.pid().unwrap();
+            // SAFETY: SIGKILL to our own child, by its pid.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            while ha.named_master() == Some(old_master) {
+                assert!(killed.elapsed() < Duration::from_secs(20), "no failover");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            failover = Some((monotonic() - start, killed.elapsed()));
+        },
+    );
+    ha.master.kill(); // reaps it
+    let (promoted_at, failover) = failover.unwrap();
+    eprintln!(
+        "per slice: {:?}; per host {:?}; errors {}, slowest acquire {:?}; host 0: {:?}",
+        run.per_slice, run.per_host, run.errors, run.slowest, run.all_stats
+    );
+    eprintln!(
+        "killed at 2.3 s; sentinels named the replica after {failover:?} (at {promoted_at:?}); \
+         host 0 failed at {:?}, open again at {:?} (probe interval {PROBE:?})",
+        run.failed_at, run.open_again_at
+    );
+    assert_eq!(ha.named_master(), Some(ha.replica.port));
+    assert_eq!(run.errors, 0, "no caller sees an error");
+    hosts::assert_slices_exact(&run, RATE);
+    let (failed, open) = (run.failed_at.unwrap(), run.open_again_at.unwrap());
+    assert!(
+        failed >= Duration::from_millis(2300),
+        "failed at {failed:?}"
+    );
+    assert!(
+        open <= promoted_at + PROBE.mul_f64(1.2) + Duration::from_millis(100),
+        "open again at {open:?}, the replica promoted at {promoted_at:?}"
+    );
+    // The fleet's census reads through the sentinels too.
+    let store = Store::open(&StoreOptions {
+        url: Some(url),
+        timeout: Duration::from_millis(500),
+        ..StoreOptions::default()
+    })
+    .unwrap();
+    let fleet = store.fleet(TASK, None).unwrap();
+    assert_eq!(fleet.hosts.len(), 2, "{fleet:?}");
+}
