@@ -35,6 +35,7 @@ mod redis;
 mod shard;
 mod stats;
 mod store;
+mod store_options;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -57,72 +58,11 @@ pub(crate) use redis::{RedisStore, record_key, slice_key};
 pub(crate) use shard::part as shard_part;
 pub(crate) use stats::read as stats;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
+pub use store_options::StoreOptions;
 
 /// This host's wall clock, ms since the Unix epoch.
 pub(crate) fn wall_ms() -> i64 {
     wall_us() / 1000
-}
-
-/// The store options of a table handle (process-local: every process of a
-/// host must name the same store).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreOptions {
-    /// `redis://[user:password@]host:port/db` or `rediss://...` (TLS); `None`
-    /// = the embedded store (the table itself: one host, no server). The
-    /// query may carry `timeout_ms`, `connect_timeout_ms` and `prefix`.
-    pub url: Option<String>,
-    /// Prefix of every store key (default `flowctrl:`); keys are
-    /// `<prefix><task>:<slice>`.
-    pub key_prefix: String,
-    /// How long one command may take (default 5 ms). A pull that takes
-    /// longer fails, and the task falls back to its local limits.
-    pub timeout: Duration,
-    /// How long connecting may take (default 20 ms).
-    pub connect_timeout: Duration,
-    /// How long a failed store is left alone before one process probes it
-    /// again (default 3 s, ±20 % jitter so hosts do not probe in step).
-    pub probe_interval: Duration,
-    /// This host's id in the store's census of each slice (1–63 printable
-    /// bytes, no spaces). `None` (the default): derived from
-    /// `/etc/machine-id` and the table's path, so every process of a host's
-    /// table shares it and two tables on one machine are two hosts.
-    pub host_id: Option<String>,
-    /// Milliseconds added to this host's wall clock (tests of clock
-    /// alignment).
-    #[doc(hidden)]
-    pub clock_skew_ms: i64,
-}
-
-impl StoreOptions {
-    /// Refuses durations no store can use.
-    pub(crate) fn check(&self) -> Result<()> {
-        for (name, d) in [
-            ("timeout", self.timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("probe_interval", self.probe_interval),
-        ] {
-            if d.is_zero() || d > Duration::from_secs(600) {
-                return Err(crate::Error::invalid(format!(
-                    "store {name} must be between 1 ms and 600 s, not {d:?}"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        Self {
-            url: None,
-            key_prefix: "flowctrl:".into(),
-            timeout: Duration::from_millis(5),
-            connect_timeout: Duration::from_millis(20),
-            probe_interval: Duration::from_secs(3),
-            host_id: None,
-            clock_skew_ms: 0,
-        }
-    }
 }
 
 /// Where the state machine of a task's global quota is.
