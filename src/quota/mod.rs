@@ -30,6 +30,8 @@ mod notes;
 mod pull;
 mod record;
 mod redis;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod stats;
 mod store;
 
@@ -252,6 +254,8 @@ impl Quota {
         options.check()?;
         let store: Box<dyn QuotaStore> = match &options.url {
             None => Box::new(Embedded),
+            #[cfg(feature = "sim")]
+            Some(url) if url == sim::URL => sim::open(options)?,
             Some(url) => Box::new(redis::RedisStore::open(url, options)?),
         };
         Ok(Self {
