@@ -1,7 +1,8 @@
-//! `flowctrl-sim [--hosts N] [--slices N] [--overload X] [--only NAME]
-//! [--csv FILE]`: runs the scenarios (see `report::scenarios`) and prints
-//! the results table in markdown; `--csv` also writes the per-slice figures
-//! for the plot (scripts/simulate.sh).
+//! `flowctrl-sim [--hosts N] [--slices N] [--overload X] [--only NAME,...]
+//! [--csv FILE] [--check]`: runs the scenarios (see `report::scenarios`) and
+//! prints the results table in markdown; `--csv` also writes the per-slice
+//! figures for the plot (scripts/simulate.sh); `--check` prints each budget
+//! a run misses as a line `miss <scenario>: <budget>` (tests/budgets.rs).
 
 use std::time::Instant;
 
@@ -10,7 +11,7 @@ use flowctrl_sim::scenario;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut hosts, mut slices, mut overload) = (1000, 10, 1.25);
-    let (mut only, mut csv) = (None::<String>, None::<String>);
+    let (mut only, mut csv, mut check) = (None::<String>, None::<String>, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
@@ -20,6 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--overload" => overload = value()?.parse()?,
             "--only" => only = Some(value()?),
             "--csv" => csv = Some(value()?),
+            "--check" => check = true,
             _ => return Err(format!("unknown argument {arg}").into()),
         }
     }
@@ -36,6 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let run = scenario::run(&s)?;
         let m = Summary::of(&run);
         println!("{}", report::row(&run, &m));
+        if check {
+            for miss in m.misses() {
+                println!("miss {}: {miss}", s.name);
+            }
+        }
         eprintln!(
             "{}: {:.1} s; misses: {:?}",
             s.name,

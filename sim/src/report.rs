@@ -11,6 +11,12 @@ pub const OPS_PER_ADMITTED: f64 = 0.01;
 /// Quota granted and left unspent, over the quota.
 pub const STRANDED: f64 = 0.02;
 
+/// Budgets the simulation shows missed, with why (see the README's
+/// "Global limits" and benches/SIMULATION.md): (scenario, the start of the
+/// miss line). tests/budgets.rs holds every other budget, and fails when
+/// one of these starts to hold, so the list is kept true.
+pub const KNOWN_MISSES: &[(&str, &str)] = &[];
+
 /// The scenarios of the report: five shapes of demand at `hosts` hosts, and
 /// the seed's deployment (30 hosts × 50 processes). All at 500 k/s.
 pub fn scenarios(hosts: usize, slices: u32, overload: f64) -> Vec<Scenario> {

@@ -219,6 +219,16 @@ pub fn run(s: &Scenario) -> Result<Run> {
             }
         }
         slice.smallest_share = smallest.1;
+        if std::env::var_os("FLOWCTRL_SIM_PROGRESS").is_some() {
+            eprintln!(
+                "{} slice {k}: admitted/quota {:.4}, {} store ops, stranded {} (the hosts' count so far {})",
+                s.name,
+                slice.admitted as f64 / quota as f64,
+                slice.ops,
+                slice.stranded,
+                hosts.iter().map(|h| h.stats().stranded).sum::<u64>(),
+            );
+        }
         out.push(slice);
     }
     flowctrl::clock::sim::set_now_us(0);

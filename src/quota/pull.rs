@@ -174,10 +174,22 @@ impl Quota {
         let prev = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
         let rate_before = prev * 1000 / g.slice_ms as u64;
         let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
-        let want = rate_now.max(rate_before).saturating_mul(horizon) / 1_000_000;
+        let rate = rate_now.max(rate_before);
+        let want = rate.saturating_mul(horizon) / 1_000_000;
         let quota = g.quota as u64;
+        // At least 1 % of the slice, so a slow host does not pull often, but
+        // no more than a third of an equal share (past 100 hosts, 1 % each
+        // lets the first hundred take the slice and strand most of it), and
+        // no more than the host spends by the slice's end at its rate.
+        let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
+        // A host with no history yet asks for one: it does not know how
+        // many others there are until the store has answered.
+        let floor = (quota / 100)
+            .min(quota / hosts / PULLS_PER_SLICE)
+            .min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
+            .max(1);
         // No more than a slice releases at once: a bigger ask would wait.
-        want.clamp((quota / 100).max(1), (quota / 4).max(1))
+        want.clamp(floor, (quota / 4).max(floor))
             .min(g.burst() as u64)
             .max(n as u64)
     }
