@@ -629,6 +629,11 @@ struct fc_task_stats {
    * host's (hosts disagree on `global_rate`).
    */
   uint64_t config_conflicts;
+  /**
+   * Slice keys this host's pulls created in the store: 0 while a
+   * manager writes every slice's key ahead.
+   */
+  uint64_t keys_created;
 };
 
 /**
@@ -663,7 +668,17 @@ typedef struct fc_host_record {
    * what fair tails divide a slice by.
    */
   uint64_t demand;
-  uint64_t reserved[2];
+  /**
+   * What its releases reported over that slice up to its last pull:
+   * permits released as success and as dropped, the mean and 99th
+   * percentile of their round-trip times in µs (0: no samples; each
+   * saturates at UINT32_MAX). Were reserved words before: 0 from a host
+   * that does not report them.
+   */
+  uint32_t success;
+  uint32_t dropped;
+  uint32_t mean_us;
+  uint32_t p99_us;
 } fc_host_record;
 
 /**

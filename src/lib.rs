@@ -42,6 +42,7 @@ mod events;
 pub mod ffi;
 mod format;
 mod limit;
+pub mod manage;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod quota;
@@ -64,8 +65,8 @@ pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as 
 #[doc(hidden)]
 pub use quota::sim;
 pub use quota::{
-    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostRecord, QuotaState,
-    QuotaStats, Store, StoreOptions, StoredConfig,
+    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostHealth, HostRecord,
+    QuotaState, QuotaStats, Store, StoreOptions, StoredConfig,
 };
 pub use table::{Table, TableCheck, TableOptions};
 pub use task::{

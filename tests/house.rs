@@ -18,7 +18,7 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// Rooms that implement behaviour: nothing below them may import them.
 const FEATURES: &[&str] = &[
-    "task", "quota", "balance", "table", "token", "ffi", "view", "metrics",
+    "task", "quota", "balance", "table", "token", "ffi", "view", "metrics", "manage",
 ];
 
 /// Files allowed past the limit, and why.

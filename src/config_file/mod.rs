@@ -37,6 +37,11 @@ pub struct ConfigFile {
     /// `[balancers."name"]`: options, and the backends with their weights
     /// (`None`: the file does not manage the balancer's membership).
     pub balancers: BTreeMap<String, BalancerSection>,
+    /// `[manager]`, where it is in the file: `flowctrl manage`'s, which
+    /// hosts do not read.
+    pub(crate) manager: Option<(String, toml::Table)>,
+    /// Each task's `managed` and `policy` fields (the manager's).
+    pub(crate) managed: BTreeMap<String, Managed>,
     /// FNV-1a of the file's bytes: which version a table applied.
     pub(crate) hash: u64,
 }
@@ -57,6 +62,16 @@ pub struct TableSection {
     pub backends_per_balancer: Option<u32>,
     pub mode: Option<u32>,
     pub shared: Option<bool>,
+}
+
+/// What a task's section tells the manager (see `manage::config`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Managed {
+    /// Where the task's section is ("file:line:column").
+    pub at: String,
+    pub managed: Option<bool>,
+    /// `[tasks."name".policy]` and where it is.
+    pub policy: Option<(String, toml::Table)>,
 }
 
 /// A `[balancers."name"]` section.

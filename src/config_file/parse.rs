@@ -24,6 +24,8 @@ struct File {
     tasks: BTreeMap<String, Spanned<TaskFields>>,
     #[serde(default)]
     balancers: BTreeMap<String, Spanned<BalancerFields>>,
+    /// `flowctrl manage`'s section: kept for it, not read by hosts.
+    manager: Option<Spanned<toml::Table>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -59,6 +61,10 @@ struct TaskFields {
     min_limit: Option<u32>,
     max_limit: Option<u32>,
     initial_limit: Option<u32>,
+    /// The manager's: whether it owns the task's thresholds (default: when
+    /// the task has a global_rate), and how it moves them.
+    managed: Option<bool>,
+    policy: Option<Spanned<toml::Table>>,
 }
 
 /// `fallback = "share" | "local" | "deny"` or a number of requests/s.
@@ -127,9 +133,23 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         ))
     };
     let mut tasks = BTreeMap::new();
+    let mut managed = BTreeMap::new();
     for (name, fields) in file.tasks {
         let offset = fields.span().start;
-        let config = task_config(fields.into_inner())
+        let mut fields = fields.into_inner();
+        let policy = fields.policy.take().map(|p| {
+            let at = at(path, text, p.span().start);
+            (at, p.into_inner())
+        });
+        managed.insert(
+            name.clone(),
+            super::Managed {
+                at: at(path, text, offset),
+                managed: fields.managed.take(),
+                policy,
+            },
+        );
+        let config = task_config(fields)
             .and_then(|c| {
                 crate::words::validate_name(&name, "task name")?;
                 // The checks a registration makes, on the defaults below.
@@ -171,6 +191,10 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         },
         tasks,
         balancers,
+        manager: file
+            .manager
+            .map(|m| (at(path, text, m.span().start), m.into_inner())),
+        managed,
         hash: fnv(text.as_bytes()),
     })
 }

@@ -37,10 +37,22 @@ pub struct fc_host_record {
     /// Requests per slice it said it is asked for (admitted and refused):
     /// what fair tails divide a slice by.
     pub demand: u64,
-    pub reserved: [u64; 2],
+    /// What its releases reported over that slice up to its last pull:
+    /// permits released as success and as dropped, the mean and 99th
+    /// percentile of their round-trip times in µs (0: no samples; each
+    /// saturates at UINT32_MAX). Were reserved words before: 0 from a host
+    /// that does not report them.
+    pub success: u32,
+    pub dropped: u32,
+    pub mean_us: u32,
+    pub p99_us: u32,
 }
 
 const _: () = assert!(size_of::<fc_host_record>() == 128);
+
+fn saturate(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
 
 /// Opens a handle on the Redis at `url` (`redis://`, `rediss://`,
 /// `unix://`; the query may carry `timeout_ms`, `connect_timeout_ms`,
@@ -95,7 +107,10 @@ pub unsafe extern "C" fn fc_store_fleet(
                 claimed: h.claimed,
                 offset_us: h.offset_us,
                 demand: h.demand,
-                reserved: [0; 2],
+                success: saturate(h.health.success),
+                dropped: saturate(h.health.dropped),
+                mean_us: saturate(h.health.mean_us),
+                p99_us: saturate(h.health.p99_us),
             };
             // SAFETY: `capacity` writable records per the contract.
             unsafe { put(records.add(i), record) };

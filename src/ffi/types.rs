@@ -292,6 +292,9 @@ pub struct fc_task_stats {
     /// Pulls from a slice key created with another threshold than this
     /// host's (hosts disagree on `global_rate`).
     pub config_conflicts: u64,
+    /// Slice keys this host's pulls created in the store: 0 while a
+    /// manager writes every slice's key ahead.
+    pub keys_created: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -307,7 +310,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 80);
     assert!(size_of::<fc_task_config>() == 208);
-    assert!(size_of::<fc_task_stats>() == 248);
+    assert!(size_of::<fc_task_stats>() == 256);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -410,6 +413,7 @@ unsafe impl SizedStruct for fc_task_stats {
             hosts_seen: 0,
             host_conflicts: 0,
             config_conflicts: 0,
+            keys_created: 0,
         }
     }
 }

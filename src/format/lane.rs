@@ -7,6 +7,9 @@ use std::sync::atomic::AtomicU64;
 /// lanes, so they neither wait for each other nor share a cache line.
 pub(crate) const LANES: u32 = 4;
 
+/// Latency-sketch buckets each lane carries on its ledger line.
+pub(crate) const SKETCH_PER_LANE: usize = 5;
+
 /// Attachment slot state: bit 0 set = live, the claim's epoch above. The
 /// epoch survives the slot being freed, so every claim has a new one.
 pub(crate) const ATTACH_LIVE: u64 = 1;
@@ -52,7 +55,10 @@ pub(crate) struct Lane {
     /// Permits reclaimed from dead owners of this lane: seq of the last drain
     /// (24 bits) | total (40 bits, wrapping), so a repeated drain counts once.
     pub reclaimed: AtomicU64,
-    _pad0: [AtomicU64; 5],
+    /// Five buckets of the task's latency sketch (see `quota::health`):
+    /// lane `k / 5` holds bucket `k`, so the sketch needs no space of its
+    /// own. Zero in a table made by 0.3.0, which never writes them.
+    pub sketch: [AtomicU64; SKETCH_PER_LANE],
     /// Indexed by [`Counter`]; monotonic for the table's life (never reset:
     /// a new owner of the slot records a [`Baseline`] instead).
     pub counters: [AtomicU64; COUNTERS],

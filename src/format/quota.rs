@@ -207,7 +207,9 @@ pub(crate) struct QuotaSlot {
     pub prev_spent: AtomicU64,
     /// Below this many permits left, the next admission pulls ahead.
     pub low_water: AtomicU64,
-    _pad1: AtomicU64,
+    /// Slice keys this host's pulls created in the store: none while a
+    /// manager writes them ahead (0.3.0 left this word zero).
+    pub keys_created: AtomicU64,
     /// The pull lock: 0, or the holder's `Owner` (low 32 bits) | the table
     /// clock in ms when it was taken (high 32 bits).
     pub pull_lock: AtomicU64,

@@ -23,7 +23,13 @@ pub(crate) struct TaskSlot {
     pub name_len: AtomicU64,
     /// Writer lock of the configuration: 0 or the writer's `Owner`.
     pub config_lock: AtomicU64,
-    _pad0: [AtomicU64; 5],
+    /// What the task's releases reported since the slice in `health[0]`
+    /// began are counted from (see `quota::health`): the slice + 1, then the
+    /// success, dropped and RTT-sum counters then. Written by pullers only;
+    /// 0.3.0 left these words zero.
+    pub health: [AtomicU64; 4],
+    /// 1 once the task pulled global quota: its releases fill the sketch.
+    pub sketching: AtomicU64,
     /// The name, zero-padded, as little-endian words.
     pub name: [AtomicU64; NAME_WORDS],
     /// Version of the configuration: copy `version & 1` of `config`,

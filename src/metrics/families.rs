@@ -14,7 +14,7 @@ use super::Snapshot;
 use crate::quota::QuotaState;
 use crate::view::{BalancerSnapshot, TaskSnapshot};
 
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 fn task(t: &TaskSnapshot) -> Labels {
     vec![("task", t.name.clone())]
@@ -25,7 +25,7 @@ fn with(mut labels: Labels, key: &'static str, value: &str) -> Labels {
     labels
 }
 
-fn counter<V: EncodeCounterValue>(
+pub(super) fn counter<V: EncodeCounterValue>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -44,7 +44,7 @@ fn counter<V: EncodeCounterValue>(
     Ok(())
 }
 
-fn gauge<V: EncodeGaugeValue, L: EncodeLabelSet>(
+pub(super) fn gauge<V: EncodeGaugeValue, L: EncodeLabelSet>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -387,6 +387,13 @@ pub(super) fn quota(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         "Pulls from a slice created with another threshold than this host's.",
         None,
         each(&|t| t.quota.config_conflicts),
+    )?;
+    counter(
+        e,
+        "flowctrl_quota_keys_created",
+        "Slice keys this host's pulls created in the store (none while a manager writes them ahead).",
+        None,
+        each(&|t| t.quota.keys_created),
     )
 }
 

@@ -19,6 +19,9 @@
 //! README's "Metrics" section lists every family.
 
 mod families;
+mod manager;
+
+pub use manager::render_manager;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;

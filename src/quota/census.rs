@@ -37,6 +37,23 @@ pub struct HostRecord {
     /// Requests per slice it said it is asked for (admitted and refused),
     /// which fair tails divide the slice by.
     pub demand: u64,
+    /// What its releases reported over the slice up to its last pull:
+    /// permits released as success and as dropped, and the mean and 99th
+    /// percentile of their round-trip times (0 without samples).
+    pub health: HostHealth,
+    /// The threshold per slice of the host's own configuration when it
+    /// spends by it rather than by the task's store record: `Some(0)` when
+    /// by the record, `None` from a host that does not say.
+    pub own_quota: Option<u64>,
+}
+
+/// A host's releases over one slice, as its pulls reported them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostHealth {
+    pub success: u64,
+    pub dropped: u64,
+    pub mean_us: u64,
+    pub p99_us: u64,
 }
 
 /// The live hosts of a task: those that pulled in the last full slices.
@@ -53,6 +70,11 @@ pub struct Fleet {
 }
 
 impl Store {
+    /// The Redis connection behind the handle (the manager's writes).
+    pub(crate) fn redis(&self) -> &RedisStore {
+        &self.redis
+    }
+
     /// A handle on the store the options name; a Redis URL is required
     /// (the embedded store lives in one table and has no fleet).
     pub fn open(options: &StoreOptions) -> Result<Self> {
@@ -145,11 +167,12 @@ impl Store {
     }
 }
 
-/// "accounted asked granted claimed offset_us demand" → a record (the
-/// demand may be missing: a record written before fair tails).
-fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
+/// "accounted asked granted claimed offset_us demand success dropped
+/// mean_us p99_us own_quota" → a record (written before fair tails: no demand; before
+/// the health figures: none of them).
+pub(crate) fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
     let fields: Vec<&str> = value.split(' ').collect();
-    if !(5..=6).contains(&fields.len()) {
+    if ![5, 6, 10, 11].contains(&fields.len()) {
         return None;
     }
     let number = |i: usize| fields.get(i).map_or(Some(0), |v| v.parse::<i64>().ok());
@@ -162,6 +185,17 @@ fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
         claimed: count(3)?,
         offset_us: number(4)?,
         demand: count(5)?,
+        health: HostHealth {
+            success: count(6)?,
+            dropped: count(7)?,
+            mean_us: count(8)?,
+            p99_us: count(9)?,
+        },
+        own_quota: if fields.len() > 10 {
+            Some(count(10)?)
+        } else {
+            None
+        },
     })
 }
 
@@ -181,7 +215,19 @@ mod tests {
                 claimed: 10,
                 offset_us: -35,
                 demand: 400,
+                health: HostHealth::default(),
+                own_quota: None,
             })
+        );
+        let h = parse_record("h", 7, "10 12 10 10 -35 400 90 3 1500 9000").unwrap();
+        assert_eq!(
+            h.health,
+            HostHealth {
+                success: 90,
+                dropped: 3,
+                mean_us: 1500,
+                p99_us: 9000
+            }
         );
         assert_eq!(parse_record("h", 7, "10 12 10 10 -35").unwrap().demand, 0);
         for bad in [
@@ -192,6 +238,8 @@ mod tests {
             "1 2 3 4 x",
             "1 2 3 4 5 -6",
             "1 2 3 4 5 6 7",
+            "1 2 3 4 5 6 7 8 9 -1",
+            "1 2 3 4 5 6 7 8 9 10 11 12",
         ] {
             assert_eq!(parse_record("h", 7, bad), None, "{bad:?}");
         }

@@ -25,6 +25,7 @@
 mod census;
 mod config;
 mod fair;
+pub(crate) mod health;
 mod hints;
 mod notes;
 mod pull;
@@ -45,13 +46,21 @@ pub(crate) use crate::format::Global;
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
-pub use census::{Fleet, HostRecord, Store};
+pub(crate) use census::parse_record;
+pub use census::{Fleet, HostHealth, HostRecord, Store};
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use pull::reclaim_pull_lock;
+pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};
+pub(crate) use redis::{RedisStore, record_key, slice_key};
 pub(crate) use stats::read as stats;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
+
+/// This host's wall clock, ms since the Unix epoch.
+pub(crate) fn wall_ms() -> i64 {
+    wall_us() / 1000
+}
 
 /// The store options of a table handle (process-local: every process of a
 /// host must name the same store).
@@ -154,6 +163,9 @@ pub struct QuotaStats {
     /// host's (hosts disagree on `global_rate`; every host spends by the
     /// key's).
     pub config_conflicts: u64,
+    /// Slice keys this host's pulls created in the store (Redis): 0 while
+    /// a manager writes every slice's key ahead (`flowctrl manage`).
+    pub keys_created: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and
@@ -161,6 +173,8 @@ pub struct QuotaStats {
 #[derive(Clone, Copy)]
 pub(crate) struct TaskRef<'a> {
     pub shm: &'a Shm,
+    /// The task's slot index (its lanes are found by it).
+    pub index: u32,
     pub slot: &'a TaskSlot,
     pub task: &'a str,
     pub g: Global,

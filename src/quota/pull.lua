@@ -7,22 +7,22 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 -- A version that is no whole number up to 2^53 is no record.
 local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
-if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0} end
+if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0, 0} end
 local mismatch, keeps_shape = 0, false
 if ARGV[13] ~= '1' then
   local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
   if shape == nil then
-    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0} end
+    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0, 0} end
     redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
   elseif shape ~= slice_ms then
-    return {-3, shape, sec, usec, 0, 0, 0, 0}
+    return {-3, shape, sec, usec, 0, 0, 0, 0, 0}
   elseif shape == own then
     keeps_shape = true
   else
     mismatch = 1
   end
 end
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0} end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 -- A census record: accounted asked granted claimed offset_us demand.
 local function fields(rec)
@@ -35,8 +35,18 @@ local function is_host(field)
 end
 local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host)
 local left, quota, demands, rec = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4]
-if left == false then
-  left = tonumber(ARGV[1])
+-- A key no host has pulled from: created here, or written ahead by a
+-- manager (`left` and `quota` only, its TTL set).
+local created = 0
+if left == false or got[3] == false then
+  if left == false then
+    left, created = tonumber(ARGV[1]), 1
+  else
+    left = tonumber(left)
+    if left == nil or left ~= math.floor(left) or left < 0 then
+      return redis.error_reply('FLOWCTRL key ' .. key .. ' does not hold an integer')
+    end
+  end
   -- The hosts that asked in the slice before, with their demand: present
   -- from the slice's start, so the first to pull cannot take what the
   -- others will need of its tail.
@@ -53,7 +63,7 @@ if left == false then
     end
   end
   redis.call('HSET', key, 'left', left, 'quota', left, 'demand', sum, unpack(carried))
-  redis.call('PEXPIRE', key, ARGV[5])
+  if created == 1 then redis.call('PEXPIRE', key, ARGV[5]) end
   quota, demands, rec = left, sum, redis.call('HGET', key, host)
 else
   left = tonumber(left)
@@ -153,7 +163,15 @@ end
 if shared_out and grant < want and left > grant then
   wait = math.max(wait, math.ceil(want / 2 / math.max(demand, 1) * slice_ms))
 end
+-- The record: accounted asked granted claimed offset_us demand, then what
+-- the host's releases reported in the slice so far: success dropped
+-- mean_us p99_us, then the threshold the host would create keys with when
+-- it spends by its own numbers, not the record's (0 when by the record).
+local own_numbers = 0
+if ARGV[13] ~= '1' then own_numbers = tonumber(ARGV[1]) or 0 end
+local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
 redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
-  string.format('%d %d %d %d %d %d', acc + grant, asked + want, granted + grant, claimed,
-    tonumber(ARGV[8]) or 0, demand))
-return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch}
+  string.format('%d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
+    claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17), count(18),
+    own_numbers))
+return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created}

@@ -206,6 +206,7 @@ impl Quota {
     ) -> Result<u64> {
         let TaskRef {
             shm,
+            index,
             slot,
             task,
             mut g,
@@ -244,6 +245,7 @@ impl Quota {
                 spends_record,
                 own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
                 demand: self.demand(q, g, slice),
+                health: super::health::of_slice(shm, index, slot, slice),
                 embedded: &q.embedded,
             });
             let ns = began.elapsed().as_nanos() as u64;
@@ -293,6 +295,9 @@ impl Quota {
                 std::process::abort();
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
+            if reply.created {
+                q.keys_created.fetch_add(1, Ordering::Relaxed);
+            }
             notes::conflicts(q, task, slice, g, &self.host, &reply);
             deposit(q, slice, reply.granted);
             // Nothing more released yet: no pull until it will have been.

@@ -41,7 +41,12 @@ pub(crate) struct RedisSettings {
 /// and not yet given; with less than asked comes the wait until the ask
 /// will have been; 11 the version of the task's record KEYS[2] the host
 /// last saw, 12 the host's own slice_ms (ARGV 3 may be another host's), 13
-/// "1" when the numbers sent are the record's.
+/// "1" when the numbers sent are the record's, 14 the host's demand, 15–18
+/// what its releases reported in the slice so far (success, dropped, mean
+/// µs, p99 µs), kept in its census record for a manager. A key a manager
+/// wrote ahead holds `left` and `quota` only: its first pull carries the
+/// census in as a host's creation does, and only a creation is reported
+/// (the 9th answer) and given a TTL.
 ///
 /// First the numbers: a record whose version is not the one sent answers
 /// {-2, version} (the host fetches it and asks again); without a record
@@ -66,8 +71,8 @@ pub(crate) struct RedisSettings {
 pub(crate) const PULL: &str = include_str!("pull.lua");
 
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
-/// host-id conflict, wait ms, threshold mismatch.
-pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64);
+/// host-id conflict, wait ms, threshold mismatch, key created.
+pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
 /// The KEYS and ARGV of one pull (see [`PULL`]); the simulator's store
 /// (`sim`) sends the same to the same script.
@@ -94,13 +99,17 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         ask.own_slice_ms.to_string(),
         flag(ask.spends_record),
         ask.demand.to_string(),
+        ask.health.success.to_string(),
+        ask.health.dropped.to_string(),
+        ask.health.mean_us.to_string(),
+        ask.health.p99_us.to_string(),
     ];
     (keys, args)
 }
 
 /// What the host reads of the script's reply.
 pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
-    let (granted, left, sec, usec, hosts, conflict, wait, mismatch) = reply;
+    let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created) = reply;
     let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
     let refresh = match granted {
         -2 => Some(Refresh::Record(left.max(0) as u64)),
@@ -117,6 +126,7 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
         wait_ms: wait.max(0) as u64,
         config_conflict: mismatch != 0,
         refresh,
+        created: created == 1,
     }
 }
 

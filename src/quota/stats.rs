@@ -53,5 +53,6 @@ pub(crate) fn read(slot: &TaskSlot, g: Option<Global>, skew_us: i64) -> QuotaSta
         hosts_seen: q.hosts_seen.load(Ordering::Relaxed),
         host_conflicts: q.host_conflicts.load(Ordering::Relaxed),
         config_conflicts: q.config_conflicts.load(Ordering::Relaxed),
+        keys_created: q.keys_created.load(Ordering::Relaxed),
     }
 }

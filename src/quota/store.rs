@@ -42,6 +42,9 @@ pub(crate) struct Ask<'a> {
     /// while the hosts' demands exceed the slice, each is owed at least
     /// min(its demand, an equal share) of it.
     pub demand: u64,
+    /// What the task's releases reported in the slice so far (the census
+    /// carries it to a manager).
+    pub health: super::health::Health,
     /// The embedded store's key in the task's slot.
     pub embedded: &'a AtomicU64,
 }
@@ -70,6 +73,8 @@ pub(crate) struct Reply {
     /// Nothing was granted: the task's numbers in the store are not the ones
     /// sent (see `record`).
     pub refresh: Option<Refresh>,
+    /// This pull created the slice's key (no manager wrote it ahead).
+    pub created: bool,
 }
 
 /// What a slice has released `elapsed_ms` into it: the burst at once, the
@@ -165,6 +170,7 @@ impl QuotaStore for Embedded {
                 wait_ms: 0,
                 config_conflict: false,
                 refresh: None,
+                created: false,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -220,6 +226,7 @@ impl QuotaStore for Embedded {
                         wait_ms,
                         config_conflict: false,
                         refresh: None,
+                        created: false,
                     });
                 }
                 Err(now) => word = now,
@@ -269,6 +276,7 @@ mod tests {
             spends_record: false,
             own_slice_ms: 60_000,
             demand: 0,
+            health: Default::default(),
             embedded: &word,
         };
         let mut total = 0;

@@ -39,6 +39,7 @@ impl Task {
     pub(super) fn quota_ref<'a>(&'a self, slot: &'a TaskSlot, g: Global) -> TaskRef<'a> {
         TaskRef {
             shm: &self.shm,
+            index: self.index,
             slot,
             task: &self.name,
             g,

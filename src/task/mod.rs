@@ -383,6 +383,11 @@ impl Task {
                     .ticks_to_ns(now.saturating_sub(permit.acquired_at)),
             };
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
+            // Tasks that pull global quota report a percentile to the census.
+            if shm.task_slot(self.index).sketching.load(Ordering::Relaxed) != 0 {
+                let lane = |i| shm.lane(self.index, attach * LANES + i);
+                crate::quota::health::record(lane, rtt, n as u64);
+            }
         }
         count(counters, counter, n as u64);
         token::spend(permit);

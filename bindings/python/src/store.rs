@@ -119,6 +119,11 @@ impl Store {
                 r.set_item("claimed", h.claimed)?;
                 r.set_item("offset_us", h.offset_us)?;
                 r.set_item("demand", h.demand)?;
+                r.set_item("success", h.health.success)?;
+                r.set_item("dropped", h.health.dropped)?;
+                r.set_item("mean_us", h.health.mean_us)?;
+                r.set_item("p99_us", h.health.p99_us)?;
+                r.set_item("own_quota", h.own_quota)?;
                 Ok(r)
             })
             .collect::<PyResult<Vec<_>>>()?;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use flowctrl::manage::fleet_alarms;
 use flowctrl::{Store, StoreOptions};
 use serde_json::json;
 
@@ -15,6 +16,9 @@ use crate::text::{offset_us, table};
 /// connection, unless the URL says otherwise (`?timeout_ms=`).
 const TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The skew beyond which a host's clock is an alarm (the manager's default).
+const SKEW: Duration = Duration::from_millis(50);
+
 pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> Result {
     let options = StoreOptions {
         url: Some(url.to_string()),
@@ -22,7 +26,10 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
         connect_timeout: TIMEOUT,
         ..StoreOptions::default()
     };
-    let fleet = Store::open(&options)?.fleet(task, slice_ms)?;
+    let store = Store::open(&options)?;
+    let fleet = store.fleet(task, slice_ms)?;
+    let decisions = store.decisions(task)?;
+    let alarms = fleet_alarms(&fleet, SKEW);
     if json {
         let hosts: Vec<_> = fleet
             .hosts
@@ -36,6 +43,11 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
                     "claimed": h.claimed,
                     "demand": h.demand,
                     "offset_us": h.offset_us,
+                    "success": h.health.success,
+                    "dropped": h.health.dropped,
+                    "mean_us": h.health.mean_us,
+                    "p99_us": h.health.p99_us,
+                    "own_quota": h.own_quota,
                 })
             })
             .collect();
@@ -45,6 +57,13 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
             "slice": fleet.slice,
             "quota": fleet.quota,
             "hosts": hosts,
+            "alarms": alarms.iter().map(|a| json!({"kind": a.kind(), "text": a.to_string()})).collect::<Vec<_>>(),
+            "decisions": decisions.iter().map(|d| json!({
+                "threshold": d.threshold,
+                "reason": d.reason,
+                "at_ms": d.at_ms,
+                "manager": d.manager,
+            })).collect::<Vec<_>>(),
         }));
     }
     println!(
@@ -67,12 +86,32 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
                 h.claimed.to_string(),
                 h.demand.to_string(),
                 offset_us(h.offset_us),
+                format!("{}/{}", h.health.success, h.health.dropped),
+                match h.health.p99_us {
+                    0 => "-".to_string(),
+                    us => format!("{:.1}ms", us as f64 / 1000.0),
+                },
             ]
         })
         .collect();
     let header = [
-        "HOST", "SLICE", "ASKED", "GRANTED", "CLAIMED", "DEMAND", "OFFSET",
+        "HOST", "SLICE", "ASKED", "GRANTED", "CLAIMED", "DEMAND", "OFFSET", "OK/DROP", "P99",
     ];
     print!("{}", table(&header, &rows));
+    for alarm in &alarms {
+        println!("alarm: {alarm}");
+    }
+    if let Some(last) = decisions.first() {
+        println!(
+            "threshold {:.1}/s by manager {} ({}); {} change(s) logged",
+            last.threshold,
+            last.manager,
+            last.reason,
+            decisions.len()
+        );
+        for d in decisions.iter().take(5) {
+            println!("  at {} ms: {:.1}/s, {}", d.at_ms, d.threshold, d.reason);
+        }
+    }
     Ok(())
 }

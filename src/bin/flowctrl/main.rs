@@ -8,6 +8,7 @@
 
 mod config;
 mod fleet;
+mod manage;
 mod metrics;
 mod set;
 mod show;
@@ -113,12 +114,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a manager: own the thresholds of the tasks a config file names
+    /// (their store records and the next slices' keys), one active
+    /// instance by lease; reload on SIGHUP or a change to the file.
+    Manage {
+        /// The TOML file: [table] store, [manager], the tasks' global
+        /// fields and policies.
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve the manager's metrics (Prometheus text) on this address.
+        #[arg(long)]
+        metrics: Option<String>,
+        /// Log level on stderr: error, warn, info, debug.
+        #[arg(long, default_value = "info", value_parser = parse_level)]
+        log: log::LevelFilter,
+    },
     /// Serve the table's metrics in the Prometheus text format.
     Metrics {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
     },
+}
+
+fn parse_level(text: &str) -> std::result::Result<log::LevelFilter, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not one of off, error, warn, info, debug, trace"))
 }
 
 /// Commands fail with the library's one error type; its message is the
@@ -149,6 +170,11 @@ fn run(cli: Cli) -> Result<()> {
             slice_ms,
             json,
         } => fleet::run(&store, &task, slice_ms, json),
+        Command::Manage {
+            config,
+            metrics,
+            log,
+        } => manage::run(&config, metrics.as_deref(), log),
         Command::Metrics { listen } => metrics::serve(table, &listen),
         Command::Config {
             command: ConfigCommand::Check { file },

@@ -24,17 +24,29 @@ const MAX_HEAD: usize = 8 * 1024;
 
 pub(crate) fn serve(path: &Path, listen: &str) -> Result {
     // Refuse a table that cannot be read now, rather than at the first scrape.
-    let path = View::open(path)?.path().to_path_buf();
+    let path: PathBuf = View::open(path)?.path().to_path_buf();
+    let shown = path.display().to_string();
+    serve_with(listen, &shown, move || {
+        View::open(&path)
+            .map(|view| flowctrl::metrics::render(&view))
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Serves `GET /metrics` with what `render` returns (an error: 503) until
+/// the process ends.
+pub(crate) fn serve_with(
+    listen: &str,
+    what: &str,
+    render: impl Fn() -> std::result::Result<String, String> + Send + Sync + 'static,
+) -> Result {
     let listener = TcpListener::bind(listen)
         .map_err(|e| Error::new(ErrorKind::Io, format!("cannot listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::new(ErrorKind::Io, format!("cannot listen on {listen}: {e}")))?;
-    eprintln!(
-        "flowctrl: serving http://{addr}/metrics for {}",
-        path.display()
-    );
-    let path = Arc::new(path);
+    eprintln!("flowctrl: serving http://{addr}/metrics for {what}");
+    let render = Arc::new(render);
     let busy = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
@@ -42,11 +54,11 @@ pub(crate) fn serve(path: &Path, listen: &str) -> Result {
             busy.fetch_sub(1, Ordering::AcqRel);
             continue;
         }
-        let (path, done) = (path.clone(), busy.clone());
+        let (render, done) = (render.clone(), busy.clone());
         let spawned = std::thread::Builder::new()
             .name("flowctrl-scrape".into())
             .spawn(move || {
-                let _ = answer(stream, &path);
+                let _ = answer(stream, &*render);
                 done.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
@@ -56,7 +68,10 @@ pub(crate) fn serve(path: &Path, listen: &str) -> Result {
     Ok(())
 }
 
-fn answer(mut stream: TcpStream, path: &PathBuf) -> io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    render: &dyn Fn() -> std::result::Result<String, String>,
+) -> io::Result<()> {
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let head = read_head(&mut stream)?;
@@ -66,12 +81,8 @@ fn answer(mut stream: TcpStream, path: &PathBuf) -> io::Result<()> {
     let target = target.split('?').next().unwrap_or("");
     let head_only = method == "HEAD";
     let (status, content_type, body) = match (method, target) {
-        ("GET" | "HEAD", "/metrics") => match View::open(path) {
-            Ok(view) => (
-                "200 OK",
-                flowctrl::metrics::CONTENT_TYPE,
-                flowctrl::metrics::render(&view),
-            ),
+        ("GET" | "HEAD", "/metrics") => match render() {
+            Ok(body) => ("200 OK", flowctrl::metrics::CONTENT_TYPE, body),
             Err(e) => ("503 Service Unavailable", "text/plain", format!("{e}\n")),
         },
         ("GET" | "HEAD", "/") => (

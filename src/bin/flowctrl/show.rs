@@ -368,6 +368,7 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
             "conflicts",
             format!("host {}  config {}", q.host_conflicts, q.config_conflicts),
         );
+        line("keys created", q.keys_created.to_string());
     }
 }
 
@@ -497,6 +498,7 @@ fn quota_json(t: &TaskSnapshot) -> Value {
         "hosts_seen": q.hosts_seen,
         "host_conflicts": q.host_conflicts,
         "config_conflicts": q.config_conflicts,
+        "keys_created": q.keys_created,
     })
 }
 

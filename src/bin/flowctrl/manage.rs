@@ -1,0 +1,99 @@
+//! `manage`: runs a manager instance ([`flowctrl::manage::Manager`]) until
+//! SIGTERM or SIGINT, which gives its lease up. SIGHUP, or a change to the
+//! file, reloads the configuration; a file that fails its checks is logged
+//! and the running configuration kept. Logs go to stderr.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use flowctrl::manage::{Manager, ManagerConfig};
+
+use crate::Result;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn on_hup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::Relaxed);
+}
+
+/// Lines on stderr: "flowctrl manage: LEVEL message".
+struct Stderr(log::LevelFilter);
+
+impl log::Log for Stderr {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= self.0
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("flowctrl manage: {} {}", r.level(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+pub(crate) fn run(path: &Path, metrics: Option<&str>, level: log::LevelFilter) -> Result {
+    let config = ManagerConfig::load(path)?;
+    let logger: &'static Stderr = Box::leak(Box::new(Stderr(level)));
+    if log::set_logger(logger).is_ok() {
+        log::set_max_level(level);
+    }
+    let mut manager = Manager::new(config)?;
+    // SAFETY: the handlers only store to atomics.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_hup as *const () as libc::sighandler_t);
+    }
+    if let Some(listen) = metrics {
+        let report = manager.report();
+        let listen = listen.to_string();
+        // Bind before managing: a bad address is a usage error, not a log line.
+        let listener = std::net::TcpListener::bind(&listen)
+            .map_err(|e| crate::invalid(format!("cannot listen on {listen}: {e}")))?;
+        drop(listener);
+        std::thread::spawn(move || {
+            let served = crate::metrics::serve_with(&listen, "the manager", move || {
+                Ok(flowctrl::metrics::render_manager(&report.lock()))
+            });
+            if let Err(e) = served {
+                log::error!("{e}");
+            }
+        });
+    }
+    log::info!(
+        "manager {} managing {} task(s) from {}",
+        manager.config().id,
+        manager.config().tasks.len(),
+        path.display()
+    );
+    let mut seen = modified(path);
+    manager.run(&STOP, |m| {
+        let now = modified(path);
+        if !RELOAD.swap(false, Ordering::Relaxed) && now == seen {
+            return;
+        }
+        seen = now;
+        match ManagerConfig::load(path) {
+            Ok(config) if &config == m.config() => {}
+            Ok(config) => {
+                log::info!(
+                    "{}: reloaded ({} task(s))",
+                    path.display(),
+                    config.tasks.len()
+                );
+                m.reconfigure(config);
+            }
+            Err(e) => log::warn!("{e}; keeping the running configuration"),
+        }
+    })
+}

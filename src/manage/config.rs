@@ -1,0 +1,254 @@
+//! The manager's configuration: the hosts' TOML format, read by the same
+//! parser and checks, with a `[manager]` section and, per task, `managed`
+//! and a `[tasks."name".policy]`. One file can serve a fleet's hosts and
+//! its manager: hosts skip what is the manager's.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config_file::ConfigFile;
+use crate::error::{Error, Result};
+use crate::quota::{GlobalSettings, StoreOptions};
+
+/// What `flowctrl manage` runs by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagerConfig {
+    /// The fleet's store (a Redis URL is required) and key prefix.
+    pub store: StoreOptions,
+    /// This instance's name in the lease (default `<hostname>-<pid>`).
+    pub id: String,
+    /// The lease's TTL: a standby takes over within 2 × this of the active
+    /// manager's death (default 3 s).
+    pub lease: Duration,
+    /// Slices written ahead, at least 2 (default); raised to cover 2 ×
+    /// the lease, so a failover never leaves a slice unwritten.
+    pub ahead: u32,
+    /// Alarm when a host's clock is this far off the store's (50 ms).
+    pub skew_alarm: Duration,
+    /// Alarm when a host that pulled stays silent this long (10 s).
+    pub silent_alarm: Duration,
+    /// The tasks whose thresholds the manager owns.
+    pub tasks: BTreeMap<String, ManagedTask>,
+}
+
+/// One managed task: its global numbers and how its threshold may move.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagedTask {
+    pub global: GlobalSettings,
+    pub policy: Option<Policy>,
+}
+
+/// A dynamic threshold: bounds and targets. The threshold moves
+/// only within `[min_rate, max_rate]`, once per slice, judged on the last
+/// full slice that ran with it (see `manage::policy`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Policy {
+    pub min_rate: f64,
+    pub max_rate: f64,
+    /// Target: dropped ÷ (success + dropped) at most this (AIMD).
+    pub dropped_ratio: Option<f64>,
+    /// Target: the fleet's p99 round-trip at most this (a gradient).
+    pub p99: Option<Duration>,
+    /// Factor of a decrease beyond what the signal asks (default 0.97).
+    pub backoff: f64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ManagerFields {
+    id: Option<String>,
+    lease_ms: Option<u64>,
+    ahead: Option<u32>,
+    skew_alarm_ms: Option<u64>,
+    silent_alarm_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFields {
+    min_rate: f64,
+    max_rate: f64,
+    dropped_ratio: Option<f64>,
+    p99_ms: Option<f64>,
+    backoff: Option<f64>,
+}
+
+impl ManagerConfig {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        Self::from_file(&ConfigFile::load(path)?)
+    }
+
+    /// Parses and checks `text` as the file at `path` would be.
+    pub fn parse(path: &Path, text: &str) -> Result<Self> {
+        Self::from_file(&ConfigFile::parse(path, text)?)
+    }
+
+    fn from_file(file: &ConfigFile) -> Result<Self> {
+        let shown = file.path.display();
+        let (at, fields) = match &file.manager {
+            Some((at, table)) => (
+                at.clone(),
+                section::<ManagerFields>(table, at, "[manager]")?,
+            ),
+            None => (shown.to_string(), ManagerFields::default()),
+        };
+        let t = &file.table;
+        let defaults = StoreOptions::default();
+        let ms = |v: Option<u32>, d: Duration| v.map_or(d, |ms| Duration::from_millis(ms as u64));
+        let store = StoreOptions {
+            url: t.store.clone(),
+            key_prefix: t.key_prefix.clone().unwrap_or(defaults.key_prefix.clone()),
+            // The manager is off the request path: a slow store is waited for.
+            timeout: ms(t.store_timeout_ms, Duration::from_millis(500)),
+            connect_timeout: ms(t.connect_timeout_ms, Duration::from_millis(500)),
+            ..defaults
+        };
+        if store.url.is_none() {
+            return Err(Error::invalid(format!(
+                "{shown}: [table] store: the manager needs the fleet's Redis URL"
+            )));
+        }
+        store.check()?;
+        let bad = |what: String| Error::invalid(format!("{at}: [manager] {what}"));
+        let lease = Duration::from_millis(fields.lease_ms.unwrap_or(3000));
+        if !(Duration::from_millis(300)..=Duration::from_secs(600)).contains(&lease) {
+            return Err(bad(format!(
+                "lease_ms must be 300..=600000, not {}",
+                lease.as_millis()
+            )));
+        }
+        let ahead = fields.ahead.unwrap_or(2);
+        if !(2..=64).contains(&ahead) {
+            return Err(bad(format!("ahead must be 2..=64 slices, not {ahead}")));
+        }
+        let id = match fields.id {
+            Some(id) => id,
+            None => format!("{}-{}", hostname(), std::process::id()),
+        };
+        crate::words::validate_name(&id, "manager id").map_err(|e| bad(e.to_string()))?;
+        let mut tasks = BTreeMap::new();
+        for (name, task) in &file.managed {
+            let config = &file.tasks[name];
+            let here =
+                |what: String| Error::invalid(format!("{}: tasks.{name:?}: {what}", task.at));
+            let has_rate = config.global.global_rate.is_some_and(|r| r > 0.0);
+            let managed = task.managed.unwrap_or(has_rate);
+            match (managed, &task.policy, has_rate) {
+                (false, Some(_), _) => {
+                    return Err(here(
+                        "has a policy but managed = false: a task is managed or not".into(),
+                    ));
+                }
+                (true, _, false) => {
+                    return Err(here(
+                        "managed, but has no global_rate for the manager to write".into(),
+                    ));
+                }
+                (false, None, _) => continue,
+                (true, _, true) => {}
+            }
+            let global = config.global.over(GlobalSettings::default());
+            let policy = match &task.policy {
+                Some((at, table)) => Some(
+                    policy(
+                        section::<PolicyFields>(table, at, "policy")?,
+                        global.global_rate,
+                    )
+                    .map_err(|e| Error::invalid(format!("{at}: tasks.{name:?}.policy: {e}")))?,
+                ),
+                None => None,
+            };
+            tasks.insert(name.clone(), ManagedTask { global, policy });
+        }
+        if tasks.is_empty() {
+            return Err(Error::invalid(format!(
+                "{shown}: no task to manage (a task with a global_rate is managed)"
+            )));
+        }
+        Ok(Self {
+            store,
+            id,
+            lease,
+            ahead,
+            skew_alarm: Duration::from_millis(fields.skew_alarm_ms.unwrap_or(50)),
+            silent_alarm: Duration::from_millis(fields.silent_alarm_ms.unwrap_or(10_000)),
+            tasks,
+        })
+    }
+
+    /// Slices written ahead for `slice_ms`: `ahead`, or more to outlast a
+    /// failover (2 × the lease) with a slice to spare.
+    pub fn ahead_for(&self, slice_ms: u32) -> u32 {
+        let failover = (2 * self.lease.as_millis() as u64).div_ceil(slice_ms.max(1) as u64);
+        self.ahead.max(failover as u32 + 1)
+    }
+}
+
+/// A section read into its fields; unknown keys and bad types are named.
+fn section<T: for<'de> Deserialize<'de>>(table: &toml::Table, at: &str, what: &str) -> Result<T> {
+    T::deserialize(toml::Value::Table(table.clone()))
+        .map_err(|e| Error::invalid(format!("{at}: {what}: {}", e.message().trim_end())))
+}
+
+fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
+    let finite = |v: f64| v.is_finite() && v > 0.0;
+    if !finite(f.min_rate) || !finite(f.max_rate) {
+        return Err(Error::invalid("min_rate and max_rate must be above 0"));
+    }
+    if f.min_rate > f.max_rate {
+        return Err(Error::invalid(format!(
+            "the bounds are inverted: min_rate {} > max_rate {}",
+            f.min_rate, f.max_rate
+        )));
+    }
+    if !(f.min_rate..=f.max_rate).contains(&rate) {
+        return Err(Error::invalid(format!(
+            "global_rate {rate} is outside [min_rate {}, max_rate {}]",
+            f.min_rate, f.max_rate
+        )));
+    }
+    if f.dropped_ratio.is_none() && f.p99_ms.is_none() {
+        return Err(Error::invalid(
+            "a policy needs a target: dropped_ratio, p99_ms or both",
+        ));
+    }
+    if let Some(r) = f.dropped_ratio
+        && !(r > 0.0 && r < 1.0)
+    {
+        return Err(Error::invalid(format!(
+            "dropped_ratio must be in (0, 1), not {r}"
+        )));
+    }
+    if let Some(ms) = f.p99_ms
+        && !(ms > 0.0 && ms <= 500.0)
+    {
+        return Err(Error::invalid(format!(
+            "p99_ms must be in (0, 500] (the hosts' sketch tops out near 537 ms), not {ms}"
+        )));
+    }
+    let backoff = f.backoff.unwrap_or(0.97);
+    if !(backoff > 0.0 && backoff <= 1.0) {
+        return Err(Error::invalid(format!(
+            "backoff must be in (0, 1], not {backoff}"
+        )));
+    }
+    Ok(Policy {
+        min_rate: f.min_rate,
+        max_rate: f.max_rate,
+        dropped_ratio: f.dropped_ratio,
+        p99: f.p99_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0)),
+        backoff,
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "manager".into())
+}

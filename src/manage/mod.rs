@@ -1,0 +1,237 @@
+//! The manager: `flowctrl manage` owns a fleet's global thresholds.
+//!
+//! It writes each managed task's store record (the hosts spend by it) and
+//! the keys of the next slices, ahead of time, with the threshold in force,
+//! so no host creates a key and no host's own numbers decide a slice while
+//! a manager runs. It is never on the request path: when it dies, hosts
+//! spend the slices already written, then create keys from the record as
+//! they do without a manager. Only the dynamic part stops.
+//!
+//! Instances elect one active by a lease with a fencing token
+//! (`lease`); every write carries the token and the store refuses older
+//! ones (`write`). With a policy, the threshold moves once per slice from
+//! the fleet's health in the census (`policy`); the census is also judged
+//! for alarms (`alarms`). Each tick is one pipeline of reads and one of
+//! writes for all tasks.
+
+mod alarms;
+mod config;
+mod lease;
+mod policy;
+mod report;
+mod tick;
+mod write;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+pub use alarms::{Alarm, fleet_alarms};
+pub use config::{ManagedTask, ManagerConfig, Policy};
+use lease::{Held, Lease};
+pub use policy::{Observed, Reason, decide};
+pub use report::{Decision, ManagerReport, TaskReport};
+use tick::TaskState;
+use write::Writer;
+
+use crate::error::Result;
+use crate::quota::Store;
+
+/// A manager instance: active while it holds the lease, standby otherwise.
+pub struct Manager {
+    config: ManagerConfig,
+    store: Store,
+    lease: Lease,
+    writer: Writer,
+    tasks: std::collections::BTreeMap<String, TaskState>,
+    /// The store's clock minus ours, ms (measured at each renewal).
+    offset_ms: i64,
+    /// When the lease is next renewed: at a third of its TTL.
+    renew_at: Instant,
+    report: Arc<Mutex<ManagerReport>>,
+}
+
+impl Manager {
+    /// A standby instance for `config`. Refuses a store it cannot write
+    /// (down, a replica, no permission): one probe write.
+    pub fn new(config: ManagerConfig) -> Result<Self> {
+        let store = Store::open(&config.store)?;
+        let prefix = config.store.key_prefix.clone();
+        let probe = format!("{prefix}{{manager}}:probe");
+        let _: () = store
+            .redis()
+            .round_trip("write to the store", |conn| {
+                redis::cmd("SET")
+                    .arg(&probe)
+                    .arg(&config.id)
+                    .arg("PX")
+                    .arg(1000)
+                    .query(conn)
+            })
+            .map_err(|e| {
+                crate::Error::new(
+                    crate::ErrorKind::Store,
+                    format!("the manager cannot write to its store: {}", e.message()),
+                )
+            })?;
+        let lease = Lease::new(&prefix, &config.id, config.lease);
+        let tasks = tick::states(&config, Default::default());
+        let report = ManagerReport {
+            id: config.id.clone(),
+            ..Default::default()
+        };
+        Ok(Self {
+            config,
+            store,
+            lease,
+            writer: Writer::new(&prefix),
+            tasks,
+            offset_ms: 0,
+            renew_at: Instant::now(),
+            report: Arc::new(Mutex::new(report)),
+        })
+    }
+
+    /// What the manager did and saw, shared with a metrics endpoint.
+    pub fn report(&self) -> Arc<Mutex<ManagerReport>> {
+        self.report.clone()
+    }
+
+    /// Replaces the configuration (already checked: a bad file never gets
+    /// here). Tasks that stay keep their threshold; tasks no longer managed
+    /// have their store record removed, so their hosts return to their own.
+    pub fn reconfigure(&mut self, config: ManagerConfig) {
+        let old = std::mem::take(&mut self.tasks);
+        for name in old.keys().filter(|n| !config.tasks.contains_key(*n)) {
+            match self.store.remove_task_config(name) {
+                Ok(_) => log::info!("task {name:?} is no longer managed: its record is removed"),
+                Err(e) => log::warn!("task {name:?} is no longer managed, but {e}"),
+            }
+            self.report.lock().tasks.remove(name);
+        }
+        self.tasks = tick::states(&config, old);
+        if (config.id.as_str(), config.lease) != (self.config.id.as_str(), self.config.lease) {
+            // Another name or TTL is another lease: give ours up first.
+            let _ = self.lease.release(self.store.redis());
+            self.lease = Lease::new(&config.store.key_prefix, &config.id, config.lease);
+        }
+        self.config = config;
+    }
+
+    /// Renews (or takes) the lease, then writes and judges if active.
+    /// Returns whether this instance is active. Store errors are logged
+    /// and retried at the next step; an active manager stays active only
+    /// until its lease would lapse.
+    pub fn step(&mut self) -> Result<bool> {
+        let renewal = if Instant::now() >= self.renew_at {
+            self.renew_at = Instant::now() + self.config.lease / 3;
+            self.renew()
+        } else {
+            Ok(())
+        };
+        if let Err(e) = renewal {
+            self.report.lock().store_errors += 1;
+            log::warn!("manager {}: {e}", self.config.id);
+        }
+        let Some(token) = self.lease.token() else {
+            self.report.lock().active = false;
+            return Ok(false);
+        };
+        let began = Instant::now();
+        let fenced = tick::run(self, token)?;
+        let mut r = self.report.lock();
+        r.ticks += 1;
+        r.tick_seconds_last = began.elapsed().as_secs_f64();
+        r.tick_seconds_max = r.tick_seconds_max.max(r.tick_seconds_last);
+        if fenced {
+            drop(r);
+            self.step_down("a newer manager's token wrote its tasks");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn renew(&mut self) -> Result<()> {
+        let (sec, usec): (i64, i64) = self
+            .store
+            .redis()
+            .round_trip("read the time", |conn| redis::cmd("TIME").query(conn))?;
+        let local = crate::quota::wall_ms();
+        self.offset_ms = sec * 1000 + usec / 1000 - local;
+        let held = self.lease.renew(self.store.redis())?;
+        let mut r = self.report.lock();
+        r.holder = self.lease.holder.clone();
+        match held {
+            Held::Ours { token, new } => {
+                r.active = true;
+                r.token = token;
+                if new {
+                    r.acquisitions += 1;
+                    drop(r);
+                    log::warn!("manager {}: active (lease token {token})", self.config.id);
+                    tick::resume(self)?;
+                }
+            }
+            Held::Theirs { lost } => {
+                r.active = false;
+                drop(r);
+                if lost {
+                    self.step_down("its lease was taken over");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn step_down(&mut self, why: &str) {
+        log::warn!("manager {}: stepping down: {why}", self.config.id);
+        self.lease = Lease::new(
+            &self.config.store.key_prefix,
+            &self.config.id,
+            self.config.lease,
+        );
+        let mut r = self.report.lock();
+        r.active = false;
+        r.step_downs += 1;
+    }
+
+    /// How long to sleep between steps: a tenth of the shortest slice, at
+    /// most a third of the lease (its renewal period).
+    pub fn period(&self) -> Duration {
+        let slice = self
+            .config
+            .tasks
+            .values()
+            .map(|t| t.global.slice_ms)
+            .min()
+            .unwrap_or(1000);
+        Duration::from_millis((slice as u64 / 10).clamp(10, 250)).min(self.lease.ttl() / 3)
+    }
+
+    /// Steps until `stop` is set, then gives the lease up.
+    pub fn run(&mut self, stop: &AtomicBool, mut between: impl FnMut(&mut Self)) -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            self.step()?;
+            between(self);
+            std::thread::sleep(self.period());
+        }
+        if let Err(e) = self.lease.release(self.store.redis()) {
+            log::warn!("manager {}: {e}", self.config.id);
+        }
+        Ok(())
+    }
+
+    /// One step's judging and writing under `token`, whether or not this
+    /// instance holds the lease (tests of fencing: a paused manager's write
+    /// after its successor's). Returns whether the store fenced it out.
+    #[doc(hidden)]
+    pub fn write_with_token(&mut self, token: u64) -> Result<bool> {
+        tick::run(self, token)
+    }
+
+    pub fn config(&self) -> &ManagerConfig {
+        &self.config
+    }
+}

@@ -1,0 +1,292 @@
+//! One step of an active manager: judge each task's last full slice (one
+//! pipeline of census reads), then write what is due (one pipeline of
+//! script calls): the current slice if it has no key yet, the slices up to
+//! `ahead` past it, and the record and the decision when they changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::policy::{Observed, decide};
+use super::report::Decision;
+use super::write::{Write, decision_key};
+use super::{Alarm, Manager, ManagerConfig, fleet_alarms};
+use crate::error::Result;
+use crate::quota::{Fleet, HostRecord, parse_record, slice_key, wall_ms};
+
+/// Slices of silence after which a host is forgotten.
+const FORGET_SLICES: u64 = 1000;
+
+/// A managed task's run-time state.
+#[derive(Debug, Default)]
+pub(super) struct TaskState {
+    /// Requests/s in force.
+    threshold: f64,
+    /// The last slice written ahead, with which threshold, and the last
+    /// judged.
+    written_to: Option<u64>,
+    written_at: f64,
+    judged: Option<u64>,
+    /// Clean slices in a row (the probe doubles with each).
+    clean: u32,
+    /// The first slice to judge: the second one to run the threshold in
+    /// force (a change reaches the slice after next; the next drains the
+    /// old threshold's backlog).
+    judge_from: u64,
+    /// The record's version as this manager last wrote or found it.
+    version: u64,
+    /// A change not yet in the store's log.
+    pending: Option<Decision>,
+    /// The last slice each host pulled in, and whether it is alarmed silent.
+    seen: BTreeMap<String, (u64, bool)>,
+    /// The alarms raised at the last judgement (logged when they appear).
+    alarms: BTreeSet<String>,
+}
+
+/// The states for `config`'s tasks: those of `old` carried over (their
+/// threshold kept within the new bounds), new ones at their global_rate.
+pub(super) fn states(
+    config: &ManagerConfig,
+    mut old: BTreeMap<String, TaskState>,
+) -> BTreeMap<String, TaskState> {
+    config
+        .tasks
+        .iter()
+        .map(|(name, task)| {
+            let rate = task.global.global_rate;
+            let mut state = old.remove(name).unwrap_or_default();
+            state.threshold = match &task.policy {
+                Some(p) if state.threshold > 0.0 => state.threshold.clamp(p.min_rate, p.max_rate),
+                _ => rate,
+            };
+            state.written_to = None;
+            state.version = 0;
+            (name.clone(), state)
+        })
+        .collect()
+}
+
+/// At an acquisition: dynamic tasks resume from the threshold the last
+/// active manager decided (within this one's bounds), and every task's
+/// slices ahead are written anew.
+pub(super) fn resume(m: &mut Manager) -> Result<()> {
+    let prefix = m.config.store.key_prefix.clone();
+    let names: Vec<String> = m.tasks.keys().cloned().collect();
+    let last: Vec<Option<f64>> = m.store.redis().round_trip("read the decisions", |conn| {
+        let mut pipe = redis::pipe();
+        for name in &names {
+            pipe.hget(decision_key(&prefix, name), "threshold");
+        }
+        pipe.query(conn)
+    })?;
+    for (name, threshold) in names.iter().zip(last) {
+        let state = m.tasks.get_mut(name).expect("a task of the list");
+        state.written_to = None;
+        state.version = 0;
+        if let (Some(p), Some(t)) = (&m.config.tasks[name].policy, threshold)
+            && t.is_finite()
+        {
+            state.threshold = t.clamp(p.min_rate, p.max_rate);
+        }
+    }
+    Ok(())
+}
+
+/// Permits per slice of `rate`.
+fn quota_of(rate: f64, slice_ms: u32) -> u64 {
+    ((rate * slice_ms as f64 / 1000.0).floor() as u64).clamp(1, 1 << 30)
+}
+
+/// One step under `token`; whether a newer token fenced us out.
+pub(super) fn run(m: &mut Manager, token: u64) -> Result<bool> {
+    let now_ms = (wall_ms() + m.offset_ms).max(0) as u64;
+    let current = |slice_ms: u32| now_ms / slice_ms as u64;
+    let due: Vec<(String, u64)> = m
+        .tasks
+        .iter()
+        .filter_map(|(name, state)| {
+            let last = current(m.config.tasks[name].global.slice_ms).checked_sub(1)?;
+            (state.judged != Some(last)).then(|| (name.clone(), last))
+        })
+        .collect();
+    if !due.is_empty() {
+        let prefix = m.config.store.key_prefix.clone();
+        let read = m.store.redis().round_trip("read the census", |conn| {
+            let mut pipe = redis::pipe();
+            for (name, slice) in &due {
+                pipe.hgetall(slice_key(&prefix, name, *slice as u32));
+            }
+            pipe.query::<Vec<Vec<(String, String)>>>(conn)
+        });
+        match read {
+            Ok(hashes) => {
+                for ((name, slice), fields) in due.iter().zip(hashes) {
+                    judge(m, name, *slice, &fields, now_ms);
+                }
+            }
+            Err(e) => {
+                m.report.lock().store_errors += 1;
+                log::warn!("manager {}: {e}", m.config.id);
+                return Ok(false);
+            }
+        }
+    }
+    write(m, token, &current)
+}
+
+/// Judges `task`'s slice `slice` from its key's `fields`.
+fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], now_ms: u64) {
+    let config = &m.config.tasks[task];
+    let slice_ms = config.global.slice_ms;
+    let state = m.tasks.get_mut(task).expect("a managed task");
+    state.judged = Some(slice);
+    let mut quota = None;
+    let mut hosts: Vec<HostRecord> = Vec::new();
+    for (field, value) in fields {
+        match field.as_str() {
+            "quota" => quota = value.parse::<u64>().ok(),
+            "left" | "demand" => {}
+            host => {
+                if let Some(r) = parse_record(host, slice, value).filter(|r| r.asked > 0) {
+                    hosts.push(r);
+                }
+            }
+        }
+    }
+    let per_s = |permits: u64| permits as f64 * 1000.0 / slice_ms as f64;
+    let observed = Observed {
+        // The slice ran the threshold in force if its key holds its quota.
+        threshold: match quota {
+            Some(q) if q == quota_of(state.threshold, slice_ms) => state.threshold,
+            Some(q) => per_s(q),
+            None => 0.0,
+        },
+        admitted: per_s(hosts.iter().map(|h| h.claimed).sum()),
+        success: hosts.iter().map(|h| h.health.success).sum(),
+        dropped: hosts.iter().map(|h| h.health.dropped).sum(),
+        p99_us: hosts.iter().map(|h| h.health.p99_us).max().unwrap_or(0),
+    };
+    let mut report = m.report.lock();
+    let r = report.tasks.entry(task.to_string()).or_default();
+    if let Some(policy) = &config.policy
+        && slice >= state.judge_from
+    {
+        let (next, why) = decide(policy, state.threshold, &mut state.clean, &observed);
+        if next != state.threshold {
+            log::info!(
+                "task {task:?}: threshold {:.1} -> {next:.1} requests/s ({why})",
+                state.threshold
+            );
+            let decision = Decision {
+                threshold: next,
+                reason: why.to_string(),
+                at_ms: now_ms as i64,
+                manager: m.config.id.clone(),
+            };
+            let word = decision.reason.split('=').next().unwrap_or("").to_string();
+            *r.changes.entry(word).or_default() += 1;
+            r.last_change = Some(decision.clone());
+            state.pending = Some(decision);
+            state.threshold = next;
+            state.judge_from = slice + 3;
+        }
+    }
+    r.threshold = state.threshold;
+    r.slice = slice;
+    r.hosts = hosts.len() as u64;
+    r.admitted = observed.admitted;
+    (r.success, r.dropped, r.p99_us) = (observed.success, observed.dropped, observed.p99_us);
+    r.offsets_us = hosts
+        .iter()
+        .map(|h| (h.host.clone(), h.offset_us))
+        .collect();
+    // Alarms: the census's, then hosts gone silent.
+    for h in &hosts {
+        state.seen.insert(h.host.clone(), (slice, false));
+    }
+    let fleet = Fleet {
+        task: task.to_string(),
+        slice_ms,
+        slice: slice + 1,
+        quota,
+        hosts,
+    };
+    let mut alarms = fleet_alarms(&fleet, m.config.skew_alarm);
+    let silent_slices = (m.config.silent_alarm.as_millis() as u64).div_ceil(slice_ms as u64);
+    state.seen.retain(|host, (last, alarmed)| {
+        let quiet = slice.saturating_sub(*last);
+        if quiet >= silent_slices && !*alarmed {
+            *alarmed = true;
+            alarms.push(Alarm::Silent {
+                host: host.clone(),
+                silent_ms: quiet * slice_ms as u64,
+            });
+        }
+        quiet < FORGET_SLICES
+    });
+    let raised: BTreeSet<String> = alarms.iter().map(|a| a.to_string()).collect();
+    for alarm in &alarms {
+        // Skew and configuration alarms repeat each slice while true: log
+        // one when it appears. Silence is raised once per silence.
+        let text = alarm.to_string();
+        if !state.alarms.contains(&text) {
+            *report.alarms.entry(alarm.kind()).or_default() += 1;
+            log::warn!("task {task:?}: alarm: {text}");
+        }
+    }
+    state.alarms = raised;
+}
+
+/// Writes every task whose slices ahead or decision are due.
+fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bool> {
+    let mut names = Vec::new();
+    let mut writes = Vec::new();
+    for (name, state) in &m.tasks {
+        let task = &m.config.tasks[name];
+        let slice_ms = task.global.slice_ms;
+        let ahead = m.config.ahead_for(slice_ms) as u64;
+        let through = current(slice_ms) + ahead;
+        if state.written_to == Some(through) && state.pending.is_none() {
+            continue;
+        }
+        // Only the new slices, unless the threshold moved since.
+        let first = match state.written_to {
+            Some(w) if state.written_at == state.threshold && w >= current(slice_ms) => w + 1,
+            _ => current(slice_ms),
+        };
+        names.push((name.clone(), through));
+        writes.push(Write {
+            task: name,
+            settings: &task.global,
+            first: first as u32,
+            count: (through + 1).saturating_sub(first) as u32,
+            quota: quota_of(state.threshold, slice_ms),
+            decision: state.pending.as_ref().map(Decision::encode),
+            version: state.version,
+        });
+    }
+    let written = match m.writer.write(m.store.redis(), token, &writes) {
+        Ok(written) => written,
+        Err(e) => {
+            m.report.lock().store_errors += 1;
+            log::warn!("manager {}: {e}", m.config.id);
+            return Ok(false);
+        }
+    };
+    let mut report = m.report.lock();
+    let mut fenced = false;
+    for ((name, through), w) in names.into_iter().zip(written) {
+        if w.fenced {
+            report.writes_fenced += 1;
+            fenced = true;
+            continue;
+        }
+        report.writes += 1;
+        report.keys_written += w.keys;
+        report.slices_late += w.late;
+        let state = m.tasks.get_mut(&name).expect("a managed task");
+        state.written_to = Some(through);
+        state.written_at = state.threshold;
+        state.version = w.version;
+        state.pending = None;
+    }
+    Ok(fenced)
+}

@@ -1,0 +1,385 @@
+//! `flowctrl manage`: one active instance by lease, the next slices' keys
+//! written ahead so hosts never create one, a standby that takes over
+//! within 2 × the lease's TTL when the active one is SIGKILLed, a paused
+//! instance whose writes the store refuses once its successor wrote, and
+//! bad configurations refused. Real `redis-server`, real `flowctrl manage`
+//! processes, hosts as tables of their own.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::manage::{Manager, ManagerConfig};
+use flowctrl::{Decision, Table, TableOptions, Task, TaskConfig};
+
+const LEASE_MS: u64 = 1000;
+const SLICE_MS: u32 = 500;
+const RATE: f64 = 400.0;
+
+fn config_text(url: &str, lease_ms: u64) -> String {
+    format!(
+        "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = {lease_ms}\n\n\
+         [tasks.\"api\"]\nglobal_rate = {RATE}\nslice_ms = {SLICE_MS}\n"
+    )
+}
+
+fn manage(config: &std::path::Path, log: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+        .args(["manage", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("flowctrl manage")
+}
+
+/// The lease's holder: "<id> <token>", or None.
+fn holder(redis: &RedisServer) -> Option<String> {
+    redis.command(&["GET", "flowctrl:{manager}:lease"])
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let began = Instant::now();
+    while !done() {
+        assert!(began.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    began.elapsed()
+}
+
+fn host(url: &str, scratch: &Scratch, name: &str) -> (Table, Task) {
+    let mut o = TableOptions::default();
+    o.store.url = Some(url.to_string());
+    o.store.timeout = Duration::from_millis(500);
+    o.store.host_id = Some(name.to_string());
+    let table = Table::open(scratch.path(name), &o).unwrap();
+    let mut c = TaskConfig::default();
+    c.global.global_rate = Some(RATE);
+    c.global.slice_ms = Some(SLICE_MS);
+    let task = table.task("api", &c).unwrap();
+    (table, task)
+}
+
+/// Saturating demand on `tasks` until `stop`: admissions per slice.
+fn saturate(tasks: &[&Task], stop: &AtomicBool) -> BTreeMap<i64, u64> {
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = tasks
+            .iter()
+            .flat_map(|t| [*t, *t])
+            .map(|task| {
+                scope.spawn(move || {
+                    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        match task.acquire(1).unwrap() {
+                            Decision::Admitted(p) => {
+                                let slice = wall_us() / 1000 / SLICE_MS as i64;
+                                *counts.entry(slice).or_default() += 1;
+                                drop(p);
+                            }
+                            Decision::Limited(_) => std::thread::sleep(Duration::from_micros(300)),
+                        }
+                    }
+                    counts
+                })
+            })
+            .collect();
+        let mut total = BTreeMap::new();
+        for w in workers {
+            for (s, n) in w.join().unwrap() {
+                *total.entry(s).or_default() += n;
+            }
+        }
+        total
+    })
+}
+
+fn pid_of(holder: &str, children: &[Child]) -> u32 {
+    let id = holder.split(' ').next().unwrap();
+    children
+        .iter()
+        .map(Child::id)
+        .find(|pid| id.ends_with(&format!("-{pid}")))
+        .unwrap_or_else(|| panic!("holder {holder:?} is none of the managers"))
+}
+
+#[test]
+fn a_standby_takes_over_a_killed_manager_and_no_slice_goes_unwritten() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("manager-failover");
+    let file = scratch.path("fleet.toml");
+    std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
+    let mut managers = vec![
+        manage(&file, &scratch.path("a.log")),
+        manage(&file, &scratch.path("b.log")),
+    ];
+    wait_for("a manager active", Duration::from_secs(5), || {
+        holder(&redis).is_some()
+    });
+    // The record and the slices ahead are written before any host pulls.
+    wait_for("the record", Duration::from_secs(5), || {
+        redis
+            .command::<Option<String>>(&["HGET", "flowctrl:cfg:{api}", "global_rate"])
+            .is_some()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let (_t1, a) = host(&redis.url(), &scratch, "host-a");
+    let (_t2, b) = host(&redis.url(), &scratch, "host-b");
+    let stop = AtomicBool::new(false);
+    let mut takeover = Duration::ZERO;
+    let counts = std::thread::scope(|scope| {
+        let load = scope.spawn(|| saturate(&[&a, &b], &stop));
+        std::thread::sleep(Duration::from_secs(2));
+        let first = holder(&redis).unwrap();
+        let pid = pid_of(&first, &managers);
+        signal(pid as i32, libc::SIGKILL);
+        takeover = wait_for(
+            "the standby active",
+            2 * Duration::from_millis(LEASE_MS),
+            || holder(&redis).is_some_and(|h| h != first),
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::Relaxed);
+        load.join().unwrap()
+    });
+    let created: u64 = [&a, &b].iter().map(|t| t.quota_stats().keys_created).sum();
+    eprintln!("takeover {takeover:?}; keys created by hosts {created}; per slice {counts:?}");
+    assert_eq!(
+        created, 0,
+        "a host created a slice key: the managers left a slice unwritten"
+    );
+    assert!(
+        takeover <= 2 * Duration::from_millis(LEASE_MS),
+        "{takeover:?}"
+    );
+    // Every full slice spent exactly the manager's threshold, never more.
+    let quota = (RATE * SLICE_MS as f64 / 1000.0) as u64;
+    let slices: Vec<u64> = counts.values().copied().collect();
+    for n in &slices[1..slices.len() - 1] {
+        assert!(
+            *n <= quota + quota / 100,
+            "a slice admitted {n} > {quota}: {slices:?}"
+        );
+        assert!(
+            *n * 100 >= quota * 98,
+            "a slice admitted {n} < 0.98 × {quota}: {slices:?}"
+        );
+    }
+    for m in &mut managers {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+}
+
+/// A manager's counter from its metrics endpoint.
+fn metric(port: u16, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} not in {body}")) as u64
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("manager-pause");
+    let file = scratch.path("fleet.toml");
+    std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
+    let ports = [free_port(), free_port()];
+    let mut managers: Vec<Child> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+                .args(["manage", "--config"])
+                .arg(&file)
+                .args(["--metrics", &format!("127.0.0.1:{port}")])
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(scratch.path(&format!("{i}.log"))).unwrap())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_for("a manager active", Duration::from_secs(5), || {
+        holder(&redis).is_some()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let first = holder(&redis).unwrap();
+    let pid = pid_of(&first, &managers);
+    let old = managers.iter().position(|m| m.id() == pid).unwrap();
+    let writes_before = metric(ports[old], "flowctrl_manager_writes_total");
+    signal(pid as i32, libc::SIGSTOP);
+    wait_for(
+        "the standby active",
+        3 * Duration::from_millis(LEASE_MS),
+        || holder(&redis).is_some_and(|h| h != first),
+    );
+    let token: u64 = redis.command(&["GET", "flowctrl:{api}:fence"]);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(pid as i32, libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(2));
+    let writes_after = metric(ports[old], "flowctrl_manager_writes_total");
+    let active = metric(ports[old], "flowctrl_manager_active");
+    let step_downs = metric(ports[old], "flowctrl_manager_step_downs_total");
+    let fence: u64 = redis.command(&["GET", "flowctrl:{api}:fence"]);
+    eprintln!(
+        "old manager: writes {writes_before} -> {writes_after}, active {active}, step downs \
+         {step_downs}; task fence {token} -> {fence}"
+    );
+    assert_eq!(
+        writes_after, writes_before,
+        "the paused manager's writes landed"
+    );
+    assert_eq!(active, 0, "the paused manager did not step down");
+    assert_eq!(step_downs, 1);
+    assert!(
+        fence >= token && token >= 2,
+        "the successor's token fences the task"
+    );
+    for m in &mut managers {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+}
+
+#[test]
+fn the_store_refuses_a_write_with_an_older_token() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("manager-fence");
+    let file = scratch.path("fleet.toml");
+    std::fs::write(&file, config_text(&redis.url(), 300)).unwrap();
+    let config = ManagerConfig::load(&file).unwrap();
+    let mut a = Manager::new(ManagerConfig {
+        id: "a".into(),
+        ..config.clone()
+    })
+    .unwrap();
+    let mut b = Manager::new(ManagerConfig {
+        id: "b".into(),
+        ..config
+    })
+    .unwrap();
+    assert!(a.step().unwrap(), "the first instance is active");
+    assert!(!b.step().unwrap(), "the second waits");
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(b.step().unwrap(), "the lease lapsed: the second takes it");
+    let fence: u64 = redis.command(&["GET", "flowctrl:{api}:fence"]);
+    assert_eq!(fence, 2);
+    let writes = a.report().lock().writes;
+    // The first, paused between its lease check and its write, writes now.
+    assert!(
+        a.write_with_token(1).unwrap(),
+        "an older token is fenced out"
+    );
+    assert_eq!(a.report().lock().writes_fenced, 1);
+    assert_eq!(a.report().lock().writes, writes);
+    let fence: u64 = redis.command(&["GET", "flowctrl:{api}:fence"]);
+    assert_eq!(fence, 2, "the older token did not lower the fence");
+    assert!(!a.step().unwrap(), "the first learns it lost the lease");
+}
+
+#[test]
+fn bad_manager_configurations_are_refused_with_their_reason() {
+    let dir = Scratch::new("manager-bad");
+    let url = "redis://127.0.0.1:1";
+    let task = "[tasks.\"api\"]\nglobal_rate = 100\n";
+    for (text, says) in [
+        (format!("[manager]\n{task}"), "Redis URL"),
+        (
+            format!(
+                "[table]\nstore = \"{url}\"\n{task}managed = false\n[tasks.\"api\".policy]\nmin_rate = 1\nmax_rate = 200\ndropped_ratio = 0.1\n"
+            ),
+            "managed = false",
+        ),
+        (
+            format!(
+                "[table]\nstore = \"{url}\"\n[tasks.\"api\"]\nlocal_rate = 5\nmanaged = true\n"
+            ),
+            "no global_rate",
+        ),
+        (
+            format!(
+                "[table]\nstore = \"{url}\"\n{task}[tasks.\"api\".policy]\nmin_rate = 300\nmax_rate = 200\ndropped_ratio = 0.1\n"
+            ),
+            "inverted",
+        ),
+        (
+            format!(
+                "[table]\nstore = \"{url}\"\n{task}[tasks.\"api\".policy]\nmin_rate = 10\nmax_rate = 200\n"
+            ),
+            "needs a target",
+        ),
+        (
+            format!(
+                "[table]\nstore = \"{url}\"\n{task}[tasks.\"api\".policy]\nmin_rate = 10\nmax_rate = 50\np99_ms = 20\n"
+            ),
+            "outside",
+        ),
+        (
+            format!("[table]\nstore = \"{url}\"\n[manager]\nlease_ms = 5\n{task}"),
+            "lease_ms",
+        ),
+        (
+            format!("[table]\nstore = \"{url}\"\n[manager]\nbogus = 1\n{task}"),
+            "bogus",
+        ),
+        (format!("[table]\nstore = \"{url}\"\n"), "no task"),
+    ] {
+        let path = dir.path("m.toml");
+        std::fs::write(&path, &text).unwrap();
+        let err = ManagerConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains(says), "{text}\n-> {err}");
+        let run = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+            .args(["manage", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(1), "{text}");
+        assert!(String::from_utf8_lossy(&run.stderr).contains(says));
+    }
+    // A store the manager cannot write: nothing listens there.
+    let path = dir.path("m.toml");
+    std::fs::write(&path, format!("[table]\nstore = \"{url}\"\n{task}")).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+        .args(["manage", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write to its store"), "{err}");
+    // A replica refuses writes: so is the manager refused.
+    let redis = RedisServer::start();
+    let _: () = redis.command(&["REPLICAOF", "127.0.0.1", "1"]);
+    std::fs::write(
+        &path,
+        format!("[table]\nstore = \"{}\"\n{task}", redis.url()),
+    )
+    .unwrap();
+    let err = ManagerConfig::load(&path)
+        .and_then(Manager::new)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("cannot write to its store"),
+        "{err}"
+    );
+}
