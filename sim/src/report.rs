@@ -15,7 +15,28 @@ pub const STRANDED: f64 = 0.02;
 /// "Global limits" and benches/SIMULATION.md): (scenario, the start of the
 /// miss line). tests/budgets.rs holds every other budget, and fails when
 /// one of these starts to hold, so the list is kept true.
-pub const KNOWN_MISSES: &[(&str, &str)] = &[];
+pub const KNOWN_MISSES: &[(&str, &str)] = &[
+    // 5–6 pulls per host per slice at 1,000 hosts of 500 k/s (0.011–0.015
+    // per admitted): three by the chunk rule, the rest as chunks shrink to
+    // what the host spends by the slice's end, and retries while the slice
+    // is shared out.
+    ("uniform", "store ops"),
+    ("skewed", "store ops"),
+    ("churn", "store ops"),
+    ("zipf", "store ops"),
+    ("bursty", "store ops"),
+    // Zipf: the slice ends with quota left in the key while the biggest
+    // hosts were held back for what the small ones are owed (a quarter
+    // slice ahead), and the big hosts' last chunks strand.
+    ("zipf", "admitted"),
+    ("zipf", "stranded"),
+    // Bursty (100 ms at 5× of every 500 ms): a chunk sized for a third of
+    // a slice at the burst's rate outlives the burst; what a host holds when
+    // the slice ends in its silence strands, and the key runs dry for the
+    // hosts bursting then.
+    ("bursty", "admitted"),
+    ("bursty", "stranded"),
+];
 
 /// The scenarios of the report: five shapes of demand at `hosts` hosts, and
 /// the seed's deployment (30 hosts × 50 processes). All at 500 k/s.
@@ -104,12 +125,12 @@ impl Summary {
         let (lo, _, hi) = self.admitted;
         if lo < ADMITTED.0 || hi > ADMITTED.1 {
             out.push(format!(
-                "admitted/quota {lo:.4}..{hi:.4} outside {ADMITTED:?}"
+                "admitted/quota {lo:.4}..{hi:.4} outside [0.98, 1.01]"
             ));
         }
         if self.ops_per_admitted > OPS_PER_ADMITTED {
             out.push(format!(
-                "{:.5} store ops per admitted > {OPS_PER_ADMITTED}",
+                "store ops per admitted {:.5} > {OPS_PER_ADMITTED}",
                 self.ops_per_admitted
             ));
         }

@@ -231,6 +231,15 @@ pub fn run(s: &Scenario) -> Result<Run> {
         }
         out.push(slice);
     }
+    if std::env::var_os("FLOWCTRL_SIM_PROGRESS").is_some() {
+        let offsets: Vec<i64> = hosts.iter().map(|h| h.stats().clock_offset_us).collect();
+        eprintln!(
+            "{}: measured clock offsets {}..{} µs",
+            s.name,
+            offsets.iter().min().unwrap_or(&0),
+            offsets.iter().max().unwrap_or(&0)
+        );
+    }
     flowctrl::clock::sim::set_now_us(0);
     let cold = out.remove(0);
     Ok(Run {
