@@ -98,7 +98,7 @@ impl Model {
             .map(|s| s.to_ascii_uppercase())
             .unwrap_or_default();
         let arity = |n: usize, even: bool| {
-            if args.len() < n || (even && (args.len() - n) % 2 != 0) {
+            if args.len() < n || (even && !(args.len() - n).is_multiple_of(2)) {
                 Err(format!(
                     "ERR wrong number of arguments for '{name}' command"
                 ))
