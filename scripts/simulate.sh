@@ -32,8 +32,13 @@ took=$(( $(date +%s) - began ))
     echo "- *smallest host / fair share*: what the host asking least admitted, over its max-min"
     echo "  fair share of the slice (min(its demand, the water level)); *worst host*: the lowest"
     echo "  such ratio of any host in any full slice."
+    echo "  Hosts that join or leave in a slice are not judged for it."
+    echo "- *skewed*: each skewed host measures its -200 ms offset at its first pull (the"
+    echo "  simulated round trip takes no time) and cuts the store's slices from then on, so"
+    echo "  its row is uniform's."
     echo "- Budgets: admitted within [0.98, 1.01] × quota in every full slice, store ops per"
-    echo "  admitted ≤ 0.01, stranded ≤ 2 %."
+    echo "  admitted ≤ 0.01, stranded ≤ 2 %. Where the misses come from: the README,"
+    echo "  *Global limits*, \"Simulated\"; \`sim/src/report.rs\`, \`KNOWN_MISSES\`."
     echo
     echo "![admitted and stranded per slice](simulation.png)"
 } > target/SIMULATION.md.new

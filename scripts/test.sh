@@ -17,6 +17,7 @@ echo "== style"
 cargo fmt --all -- --check
 (cd bindings/python && cargo fmt -- --check)
 cargo clippy -q --all-targets -- -D warnings
+cargo clippy -q -p flowctrl --features sim --lib -- -D warnings
 cargo clippy -q -p flowctrl-sim --all-targets -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 

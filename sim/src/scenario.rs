@@ -56,7 +56,8 @@ pub struct Slice {
     pub stranded: u64,
     /// Script calls (store round trips) in the slice.
     pub ops: u64,
-    /// The host asking least: admitted over its max-min fair share.
+    /// The host asking least: admitted over its max-min fair share (of the
+    /// hosts present the whole slice).
     pub smallest_share: f64,
     /// The host furthest under its fair share: admitted over it.
     pub worst_share: f64,
@@ -173,6 +174,9 @@ pub fn run(s: &Scenario) -> Result<Run> {
         }
         let ops_before = store.evals.load(Ordering::Relaxed);
         let mut tally = vec![Tally::default(); n];
+        // Hosts that join or leave in the slice: not judged for their share
+        // (a host there for a millisecond may have asked once).
+        let moved: Vec<bool> = (0..n).map(|i| moves.iter().any(|m| m.1 == i)).collect();
         let mut t = start;
         let mut next_move = 0;
         while t < start + slice_us {
@@ -212,6 +216,9 @@ pub fn run(s: &Scenario) -> Result<Run> {
         slice.worst_share = f64::INFINITY;
         let mut smallest = (u64::MAX, 0.0);
         for (j, &i) in asking.iter().enumerate() {
+            if moved[i] {
+                continue;
+            }
             let ratio = tally[i].admitted as f64 / fair[j].max(1.0);
             slice.worst_share = slice.worst_share.min(ratio);
             if demands[j] < smallest.0 {

@@ -159,9 +159,10 @@ end
 -- While the slice is shared out, a host given less than it asked asks again
 -- when its own demand will have used another half ask: the slice's release
 -- is every host's to share, and a thousand hosts each told when the slice
--- will have released their ask (a millisecond) would each ask then.
-if shared_out and grant < want and left > grant then
-  wait = math.max(wait, math.ceil(want / 2 / math.max(demand, 1) * slice_ms))
+-- will have released their ask (a millisecond) would each ask then. A host
+-- that reports no demand yet (it just started) is not held so.
+if shared_out and demand > 0 and grant < want and left > grant then
+  wait = math.max(wait, math.ceil(want / 2 / demand * slice_ms))
 end
 -- The record: accounted asked granted claimed offset_us demand, then what
 -- the host's releases reported in the slice so far: success dropped
