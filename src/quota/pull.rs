@@ -153,8 +153,8 @@ impl Quota {
 
     /// The chunk to ask for (see the module doc of `quota`): the host's
     /// recent admission rate times a third of a slice, but never past the
-    /// slice's end, between 1 % and 25 % of the slice's quota, and no more
-    /// than the slice's burst.
+    /// slice's end, at most 25 % of the slice's quota and its burst, at
+    /// least the floor below.
     pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
         if g.chunk != 0 {
             return g.chunk.max(n) as u64;
@@ -179,11 +179,11 @@ impl Quota {
         let quota = g.quota as u64;
         // At least 1 % of the slice, so a slow host does not pull often, but
         // no more than a third of an equal share (past 100 hosts, 1 % each
-        // lets the first hundred take the slice and strand most of it), and
-        // no more than the host spends by the slice's end at its rate.
+        // let the first hundred take the slice and strand most of it: see
+        // sim/), and no more than the host spends by the slice's end at its
+        // rate. A host with no history asks for one: until the store has
+        // answered it does not know how many others there are.
         let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
-        // A host with no history yet asks for one: it does not know how
-        // many others there are until the store has answered.
         let floor = (quota / 100)
             .min(quota / hosts / PULLS_PER_SLICE)
             .min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
