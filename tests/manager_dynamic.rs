@@ -215,13 +215,22 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
         ),
     )
     .unwrap();
-    let mut manager = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+    let manager = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
         .args(["manage", "--config"])
         .arg(&file)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(scratch.path("manager.log")).unwrap())
         .spawn()
         .unwrap();
+    /// Killed (and reaped) however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let manager = Reaped(manager);
     // The threshold in force, polled: (slice, threshold).
     let mut thresholds: BTreeMap<u64, f64> = BTreeMap::new();
     let halve = start + Duration::from_secs(PHASES[0]);
@@ -258,8 +267,7 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
     }
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
-    let _ = manager.kill();
-    let _ = manager.wait();
+    drop(manager);
     let mut per_slice: BTreeMap<u64, [u64; 3]> = BTreeMap::new();
     for i in 0..HOSTS {
         for line in std::fs::read_to_string(scratch.path(&format!("counts-{i}")))

@@ -52,7 +52,8 @@ pub struct Policy {
     pub dropped_ratio: Option<f64>,
     /// Target: the fleet's p99 round-trip at most this (a gradient).
     pub p99: Option<Duration>,
-    /// Factor of a decrease beyond what the signal asks (default 0.97).
+    /// Factor of a decrease beyond what the signal asks: below 1 leaves
+    /// headroom under the measured capacity (default 1: none).
     pub backoff: f64,
 }
 
@@ -230,7 +231,7 @@ fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
             "p99_ms must be in (0, 500] (the hosts' sketch tops out near 537 ms), not {ms}"
         )));
     }
-    let backoff = f.backoff.unwrap_or(0.97);
+    let backoff = f.backoff.unwrap_or(1.0);
     if !(backoff > 0.0 && backoff <= 1.0) {
         return Err(Error::invalid(format!(
             "backoff must be in (0, 1], not {backoff}"

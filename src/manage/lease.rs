@@ -2,8 +2,10 @@
 //!
 //! The lease is a key `<prefix>{manager}:lease` holding "<id> <token>",
 //! set with `NX PX` by whoever finds it free and renewed by its holder at a
-//! third of its TTL. Each acquisition increments `<prefix>{manager}:fence`
-//! and takes the new value as its token. A lease can lapse while its holder
+//! third of its TTL. Each acquisition takes a new token from
+//! `<prefix>{manager}:fence`: one more than the last, and at least the
+//! store's clock in ms, so tokens keep growing across a store that lost its
+//! keys. A lease can lapse while its holder
 //! is paused (a stop, a long GC, a partition): the holder does not know it
 //! lost it. So every write a manager makes carries its token, and each
 //! task's keys keep the highest token that wrote them (`write`): a write
@@ -15,7 +17,7 @@ use crate::error::Result;
 use crate::quota::RedisStore;
 
 /// Takes the lease if free, renews it if ours; else names the holder.
-/// KEYS: lease, fence counter. ARGV: id, TTL ms, our token (0: none).
+/// KEYS: lease, token counter. ARGV: id, TTL ms, our token (0: none).
 const ACQUIRE: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -26,9 +28,16 @@ if held then
   end
   return {0, tonumber(token) or 0, held}
 end
-local token = redis.call('INCR', KEYS[2])
+-- The next token: above the last one, and at least the store's clock in
+-- ms, so tokens still grow after the store lost its keys (a restart): a
+-- token issued then is never below one the tasks' fences kept.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local token = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now)
+redis.call('SET', KEYS[2], string.format('%.0f', token))
+token = string.format('%.0f', token)
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'NX', 'PX', ARGV[2])
-return {1, token, ''}
+return {1, tonumber(token), ''}
 "#;
 
 /// Gives the lease up if ours. KEYS: lease. ARGV: "<id> <token>".

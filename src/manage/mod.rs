@@ -223,11 +223,12 @@ impl Manager {
         Ok(())
     }
 
-    /// One step's judging and writing under `token`, whether or not this
-    /// instance holds the lease (tests of fencing: a paused manager's write
-    /// after its successor's). Returns whether the store fenced it out.
+    /// Writes every task's slices ahead now under `token`, whether or not
+    /// this instance holds the lease (tests of fencing: a paused manager's
+    /// write after its successor's). Returns whether the store fenced it out.
     #[doc(hidden)]
     pub fn write_with_token(&mut self, token: u64) -> Result<bool> {
+        self.tasks.values_mut().for_each(TaskState::rewrite);
         tick::run(self, token)
     }
 

@@ -41,6 +41,13 @@ pub(super) struct TaskState {
     alarms: BTreeSet<String>,
 }
 
+impl TaskState {
+    /// Forgets what was written: the next step writes every slice ahead.
+    pub(super) fn rewrite(&mut self) {
+        self.written_to = None;
+    }
+}
+
 /// The states for `config`'s tasks: those of `old` carried over (their
 /// threshold kept within the new bounds), new ones at their global_rate.
 pub(super) fn states(
@@ -283,7 +290,9 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         report.keys_written += w.keys;
         report.slices_late += w.late;
         let state = m.tasks.get_mut(&name).expect("a managed task");
-        state.written_to = Some(through);
+        // A store that lost the task lost the slices written ahead too:
+        // the next step writes them all again.
+        state.written_to = (!w.lost).then_some(through);
         state.written_at = state.threshold;
         state.version = w.version;
         state.pending = None;

@@ -20,13 +20,18 @@ use crate::quota::{RedisStore, record_fields, record_key, slice_key};
 /// "threshold reason at_ms manager" or "" for no change, then the record
 /// version this manager last wrote (its fields are not compared then).
 ///
-/// Returns {1, keys written, slices already begun, record version or 0}, or
-/// {-1, fence} when a newer token wrote the task.
+/// Returns {1, keys written, slices begun before their key, record version,
+/// 1 if the task had no fence (new to the store, or the store lost it)},
+/// or {-1, fence, ...} when a newer token wrote the task.
 const WRITE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local token = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1])) or 0
-if token < fence then return {-1, fence, 0, 0} end
+if token < fence then return {-1, fence, 0, 0, 0} end
+-- No fence: the task is new to the store, or the store lost its keys (a
+-- restart, a failover to an empty replica): the manager writes it anew.
+local lost = 0
+if fence == 0 then lost = 1 end
 if token > fence then redis.call('SET', KEYS[1], token) end
 local t = redis.call('TIME')
 local slice_ms = tonumber(ARGV[2])
@@ -78,7 +83,7 @@ for k = 5, #KEYS do
     end
   end
 end
-return {1, written, late, version}
+return {1, written, late, version, lost}
 "#;
 
 /// One task's write.
@@ -106,6 +111,8 @@ pub(crate) struct Written {
     pub late: u64,
     /// The record's version (rewritten or found).
     pub version: u64,
+    /// The task had no fence: new to the store, or the store lost its keys.
+    pub lost: bool,
 }
 
 pub(crate) struct Writer {
@@ -159,7 +166,7 @@ impl Writer {
                 call
             })
             .collect();
-        let replies: Vec<(i64, u64, u64, u64)> =
+        let replies: Vec<(i64, u64, u64, u64, u64)> =
             store.round_trip("write the managed tasks", |conn| {
                 let mut pipe = redis::pipe();
                 pipe.load_script(&self.script).ignore();
@@ -176,11 +183,12 @@ impl Writer {
         }
         Ok(replies
             .into_iter()
-            .map(|(ok, keys, late, version)| Written {
+            .map(|(ok, keys, late, version, lost)| Written {
                 fenced: ok == -1,
                 keys: if ok == 1 { keys } else { 0 },
                 late,
                 version,
+                lost: lost == 1,
             })
             .collect())
     }

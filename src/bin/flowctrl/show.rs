@@ -345,16 +345,11 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
             ),
         );
         let mean = q.pull_ns_sum.checked_div(q.pulls).unwrap_or(0);
-        line(
-            "pulls",
-            format!(
-                "{}  failed {}  mean {}  max {}",
-                q.pulls,
-                q.failed_pulls,
-                ns(mean),
-                ns(q.pull_ns_max)
-            ),
-        );
+        let (pulls, failed) = (q.pulls, q.failed_pulls);
+        let (mean, max, created) = (ns(mean), ns(q.pull_ns_max), q.keys_created);
+        let pulls =
+            format!("{pulls}  failed {failed}  mean {mean}  max {max}  keys created {created}");
+        line("pulls", pulls);
         line(
             "time",
             format!(
@@ -368,7 +363,6 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
             "conflicts",
             format!("host {}  config {}", q.host_conflicts, q.config_conflicts),
         );
-        line("keys created", q.keys_created.to_string());
     }
 }
 

@@ -45,6 +45,7 @@ class Stats(Counters):
     hosts_seen: int
     host_conflicts: int
     config_conflicts: int
+    keys_created: int
     clock_offset_us: int
 
 
@@ -131,6 +132,15 @@ class HostRecord(TypedDict):
     claimed: int
     offset_us: int
     demand: int
+    # What its releases reported over the slice: successes, drops, and the
+    # mean and p99 round-trip in µs (0: no samples).
+    success: int
+    dropped: int
+    mean_us: int
+    p99_us: int
+    # Its own threshold per slice when it does not spend by the store
+    # record (0: it does; None: it does not say).
+    own_quota: Optional[int]
 
 
 class Fleet(TypedDict):
