@@ -180,14 +180,13 @@ impl Quota {
         // At least 1 % of the slice, so a slow host does not pull often, but
         // no more than a third of an equal share (past 100 hosts, 1 % each
         // let the first hundred take the slice and strand most of it: see
-        // sim/), and no more than the host spends by the slice's end at its
-        // rate. A host with no history asks for one: until the store has
+        // sim/). A host with no history asks for one: until the store has
         // answered it does not know how many others there are.
         let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
-        let floor = (quota / 100)
-            .min(quota / hosts / PULLS_PER_SLICE)
-            .min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
-            .max(1);
+        let floor = match rate {
+            0 => 1,
+            _ => (quota / 100).min(quota / hosts / PULLS_PER_SLICE).max(1),
+        };
         // No more than a slice releases at once: a bigger ask would wait.
         want.clamp(floor, (quota / 4).max(floor))
             .min(g.burst() as u64)
