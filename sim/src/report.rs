@@ -13,8 +13,9 @@ pub const STRANDED: f64 = 0.02;
 
 /// Budgets the simulation shows missed in tests/budgets.rs's runs (1,000
 /// hosts, one full slice), with why (see the README's "Global limits" and
-/// benches/SIMULATION.md): (scenario, the start of the miss line). tests/budgets.rs holds every other budget, and fails when
-/// one of these starts to hold, so the list is kept true.
+/// benches/SIMULATION.md): (scenario, the start of the miss line). The test
+/// holds every other budget, and fails when one of these starts to hold,
+/// so the list is kept true.
 pub const KNOWN_MISSES: &[(&str, &str)] = &[
     // 5–6 pulls per host per slice at 1,000 hosts of 500 k/s (0.011–0.013
     // per admitted, 5 allowed): three by the chunk rule, the rest retries
