@@ -23,6 +23,7 @@ pub const KNOWN_MISSES: &[(&str, &str)] = &[
     ("uniform", "store ops"),
     ("skewed", "store ops"),
     ("churn", "store ops"),
+    ("zipf", "store ops"),
     ("bursty", "store ops"),
     // Zipf: the biggest host (83 k of a 13 k fair share a slice) takes
     // 37 k in the slice's first 100 ms, from its burst, then is refused to

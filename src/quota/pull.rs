@@ -177,16 +177,22 @@ impl Quota {
         let rate = rate_now.max(rate_before);
         let want = rate.saturating_mul(horizon) / 1_000_000;
         let quota = g.quota as u64;
-        // At least 1 % of the slice, so a slow host does not pull often, but
-        // no more than a third of an equal share (past 100 hosts, 1 % each
-        // let the first hundred take the slice and strand most of it: see
-        // sim/). A host with no history asks for one: until the store has
-        // answered it does not know how many others there are.
+        // At least 1 % of the slice, so a slow host does not pull often. Past
+        // 100 hosts (see sim/) 1 % each let the first hundred take the slice
+        // and strand most of it: there, no more than a third of an equal
+        // share, nor than the host spends by the slice's end at its rate. A
+        // host with no history asks for one: until the store has answered
+        // it does not know how many others there are.
         let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
+        let third = quota / hosts / PULLS_PER_SLICE;
         let floor = match rate {
             0 => 1,
-            _ => (quota / 100).min(quota / hosts / PULLS_PER_SLICE).max(1),
-        };
+            _ if third < quota / 100 => {
+                third.min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
+            }
+            _ => quota / 100,
+        }
+        .max(1);
         // No more than a slice releases at once: a bigger ask would wait.
         want.clamp(floor, (quota / 4).max(floor))
             .min(g.burst() as u64)
