@@ -49,7 +49,7 @@ pub struct Clock {
 impl Clock {
     /// The best clock for a new table on this host.
     pub fn detect() -> Self {
-        if cfg!(target_arch = "x86_64") && kernel_trusts_tsc() {
+        if cfg!(target_arch = "x86_64") && !sim::active() && kernel_trusts_tsc() {
             Self::new(ClockKind::Tsc, calibrate_tsc())
         } else {
             Self::monotonic()
@@ -117,6 +117,10 @@ fn read_tsc() -> u64 {
 
 #[inline]
 pub(crate) fn monotonic_ns() -> u64 {
+    #[cfg(feature = "sim")]
+    if let Some(us) = sim::now_us() {
+        return us as u64 * 1000;
+    }
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -124,6 +128,39 @@ pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The simulator's clock (feature `sim`, the `sim/` crate): one instant, µs
+/// since the Unix epoch, that every clock of the process reads while it is
+/// set (tables created meanwhile take `CLOCK_MONOTONIC`, which reads it).
+/// Without the feature nothing is compiled in: no read is added anywhere.
+#[doc(hidden)]
+pub mod sim {
+    #[cfg(feature = "sim")]
+    static NOW_US: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+    /// Sets the simulated instant (0: the real clocks again).
+    #[cfg(feature = "sim")]
+    pub fn set_now_us(us: i64) {
+        NOW_US.store(us.max(0), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The simulated instant, if one is set.
+    #[cfg(feature = "sim")]
+    #[inline]
+    pub(crate) fn now_us() -> Option<i64> {
+        match NOW_US.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            us => Some(us),
+        }
+    }
+
+    pub(crate) fn active() -> bool {
+        #[cfg(feature = "sim")]
+        return now_us().is_some();
+        #[cfg(not(feature = "sim"))]
+        false
+    }
 }
 
 fn kernel_trusts_tsc() -> bool {

@@ -60,6 +60,10 @@ pub use balance::{
 pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
+/// The simulator's seam (feature `sim`, the `sim/` crate): its store.
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub use quota::sim;
 pub use quota::{
     Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostHealth, HostRecord,
     QuotaState, QuotaStats, Store, StoreOptions, StoredConfig,

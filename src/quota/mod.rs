@@ -33,6 +33,8 @@ mod pull;
 mod record;
 mod redis;
 mod shard;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod stats;
 mod store;
 mod store_options;
@@ -209,6 +211,8 @@ impl Quota {
         options.check()?;
         let store: Box<dyn QuotaStore> = match &options.url {
             None => Box::new(Embedded),
+            #[cfg(feature = "sim")]
+            Some(url) if url == sim::URL => sim::open(options)?,
             Some(url) => Box::new(redis::RedisStore::open(url, options)?),
         };
         Ok(Self {

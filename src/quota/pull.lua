@@ -112,11 +112,12 @@ local room = math.max(released - (quota - left), 0)
 -- slice; a host past what it is owed takes only what nobody else is owed.
 -- A host below the equal share is owed a quarter slice ahead (its next
 -- pull at its rate), so it is never refused while a bigger one is served.
-local owed_cut = false
+local owed_cut, shared_out = false, false
 local hosts = redis.call('HLEN', key) - 3
 if rec == false then hosts = hosts + 1 end
 if demands > quota and hosts > 1 then
   local share = quota / hosts
+  shared_out = true
   local now = elapsed / slice_ms
   local ahead = math.min(1, now + 0.25)
   local function owed(d, g)
@@ -154,6 +155,14 @@ end
 -- half ask (the least a grant is worth, as above).
 if owed_cut and grant < want and left > grant then
   wait = math.max(wait, math.ceil(want * slice_ms / quota / 2))
+end
+-- While the slice is shared out, a host given less than it asked asks again
+-- when its own demand will have used another half ask: the slice's release
+-- is every host's to share, and a thousand hosts each told when the slice
+-- will have released their ask (a millisecond) would each ask then. A host
+-- that reports no demand yet (it just started) is not held so.
+if shared_out and demand > 0 and grant < want and left > grant then
+  wait = math.max(wait, math.ceil(want / 2 / demand * slice_ms))
 end
 -- The record: accounted asked granted claimed offset_us demand, then what
 -- the host's releases reported in the slice so far: success dropped

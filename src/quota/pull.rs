@@ -153,8 +153,8 @@ impl Quota {
 
     /// The chunk to ask for (see the module doc of `quota`): the host's
     /// recent admission rate times a third of a slice, but never past the
-    /// slice's end, between 1 % and 25 % of the slice's quota, and no more
-    /// than the slice's burst.
+    /// slice's end, at most 25 % of the slice's quota and its burst, at
+    /// least the floor below.
     pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
         if g.chunk != 0 {
             return g.chunk.max(n) as u64;
@@ -174,10 +174,27 @@ impl Quota {
         let prev = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
         let rate_before = prev * 1000 / g.slice_ms as u64;
         let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
-        let want = rate_now.max(rate_before).saturating_mul(horizon) / 1_000_000;
+        let rate = rate_now.max(rate_before);
+        let want = rate.saturating_mul(horizon) / 1_000_000;
         let quota = g.quota as u64;
+        // At least 1 % of the slice, so a slow host does not pull often. Past
+        // 100 hosts (see sim/) 1 % each let the first hundred take the slice
+        // and strand most of it: there, no more than a third of an equal
+        // share, nor than the host spends by the slice's end at its rate. A
+        // host with no history asks for one: until the store has answered
+        // it does not know how many others there are.
+        let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
+        let third = quota / hosts / PULLS_PER_SLICE;
+        let floor = match rate {
+            0 => 1,
+            _ if third < quota / 100 => {
+                third.min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
+            }
+            _ => quota / 100,
+        }
+        .max(1);
         // No more than a slice releases at once: a bigger ask would wait.
-        want.clamp((quota / 100).max(1), (quota / 4).max(1))
+        want.clamp(floor, (quota / 4).max(floor))
             .min(g.burst() as u64)
             .max(n as u64)
     }

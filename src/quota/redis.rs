@@ -70,7 +70,7 @@ pub(crate) struct RedisSettings {
 /// host's, or the host spends by another's slicing (it spends by the key's).
 /// granted = -1 when the server is in another slice (nothing taken), -2 and
 /// -3 as above. The grant rule is `store::grant`.
-const PULL: &str = include_str!("pull.lua");
+pub(crate) const PULL: &str = include_str!("pull.lua");
 
 /// Replaces a shard's copy of a task's record with ARGV's fields (none:
 /// removes it).
@@ -81,7 +81,64 @@ if #ARGV > 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
 
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
 /// host-id conflict, wait ms, threshold mismatch, key created.
-type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
+pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
+
+/// The KEYS and ARGV of one pull (see [`PULL`]); the simulator's store
+/// (`sim`) sends the same to the same script.
+pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String>) {
+    let (task, shard) = (ask.task, ask.shard);
+    let keys = vec![
+        slice_key(prefix, task, shard, ask.slice),
+        record_key(prefix, task, shard),
+        shape_key(prefix, task, shard),
+        slice_key(prefix, task, shard, ask.slice.wrapping_sub(1)),
+    ];
+    let flag = |on: bool| if on { "1" } else { "0" }.to_string();
+    let args = vec![
+        ask.quota.to_string(),
+        ask.want.to_string(),
+        ask.slice_ms.to_string(),
+        ask.slice.to_string(),
+        (2 * ask.slice_ms as u64 + 2000).to_string(),
+        ask.host.to_string(),
+        ask.claimed.to_string(),
+        ask.offset_us.to_string(),
+        flag(ask.redeem),
+        ask.burst.to_string(),
+        ask.record_version.to_string(),
+        ask.own_slice_ms.to_string(),
+        flag(ask.spends_record),
+        ask.demand.to_string(),
+        ask.health.success.to_string(),
+        ask.health.dropped.to_string(),
+        ask.health.mean_us.to_string(),
+        ask.health.p99_us.to_string(),
+    ];
+    (keys, args)
+}
+
+/// What the host reads of the script's reply.
+pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
+    let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created) = reply;
+    let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
+    let refresh = match granted {
+        -2 => Some(Refresh::Record(left.max(0) as u64)),
+        -3 => Some(Refresh::Reslice(left.clamp(1, u32::MAX as i64) as u32)),
+        _ => None,
+    };
+    Reply {
+        slice: super::store::slice_of(store_us, ask.slice_ms),
+        granted: granted.max(0) as u64,
+        left: left.max(0) as u64,
+        store_us,
+        hosts: hosts.max(0) as u64,
+        host_conflict: conflict != 0,
+        wait_ms: wait.max(0) as u64,
+        config_conflict: mismatch != 0,
+        refresh,
+        created: created == 1,
+    }
+}
 
 pub(crate) struct RedisStore {
     target: Target,
@@ -231,58 +288,18 @@ impl RedisStore {
 
 impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
-        let (prefix, shard) = (&self.settings.prefix, ask.shard);
-        let key = slice_key(prefix, ask.task, shard, ask.slice);
-        let record = record_key(prefix, ask.task, shard);
-        let shape = shape_key(prefix, ask.task, shard);
-        let before = slice_key(prefix, ask.task, shard, ask.slice.wrapping_sub(1));
-        let ttl_ms = 2 * ask.slice_ms as u64 + 2000;
+        let (keys, args) = pull_call(&self.settings.prefix, ask);
         let call = |conn: &mut Conn| -> redis::RedisResult<ScriptReply> {
-            self.script
-                .key(&key)
-                .key(&record)
-                .key(&shape)
-                .key(&before)
-                .arg(ask.quota)
-                .arg(ask.want)
-                .arg(ask.slice_ms)
-                .arg(ask.slice)
-                .arg(ttl_ms)
-                .arg(ask.host)
-                .arg(ask.claimed)
-                .arg(ask.offset_us)
-                .arg(if ask.redeem { "1" } else { "0" })
-                .arg(ask.burst)
-                .arg(ask.record_version)
-                .arg(ask.own_slice_ms)
-                .arg(if ask.spends_record { "1" } else { "0" })
-                .arg(ask.demand)
-                .arg(ask.health.success)
-                .arg(ask.health.dropped)
-                .arg(ask.health.mean_us)
-                .arg(ask.health.p99_us)
-                .invoke(conn)
+            let mut invocation = self.script.prepare_invoke();
+            for key in &keys {
+                invocation.key(key);
+            }
+            for arg in &args {
+                invocation.arg(arg);
+            }
+            invocation.invoke(conn)
         };
-        let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created) =
-            self.round_trip("pull", call)?;
-        let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
-        let refresh = match granted {
-            -2 => Some(Refresh::Record(left.max(0) as u64)),
-            -3 => Some(Refresh::Reslice(left.clamp(1, u32::MAX as i64) as u32)),
-            _ => None,
-        };
-        Ok(Reply {
-            slice: super::store::slice_of(store_us, ask.slice_ms),
-            granted: granted.max(0) as u64,
-            left: left.max(0) as u64,
-            store_us,
-            hosts: hosts.max(0) as u64,
-            host_conflict: conflict != 0,
-            wait_ms: wait.max(0) as u64,
-            config_conflict: mismatch != 0,
-            refresh,
-            created: created == 1,
-        })
+        Ok(pull_reply(ask, self.round_trip("pull", call)?))
     }
 
     fn describe(&self) -> String {

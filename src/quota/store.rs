@@ -151,6 +151,10 @@ pub(crate) fn slice_of(wall_us: i64, slice_ms: u32) -> u32 {
 /// This host's wall clock, µs since the Unix epoch (a vDSO read, no system
 /// call).
 pub(crate) fn wall_us() -> i64 {
+    #[cfg(feature = "sim")]
+    if let Some(us) = crate::clock::sim::now_us() {
+        return us;
+    }
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -345,6 +345,11 @@ impl Shm {
     /// weak reference and ends when the handle is gone; a forked child starts
     /// its own when it attaches.
     fn start_reaper(&self) {
+        // The simulator's thousand tables in one process, on a clock that
+        // stands still: none of their processes can die.
+        if crate::clock::sim::active() {
+            return;
+        }
         let me = self.me.clone();
         let spawned = std::thread::Builder::new()
             .name("flowctrl-reaper".into())

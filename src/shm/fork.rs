@@ -19,7 +19,8 @@ use crate::error::{Error, ErrorKind, Result};
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// Descriptors of the open tables of this process (`FREE` where unused).
-const SLOTS: usize = 256;
+/// The simulator (feature `sim`) opens a table per simulated host.
+const SLOTS: usize = if cfg!(feature = "sim") { 4096 } else { 256 };
 static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(FREE) }; SLOTS];
 const FREE: i32 = -1;
 /// The child could not reopen the descriptor and closed it: reopen by path.

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The global-quota simulation (sim/): 1,000 hosts on a fake clock, each a
+# real table spending from the real pull script run in Lua 5.1 over a model
+# of Redis, in five shapes of demand (uniform, Zipf, bursty, churn, 10 % of
+# clocks 200 ms ahead), and the seed's deployment (30 hosts × 50 processes),
+# all at 500 k/s. Writes benches/SIMULATION.md and benches/simulation.png.
+# SLICES=N (default 10) measured slices per scenario after the cold one;
+# extra arguments go to the simulator (e.g. --only uniform,seed).
+set -euo pipefail
+source "$(dirname "$0")/setup.sh"
+cd "$ROOT"
+slices="${SLICES:-10}"
+cargo build --release -q -p flowctrl-sim
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "matplotlib>=3.8,<4"
+began=$(date +%s)
+./target/release/flowctrl-sim --slices "$slices" --csv target/simulation.csv "$@" > target/simulation.md
+took=$(( $(date +%s) - began ))
+{
+    echo "# Global quota simulation"
+    echo
+    echo "Simulated $(date -u +%F) on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, in $took s."
+    echo "Produced by \`./scripts/simulate.sh\` (\`flowctrl-sim --slices $slices $*\`): $slices full"
+    echo "slices of 1 s per scenario after a cold first one, \`global_rate\` 500 k/s, demand"
+    echo "1.25 × the rate, 1 ms ticks. Each host is a real table; its pulls run the crate's"
+    echo "\`pull.lua\` in Lua 5.1 over a model of Redis, on the simulated clock."
+    echo
+    cat target/simulation.md
+    echo
+    echo "- *admitted/quota*: over the full slices (the cold one apart: no host has history)."
+    echo "- *stranded*: granted to the hosts in a slice and not admitted by its end, over the quota."
+    echo "- *store ops*: pull-script calls (round trips) per admitted request."
+    echo "- *smallest host / fair share*: what the host asking least admitted, over its max-min"
+    echo "  fair share of the slice (min(its demand, the water level)); *worst host*: the lowest"
+    echo "  such ratio of any host in any full slice."
+    echo "  Hosts that join or leave in a slice are not judged for it."
+    echo "- *skewed*: each skewed host measures its -200 ms offset at its first pull (the"
+    echo "  simulated round trip takes no time) and cuts the store's slices from then on, so"
+    echo "  its row is uniform's."
+    echo "- Budgets: admitted within [0.98, 1.01] × quota in every full slice, store ops per"
+    echo "  admitted ≤ 0.01, stranded ≤ 2 %. Where the misses come from: the README,"
+    echo "  *Global limits*, \"Simulated\"; \`sim/src/report.rs\`, \`KNOWN_MISSES\`."
+    echo
+    echo "![admitted and stranded per slice](simulation.png)"
+} > target/SIMULATION.md.new
+"$VENV/bin/python" sim/plot.py target/simulation.csv benches/simulation.png
+mv target/SIMULATION.md.new benches/SIMULATION.md
+cat benches/SIMULATION.md

@@ -1,0 +1,183 @@
+//! The pull script run as Redis runs it: the crate's own `pull.lua`
+//! (`flowctrl::sim::PULL_SCRIPT`, not a copy) in a Lua 5.1 interpreter, with
+//! `KEYS`, `ARGV` and a `redis` table whose `call` goes to the [`Model`],
+//! converting values both ways by Redis' rules (numbers to strings for
+//! arguments; integers, bulk strings, nil as `false`, status as `{ok=}` for
+//! replies; a number returned by the script truncated to an integer).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use flowctrl::{Error, ErrorKind, Result};
+use mlua::{Function, Lua, MultiValue, Value};
+
+use crate::model::{Model, Reply};
+
+/// The script and its store: what the simulated tables pull from.
+pub struct LuaStore {
+    lua: Mutex<(Lua, Function)>,
+    pub model: Arc<Mutex<Model>>,
+    /// Script calls: the store's round trips.
+    pub evals: AtomicU64,
+    /// `FLOWCTRL_SIM_TRACE=<host id>`: that host's pulls on stderr.
+    trace: Option<String>,
+}
+
+fn lua_error(e: mlua::Error) -> Error {
+    Error::new(ErrorKind::Store, format!("the simulated store: {e}"))
+}
+
+/// A Lua value as Redis turns a `redis.call` argument into a string.
+fn arg_string(v: &Value) -> mlua::Result<String> {
+    match v {
+        Value::String(s) => Ok(s.to_string_lossy()),
+        Value::Integer(i) => Ok(i.to_string()),
+        Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => Ok((*n as i64).to_string()),
+        Value::Number(n) => Ok(n.to_string()),
+        other => Err(mlua::Error::RuntimeError(format!(
+            "Lua redis lib command arguments must be strings or integers, not {}",
+            other.type_name()
+        ))),
+    }
+}
+
+fn to_lua(lua: &Lua, reply: Reply) -> mlua::Result<Value> {
+    let bulk = |s: Option<String>| -> mlua::Result<Value> {
+        Ok(match s {
+            Some(s) => Value::String(lua.create_string(&s)?),
+            None => Value::Boolean(false),
+        })
+    };
+    Ok(match reply {
+        Reply::Int(i) => Value::Number(i as f64),
+        Reply::Bulk(s) => bulk(s)?,
+        Reply::Array(items) => {
+            let t = lua.create_table()?;
+            for (i, s) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, bulk(s)?)?;
+            }
+            Value::Table(t)
+        }
+        Reply::Status(s) => {
+            let t = lua.create_table()?;
+            t.raw_set("ok", s)?;
+            Value::Table(t)
+        }
+    })
+}
+
+/// A value the script returned, as the integer a client reads of it.
+fn reply_int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Integer(i) => Ok(*i),
+        Value::Number(n) => Ok(n.trunc() as i64),
+        Value::String(s) => s.to_string_lossy().parse().map_err(|_| {
+            Error::new(
+                ErrorKind::Store,
+                "the simulated store: a reply is not an integer",
+            )
+        }),
+        other => Err(Error::new(
+            ErrorKind::Store,
+            format!(
+                "the simulated store: a reply element is {}",
+                other.type_name()
+            ),
+        )),
+    }
+}
+
+impl LuaStore {
+    pub fn new() -> Result<Self> {
+        let model = Arc::new(Mutex::new(Model::default()));
+        let lua = Lua::new();
+        let setup = || -> mlua::Result<Function> {
+            let redis = lua.create_table()?;
+            let m = model.clone();
+            let call = lua.create_function(move |lua, args: MultiValue| {
+                let args = args
+                    .iter()
+                    .map(arg_string)
+                    .collect::<mlua::Result<Vec<_>>>()?;
+                let reply = m.lock().unwrap().call(&args);
+                match reply {
+                    Ok(reply) => to_lua(lua, reply),
+                    Err(e) => Err(mlua::Error::RuntimeError(e)),
+                }
+            })?;
+            redis.set("call", call)?;
+            redis.set(
+                "error_reply",
+                lua.create_function(|lua, msg: String| {
+                    let t = lua.create_table()?;
+                    t.raw_set("err", msg)?;
+                    Ok(t)
+                })?,
+            )?;
+            lua.globals().set("redis", redis)?;
+            lua.load(flowctrl::sim::PULL_SCRIPT)
+                .set_name("pull.lua")
+                .into_function()
+        };
+        let function = setup().map_err(lua_error)?;
+        Ok(Self {
+            lua: Mutex::new((lua, function)),
+            model,
+            evals: AtomicU64::new(0),
+            trace: std::env::var("FLOWCTRL_SIM_TRACE").ok(),
+        })
+    }
+}
+
+impl flowctrl::sim::Script for LuaStore {
+    fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>> {
+        self.evals.fetch_add(1, Ordering::Relaxed);
+        let guard = self.lua.lock().unwrap();
+        let (lua, function) = &*guard;
+        let run = || -> mlua::Result<Value> {
+            let g = lua.globals();
+            g.set(
+                "KEYS",
+                lua.create_sequence_from(keys.iter().map(|s| s.as_str()))?,
+            )?;
+            g.set(
+                "ARGV",
+                lua.create_sequence_from(args.iter().map(|s| s.as_str()))?,
+            )?;
+            function.call::<Value>(())
+        };
+        let value = run().map_err(lua_error)?;
+        if self.trace.as_deref() == args.get(5).map(|s| s.as_str()) {
+            let now = self.model.lock().unwrap().now_us();
+            eprintln!(
+                "{:>7.1} ms want {} claimed {} demand {} -> {:?}",
+                (now % 1_000_000) as f64 / 1000.0,
+                args[1],
+                args[6],
+                args[13],
+                match &value {
+                    Value::Table(t) => t
+                        .sequence_values::<Value>()
+                        .filter_map(|v| v.ok())
+                        .map(|v| reply_int(&v).unwrap_or(i64::MIN))
+                        .collect::<Vec<_>>(),
+                    _ => vec![],
+                }
+            );
+        }
+        match value {
+            Value::Table(t) => {
+                if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+                    return Err(Error::new(
+                        ErrorKind::Store,
+                        format!("the simulated store: {}", e.to_string_lossy()),
+                    ));
+                }
+                t.sequence_values::<Value>()
+                    .map(|v| reply_int(&v.map_err(lua_error)?))
+                    .collect()
+            }
+            other => Ok(vec![reply_int(&other)?]),
+        }
+    }
+}

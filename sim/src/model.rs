@@ -1,0 +1,248 @@
+//! A model of the Redis the pull script talks to: strings and hashes with
+//! millisecond expiry, on the simulated clock, and the commands
+//! `pull.lua` calls (a command it does not know is an error, so a new call
+//! in the script shows here first).
+
+use std::collections::HashMap;
+
+/// A value as Redis keeps it.
+enum Value {
+    Str(String),
+    Hash(HashMap<String, String>),
+}
+
+struct Entry {
+    value: Value,
+    /// µs on the simulated clock; `None`: no TTL.
+    expires_us: Option<i64>,
+}
+
+/// A command's reply, in the shapes Redis answers Lua with.
+#[derive(Debug, PartialEq)]
+pub enum Reply {
+    Int(i64),
+    /// A bulk string, or nil (Lua `false`).
+    Bulk(Option<String>),
+    /// An array of bulk strings (nil elements are Lua `false`).
+    Array(Vec<Option<String>>),
+    /// A status reply ("OK"): Lua `{ok = "OK"}`.
+    Status(&'static str),
+}
+
+/// The keyspace and its clock.
+#[derive(Default)]
+pub struct Model {
+    keys: HashMap<String, Entry>,
+    now_us: i64,
+    /// Commands run (`redis.call`s), for the report.
+    pub commands: u64,
+}
+
+fn int(arg: &str) -> Result<i64, String> {
+    arg.parse()
+        .map_err(|_| "ERR value is not an integer or out of range".to_string())
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+impl Model {
+    pub fn set_now_us(&mut self, us: i64) {
+        self.now_us = us;
+    }
+
+    pub fn now_us(&self) -> i64 {
+        self.now_us
+    }
+
+    /// Keys alive now (expired ones are dropped first).
+    pub fn len(&mut self) -> usize {
+        let now = self.now_us;
+        self.keys
+            .retain(|_, e| e.expires_us.is_none_or(|at| at > now));
+        self.keys.len()
+    }
+
+    pub fn is_empty(&mut self) -> bool {
+        self.len() == 0
+    }
+
+    /// The live entry at `key` (an expired one is removed).
+    fn live(&mut self, key: &str) -> Option<&mut Entry> {
+        let now = self.now_us;
+        if self
+            .keys
+            .get(key)
+            .is_some_and(|e| e.expires_us.is_some_and(|at| at <= now))
+        {
+            self.keys.remove(key);
+        }
+        self.keys.get_mut(key)
+    }
+
+    fn hash(&mut self, key: &str) -> Result<Option<&mut HashMap<String, String>>, String> {
+        match self.live(key) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Hash(h),
+                ..
+            }) => Ok(Some(h)),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    /// Runs one command, `args[0]` its name.
+    pub fn call(&mut self, args: &[String]) -> Result<Reply, String> {
+        self.commands += 1;
+        let name = args
+            .first()
+            .map(|s| s.to_ascii_uppercase())
+            .unwrap_or_default();
+        let arity = |n: usize, even: bool| {
+            if args.len() < n || (even && !(args.len() - n).is_multiple_of(2)) {
+                Err(format!(
+                    "ERR wrong number of arguments for '{name}' command"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match name.as_str() {
+            "TIME" => Ok(Reply::Array(vec![
+                Some((self.now_us / 1_000_000).to_string()),
+                Some((self.now_us % 1_000_000).to_string()),
+            ])),
+            "GET" => {
+                arity(2, false)?;
+                match self.live(&args[1]) {
+                    None => Ok(Reply::Bulk(None)),
+                    Some(Entry {
+                        value: Value::Str(s),
+                        ..
+                    }) => Ok(Reply::Bulk(Some(s.clone()))),
+                    Some(_) => Err(WRONGTYPE.into()),
+                }
+            }
+            "SET" => {
+                arity(3, false)?;
+                let expires_us = match args.get(3).map(|s| s.to_ascii_uppercase()).as_deref() {
+                    None => None,
+                    Some("PX") if args.len() == 5 => Some(self.now_us + int(&args[4])? * 1000),
+                    _ => {
+                        return Err(
+                            "ERR syntax error (the model knows SET key value [PX ms])".into()
+                        );
+                    }
+                };
+                let value = Value::Str(args[2].clone());
+                self.keys
+                    .insert(args[1].clone(), Entry { value, expires_us });
+                Ok(Reply::Status("OK"))
+            }
+            "HGET" => {
+                arity(3, false)?;
+                Ok(Reply::Bulk(
+                    self.hash(&args[1])?.and_then(|h| h.get(&args[2]).cloned()),
+                ))
+            }
+            "HMGET" => {
+                arity(3, false)?;
+                let h = self.hash(&args[1])?;
+                let h = h.as_deref();
+                Ok(Reply::Array(
+                    args[2..]
+                        .iter()
+                        .map(|f| h.and_then(|h| h.get(f).cloned()))
+                        .collect(),
+                ))
+            }
+            "HSET" => {
+                arity(4, true)?;
+                if self.hash(&args[1])?.is_none() {
+                    let value = Value::Hash(HashMap::new());
+                    self.keys.insert(
+                        args[1].clone(),
+                        Entry {
+                            value,
+                            expires_us: None,
+                        },
+                    );
+                }
+                let h = self.hash(&args[1])?.expect("just created");
+                let mut added = 0;
+                for pair in args[2..].chunks(2) {
+                    added += h.insert(pair[0].clone(), pair[1].clone()).is_none() as i64;
+                }
+                Ok(Reply::Int(added))
+            }
+            "HGETALL" => {
+                arity(2, false)?;
+                let h = self.hash(&args[1])?;
+                Ok(Reply::Array(
+                    h.into_iter()
+                        .flat_map(|h| h.iter())
+                        .flat_map(|(f, v)| [Some(f.clone()), Some(v.clone())])
+                        .collect(),
+                ))
+            }
+            "HLEN" => {
+                arity(2, false)?;
+                Ok(Reply::Int(
+                    self.hash(&args[1])?.map_or(0, |h| h.len()) as i64
+                ))
+            }
+            "PEXPIRE" => {
+                arity(3, false)?;
+                let ms = int(&args[2])?;
+                let at = self.now_us + ms * 1000;
+                Ok(Reply::Int(match self.live(&args[1]) {
+                    Some(e) => {
+                        e.expires_us = Some(at);
+                        1
+                    }
+                    None => 0,
+                }))
+            }
+            _ => Err(format!(
+                "ERR unknown command '{name}' (the model of Redis lacks it)"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(m: &mut Model, args: &[&str]) -> Result<Reply, String> {
+        m.call(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn keys_expire_on_the_simulated_clock() {
+        let mut m = Model::default();
+        m.set_now_us(1_000_000);
+        assert_eq!(
+            call(&mut m, &["SET", "s", "500", "PX", "10"]),
+            Ok(Reply::Status("OK"))
+        );
+        assert_eq!(
+            call(&mut m, &["HSET", "h", "a", "1", "b", "2"]),
+            Ok(Reply::Int(2))
+        );
+        assert_eq!(call(&mut m, &["PEXPIRE", "h", "20"]), Ok(Reply::Int(1)));
+        assert_eq!(
+            call(&mut m, &["HMGET", "h", "a", "x"]),
+            Ok(Reply::Array(vec![Some("1".into()), None]))
+        );
+        m.set_now_us(1_010_000);
+        assert_eq!(call(&mut m, &["GET", "s"]), Ok(Reply::Bulk(None)));
+        assert_eq!(call(&mut m, &["HLEN", "h"]), Ok(Reply::Int(2)));
+        m.set_now_us(1_020_000);
+        assert_eq!(call(&mut m, &["HGET", "h", "a"]), Ok(Reply::Bulk(None)));
+        assert!(call(&mut m, &["HSET", "h", "a"]).is_err());
+        assert!(
+            call(&mut m, &["INCR", "h"]).is_err(),
+            "unknown commands are errors"
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! The simulator's store (feature `sim`, the `sim/` crate): the pull goes to
+//! a [`Script`] the simulator installed, which runs the real [`PULL_SCRIPT`]
+//! over its model of Redis, with the KEYS and ARGV the Redis store sends
+//! and its reply read the same way (`redis::pull_call`, `pull_reply`). A
+//! table opened with the store URL `sim:` pulls from it.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::redis::{PULL, pull_call, pull_reply};
+use super::store::{Ask, QuotaStore, Reply};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The pull script, as Redis runs it.
+pub const PULL_SCRIPT: &str = PULL;
+
+/// The store URL of the installed [`Script`].
+pub const URL: &str = "sim:";
+
+/// What runs the pull script for the simulator.
+pub trait Script: Send + Sync {
+    /// Runs [`PULL_SCRIPT`] with these KEYS and ARGV, as EVALSHA would; the
+    /// reply's integers.
+    fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>>;
+}
+
+static INSTALLED: Mutex<Option<Arc<dyn Script>>> = Mutex::new(None);
+
+/// Tables opened after this with the store [`URL`] pull through `script`.
+pub fn install(script: Arc<dyn Script>) {
+    *INSTALLED.lock() = Some(script);
+}
+
+/// A store on the installed script.
+pub(super) fn open(options: &super::StoreOptions) -> Result<Box<dyn QuotaStore>> {
+    let script = INSTALLED
+        .lock()
+        .clone()
+        .ok_or_else(|| Error::invalid("store sim: no simulated store is installed"))?;
+    Ok(Box::new(SimStore {
+        script,
+        prefix: options.key_prefix.clone(),
+    }))
+}
+
+struct SimStore {
+    script: Arc<dyn Script>,
+    prefix: String,
+}
+
+impl QuotaStore for SimStore {
+    fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
+        let (keys, args) = pull_call(&self.prefix, ask);
+        let r = self.script.eval(&keys, &args)?;
+        let Ok(r) = <[i64; 9]>::try_from(r) else {
+            return Err(Error::new(
+                ErrorKind::Store,
+                "the simulated store: the pull script answered no 9 integers",
+            ));
+        };
+        Ok(pull_reply(
+            ask,
+            (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]),
+        ))
+    }
+
+    fn describe(&self) -> String {
+        "the simulated store".into()
+    }
+}
