@@ -6,11 +6,7 @@
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no >/dev/null &
-redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; do sleep 0.05; done
+start_redis
 cargo bench --bench quota --no-run -q
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "limits[redis]"
 install_python_module

@@ -8,6 +8,16 @@ export PATH="$VENV/bin:$PATH"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# Starts a redis-server on a free loopback port for the benchmarks: sets
+# $port, stops it by its pid when the script exits.
+start_redis() {
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no >/dev/null &
+    redis_pid=$!
+    trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
+    until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; do sleep 0.05; done
+}
+
 apt_updated=0
 apt_install() {
     if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi

@@ -55,6 +55,16 @@ fn holder(redis: &RedisServer) -> Option<String> {
     redis.command(&["GET", "flowctrl:{manager}:lease"])
 }
 
+/// The token of the lease's holder.
+fn token(redis: &RedisServer) -> u64 {
+    let holder = holder(redis).expect("a manager holds the lease");
+    holder
+        .split(' ')
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .expect("<id> <token>")
+}
+
 fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Duration {
     let began = Instant::now();
     while !done() {
@@ -65,7 +75,13 @@ fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Du
 }
 
 fn host(url: &str, scratch: &Scratch, name: &str) -> (Table, Task) {
+    skewed_host(url, scratch, name, 0)
+}
+
+/// A host whose clock is `skew_ms` off.
+fn skewed_host(url: &str, scratch: &Scratch, name: &str, skew_ms: i64) -> (Table, Task) {
     let mut o = TableOptions::default();
+    o.store.clock_skew_ms = skew_ms;
     o.store.url = Some(url.to_string());
     o.store.timeout = Duration::from_millis(500);
     o.store.host_id = Some(name.to_string());
@@ -249,15 +265,9 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
         3 * Duration::from_millis(LEASE_MS),
         || holder(&redis).is_some_and(|h| h != first),
     );
-    let token: u64 = holder(&redis)
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let successor = token(&redis);
     wait_for("the successor's write", Duration::from_secs(2), || {
-        redis.command::<u64>(&["GET", "flowctrl:{api}:fence"]) == token
+        redis.command::<u64>(&["GET", "flowctrl:{api}:fence"]) == successor
     });
     std::thread::sleep(Duration::from_millis(300));
     signal(pid as i32, libc::SIGCONT);
@@ -268,7 +278,7 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
     let fence: u64 = redis.command(&["GET", "flowctrl:{api}:fence"]);
     eprintln!(
         "old manager: writes {writes_before} -> {writes_after}, active {active}, step downs \
-         {step_downs}; task fence {token} -> {fence}"
+         {step_downs}; task fence {successor} -> {fence}"
     );
     assert_eq!(
         writes_after, writes_before,
@@ -276,7 +286,7 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
     );
     assert_eq!(active, 0, "the paused manager did not step down");
     assert_eq!(step_downs, 1);
-    assert_eq!(fence, token, "the successor's token fences the task");
+    assert_eq!(fence, successor, "the successor's token fences the task");
 }
 
 #[test]
@@ -472,16 +482,7 @@ fn a_skewed_clock_and_a_silent_host_raise_alarms() {
     let (_t1, calm) = host(&redis.url(), &scratch, "calm");
     // A host whose clock is 200 ms behind: it still spends by the store's
     // slices, and says how far off it is.
-    let mut o = TableOptions::default();
-    o.store.url = Some(redis.url());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.host_id = Some("skewed".into());
-    o.store.clock_skew_ms = -200;
-    let t2 = Table::open(scratch.path("skewed"), &o).unwrap();
-    let mut c = TaskConfig::default();
-    c.global.global_rate = Some(RATE);
-    c.global.slice_ms = Some(SLICE_MS);
-    let skewed = t2.task("api", &c).unwrap();
+    let (_t2, skewed) = skewed_host(&redis.url(), &scratch, "skewed", -200);
     let (stop, stop_skewed) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|scope| {
         let a = scope.spawn(|| saturate(&[&calm], &stop));
@@ -536,13 +537,7 @@ fn after_a_store_restart_the_manager_writes_everything_again() {
     wait_for("the first writes", Duration::from_secs(5), || {
         written(&redis)
     });
-    let token: u64 = holder(&redis)
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let before = token(&redis);
     redis.kill();
     redis.restart();
     let took = wait_for("the writes again", Duration::from_secs(5), || {
@@ -553,13 +548,10 @@ fn after_a_store_restart_the_manager_writes_everything_again() {
     wait_for("the lease again", Duration::from_secs(2), || {
         holder(&redis).is_some()
     });
-    let after: u64 = holder(&redis)
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    eprintln!("rewritten {took:?} after the restart; token {token} -> {after}");
-    assert!(after > token, "tokens keep growing across the store's loss");
+    let after = token(&redis);
+    eprintln!("rewritten {took:?} after the restart; token {before} -> {after}");
+    assert!(
+        after > before,
+        "tokens keep growing across the store's loss"
+    );
 }

@@ -161,7 +161,6 @@ impl Writer {
                 for i in 0..w.count {
                     call.key(slice_key(p, w.task, shard, w.first.wrapping_add(i)));
                 }
-                let fields = record_fields(w.settings);
                 let ttl_ms = (w.count as u64 + 2) * w.settings.slice_ms as u64 + 2000;
                 call.arg(token)
                     .arg(w.settings.slice_ms)
@@ -169,6 +168,7 @@ impl Writer {
                     .arg(shard_part(w.quota, shards, shard))
                     .arg(ttl_ms);
                 if shard == 0 {
+                    let fields = record_fields(w.settings);
                     call.arg(fields.len());
                     for (name, value) in fields {
                         call.arg(name).arg(value);

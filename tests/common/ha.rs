@@ -69,18 +69,10 @@ impl Node {
 
     /// Script calls clients made (`EVALSHA` and script loads) on this node.
     pub fn script_calls(&self) -> u64 {
-        let info: String = self.command(&["INFO", "commandstats"]);
-        info.lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
+        super::redis::command_calls(
+            &self.command::<String>(&["INFO", "commandstats"]),
+            &["evalsha", "eval"],
+        )
     }
 
     /// SIGKILLs the process (by its pid) and reaps it.

@@ -75,18 +75,10 @@ impl RedisServer {
     /// loads (the commands a script runs inside the server are not round
     /// trips).
     pub fn pull_round_trips(&self) -> u64 {
-        let info: String = self.command(&["INFO", "commandstats"]);
-        info.lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_script|load:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
+        command_calls(
+            &self.command::<String>(&["INFO", "commandstats"]),
+            &["evalsha", "script|load"],
+        )
     }
 
     /// SIGKILLs the server (by its pid) and waits for it.
@@ -102,4 +94,26 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The calls an `INFO commandstats` answer counts of `commands` (e.g.
+/// `evalsha`, `script|load`), summed.
+pub fn command_calls(info: &str, commands: &[&str]) -> u64 {
+    info.lines()
+        .filter(|l| {
+            commands.iter().any(|c| {
+                l.strip_prefix("cmdstat_")
+                    .and_then(|r| r.strip_prefix(c))
+                    .is_some_and(|r| r.starts_with(':'))
+            })
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
