@@ -73,9 +73,11 @@ pub use task::{
     Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,
     ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
+#[cfg(feature = "async")]
+pub use task::Acquire;
 pub use token::{Finish, Guard, Issuer};
 pub use view::{AttachedProcess, BalancerSnapshot, TaskSnapshot, View};
-pub use words::{Limited, NAME_MAX, Outcome, validate_name};
+pub use words::{Limited, NAME_MAX, Outcome, WaitOrder, validate_name};
 
 /// The crate version, as the C face reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

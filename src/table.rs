@@ -12,7 +12,7 @@ use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY};
 use crate::quota::{Quota, StoreOptions};
 use crate::shm::Reclaim;
 use crate::shm::{OpenSpec, Region, Shm};
-use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings};
+use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings, WaitRoom};
 
 use crate::format::Geometry;
 
@@ -139,6 +139,8 @@ pub fn resolve_path(path: Option<&Path>) -> PathBuf {
 pub struct Table {
     shm: Arc<Shm>,
     quota: Arc<Quota>,
+    /// The waiters of this handle's tasks.
+    waits: Arc<WaitRoom>,
     /// The config file, if the table was opened with one.
     file: Option<Arc<Live>>,
 }
@@ -195,7 +197,12 @@ impl Table {
             shm.set_watch(Box::new(move |shm| watched.poll(shm, &q)));
             live
         });
-        Ok(Self { shm, quota, file })
+        Ok(Self {
+            shm,
+            quota,
+            waits: Arc::default(),
+            file,
+        })
     }
 
     /// The config file in force (its last good version), if any.
@@ -251,14 +258,26 @@ impl Table {
         self.quota.check_spread(config.global.shards)?;
         let Some(file) = self.config_file() else {
             let index = task::find_or_claim(&self.shm, name, config.over(TaskSettings::default()))?;
-            let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
+            let task = Task::new(
+                self.shm.clone(),
+                self.quota.clone(),
+                self.waits.clone(),
+                index,
+                name,
+            );
             task.check_matches(config)?;
             return Ok(task);
         };
         let settings = file.task_over(name, config).over(TaskSettings::default());
         self.quota.check_spread(Some(settings.global.shards))?;
         let index = task::find_or_claim(&self.shm, name, settings)?;
-        let task = Task::new(self.shm.clone(), self.quota.clone(), index, name);
+        let task = Task::new(
+                self.shm.clone(),
+                self.quota.clone(),
+                self.waits.clone(),
+                index,
+                name,
+            );
         if let Some(fields) = file.tasks.get(name) {
             // Only the version the table applied is applied again: a
             // process that has not read a newer one must not undo it.

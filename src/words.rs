@@ -47,6 +47,37 @@ impl Outcome {
     }
 }
 
+/// In which order waiting acquires of a task are admitted, host-wide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WaitOrder {
+    /// First come, first served.
+    #[default]
+    Fifo,
+    /// The newest waiter first: under overload the requests served are the
+    /// fresh ones, and the old ones time out.
+    Lifo,
+}
+
+impl WaitOrder {
+    /// The order named `"fifo"` or `"lifo"`, as the faces spell it.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "fifo" => Ok(Self::Fifo),
+            "lifo" => Ok(Self::Lifo),
+            other => Err(Error::invalid(format!(
+                "wait_order must be 'fifo' or 'lifo', not {other:?}"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fifo => "fifo",
+            Self::Lifo => "lifo",
+        }
+    }
+}
+
 /// Checks a name (`what` says whose: "task name", "balancer name"): 1–63
 /// bytes of UTF-8, not blank, with no control, format or invisible
 /// characters (bidi overrides, zero-width characters, BOM): two names that

@@ -142,6 +142,8 @@ pub(crate) fn not_in(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
     clear(&l.local_rate, &mut out.local.local_rate);
     clear(&l.burst, &mut out.local.burst);
     clear(&l.max_concurrency, &mut out.local.max_concurrency);
+    clear(&l.wait_order, &mut out.local.wait_order);
+    clear(&l.barging, &mut out.local.barging);
     clear(&g.global_rate, &mut out.global.global_rate);
     clear(&g.slice_ms, &mut out.global.slice_ms);
     clear(&g.chunk, &mut out.global.chunk);
@@ -163,6 +165,8 @@ pub(crate) fn over(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
     out.local.local_rate = l.local_rate.or(cl.local_rate);
     out.local.burst = l.burst.or(cl.burst);
     out.local.max_concurrency = l.max_concurrency.or(cl.max_concurrency);
+    out.local.wait_order = l.wait_order.or(cl.wait_order);
+    out.local.barging = l.barging.or(cl.barging);
     out.global.global_rate = g.global_rate.or(cg.global_rate);
     out.global.slice_ms = g.slice_ms.or(cg.slice_ms);
     out.global.chunk = g.chunk.or(cg.chunk);

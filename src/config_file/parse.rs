@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::limit::adaptive::{LimiterConfig, Spec};
 use crate::quota::{Fallback, GlobalConfig};
 use crate::task::{LocalConfig, TaskConfig, TaskSettings};
+use crate::words::WaitOrder;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +53,8 @@ struct TaskFields {
     local_rate: Option<f64>,
     burst: Option<u32>,
     max_concurrency: Option<u32>,
+    wait_order: Option<String>,
+    barging: Option<bool>,
     global_rate: Option<f64>,
     slice_ms: Option<u32>,
     chunk: Option<u32>,
@@ -206,6 +209,8 @@ fn task_config(f: TaskFields) -> Result<TaskConfig> {
             local_rate: f.local_rate,
             burst: f.burst,
             max_concurrency: f.max_concurrency,
+            wait_order: f.wait_order.as_deref().map(WaitOrder::parse).transpose()?,
+            barging: f.barging,
         },
         global: GlobalConfig {
             global_rate: f.global_rate,

@@ -127,7 +127,8 @@ pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
         let Some(fields) = file.tasks.get(&name) else {
             continue;
         };
-        let t = Task::new(shm.clone(), quota.clone(), index, &name);
+        // A handle for updates only: it never waits, so a room of its own.
+        let t = Task::new(shm.clone(), quota.clone(), Arc::default(), index, &name);
         match update_if_needed(&t, fields) {
             Ok(true) => changed += 1,
             Ok(false) => {}

@@ -6,7 +6,7 @@ use super::args::{array_str, rate, reserved, set, to_array};
 use super::types::*;
 use crate::{
     Error, Fallback, GlobalConfig, GlobalSource, LimiterConfig, LimiterSpec, LocalConfig,
-    TaskConfig, TaskSettings,
+    TaskConfig, TaskSettings, WaitOrder,
 };
 
 /// The core configuration the caller's struct asks for.
@@ -27,6 +27,27 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
             local_rate: rate(c.local_rate),
             burst: set(c.burst),
             max_concurrency: set(c.max_concurrency),
+            wait_order: match c.wait_order {
+                FC_UNSET => None,
+                FC_WAIT_FIFO => Some(WaitOrder::Fifo),
+                FC_WAIT_LIFO => Some(WaitOrder::Lifo),
+                other => {
+                    return Err(Error::invalid(format!(
+                        "fc_task_config.wait_order must be FC_WAIT_FIFO, FC_WAIT_LIFO or \
+                         FC_UNSET, not {other}"
+                    )));
+                }
+            },
+            barging: match c.barging {
+                FC_UNSET => None,
+                0 => Some(false),
+                1 => Some(true),
+                other => {
+                    return Err(Error::invalid(format!(
+                        "fc_task_config.barging must be 0, 1 or FC_UNSET, not {other}"
+                    )));
+                }
+            },
         },
         global: GlobalConfig {
             global_rate: rate(c.global_rate),
@@ -89,6 +110,11 @@ pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
         },
         shards: s.global.shards,
         reserved4: 0,
+        wait_order: match s.local.wait_order {
+            WaitOrder::Fifo => FC_WAIT_FIFO,
+            WaitOrder::Lifo => FC_WAIT_LIFO,
+        },
+        barging: s.local.barging as u32,
     }
 }
 

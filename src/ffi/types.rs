@@ -188,7 +188,19 @@ pub struct fc_task_config {
     pub shards: u32,
     /// Must be 0.
     pub reserved4: u32,
+    /// The order waiting acquires are admitted in, host-wide:
+    /// `FC_WAIT_FIFO` (the default) or `FC_WAIT_LIFO`. `FC_UNSET` = unset.
+    pub wait_order: u32,
+    /// 1 = a non-waiting acquire may take a free permit while others wait
+    /// (throughput first); 0 (the default) = it is refused while anyone
+    /// waits. `FC_UNSET` = unset.
+    pub barging: u32,
 }
+
+/// `fc_task_config.wait_order`: first come, first served.
+pub const FC_WAIT_FIFO: u32 = 0;
+/// The newest waiter first: under overload the fresh requests are served.
+pub const FC_WAIT_LIFO: u32 = 1;
 
 /// `fc_task_config.global_source`: this host's own configuration.
 pub const FC_SOURCE_LOCAL: u32 = 0;
@@ -315,7 +327,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
     assert!(size_of::<fc_table_options>() == 80);
-    assert!(size_of::<fc_task_config>() == 216);
+    assert!(size_of::<fc_task_config>() == 224);
     assert!(size_of::<fc_task_stats>() == 256);
     assert!(size_of::<fc_permit>() == 64);
 };
@@ -377,6 +389,8 @@ unsafe impl SizedStruct for fc_task_config {
             global_source: FC_SOURCE_LOCAL,
             shards: FC_UNSET,
             reserved4: 0,
+            wait_order: FC_UNSET,
+            barging: FC_UNSET,
         }
     }
 }

@@ -12,8 +12,10 @@ pub(crate) const LIMIT_ADAPTIVE: u64 = 1 << 63;
 const GEN_SHIFT: u32 = 24;
 const GEN_MASK: u64 = (1 << 39) - 1;
 
-/// Bit 0 of [`AdaptiveSlot::wake`]: someone may be waiting.
-pub(crate) const WAITERS: u32 = 1;
+/// Bits of [`AdaptiveSlot::wait_policy`] (0 in a table made by 0.3.0: the
+/// defaults, first come first served and no barging).
+pub(crate) const WAIT_LIFO: u64 = 1;
+pub(crate) const WAIT_BARGING: u64 = 2;
 
 /// The limit word's limit, if an adaptive limiter is configured.
 #[inline]
@@ -133,13 +135,20 @@ pub(crate) struct AdaptiveSlot {
     pub limit: AtomicU64,
     /// Clock ticks at which the current window ends.
     pub due: AtomicU64,
-    _pad0: [AtomicU64; 6],
-    /// Futex word of waiting acquires: bit 0 = someone may be waiting, a
-    /// sequence above. No waiter count: a waiter killed while waiting leaves
-    /// at most bit 0 set, which the next release clears (one spare wake).
-    pub wake: AtomicU32,
+    /// Nonzero while some process may have waiters queued for this task
+    /// (see `task::wait`): on the line every acquire reads, so the check
+    /// that keeps a non-waiting acquire from jumping the queue is free.
+    pub queued: AtomicU64,
+    /// [`WAIT_LIFO`] | [`WAIT_BARGING`], written with the configuration.
+    pub wait_policy: AtomicU64,
+    _pad0: [AtomicU64; 4],
+    /// The futex word of 0.3's waiting acquires, which woke every waiter on
+    /// a release. Unused since: left for a 0.3 process sharing the table.
+    pub legacy_wake: AtomicU32,
     _pad1: AtomicU32,
-    _pad2: [AtomicU64; 7],
+    /// The last ticket a waiter took: tickets order the host-wide queue.
+    pub tickets: AtomicU64,
+    _pad2: [AtomicU64; 6],
     /// The window driver's lock: 0 or the driver's `Owner`.
     pub window_lock: AtomicU64,
     /// Selects the current [`WindowCopy`] (`version & 1`).
@@ -155,7 +164,8 @@ pub(crate) struct AdaptiveSlot {
 const _: () = {
     assert!(STATE_WORDS == 10);
     assert!(size_of::<AdaptiveSlot>() == 576);
-    assert!(std::mem::offset_of!(AdaptiveSlot, wake) == 64);
+    assert!(std::mem::offset_of!(AdaptiveSlot, legacy_wake) == 64);
+    assert!(std::mem::offset_of!(AdaptiveSlot, queued) == 16);
     assert!(std::mem::offset_of!(AdaptiveSlot, window_lock) == 128);
     assert!(std::mem::offset_of!(AdaptiveSlot, windows) == 256);
 };

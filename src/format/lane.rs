@@ -1,7 +1,7 @@
 //! Per-process regions: one attachment slot per process (or table handle),
 //! and per (task, process) the ledger lanes and the statistics baseline.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Ledger lanes per (task, process): threads of one process take different
 /// lanes, so they neither wait for each other nor share a cache line.
@@ -22,7 +22,12 @@ pub(crate) struct AttachSlot {
     pub state: AtomicU64,
     /// The owner's pid as it saw itself, for reports only.
     pub pid: AtomicU64,
-    _pad: [AtomicU64; 6],
+    /// Futex word of the attachment's waiter thread (see `task::wait`):
+    /// whoever may have freed a permit for the head of a task's queue bumps
+    /// it and wakes that one thread, not every waiter.
+    pub wake: AtomicU32,
+    _pad_wake: AtomicU32,
+    _pad: [AtomicU64; 5],
 }
 
 /// The statistics each lane counts, in permits unless named otherwise.
@@ -70,7 +75,13 @@ pub(crate) struct Lane {
 pub(crate) struct Baseline {
     pub counters: [AtomicU64; COUNTERS],
     pub reclaimed: AtomicU64,
-    _pad: [AtomicU64; 7],
+    /// The ticket of the first of this attachment's waiters for the task
+    /// (the newest under `lifo`); 0 = none waits. The host-wide queue's head
+    /// is the best ticket over the live attachments (see `task::wait`).
+    pub queue_head: AtomicU64,
+    /// How many of this attachment's threads wait for the task (reported).
+    pub queue_len: AtomicU64,
+    _pad: [AtomicU64; 5],
 }
 
 const _: () = {

@@ -18,7 +18,7 @@
 use std::sync::atomic::{Ordering, fence};
 
 use crate::format::{
-    Counter, LANES, TaskSlot, WAITERS, generation_of, make_limit, next_generation,
+    Counter, LANES, TaskSlot, generation_of, make_limit, next_generation,
 };
 use crate::limit::adaptive::{self, Spec, State, Window};
 use crate::limit::ledger::{self, MAX_COUNT};
@@ -49,7 +49,6 @@ pub(crate) fn configured(slot: &TaskSlot, spec: &Spec, generation: u64) {
     let limit = make_limit(spec.is_adaptive(), generation, spec.initial as f64);
     a.limit.store(limit, Ordering::Release);
     a.due.store(0, Ordering::Release);
-    wake_waiters(slot);
 }
 
 // ---- the window driver ------------------------------------------------------
@@ -81,7 +80,7 @@ pub(crate) fn drive(shm: &Shm, index: u32, me: Owner, now: u64) {
         return;
     }
     if took_over {
-        publish(slot, now, None);
+        publish(shm, index, now, None);
     } else if now >= a.due.load(Ordering::Acquire) {
         run_window(shm, index, slot, now);
     }
@@ -143,11 +142,12 @@ fn run_window(shm: &Shm, index: u32, slot: &TaskSlot, now: u64) {
         shm.clock
             .duration_to_ticks(std::time::Duration::from_nanos(next_ns)),
     );
-    publish(slot, due, Some(generation));
+    publish(shm, index, due, Some(generation));
 }
 
 /// Publishes the committed window's limit, and the next due time.
-fn publish(slot: &TaskSlot, due: u64, generation: Option<u64>) {
+fn publish(shm: &Shm, index: u32, due: u64, generation: Option<u64>) {
+    let slot = shm.task_slot(index);
     let a = &slot.adaptive;
     let version = a.window_version.load(Ordering::Acquire);
     let current = &a.windows[(version & 1) as usize];
@@ -166,7 +166,8 @@ fn publish(slot: &TaskSlot, due: u64, generation: Option<u64>) {
         .is_ok()
         && word & MAX_COUNT > old & MAX_COUNT
     {
-        wake_waiters(slot);
+        fence(Ordering::SeqCst);
+        super::wait::freed(shm, index);
     }
     a.due.store(due, Ordering::Release);
 }
@@ -197,27 +198,6 @@ pub(crate) fn committed(slot: &TaskSlot) -> State {
     let state = a.windows[(version & 1) as usize].load_state();
     fence(Ordering::Acquire);
     state
-}
-
-// ---- waking waiters ---------------------------------------------------------
-
-/// Bumps the wake word and wakes every waiter, if any may be waiting.
-#[inline]
-pub(crate) fn wake_waiters(slot: &TaskSlot) {
-    let word = &slot.adaptive.wake;
-    let seen = word.load(Ordering::SeqCst);
-    if seen & WAITERS != 0
-        && word
-            .compare_exchange(
-                seen,
-                seen.wrapping_add(1),
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-    {
-        crate::task::wait::futex_wake_all(word);
-    }
 }
 
 /// (samples applied by the windows of the current generation, windows run)

@@ -11,6 +11,7 @@ use crate::limit::adaptive::{LimiterConfig, Spec as LimiterSpec};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::MAX_COUNT;
 use crate::quota::{self, GlobalConfig, GlobalSettings, GlobalSource};
+use crate::words::WaitOrder;
 use crate::shm::Shm;
 
 /// The local fields asked for; `None` keeps the current value (or the
@@ -24,6 +25,12 @@ pub struct LocalConfig {
     pub burst: Option<u32>,
     /// Permits in flight on the host at most; 0 = no cap. Default 0.
     pub max_concurrency: Option<u32>,
+    /// The order waiting acquires are admitted in. Default first come,
+    /// first served.
+    pub wait_order: Option<WaitOrder>,
+    /// Whether a non-waiting acquire may take a permit while others wait
+    /// for one (throughput first). Default false: it is refused.
+    pub barging: Option<bool>,
 }
 
 /// A task's local fields in force.
@@ -32,6 +39,8 @@ pub struct LocalSettings {
     pub local_rate: f64,
     pub burst: u32,
     pub max_concurrency: u32,
+    pub wait_order: WaitOrder,
+    pub barging: bool,
 }
 
 impl Default for LocalSettings {
@@ -40,7 +49,17 @@ impl Default for LocalSettings {
             local_rate: 0.0,
             burst: 1,
             max_concurrency: 0,
+            wait_order: WaitOrder::Fifo,
+            barging: false,
         }
+    }
+}
+
+impl LocalSettings {
+    /// The wait fields as the task slot's policy word.
+    pub(crate) fn wait_policy(&self) -> u64 {
+        (if self.wait_order == WaitOrder::Lifo { format::WAIT_LIFO } else { 0 })
+            | if self.barging { format::WAIT_BARGING } else { 0 }
     }
 }
 
@@ -95,6 +114,20 @@ impl TaskConfig {
 
     pub fn max_concurrency(mut self, permits: u32) -> Self {
         self.local.max_concurrency = Some(permits);
+        self
+    }
+
+    /// The order waiting acquires are admitted in (default
+    /// [`WaitOrder::Fifo`]).
+    pub fn wait_order(mut self, order: WaitOrder) -> Self {
+        self.local.wait_order = Some(order);
+        self
+    }
+
+    /// Lets a non-waiting acquire take a free permit while others wait
+    /// (default false: while anyone waits, it is refused).
+    pub fn barging(mut self, on: bool) -> Self {
+        self.local.barging = Some(on);
         self
     }
 
@@ -170,6 +203,8 @@ impl TaskConfig {
                 local_rate: l.local_rate.unwrap_or(base.local.local_rate),
                 burst: l.burst.unwrap_or(base.local.burst),
                 max_concurrency: l.max_concurrency.unwrap_or(base.local.max_concurrency),
+                wait_order: l.wait_order.unwrap_or(base.local.wait_order),
+                barging: l.barging.unwrap_or(base.local.barging),
             },
             global: self.global.over(base.global),
             limiter: self.limiter.over(base.limiter),
@@ -231,6 +266,16 @@ impl LocalSettings {
                 self.max_concurrency
             ));
         }
+        if let Some(o) = asked.wait_order.filter(|o| *o != self.wait_order) {
+            out.push(format!(
+                "wait_order {} (asked {})",
+                self.wait_order.name(),
+                o.name()
+            ));
+        }
+        if let Some(b) = asked.barging.filter(|b| *b != self.barging) {
+            out.push(format!("barging {} (asked {b})", self.barging));
+        }
     }
 }
 
@@ -273,11 +318,18 @@ pub(crate) fn limiter(slot: &TaskSlot) -> (LimiterSpec, u64) {
 pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
     let limits = read(slot);
     let l = limits.local;
+    let policy = slot.adaptive.wait_policy.load(std::sync::atomic::Ordering::Relaxed);
     TaskSettings {
         local: LocalSettings {
             local_rate: l.rate,
             burst: l.burst,
             max_concurrency: l.cap,
+            wait_order: if policy & format::WAIT_LIFO != 0 {
+                WaitOrder::Lifo
+            } else {
+                WaitOrder::Fifo
+            },
+            barging: policy & format::WAIT_BARGING != 0,
         },
         global: GlobalSettings::of(limits.global),
         limiter: limiter(slot).0,
@@ -297,8 +349,13 @@ pub(crate) fn own_settings(slot: &TaskSlot) -> TaskSettings {
 
 /// Writes a configuration into the copies readers are not using, then makes
 /// them current. The caller holds the slot's configuration lock (or the slot
-/// is not published yet).
-pub(crate) fn write(slot: &TaskSlot, limits: &Limits, limiter: &LimiterSpec) {
+/// is not published yet). The wait policy is a word of its own: one word
+/// needs no copies.
+pub(crate) fn write(slot: &TaskSlot, limits: &Limits, settings: &TaskSettings) {
+    let limiter = &settings.limiter;
+    slot.adaptive
+        .wait_policy
+        .store(settings.local.wait_policy(), std::sync::atomic::Ordering::Release);
     let (version, next) = format::next_copy(&slot.config_version);
     slot.config[next].store(&limits.local);
     slot.quota.config[next].store(limits.global.as_ref());

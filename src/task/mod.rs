@@ -18,6 +18,9 @@ pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
 pub(crate) use global::quota_stats;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
+#[cfg(feature = "async")]
+pub use wait::Acquire;
+pub(crate) use wait::Room as WaitRoom;
 pub(crate) use register::{find_or_claim, ready};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 pub(crate) use stats::{by_process, consistency, read as read_stats};
@@ -58,15 +61,24 @@ const LANE_DEADLINE: Duration = Duration::from_secs(1);
 pub struct Task {
     shm: Arc<Shm>,
     quota: Arc<Quota>,
+    /// The handle's waiters (one room per table handle).
+    waits: Arc<WaitRoom>,
     index: u32,
     name: Arc<str>,
 }
 
 impl Task {
-    pub(crate) fn new(shm: Arc<Shm>, quota: Arc<Quota>, index: u32, name: &str) -> Self {
+    pub(crate) fn new(
+        shm: Arc<Shm>,
+        quota: Arc<Quota>,
+        waits: Arc<WaitRoom>,
+        index: u32,
+        name: &str,
+    ) -> Self {
         Self {
             shm,
             quota,
+            waits,
             index,
             name: name.into(),
         }
@@ -106,9 +118,12 @@ impl Task {
             // A store record in force stays so; the host's own numbers are
             // kept for when it goes.
             limits.global = crate::quota::keep_own(slot, limits.global);
-            config::write(slot, &limits, &settings.limiter);
+            config::write(slot, &limits, &settings);
             Ok(())
-        })?
+        })??;
+        // A raised cap (or a new limiter) may admit waiters.
+        wait::wake_head(&self.shm, self.index);
+        Ok(())
     }
 
     pub(crate) fn check_matches(&self, asked: &TaskConfig) -> Result<()> {
@@ -154,6 +169,13 @@ impl Task {
     /// allocation.
     #[inline]
     pub fn acquire_raw(&self, n: u32) -> Result<Result<RawPermit, Limited>> {
+        self.decide(n, false)
+    }
+
+    /// The decision; `in_turn` is true for the waiter thread taking a
+    /// permit for the head of the queue (the one acquire that may pass it).
+    #[inline]
+    fn decide(&self, n: u32, in_turn: bool) -> Result<Result<RawPermit, Limited>> {
         let shm = &*self.shm;
         let owner = shm.owner()?;
         let attach = owner.index().unwrap_or(0);
@@ -177,6 +199,13 @@ impl Task {
         };
         let lane = preferred_lane();
         let counters = self.lane(attach * LANES + lane);
+        if !in_turn
+            && a.queued.load(Ordering::Relaxed) != 0
+            && let Some(why) = wait::queue_refusal(slot, cap, limits.interval)
+        {
+            count(counters, refusal_counter(why), n as u64);
+            return Ok(Err(why));
+        }
         let gcra = Gcra {
             interval: limits.interval,
             burst: limits.burst,
@@ -358,10 +387,10 @@ impl Task {
                 )));
             }
             self.move_count(attach, lane, -(n as i32), None)?;
-            // Pairs with a waiter's fence between announcing itself and
-            // its last try: one of the two sees the other.
+            // Pairs with the fence of a waiter publishing itself before its
+            // handle's try: one of the two sees the other.
             std::sync::atomic::fence(Ordering::SeqCst);
-            adaptive::wake_waiters(shm.task_slot(self.index));
+            wait::freed(shm, self.index);
         }
         let counters = self.lane(attach * LANES + lane);
         let counter = match outcome {
@@ -449,6 +478,15 @@ pub(crate) fn limit(slot: &TaskSlot) -> Option<u32> {
         Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
         Some(limit) => Some(limit.max(1)),
         None => (cap != 0).then_some(cap),
+    }
+}
+
+/// The counter of refusals for `why`.
+fn refusal_counter(why: Limited) -> Counter {
+    match why {
+        Limited::Local => Counter::LimitedLocal,
+        Limited::Concurrency => Counter::LimitedConcurrency,
+        Limited::Global => Counter::LimitedGlobal,
     }
 }
 

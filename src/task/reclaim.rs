@@ -48,6 +48,17 @@ impl Reclaim for TaskReclaim {
             if given_back > 0 {
                 report_reclaimed(shm, slot, attach, given_back);
             }
+            // Its waiters are gone: the queue's head moves past them.
+            let base = shm.baseline(task, attach);
+            let queued = base.queue_head.swap(0, Ordering::SeqCst) != 0;
+            base.queue_len.store(0, Ordering::Relaxed);
+            if queued {
+                super::wait::clear_flag(shm, task);
+            }
+            if given_back > 0 || queued {
+                std::sync::atomic::fence(Ordering::SeqCst);
+                super::wait::freed(shm, task);
+            }
         }
     }
 
@@ -59,7 +70,10 @@ impl Reclaim for TaskReclaim {
             lane_ids(attach)
                 .filter_map(|id| shm.lane(task, id))
                 .for_each(|lane| sums.add_lane(lane));
-            sums.store(shm.baseline(task, attach));
+            let base = shm.baseline(task, attach);
+            sums.store(base);
+            base.queue_head.store(0, Ordering::Relaxed);
+            base.queue_len.store(0, Ordering::Relaxed);
         }
     }
 }

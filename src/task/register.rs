@@ -42,7 +42,7 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Re
         named.write_name(name);
         slot.config_lock.store(0, Ordering::Relaxed);
         slot.quota.record.store(0, Ordering::Relaxed);
-        config::write(slot, &limits, &settings.limiter);
+        config::write(slot, &limits, &settings);
         named.publish();
     })?;
     Ok(index)

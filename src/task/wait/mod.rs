@@ -1,0 +1,148 @@
+//! Acquires that wait for a permit: host-wide, in order, without polling.
+//!
+//! A waiter that is refused takes a ticket and joins its handle's queue for
+//! the task ([`Room`], process memory); each handle publishes its best
+//! ticket in the table, and the best published ticket of a live handle is
+//! the head of the host's queue (`queue`). One waiter thread per handle
+//! takes permits for the handle's waiters while one of them is the head,
+//! in ticket order, and hands each its permit; a release wakes only the
+//! head's handle. Non-waiting acquires do not jump the queue unless the
+//! task allows `barging`.
+//!
+//! A waiter never holds a permit it has not been handed: the waiter thread
+//! takes it through the ordinary acquire (the handle's ledger counts it, so
+//! a kill at any instruction gives it back through the reaper), and a
+//! waiter that left meanwhile (its deadline, a dropped future) has it
+//! released by whoever finds it unclaimed.
+
+#[cfg(feature = "async")]
+mod future;
+mod helper;
+mod queue;
+mod room;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "async")]
+pub use future::Acquire;
+pub(crate) use queue::{clear_flag, freed, wake_head};
+pub(crate) use room::Room;
+use room::{Answer, Entry};
+
+use super::{Decision, OwnedPermit, Permit, RawPermit, Task};
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{TaskSlot, WAIT_BARGING};
+use crate::words::{Limited, Outcome};
+
+impl Task {
+    /// [`Task::acquire`] that waits up to `timeout` for a permit (`None` =
+    /// do not wait), in the task's order (`wait_order`), host-wide.
+    pub fn acquire_wait(&self, n: u32, timeout: Option<Duration>) -> Result<Decision<'_>> {
+        Ok(match self.acquire_raw_wait(n, timeout)? {
+            Ok(raw) => Decision::Admitted(Permit::new(self, raw)),
+            Err(limited) => Decision::Limited(limited),
+        })
+    }
+
+    /// [`Task::acquire_owned`] that waits up to `timeout` (`None` = do not
+    /// wait).
+    pub fn acquire_owned_wait(
+        &self,
+        n: u32,
+        timeout: Option<Duration>,
+    ) -> Result<std::result::Result<OwnedPermit, Limited>> {
+        Ok(self
+            .acquire_raw_wait(n, timeout)?
+            .map(|raw| OwnedPermit::new(self.clone(), raw)))
+    }
+
+    /// [`Task::acquire_raw`] that waits up to `timeout`: the thread sleeps
+    /// until it is handed a permit or its deadline passes.
+    pub fn acquire_raw_wait(
+        &self,
+        n: u32,
+        timeout: Option<Duration>,
+    ) -> Result<std::result::Result<RawPermit, Limited>> {
+        let why = match self.acquire_raw(n)? {
+            Ok(permit) => return Ok(Ok(permit)),
+            Err(why) => why,
+        };
+        let Some(timeout) = timeout.filter(|t| !t.is_zero()) else {
+            return Ok(Err(why));
+        };
+        let deadline = Instant::now() + timeout;
+        let entry = self.enqueue(n, deadline, why)?;
+        loop {
+            let seen = entry.word.load(Ordering::Acquire);
+            if let Some(answer) = entry.take() {
+                return answer;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return self.leave(&entry).unwrap_or(Ok(Err(entry.last())));
+            }
+            queue::sleep_private(&entry.word, seen, left);
+        }
+    }
+
+    /// Joins the queue, starting the handle's waiter thread if needed.
+    fn enqueue(&self, n: u32, deadline: Instant, why: Limited) -> Result<Arc<Entry>> {
+        let attach = self.attach_index()?;
+        let (entry, moved) = self.waits.enqueue(self, attach, n, deadline, why);
+        if moved.start_helper
+            && let Err(e) = helper::start(self.waits.clone(), Arc::downgrade(&self.shm))
+        {
+            let why = format!("could not start the waiter thread: {e}");
+            self.waits
+                .fail_all(attach, || Error::new(ErrorKind::Internal, why.clone()));
+        }
+        if moved.wake_head {
+            wake_head(&self.shm, self.index);
+        }
+        Ok(entry)
+    }
+
+    /// Leaves the queue: the answer if one came first.
+    fn leave(&self, entry: &Entry) -> Option<Answer> {
+        let attach = self.attach_index().ok()?;
+        self.waits.leave(&self.shm, self.index, attach, entry)
+    }
+
+    fn attach_index(&self) -> Result<u32> {
+        self.shm
+            .owner()?
+            .index()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "no attachment slot"))
+    }
+
+    /// Gives back a permit nobody came for.
+    fn discard(&self, answer: Option<Answer>) {
+        if let Some(Ok(Ok(mut permit))) = answer {
+            let _ = self.release_raw(&mut permit, Outcome::Ignored);
+        }
+    }
+}
+
+/// Why a non-waiting acquire is refused while others wait for the task, or
+/// `None` when the task allows barging. The limit named is the one the
+/// waiters wait for: the cap if there is one, else the rate.
+#[cold]
+pub(crate) fn queue_refusal(slot: &TaskSlot, cap: u32, interval: u64) -> Option<Limited> {
+    if slot.adaptive.wait_policy.load(Ordering::Relaxed) & WAIT_BARGING != 0 {
+        return None;
+    }
+    Some(if cap != 0 {
+        Limited::Concurrency
+    } else if interval != 0 {
+        Limited::Local
+    } else {
+        Limited::Global
+    })
+}
+
+/// The longest a waiter thread sleeps: a wake that never comes (one meant
+/// for a process killed a moment later, a 0.3 process's release) costs at
+/// most this.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
