@@ -58,10 +58,7 @@ pub(crate) fn take_ticket(slot: &TaskSlot) -> u64 {
 pub(crate) fn head(shm: &Shm, task: u32, order: WaitOrder) -> Option<(u32, u64)> {
     let mut best: Option<(u32, u64)> = None;
     for attach in 0..shm.geometry.attach_capacity {
-        let ticket = shm
-            .baseline(task, attach)
-            .queue_head
-            .load(Ordering::SeqCst);
+        let ticket = shm.baseline(task, attach).queue_head.load(Ordering::SeqCst);
         if ticket == 0 || best.is_some_and(|(_, b)| !before(order, ticket, b)) {
             continue;
         }
