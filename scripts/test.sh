@@ -4,7 +4,7 @@
 # and the C/C++ programs compiled against include/flowctrl.h, linked shared
 # and static and once under ASan+UBSan; the install script, with CMake and
 # pkg-config programs built against what it installed); the loom model of
-# the concurrency ledger; the global-quota simulation's budgets at 1,000
+# the concurrency ledger and of the wait queue; the global-quota simulation's budgets at 1,000
 # hosts (sim/, built optimized); and the Python module's pytest suite with mypy's
 # stubtest and the manylinux check of the wheel for PyPI. The deployment
 # recipes run in both: C++ pre-fork and thread-pool servers in
@@ -29,7 +29,7 @@ cargo test -q --features async --test waiting_async
 echo "== the global-quota simulation (1,000 hosts on the real pull script and host logic)"
 cargo test -q --release -p flowctrl-sim
 
-echo "== loom model of the concurrency ledger"
+echo "== loom models of the concurrency ledger and the wait queue"
 ./scripts/loom.sh
 
 echo "== Python"

@@ -43,6 +43,10 @@ fn run(room: &Room, shm: &Weak<Shm>, generation: u64) {
         };
         let word = &shm.attach_slot(me).wake;
         let seen = word.load(std::sync::atomic::Ordering::SeqCst);
+        // Orders what the wakes we have seen followed before our tries: a
+        // release that found the flag down while another handle lowered
+        // and raised it again is then seen by the try (`queue_loom.rs`).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let firsts = room.firsts();
         if firsts.is_empty() && room.retire(generation) {
             return;
@@ -53,11 +57,7 @@ fn run(room: &Room, shm: &Weak<Shm>, generation: u64) {
         }
         drop(firsts);
         let now = Instant::now();
-        let (expired, next) = room.expire(me, now);
-        for entry in expired {
-            entry.answer(Ok(Err(entry.last())));
-        }
-        if let Some(next) = next {
+        if let Some(next) = room.expire(me, now) {
             sleep = sleep.min(next.saturating_duration_since(now));
         }
         if !sleep.is_zero() {

@@ -61,13 +61,15 @@ impl Entry {
         self.state.lock().last
     }
 
-    /// Sets the answer and wakes whoever waits for it.
-    pub fn answer(&self, answer: Answer) {
-        let waker = {
-            let mut s = self.state.lock();
-            s.answer = Some(answer);
-            s.waker.take()
-        };
+    /// Sets the answer; the caller then calls [`Entry::notify`] (outside
+    /// the room's lock: a waker may run anything).
+    fn set(&self, answer: Answer) -> Option<Waker> {
+        let mut s = self.state.lock();
+        s.answer = Some(answer);
+        s.waker.take()
+    }
+
+    fn notify(&self, waker: Option<Waker>) {
         self.word.fetch_add(1, Ordering::Release);
         queue::wake_private(&self.word);
         if let Some(w) = waker {
@@ -216,26 +218,30 @@ impl Room {
     }
 
     /// Gives `answer` to `entry` if it still waits; else hands the answer
-    /// back (its waiter left: a permit in it must be released).
+    /// back (its waiter left: a permit in it must be released). The answer
+    /// is set under the room's lock, so a waiter leaving at that moment
+    /// either finds it or is gone before it is given.
     pub fn grant(&self, task: u32, attach: u32, entry: &Entry, answer: Answer) -> Option<Answer> {
-        let kept = self.with(|inner| {
+        let given = self.with(|inner| {
             let Some(q) = inner.queues.get_mut(&task) else {
-                return false;
+                return Err(answer);
             };
             if q.entries.remove(&entry.ticket).is_none() {
-                return false;
+                return Err(answer);
             }
             publish(&q.task.shm, task, attach, q);
             if q.entries.is_empty() {
                 inner.queues.remove(&task);
             }
-            true
+            Ok(entry.set(answer))
         });
-        if !kept {
-            return Some(answer);
+        match given {
+            Ok(waker) => {
+                entry.notify(waker);
+                None
+            }
+            Err(answer) => Some(answer),
         }
-        entry.answer(answer);
-        None
     }
 
     /// The task's first waiter on this handle.
@@ -260,10 +266,11 @@ impl Room {
         })
     }
 
-    /// Waiters whose deadline passed by `now`, taken out of their queues
-    /// (each told the limit that refused it last), and the next deadline.
-    pub fn expire(&self, attach: u32, now: Instant) -> (Vec<Arc<Entry>>, Option<Instant>) {
-        self.with(|inner| {
+    /// Tells the waiters whose deadline passed by `now` that time ran out
+    /// (with the limit that refused them last) and takes them out of their
+    /// queues; returns the next deadline.
+    pub fn expire(&self, attach: u32, now: Instant) -> Option<Instant> {
+        let (expired, next) = self.with(|inner| {
             let mut expired = Vec::new();
             let mut next: Option<Instant> = None;
             for (&task, q) in inner.queues.iter_mut() {
@@ -282,8 +289,19 @@ impl Room {
                 }
             }
             inner.queues.retain(|_, q| !q.entries.is_empty());
+            let expired: Vec<_> = expired
+                .into_iter()
+                .map(|e| {
+                    let waker = e.set(Ok(Err(e.last())));
+                    (e, waker)
+                })
+                .collect();
             (expired, next)
-        })
+        });
+        for (entry, waker) in expired {
+            entry.notify(waker);
+        }
+        next
     }
 
     /// Called by the waiter thread when it finds nobody waiting: it stops
@@ -302,7 +320,7 @@ impl Room {
     /// Tells every waiter of this generation to give up (the waiter thread
     /// could not run): each gets `error`.
     pub fn fail_all(&self, attach: u32, error: impl Fn() -> crate::error::Error) {
-        let entries: Vec<Arc<Entry>> = self.with(|inner| {
+        let entries: Vec<_> = self.with(|inner| {
             inner.helper = false;
             let queues = std::mem::take(&mut inner.queues);
             queues
@@ -311,10 +329,14 @@ impl Room {
                     queue::publish(&q.task.shm, task, attach, 0, 0);
                     q.entries.into_values()
                 })
+                .map(|e| {
+                    let waker = e.set(Err(error()));
+                    (e, waker)
+                })
                 .collect()
         });
-        for e in entries {
-            e.answer(Err(error()));
+        for (entry, waker) in entries {
+            entry.notify(waker);
         }
     }
 }
