@@ -152,44 +152,31 @@ impl Quota {
     }
 
     /// The chunk to ask for (see the module doc of `quota`): the host's
-    /// recent admission rate times a third of a slice, but never past the
-    /// slice's end, at most 25 % of the slice's quota and its burst, at
-    /// least the floor below.
+    /// recent admission rate times a third of a slice, or, in a slice's
+    /// second half, what it spends by the slice's end less what it holds (the
+    /// last chunk of the slice: no pull for a sliver after it); at most 25 %
+    /// of the slice's quota and its burst, at least the floor below.
     pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
         if g.chunk != 0 {
             return g.chunk.max(n) as u64;
         }
-        let slice_us = g.slice_ms as u64 * 1000;
-        let now = self.store_now_us(q).max(0) as u64;
-        let slice = slice_of(now as i64, g.slice_ms);
-        let elapsed = now % slice_us;
-        let (granted, left) = (
-            tagged(q.slice_granted.load(Ordering::Relaxed), slice),
-            tagged(q.host.load(Ordering::Relaxed), slice),
-        );
-        let spent = granted.saturating_sub(left);
-        let rate_now = spent * 1_000_000 / elapsed.max(slice_us / 20);
-        // Saturating: the words come from a file anyone with write access
-        // may have scribbled on.
-        let prev = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
-        let rate_before = prev * 1000 / g.slice_ms as u64;
-        let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
-        let rate = rate_now.max(rate_before);
-        let want = rate.saturating_mul(horizon) / 1_000_000;
+        let pace = self.pace(q, g);
+        let want = if pace.last() {
+            pace.to_end().saturating_sub(pace.held)
+        } else {
+            pace.rate.saturating_mul(pace.slice_us / PULLS_PER_SLICE) / 1_000_000
+        };
         let quota = g.quota as u64;
         // At least 1 % of the slice, so a slow host does not pull often. Past
         // 100 hosts (see sim/) 1 % each let the first hundred take the slice
-        // and strand most of it: there, no more than a third of an equal
-        // share, nor than the host spends by the slice's end at its rate. A
-        // host with no history asks for one: until the store has answered
-        // it does not know how many others there are.
+        // and strand most of it: there, no floor past the rule above (a
+        // bigger ask than a host's due share is refused by the fair tails,
+        // and made it wait). A host with no history asks for one: until the
+        // store has answered it does not know how many others there are.
         let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
-        let third = quota / hosts / PULLS_PER_SLICE;
-        let floor = match rate {
+        let floor = match pace.rate {
             0 => 1,
-            _ if third < quota / 100 => {
-                third.min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
-            }
+            _ if quota / hosts / PULLS_PER_SLICE < quota / 100 => 1,
             _ => quota / 100,
         }
         .max(1);
@@ -197,6 +184,31 @@ impl Quota {
         want.clamp(floor, (quota / 4).max(floor))
             .min(g.burst() as u64)
             .max(n as u64)
+    }
+
+    /// The host's pace in the current slice: its rate, the time left, and
+    /// what it holds.
+    fn pace(&self, q: &QuotaSlot, g: Global) -> Pace {
+        let slice_us = g.slice_ms as u64 * 1000;
+        let now = self.store_now_us(q).max(0) as u64;
+        let slice = slice_of(now as i64, g.slice_ms);
+        let elapsed = now % slice_us;
+        let (granted, held) = (
+            tagged(q.slice_granted.load(Ordering::Relaxed), slice),
+            tagged(q.host.load(Ordering::Relaxed), slice),
+        );
+        let spent = granted.saturating_sub(held);
+        let rate_now = spent * 1_000_000 / elapsed.max(slice_us / 20);
+        // Saturating: the words come from a file anyone with write access
+        // may have scribbled on.
+        let prev = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
+        let rate_before = prev * 1000 / g.slice_ms as u64;
+        Pace {
+            rate: rate_now.max(rate_before),
+            slice_us,
+            left_us: slice_us - elapsed,
+            held,
+        }
     }
 
     /// One pull under the lock: asks the store for `want` permits of the
@@ -319,7 +331,12 @@ impl Quota {
                 ),
             };
             q.paced_until.store(paced, Ordering::Release);
-            q.low_water.store(want / 4, Ordering::Relaxed);
+            // The next chunk is pulled when a quarter of this one is left,
+            // unless what the host holds lasts it to the slice's end.
+            let pace = self.pace(q, g);
+            let covered = pace.last() && pace.held >= pace.to_end();
+            q.low_water
+                .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
             // Before the state leaves "failed": whether this pull ended it.
             events::recovered(
                 task,
@@ -360,6 +377,29 @@ impl Quota {
     /// The task's global-quota statistics.
     pub fn stats(&self, slot: &TaskSlot, g: Option<Global>) -> QuotaStats {
         super::stats::read(slot, g, self.skew_us)
+    }
+}
+
+/// What [`Quota::pace`] measured.
+struct Pace {
+    /// Permits/s the host spent, in this slice so far or in the last.
+    rate: u64,
+    slice_us: u64,
+    /// µs to the slice's end.
+    left_us: u64,
+    /// Permits of the slice the host holds.
+    held: u64,
+}
+
+impl Pace {
+    /// In the slice's second half: the next chunk is its last.
+    fn last(&self) -> bool {
+        self.left_us <= self.slice_us / 2
+    }
+
+    /// What the host spends by the slice's end at its rate.
+    fn to_end(&self) -> u64 {
+        self.rate.saturating_mul(self.left_us) / 1_000_000
     }
 }
 
