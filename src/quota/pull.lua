@@ -124,7 +124,7 @@ local owed_cut, shared_out = false, false
 local hosts = redis.call('HLEN', key) - 3
 if cache then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
-local mine, own_wait, free_wait = 0, nil, nil
+local mine = 0
 local c = {}
 if cache then c = fields(cache) end
 if demands > quota and hosts > 1 then
@@ -168,16 +168,6 @@ if demands > quota and hosts > 1 then
     local free = math.max(mine, room - math.max(all_owed - mine, 0))
     if free < room then
       room, owed_cut = free, true
-      -- Past 64 hosts, a host at or past the equal share (one below is
-      -- owed ahead): when
-      -- its own due, or the part nobody is owed, will cover half its ask
-      -- (ms from now).
-      if demand >= share and hosts > 64 then
-        own_wait = (granted + want / 2) / share * slice_ms - elapsed
-        if released < quota and c[5] < quota then
-          free_wait = (want / 2 - free) * slice_ms / (quota - c[5])
-        end
-      end
     end
   end
 end
@@ -196,15 +186,6 @@ end
 -- half ask (the least a grant is worth, as above).
 if owed_cut and grant < want and left > grant then
   wait = math.max(wait, math.ceil(want * slice_ms / quota / 2))
-end
--- A host at or past the equal share held back for the others and given
--- nothing: no sooner than its own due or the unowed part will cover half
--- the ask (each time a host asks too early
--- is a refusal), at most to the slice's end.
-if owed_cut and grant == 0 and left > 0 and (own_wait or free_wait) then
-  local until_due = math.min(own_wait or math.huge, free_wait or math.huge)
-  until_due = math.min(until_due, slice_ms - elapsed)
-  wait = math.max(wait, math.ceil(until_due))
 end
 -- While the slice is shared out, a host given less than it asked asks again
 -- when its own demand will have used another half ask: the slice's release
