@@ -56,7 +56,7 @@ impl Acquire {
             Limited::Global
         };
         let deadline = Instant::now() + timeout.unwrap_or_default();
-        let entry = task.enqueue(n, deadline, why)?;
+        let entry = task.enqueue(n, deadline, why, false)?;
         entry.set_waker(cx.waker());
         let answer = entry.take();
         if answer.is_none() {
