@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -268,4 +269,56 @@ fn the_wait_policy_is_configuration() {
         .local;
     assert_eq!((s.wait_order, s.barging), (WaitOrder::Lifo, true));
     assert!(WaitOrder::parse("random").is_err());
+}
+
+/// Two permits freed at once (one release of a permit for 2) while two
+/// handles wait, one waiter each:
+/// the head's handle takes one, and must pass the wake on, so the other
+/// handle's waiter gets the second at once, not when its bounded sleep
+/// (20 ms) runs out. Over 20 rounds the median delay of the second waiter
+/// must be under 5 ms (a quarter of that sleep; a lost wake shows as a
+/// median near 10 ms).
+#[test]
+fn permits_freed_together_reach_waiters_of_two_handles_at_once() {
+    let scratch = Scratch::new("waiting-passon");
+    let path = scratch.path("t");
+    let tables = [open(&path), open(&path)];
+    let tasks: Vec<Task> = tables
+        .iter()
+        .map(|t| t.task("svc", &capped(2)).unwrap())
+        .collect();
+    let mut delays = Vec::new();
+    for _ in 0..20 {
+        let held = tasks[0].acquire_owned(2).unwrap().unwrap();
+        // Each keeps its permit until both were served: a release of the
+        // first would wake the second and hide a lost wake.
+        let both = Arc::new(std::sync::Barrier::new(2));
+        let waiters: Vec<_> = (0..2)
+            .map(|i| {
+                let (task, both) = (tasks[i].clone(), both.clone());
+                let t = std::thread::spawn(move || {
+                    let p = task
+                        .acquire_owned_wait(1, Some(Duration::from_secs(10)))
+                        .unwrap()
+                        .unwrap();
+                    let at = Instant::now();
+                    both.wait();
+                    p.release(Outcome::Ignored).unwrap();
+                    at
+                });
+                until_waiting(&tasks[0], i as u64 + 1);
+                t
+            })
+            .collect();
+        let released = Instant::now();
+        held.release(Outcome::Ignored).unwrap();
+        let served: Vec<Instant> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+        delays.push(served.iter().max().unwrap().duration_since(released));
+    }
+    delays.sort();
+    let median = delays[delays.len() / 2];
+    assert!(
+        median < Duration::from_millis(5),
+        "the second waiter waited for a sleep to run out: median {median:?}, {delays:?}"
+    );
 }

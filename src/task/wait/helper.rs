@@ -47,6 +47,11 @@ pub(super) fn take_turn(room: &Room, task: &Task, me: u32, entry: &Entry) -> Tur
         Ok(Ok(permit)) => {
             let unclaimed = room.grant(task.index, me, entry, Ok(Ok(permit)));
             task.discard(unclaimed);
+            // Several permits may have been freed at once (two releases
+            // that woke only us): the next head takes the next one.
+            if task.has_room() {
+                queue::wake_head(shm, task.index);
+            }
             Turn::Answered
         }
         Ok(Err(why)) => {

@@ -132,6 +132,17 @@ impl Task {
             .ok_or_else(|| Error::new(ErrorKind::Internal, "no attachment slot"))
     }
 
+    /// Whether the cap has a free permit now (for passing a wake on).
+    fn has_room(&self) -> bool {
+        let word = self
+            .shm
+            .task_slot(self.index)
+            .in_flight
+            .load(Ordering::Acquire);
+        self.limit()
+            .is_some_and(|cap| crate::limit::ledger::word_count(word) < cap as u64)
+    }
+
     /// Gives back a permit nobody came for.
     fn discard(&self, answer: Option<Answer>) {
         if let Some(Ok(Ok(mut permit))) = answer {
