@@ -105,6 +105,16 @@
 #define FC_RATE_UNSET (-1.0)
 
 /**
+ * `fc_task_config.wait_order`: first come, first served.
+ */
+#define FC_WAIT_FIFO 0
+
+/**
+ * The newest waiter first: under overload the fresh requests are served.
+ */
+#define FC_WAIT_LIFO 1
+
+/**
  * `fc_task_config.global_source`: this host's own configuration.
  */
 #define FC_SOURCE_LOCAL 0
@@ -794,6 +804,17 @@ typedef struct fc_task_config {
    * Must be 0.
    */
   uint32_t reserved4;
+  /**
+   * The order waiting acquires are admitted in, host-wide:
+   * `FC_WAIT_FIFO` (the default) or `FC_WAIT_LIFO`. `FC_UNSET` = unset.
+   */
+  uint32_t wait_order;
+  /**
+   * 1 = a non-waiting acquire may take a free permit while others wait
+   * (throughput first); 0 (the default) = it is refused while anyone
+   * waits. `FC_UNSET` = unset.
+   */
+  uint32_t barging;
 } fc_task_config;
 
 /**
