@@ -4,7 +4,7 @@
 
 use flowctrl::{
     Fallback, GlobalConfig, GlobalSettings, LimiterConfig, LimiterSpec, LocalConfig, LocalSettings,
-    TaskConfig, TaskSettings,
+    TaskConfig, TaskSettings, WaitOrder,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -17,6 +17,8 @@ pub(crate) fn task_config(
     local_rate: Option<f64>,
     burst: Option<u32>,
     max_concurrency: Option<u32>,
+    wait_order: Option<&str>,
+    barging: Option<bool>,
     global_rate: Option<f64>,
     slice_ms: Option<u32>,
     chunk: Option<u32>,
@@ -34,6 +36,8 @@ pub(crate) fn task_config(
             local_rate,
             burst,
             max_concurrency,
+            wait_order: wait_order.map(WaitOrder::parse).transpose().map_err(to_py)?,
+            barging,
         },
         global: GlobalConfig {
             global_rate,
@@ -101,6 +105,8 @@ pub(crate) fn settings_dict<'py>(
         local_rate,
         burst,
         max_concurrency,
+        wait_order,
+        barging,
     } = s.local;
     let GlobalSettings {
         global_rate,
@@ -115,6 +121,8 @@ pub(crate) fn settings_dict<'py>(
     d.set_item("local_rate", local_rate)?;
     d.set_item("burst", burst)?;
     d.set_item("max_concurrency", max_concurrency)?;
+    d.set_item("wait_order", wait_order.name())?;
+    d.set_item("barging", barging)?;
     d.set_item("global_rate", global_rate)?;
     d.set_item("slice_ms", slice_ms)?;
     d.set_item("chunk", chunk)?;

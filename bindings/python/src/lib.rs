@@ -21,6 +21,7 @@ mod error;
 mod logging;
 mod store;
 mod task;
+mod waiter;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,6 +137,7 @@ impl Table {
     }
 
     #[pyo3(signature = (name, *, local_rate=None, burst=None, max_concurrency=None,
+                        wait_order=None, barging=None,
                         global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
                         global_burst=None, shards=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
@@ -147,6 +149,8 @@ impl Table {
         local_rate: Option<f64>,
         burst: Option<u32>,
         max_concurrency: Option<u32>,
+        wait_order: Option<&str>,
+        barging: Option<bool>,
         global_rate: Option<f64>,
         slice_ms: Option<u32>,
         chunk: Option<u32>,
@@ -163,6 +167,8 @@ impl Table {
             local_rate,
             burst,
             max_concurrency,
+            wait_order,
+            barging,
             global_rate,
             slice_ms,
             chunk,
@@ -298,6 +304,7 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Table>()?;
     m.add_class::<Task>()?;
     m.add_class::<Permit>()?;
+    m.add_class::<waiter::Waiter>()?;
     m.add_class::<balance::Balancer>()?;
     m.add_class::<balance::Choice>()?;
     m.add_class::<store::Store>()?;

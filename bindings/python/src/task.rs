@@ -99,6 +99,13 @@ impl Task {
             .call1((slf, n, timeout))
     }
 
+    /// The waiting acquire `acquire_async` drives (see `flowctrl._aio`).
+    #[pyo3(name = "_waiter", signature = (n=1, timeout=None))]
+    fn waiter(&self, n: u32, timeout: Option<f64>) -> PyResult<crate::waiter::Waiter> {
+        let timeout = args::seconds("timeout", timeout)?;
+        Ok(crate::waiter::Waiter::new(self.live()?, n, timeout))
+    }
+
     /// The concurrency limit every process applies now (the adaptive
     /// limit, or max_concurrency); None when there is no cap.
     #[getter]
@@ -108,6 +115,7 @@ impl Task {
 
     /// Changes the given fields of the configuration for the whole host.
     #[pyo3(signature = (*, local_rate=None, burst=None, max_concurrency=None,
+                        wait_order=None, barging=None,
                         global_rate=None, slice_ms=None, chunk=None, fallback=None, fallback_rate=None,
                         global_burst=None, shards=None,
                         limiter=None, min_limit=None, max_limit=None, initial_limit=None))]
@@ -118,6 +126,8 @@ impl Task {
         local_rate: Option<f64>,
         burst: Option<u32>,
         max_concurrency: Option<u32>,
+        wait_order: Option<&str>,
+        barging: Option<bool>,
         global_rate: Option<f64>,
         slice_ms: Option<u32>,
         chunk: Option<u32>,
@@ -134,6 +144,8 @@ impl Task {
             local_rate,
             burst,
             max_concurrency,
+            wait_order,
+            barging,
             global_rate,
             slice_ms,
             chunk,
@@ -280,7 +292,7 @@ pub(crate) struct Permit {
 }
 
 impl Permit {
-    fn new(permit: OwnedPermit) -> Self {
+    pub(crate) fn new(permit: OwnedPermit) -> Self {
         Self {
             permit: Mutex::new(permit),
         }

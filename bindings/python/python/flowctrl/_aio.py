@@ -1,49 +1,50 @@
 """``Task.acquire_async``: waiting for a permit without blocking the loop.
 
-The coroutine polls: it tries without waiting, and sleeps on the event loop
-(``asyncio.sleep``) between tries, 0.5 ms at first, doubling up to 20 ms.
-Why not a thread that blocks in the waiting acquire (``run_in_executor``)?
-A cancelled coroutine cannot cancel that thread: it could still take a
-permit nobody will release until it is collected, and a burst of waiters
-would occupy the executor's threads. Polling holds nothing between tries,
-so cancellation is always clean; its cost is at most 50 tries a second per
-waiter, each a non-blocking acquire of well under a microsecond. A try that
-may make a round trip to the store (a pull of global quota, a probe) runs in
-the loop's executor instead, so the loop never waits on Redis.
+The wait is the core's: the coroutine takes its place in the task's
+host-wide queue (the same queue as every thread's and process's waiting
+acquires, in the task's ``wait_order``) and awaits a future of the loop.
+The table handle's waiter thread hands it the permit when its turn comes
+(or tells it the deadline passed) and wakes the loop through
+``call_soon_threadsafe``: nothing polls. A cancelled coroutine leaves the
+queue at once; a permit handed to it meanwhile is released, never left
+taken. An acquire that may pull global quota from the store runs in the
+waiter thread (or, without a timeout, in the loop's executor), so the loop
+never waits on Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from types import TracebackType
 from typing import TYPE_CHECKING, Generator, Optional
 
 if TYPE_CHECKING:
     from ._flowctrl import Permit, Task
 
-_FIRST_SLEEP = 0.0005
-_LONGEST_SLEEP = 0.02
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _acquire(task: Task, n: int, timeout: Optional[float]) -> Permit:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + (timeout or 0.0)
-    pause = _FIRST_SLEEP
-    while True:
+    if not timeout:
+        # No wait: one try, off the loop if it may make a round trip.
         if task._may_pull(n):
-            # A round trip to the store: off the loop's thread. A permit of a
-            # cancelled coroutine is released as ignored when collected.
-            permit = await loop.run_in_executor(None, task.try_acquire, n)
-        else:
-            permit = task.try_acquire(n)
-        if permit is not None:
-            return permit
-        left = deadline - loop.time()
-        if left <= 0:
-            # One last try that names the limit that refused (Limited).
-            return task.acquire(n)
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, _LONGEST_SLEEP)
+            return await loop.run_in_executor(None, task.acquire, n)
+        return task.acquire(n)
+    waiter = task._waiter(n, timeout)
+    try:
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+            permit = waiter.poll(functools.partial(loop.call_soon_threadsafe, _resolve, woken))
+            if permit is not None:
+                return permit
+            await woken
+    finally:
+        waiter.close()
 
 
 class AsyncAcquire:

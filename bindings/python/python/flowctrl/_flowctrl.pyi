@@ -3,7 +3,7 @@
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Sequence, final
+from typing import Callable, Literal, Sequence, final
 
 from ._aio import AsyncAcquire
 from ._types import (
@@ -21,6 +21,7 @@ __all__ = [
     "Table",
     "Task",
     "Permit",
+    "_Waiter",
     "Balancer",
     "Choice",
     "Store",
@@ -90,6 +91,8 @@ class Table:
         local_rate: float | None = None,
         burst: int | None = None,
         max_concurrency: int | None = None,
+        wait_order: Literal["fifo", "lifo"] | None = None,
+        barging: bool | None = None,
         global_rate: float | None = None,
         slice_ms: int | None = None,
         chunk: int | None = None,
@@ -162,6 +165,13 @@ class Table:
         """Closes the table."""
 
 @final
+class _Waiter:
+    """One waiting acquire of ``acquire_async`` (driven by ``flowctrl._aio``)."""
+
+    def poll(self, wake: Callable[[], object]) -> Permit | None: ...
+    def close(self) -> None: ...
+
+@final
 class Task:
     """A task registered in a table. Made by Table.task().
 
@@ -175,6 +185,7 @@ class Task:
         the store, which other threads then do not wait out."""
         ...
     def _may_pull(self, n: int = 1) -> bool: ...
+    def _waiter(self, n: int = 1, timeout: float | None = None) -> _Waiter: ...
     def acquire(self, n: int = 1, timeout: float | None = None) -> Permit:
         """Returns a Permit (usable as a context manager) or raises Limited.
 
@@ -193,6 +204,8 @@ class Task:
         local_rate: float | None = None,
         burst: int | None = None,
         max_concurrency: int | None = None,
+        wait_order: Literal["fifo", "lifo"] | None = None,
+        barging: bool | None = None,
         global_rate: float | None = None,
         slice_ms: int | None = None,
         chunk: int | None = None,

@@ -78,6 +78,8 @@ class Settings(TypedDict):
     local_rate: float
     burst: int
     max_concurrency: int
+    wait_order: Literal["fifo", "lifo"]
+    barging: bool
     global_rate: float
     slice_ms: int
     chunk: int
