@@ -5,6 +5,7 @@
 #      this library and the one before ordered waiting ($BASE_REV), alternately;
 #   2. lifo and fifo under 3 × overload (open-loop arrivals at 600/s);
 #   3. the uncontended fc_acquire + fc_release, old and new library;
+#   5. a reproducer: two permits freed together while two handles wait;
 #   4. Python: uvicorn with 2 workers, acquire_async, 32 connections, with
 #      this module and the old one (polling) alternately.
 # About 4 minutes once built (the first run also builds both libraries and
@@ -55,7 +56,7 @@ cmp -s "$fresh_header" include/flowctrl.h || {
 # loader differences between the two.
 compile() { # <lib dir> <include dir> <into>
     local prog
-    for prog in waitload fastpath; do
+    for prog in waitload fastpath passon; do
         ${CC:-cc} -std=c99 -O2 -Wall -Wextra -Werror -pthread -I"$2" \
             "benches/waiting/$prog.c" "$1/libflowctrl.a" -lpthread -ldl -lm -o "$3/$prog"
     done
@@ -113,6 +114,13 @@ for k in $(seq "$RUNS"); do
     done
 done
 
+# 5. The pass-on reproducer (benches/waiting/passon.c), old and new.
+passon_rounds=40
+for lib in old new; do
+    fresh_table
+    "$out/$lib/passon" "$table" "$passon_rounds" > "$results/passon-$lib.txt"
+done
+
 # 4. uvicorn. Served once both workers answer (each reports its pid).
 py_seconds=10
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -156,7 +164,7 @@ MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)" NPROC="$(nproc)" \
 LOAD_BEFORE="$load_before" LOAD_AFTER="$load_after" RUNS="$RUNS" FAST_RUNS="$FAST_RUNS" \
 NEW_REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo '+changes')" \
 OLD_REV="$(git rev-parse --short "$BASE_REV")" WARMUP_S="$WARMUP_S" \
-CLOSED_S="$closed_seconds" OPEN_S="$open_seconds" PY_S="$py_seconds" FAST_N="$fast_iterations" \
+CLOSED_S="$closed_seconds" OPEN_S="$open_seconds" PY_S="$py_seconds" FAST_N="$fast_iterations" PASSON_N="$passon_rounds" \
 "$VENV/bin/python" - "$results/meta.json" <<'PY'
 import datetime, json, os, sys
 e = os.environ
@@ -170,6 +178,7 @@ meta = {
     "closed": {"procs": 4, "threads": 8, "timeout_ms": 3000, "hold_ms": 20, "seconds": int(e["CLOSED_S"])},
     "open": {"procs": 4, "threads": 64, "timeout_ms": 300, "hold_ms": 20, "rate": 600, "seconds": int(e["OPEN_S"])},
     "fastpath": {"iterations": int(e["FAST_N"]), "runs": int(e["FAST_RUNS"])},
+    "passon": {"rounds": int(e["PASSON_N"])},
     "python": {"workers": 2, "connections": 32, "hold_ms": 20, "seconds": int(e["PY_S"])},
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=1)

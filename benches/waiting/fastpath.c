@@ -20,20 +20,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "flowctrl.h"
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "fastpath: %s: %s\n", what, fc_last_error());
-    exit(1);
-}
+#include "bench.h"
 
 /* ns per acquire+release over `iterations`, after a warm-up. */
 static void bench(fc_task *task, const char *name, long iterations)

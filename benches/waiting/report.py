@@ -54,6 +54,13 @@ def closed_stats(rows, seconds, clients):
     served = sum(1 for r in rows if r[3] and WARMUP <= r[0] + r[1] < end)
     hold = statistics.mean(r[2] for r in ok) / NS
     waits = [r[1] / NS for r in window]
+    # The cap is always in demand: the k-th grant follows the (k - cap)-th
+    # release. Their distance is what handing a permit over costs (the
+    # release is timed after fc_release returns: slightly negative when a
+    # release frees the permit to a waiter before returning).
+    grants = sorted(r[0] + r[1] for r in ok)
+    releases = sorted(r[0] + r[1] + r[2] for r in ok)
+    handover = [(g - r) / NS for g, r in zip(grants[CAP:], releases) if WARMUP <= g < end]
     return {
         "served": served / ((end - WARMUP) / 1e9),
         "ideal_rate": CAP / hold * 1e3,
@@ -65,6 +72,12 @@ def closed_stats(rows, seconds, clients):
         "ideal_wait": (clients - CAP) / CAP * hold,
         "timeouts": len(window) - len(ok),
         "requests": len(window),
+        "handover_p50": pct(handover, 50),
+        "handover_p99": pct(handover, 99),
+        # A 20 ms sleep that took 25 ms or more: the machine, not the
+        # limiter, delayed a holder.
+        "hold_p50": pct([r[2] / NS for r in ok], 50),
+        "hold_p99": pct([r[2] / NS for r in ok], 99),
     }
 
 
@@ -113,19 +126,47 @@ w = out.append
 
 def closed_table(per, label):
     """The medians of closed-loop runs, a row per variant."""
-    w(f"| {label} | served/s | ideal/s | hold ms | wait p50 | p90 | p99 | max | arrival-order ideal | timed out |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+    w(f"| {label} | served/s | ideal/s | hold ms | hold p99 | wait p50 | p90 | p99 | max "
+      "| arrival-order ideal | hand-over p50 | p99 | timed out |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for v in ("new", "old"):
         s = median_of(per[v])
-        w(f"| {v} | {f1(s['served'])} | {f1(s['ideal_rate'])} | {s['hold']:.2f} | {f0(s['p50'])} ms "
-          f"| {f0(s['p90'])} ms | {f0(s['p99'])} ms | {f0(s['max'])} ms | {f0(s['ideal_wait'])} ms "
+        w(f"| {v} | {f1(s['served'])} | {f1(s['ideal_rate'])} | {s['hold']:.2f} | {f1(s['hold_p99'])} "
+          f"| {f0(s['p50'])} ms | {f0(s['p90'])} ms | {f0(s['p99'])} ms | {f0(s['max'])} ms "
+          f"| {f0(s['ideal_wait'])} ms | {s['handover_p50']:.2f} ms | {f1(s['handover_p99'])} ms "
           f"| {f0(s['timeouts'])} |")
 
 
+# A run in which a holder's sleep overran its median by 5 ms or more at the
+# 99th percentile: the machine delayed our threads, whoever the limiter was.
+DISTURBED_MS = 5
+
+
+def budgets(stats, rows):
+    """Each budget on the median of every run, and of the undisturbed ones."""
+    calm = [s for s in stats if s["hold_p99"] < s["hold_p50"] + DISTURBED_MS]
+    w("")
+    w(f"| budget (new) | all {len(stats)} runs: measured | bound | | "
+      f"the {len(calm)} undisturbed (hold p99 < p50 + {DISTURBED_MS} ms): measured | bound | |")
+    w("|---|---|---|---|---|---|---|")
+    for name, judge, unit in rows:
+        cells = []
+        for group in (stats, calm):
+            if group:
+                got, bound, ok = judge(median_of(group))
+                cells += [f"{f1(got)}{unit}", f"{f1(bound)}{unit}", verdict(ok)]
+            else:
+                cells += ["–", "–", "–"]
+        w(f"| {name} | " + " | ".join(cells) + " |")
+    w("")
+
+
 def closed_runs(per):
+    w("Runs (served/s, wait p50 / p99 / max ms, hold p99 ms):")
+    w("")
     for v in ("new", "old"):
-        w(f"- {v}: " + "; ".join(f"{f1(r['served'])}, {f0(r['p50'])} / {f0(r['p99'])} / {f0(r['max'])}"
-                                 for r in per[v]))
+        w(f"- {v}: " + "; ".join(f"{f1(r['served'])}, {f0(r['p50'])} / {f0(r['p99'])} / {f0(r['max'])}, "
+                                 f"{f1(r['hold_p99'])}" for r in per[v]))
 
 
 m = META
@@ -156,19 +197,11 @@ w("")
 per = {v: [closed_stats(r, c["seconds"], c["procs"] * c["threads"]) for r in runs("closed", v)]
        for v in ("new", "old")}
 closed_table(per, "library")
-new = median_of(per["new"])
-w("")
-w("| budget (new) | measured | bound | |")
-w("|---|---|---|---|")
-w(f"| served ≥ 0.97 × ideal rate | {f1(new['served'])}/s | {f1(0.97 * new['ideal_rate'])}/s "
-  f"| {verdict(new['served'] >= 0.97 * new['ideal_rate'])} |")
-w(f"| wait p99 ≤ 1.3 × arrival-order ideal | {f0(new['p99'])} ms | {f0(1.3 * new['ideal_wait'])} ms "
-  f"| {verdict(new['p99'] <= 1.3 * new['ideal_wait'])} |")
-w(f"| wait max ≤ 2 × arrival-order ideal | {f0(new['max'])} ms | {f0(2 * new['ideal_wait'])} ms "
-  f"| {verdict(new['max'] <= 2 * new['ideal_wait'])} |")
-w("")
-w("Runs (served/s, p50 / p99 / max ms):")
-w("")
+budgets(per["new"], [
+    ("served ≥ 0.97 × ideal rate", lambda s: (s["served"], 0.97 * s["ideal_rate"], s["served"] >= 0.97 * s["ideal_rate"]), "/s"),
+    ("wait p99 ≤ 1.3 × arrival-order ideal", lambda s: (s["p99"], 1.3 * s["ideal_wait"], s["p99"] <= 1.3 * s["ideal_wait"]), " ms"),
+    ("wait max ≤ 2 × arrival-order ideal", lambda s: (s["max"], 2 * s["ideal_wait"], s["max"] <= 2 * s["ideal_wait"]), " ms"),
+])
 closed_runs(per)
 w("")
 
@@ -250,21 +283,32 @@ per_p = {v: [closed_stats(r, p["seconds"], p["connections"]) for r in runs("pyth
          for v in ("new", "old")}
 closed_table(per_p, "module")
 w("| old, as issue 18 measured it | 184 | 200 | – | 68 ms | – | 516 ms | – | ~160 ms | – |")
-s = median_of(per_p["new"])
-w("")
-w("| budget (new) | measured | bound | |")
-w("|---|---|---|---|")
-w(f"| served ≥ 0.95 × ideal rate | {f1(s['served'])}/s | {f1(0.95 * s['ideal_rate'])}/s "
-  f"| {verdict(s['served'] >= 0.95 * s['ideal_rate'])} |")
-w(f"| served ≥ 0.95 × 200/s (the nominal rate) | {f1(s['served'])}/s | 190.0/s "
-  f"| {verdict(s['served'] >= 190)} |")
-w(f"| wait p99 ≤ 1.3 × arrival-order ideal | {f0(s['p99'])} ms | {f0(1.3 * s['ideal_wait'])} ms "
-  f"| {verdict(s['p99'] <= 1.3 * s['ideal_wait'])} |")
-w("")
-w("Runs (served/s, p50 / p99 / max ms):")
-w("")
+budgets(per_p["new"], [
+    ("served ≥ 0.95 × ideal rate", lambda s: (s["served"], 0.95 * s["ideal_rate"], s["served"] >= 0.95 * s["ideal_rate"]), "/s"),
+    ("served ≥ 0.95 × 200/s (the nominal rate)", lambda s: (s["served"], 190.0, s["served"] >= 190), "/s"),
+    ("wait p99 ≤ 1.3 × arrival-order ideal", lambda s: (s["p99"], 1.3 * s["ideal_wait"], s["p99"] <= 1.3 * s["ideal_wait"]), " ms"),
+])
 closed_runs(per_p)
 w("")
+# 5. The pass-on reproducer.
+n = m["passon"]["rounds"]
+w("## 5. Two permits freed together, two handles waiting (a reproducer)")
+w("")
+w(f"`benches/waiting/passon.c`, {n} rounds: this process holds both permits of a task capped at 2; "
+  "process A starts waiting, 10 ms later process B (one waiter each, so B's ticket is the next); "
+  "both permits are released back to back at an offset that varies by round; A then holds its "
+  "permit 100 ms, so A's release cannot be what serves B. Time from the releases to each being served:")
+w("")
+w("| library | A (the head) median | max | B (the next) median | max |")
+w("|---|---|---|---|---|")
+for lib in ("new", "old"):
+    with open(os.path.join(RESULTS, f"passon-{lib}.txt")) as f:
+        pairs = [tuple(int(x) / NS for x in line.split()) for line in f if line.strip()]
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    w(f"| {lib} | {statistics.median(a):.2f} ms | {max(a):.2f} ms | {statistics.median(b):.2f} ms "
+      f"| {max(b):.2f} ms |")
+w("")
+
 # What was found reading the numbers, kept beside the programs: the
 # generated part above changes with every run, this only when rewritten.
 notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes.md")

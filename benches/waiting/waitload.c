@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "flowctrl.h"
+#include "bench.h"
 
 #define TASK_NAME "waitbench"
 #define CAP 4
@@ -58,26 +58,6 @@ static int64_t g_hold_ns, g_start, g_end;
 static int g_total_threads;
 static int64_t *g_arrivals; /* open: absolute times, the same in every process */
 static size_t g_arrival_count;
-
-static void die(const char *what)
-{
-    fprintf(stderr, "waitload: %s: %s\n", what, fc_last_error());
-    exit(1);
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void sleep_until(int64_t t)
-{
-    struct timespec ts = {(time_t)(t / 1000000000), (long)(t % 1000000000)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
 
 static void sleep_for(int64_t ns)
 {
@@ -137,11 +117,7 @@ static void *run(void *arg)
 
 static fc_task *open_task(const char *path, const char *order)
 {
-    fc_table *table;
-    fc_task *task;
     fc_task_config config;
-    if (fc_table_open(path, NULL, &table) != FC_OK)
-        die("fc_table_open");
     fc_task_config_init(&config, sizeof config);
     config.max_concurrency = CAP;
     if (strcmp(order, "lifo") == 0) {
@@ -155,10 +131,7 @@ static fc_task *open_task(const char *path, const char *order)
         fprintf(stderr, "waitload: order must be fifo or lifo, not %s\n", order);
         exit(2);
     }
-    if (fc_task_register(table, TASK_NAME, &config, &task) != FC_OK)
-        die("fc_task_register");
-    fc_table_close(table); /* the task keeps the attachment */
-    return task;
+    return open_task_with(path, TASK_NAME, &config);
 }
 
 static void child(int proc, int threads, const char *path, const char *order, const char *out)
