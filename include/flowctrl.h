@@ -644,6 +644,10 @@ struct fc_task_stats {
    * manager writes every slice's key ahead.
    */
   uint64_t keys_created;
+  /**
+   * Acquires waiting for a permit now, host-wide (`fc_acquire_wait`).
+   */
+  uint64_t waiting;
 };
 
 /**

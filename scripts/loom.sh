@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the loom model of the ledger protocol (src/limit/ledger.rs,
-# `mod loom_model`): every interleaving of the real update/settle/drain within
-# each model's preemption bound, on loom's atomics. About a minute on 2 cores
+# Runs the loom models (`mod loom_model`): the ledger protocol
+# (src/limit/ledger.rs: every interleaving of the real update/settle/drain
+# within each model's preemption bound) and the wait queue's flag and wake
+# protocol (src/task/wait/queue.rs), on loom's atomics. About a minute on 2 cores
 # once built. Arguments go to the test binary, e.g. `--ignored` runs the model
 # that shows the drain-order weakness; LOOM_MAX_PREEMPTIONS=n overrides every
 # model's bound (deeper bounds take far longer).

@@ -4,7 +4,7 @@
 # and the C/C++ programs compiled against include/flowctrl.h, linked shared
 # and static and once under ASan+UBSan; the install script, with CMake and
 # pkg-config programs built against what it installed); the loom model of
-# the concurrency ledger; the global-quota simulation's budgets at 1,000
+# the concurrency ledger and of the wait queue; the global-quota simulation's budgets at 1,000
 # hosts (sim/, built optimized); and the Python module's pytest suite with mypy's
 # stubtest and the manylinux check of the wheel for PyPI. The deployment
 # recipes run in both: C++ pre-fork and thread-pool servers in
@@ -17,17 +17,19 @@ echo "== style"
 cargo fmt --all -- --check
 (cd bindings/python && cargo fmt -- --check)
 cargo clippy -q --all-targets -- -D warnings
+cargo clippy -q --all-targets --features async -- -D warnings
 cargo clippy -q -p flowctrl --features sim --lib -- -D warnings
 cargo clippy -q -p flowctrl-sim --all-targets -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
 echo "== Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
 cargo test
+cargo test -q --features async --test waiting_async
 
 echo "== the global-quota simulation (1,000 hosts on the real pull script and host logic)"
 cargo test -q --release -p flowctrl-sim
 
-echo "== loom model of the concurrency ledger"
+echo "== loom models of the concurrency ledger and the wait queue"
 ./scripts/loom.sh
 
 echo "== Python"

@@ -69,12 +69,12 @@ pub use quota::{
     QuotaState, QuotaStats, Store, StoreOptions, StoredConfig,
 };
 pub use table::{Table, TableCheck, TableOptions};
+#[cfg(feature = "async")]
+pub use task::Acquire;
 pub use task::{
     Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,
     ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
-#[cfg(feature = "async")]
-pub use task::Acquire;
 pub use token::{Finish, Guard, Issuer};
 pub use view::{AttachedProcess, BalancerSnapshot, TaskSnapshot, View};
 pub use words::{Limited, NAME_MAX, Outcome, WaitOrder, validate_name};

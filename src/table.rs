@@ -272,12 +272,12 @@ impl Table {
         self.quota.check_spread(Some(settings.global.shards))?;
         let index = task::find_or_claim(&self.shm, name, settings)?;
         let task = Task::new(
-                self.shm.clone(),
-                self.quota.clone(),
-                self.waits.clone(),
-                index,
-                name,
-            );
+            self.shm.clone(),
+            self.quota.clone(),
+            self.waits.clone(),
+            index,
+            name,
+        );
         if let Some(fields) = file.tasks.get(name) {
             // Only the version the table applied is applied again: a
             // process that has not read a newer one must not undo it.

@@ -295,9 +295,9 @@ fn a_waiter_killed_while_waiting_leaves_nothing_behind() {
 /// A release wakes a waiting acquire of another process at once, through
 /// the futex on the task's wake word.
 ///
-/// What it proves: that `release` wakes the waiters (`wake_waiters` in
+/// What it proves: that `release` wakes the waiters (`wait::freed` in
 /// `Task::release_raw_rtt`). A waiter also wakes by itself after its
-/// longest sleep (`MAX_SLEEP`, 20 ms in `src/task/wait.rs`) and tries
+/// longest sleep (`MAX_SLEEP`, 20 ms in `src/task/wait/mod.rs`) and tries
 /// again, so a release that never woke anyone would still end every wait
 /// (which is why the other waiting tests pass without the wake): the
 /// permit would be seen a uniformly spread 0–20 ms after the release, a
@@ -310,7 +310,7 @@ fn a_waiter_killed_while_waiting_leaves_nothing_behind() {
 /// the median latency must be under 5 ms, a quarter of the polling
 /// interval: a woken waiter takes tens of µs, while a polling one would be
 /// under 5 ms in about 5 rounds of 20 only (by the even spread, not by
-/// chance). (Checked: with the `wake_waiters` call of `release_raw_rtt`
+/// chance). (Checked: with the `wait::freed` call of `release_raw_rtt`
 /// commented out this test fails with a median of ~10 ms.)
 #[test]
 fn a_release_wakes_a_waiting_acquire_of_another_process_at_once() {

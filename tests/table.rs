@@ -183,6 +183,7 @@ fn the_first_registration_wins_and_update_changes_it() {
                 local_rate: 50.0,
                 burst: 3,
                 max_concurrency: 7,
+                ..LocalSettings::default()
             },
             ..TaskSettings::default()
         }

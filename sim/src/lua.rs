@@ -19,6 +19,11 @@ pub struct LuaStore {
     pub model: Arc<Mutex<Model>>,
     /// Script calls: the store's round trips.
     pub evals: AtomicU64,
+    /// The replies by kind: the ask granted whole, in part, nothing with
+    /// quota left in the key (held back), nothing with the key used up.
+    pub kinds: [AtomicU64; 4],
+    /// What the last reply said was left in the key.
+    pub last_left: AtomicU64,
     /// `FLOWCTRL_SIM_TRACE=<host id>`: that host's pulls on stderr.
     trace: Option<String>,
 }
@@ -124,6 +129,8 @@ impl LuaStore {
             lua: Mutex::new((lua, function)),
             model,
             evals: AtomicU64::new(0),
+            kinds: Default::default(),
+            last_left: AtomicU64::new(0),
             trace: std::env::var("FLOWCTRL_SIM_TRACE").ok(),
         })
     }
@@ -173,9 +180,22 @@ impl flowctrl::sim::Script for LuaStore {
                         format!("the simulated store: {}", e.to_string_lossy()),
                     ));
                 }
-                t.sequence_values::<Value>()
+                let r: Vec<i64> = t
+                    .sequence_values::<Value>()
                     .map(|v| reply_int(&v.map_err(lua_error)?))
-                    .collect()
+                    .collect::<Result<_>>()?;
+                if r.len() > 1 && r[0] >= 0 {
+                    let want: i64 = args[1].parse().unwrap_or(0);
+                    let kind = match (r[0], r[1]) {
+                        (g, _) if g >= want => 0,
+                        (g, _) if g > 0 => 1,
+                        (_, l) if l > 0 => 2,
+                        _ => 3,
+                    };
+                    self.kinds[kind].fetch_add(1, Ordering::Relaxed);
+                    self.last_left.store(r[1].max(0) as u64, Ordering::Relaxed);
+                }
+                Ok(r)
             }
             other => Ok(vec![reply_int(&other)?]),
         }

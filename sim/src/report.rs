@@ -17,24 +17,23 @@ pub const STRANDED: f64 = 0.02;
 /// holds every other budget, and fails when one of these starts to hold,
 /// so the list is kept true.
 pub const KNOWN_MISSES: &[(&str, &str)] = &[
-    // 5–6 pulls per host per slice at 1,000 hosts of 500 k/s (0.011–0.013
-    // per admitted, 5 allowed): three by the chunk rule, the rest retries
-    // while the slice is shared out and a slice's first pull.
+    // 0.012 per admitted (uniform, skewed), 0.016 (churn), 0.011 (bursty):
+    // 6–8 pulls a host a slice of the 5 allowed. Of a uniform host's ~6:
+    // 3 grants, ~1.5 refusals while the release lags the demand (1.25x),
+    // and one finding the key used up at ~0.8 of the slice (the burst is
+    // released up front, the rest by then): a host has to ask to learn it.
+    // A host joining mid-slice measures its rate over the whole slice and
+    // ramps up in small chunks (churn's extra).
     ("uniform", "store ops"),
     ("skewed", "store ops"),
     ("churn", "store ops"),
-    ("zipf", "store ops"),
     ("bursty", "store ops"),
-    // Zipf: the biggest host (83 k of a 13 k fair share a slice) takes
-    // 37 k in the slice's first 100 ms, from its burst, then is refused to
-    // the end while 6 % of the quota stays in the key, held for what the
-    // others are owed and never take.
-    ("zipf", "admitted"),
-    ("zipf", "stranded"),
-    // Bursty (100 ms at 5× of every 500 ms): a chunk pulled late in a
-    // burst, sized for a third of a slice, waits out the host's 400 ms of
-    // silence, and strands when the slice ends in it; hosts bursting late
-    // in a slice are refused while the key still holds quota.
+    // Bursty (100 ms at 5x of every 500 ms): what a host holds when its
+    // burst ends is spent in its next burst or, if the slice ends first,
+    // stranded (12–15 %). A silent host makes no call that could give it back,
+    // and a chunk of c strands c/2 on average: with A admitted a host a
+    // slice, stranded ~ c/2A and ops ~ 1/c, so stranded x ops ~ 1/2A
+    // (0.001 at A = 500): 2 % stranded needs 0.05 ops per admitted.
     ("bursty", "admitted"),
     ("bursty", "stranded"),
 ];

@@ -173,6 +173,11 @@ pub fn run(s: &Scenario) -> Result<Run> {
             moves.sort_by_key(|m| m.0);
         }
         let ops_before = store.evals.load(Ordering::Relaxed);
+        let kinds_before: Vec<u64> = store
+            .kinds
+            .iter()
+            .map(|k| k.load(Ordering::Relaxed))
+            .collect();
         let mut tally = vec![Tally::default(); n];
         // Hosts that join or leave in the slice: not judged for their share
         // (a host there for a millisecond may have asked once).
@@ -228,10 +233,17 @@ pub fn run(s: &Scenario) -> Result<Run> {
         slice.smallest_share = smallest.1;
         if std::env::var_os("FLOWCTRL_SIM_PROGRESS").is_some() {
             eprintln!(
-                "{} slice {k}: admitted/quota {:.4}, {} store ops, stranded {} (the hosts' count so far {})",
+                "{} slice {k}: admitted/quota {:.4}, {} store ops (whole, part, held, used up: {:?}; left {}), stranded {} (the hosts' count so far {})",
                 s.name,
                 slice.admitted as f64 / quota as f64,
                 slice.ops,
+                store
+                    .kinds
+                    .iter()
+                    .zip(&kinds_before)
+                    .map(|(k, b)| k.load(Ordering::Relaxed) - b)
+                    .collect::<Vec<_>>(),
+                store.last_left.load(Ordering::Relaxed),
                 slice.stranded,
                 hosts.iter().map(|h| h.stats().stranded).sum::<u64>(),
             );

@@ -68,6 +68,7 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             host_conflicts: q.host_conflicts,
             config_conflicts: q.config_conflicts,
             keys_created: q.keys_created,
+            waiting: s.waiting,
         });
         Ok(fc_status::FC_OK)
     })

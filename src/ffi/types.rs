@@ -313,6 +313,8 @@ pub struct fc_task_stats {
     /// Slice keys this host's pulls created in the store: 0 while a
     /// manager writes every slice's key ahead.
     pub keys_created: u64,
+    /// Acquires waiting for a permit now, host-wide (`fc_acquire_wait`).
+    pub waiting: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -328,7 +330,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 80);
     assert!(size_of::<fc_task_config>() == 224);
-    assert!(size_of::<fc_task_stats>() == 256);
+    assert!(size_of::<fc_task_stats>() == 264);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -436,6 +438,7 @@ unsafe impl SizedStruct for fc_task_stats {
             host_conflicts: 0,
             config_conflicts: 0,
             keys_created: 0,
+            waiting: 0,
         }
     }
 }

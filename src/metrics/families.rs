@@ -184,6 +184,13 @@ pub(super) fn tasks(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         None,
         each(&|t| t.stats.in_flight),
     )?;
+    gauge(
+        e,
+        "flowctrl_acquires_waiting",
+        "Acquires waiting for a permit now, host-wide, in the task's queue.",
+        None,
+        each(&|t| t.stats.waiting),
+    )?;
     let limited_tasks = tasks.iter().filter(|t| t.stats.limit != 0);
     gauge(
         e,

@@ -132,7 +132,7 @@ impl Store {
                     "quota" => {
                         *quotas.entry(slice).or_default() += value.parse::<u64>().unwrap_or(0);
                     }
-                    "left" | "demand" => {}
+                    "left" | "demand" | "fair" => {}
                     host => match parse_record(host, slice, &value) {
                         // Carried from the slice before, never pulled in
                         // this one: not a sign of life.

@@ -23,6 +23,7 @@
 //! size and the transitions.
 
 mod census;
+mod chunk;
 mod config;
 mod connect;
 mod fair;

@@ -31,10 +31,10 @@ local function fields(rec)
   return f
 end
 local function is_host(field)
-  return field ~= 'left' and field ~= 'quota' and field ~= 'demand'
+  return field ~= 'left' and field ~= 'quota' and field ~= 'demand' and field ~= 'fair'
 end
-local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host)
-local left, quota, demands, rec = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4]
+local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host, 'fair')
+local left, quota, demands, rec, cache = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4], got[5]
 -- A key no host has pulled from: created here, or written ahead by a
 -- manager (`left` and `quota` only, its TTL set).
 local created = 0
@@ -64,7 +64,7 @@ if left == false or got[3] == false then
   end
   redis.call('HSET', key, 'left', left, 'quota', left, 'demand', sum, unpack(carried))
   if created == 1 then redis.call('PEXPIRE', key, ARGV[5]) end
-  quota, demands, rec = left, sum, redis.call('HGET', key, host)
+  quota, demands, rec, cache = left, sum, redis.call('HGET', key, host), false
 else
   left = tonumber(left)
   if left == nil or left ~= math.floor(left) then
@@ -112,29 +112,60 @@ local room = math.max(released - (quota - left), 0)
 -- slice; a host past what it is owed takes only what nobody else is owed.
 -- A host below the equal share is owed a quarter slice ahead (its next
 -- pull at its rate), so it is never refused while a bigger one is served.
+-- What the hosts are owed comes from a pass over their records (O(hosts)):
+-- past 64 hosts at most every tenth of a slice, kept in the field `fair` ("at,owed,growth,
+-- within,entitled": ms into the slice, what all were owed then, at what
+-- rate per slice the owed of those behind grew, what was granted within
+-- what was owed since, and the hosts' min(demand, share) summed); in
+-- between, that sum grown at that rate, less the grants within it. An
+-- estimate: it moves what a host past its due may take, never the slice's
+-- total. (An older script counts the field as a host with no demand.)
 local owed_cut, shared_out = false, false
 local hosts = redis.call('HLEN', key) - 3
+if cache then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
+local mine = 0
+local c = {}
+if cache then c = fields(cache) end
 if demands > quota and hosts > 1 then
   local share = quota / hosts
   shared_out = true
   local now = elapsed / slice_ms
   local ahead = math.min(1, now + 0.25)
-  local function owed(d, g)
-    local f = now
-    if d < share then f = ahead end
-    return math.max(math.floor(math.min(d, share) * f) - g, 0)
+  local function part(d)
+    if d < share then return d, ahead end
+    return share, now
   end
-  local mine = owed(demand, granted)
+  local function owed(d, g)
+    local e, f = part(d)
+    return math.max(math.floor(e * f) - g, 0)
+  end
+  mine = owed(demand, granted)
   if grant > mine then
-    local others, all = 0, redis.call('HGETALL', key)
-    for i = 1, #all, 2 do
-      if is_host(all[i]) and all[i] ~= host then
-        local f = fields(all[i + 1])
-        others = others + owed(f[6] or 0, f[3] or 0)
+    if hosts <= 64 or c[5] == nil or elapsed < c[1] or elapsed - c[1] >= slice_ms / 10 then
+      local e, f = part(demand)
+      c = {elapsed, mine, 0, 0, 0}
+      if f < 1 then
+        c[5] = e
+        if mine > 0 then c[3] = e end
+      end
+      local all = redis.call('HGETALL', key)
+      for i = 1, #all, 2 do
+        if is_host(all[i]) and all[i] ~= host then
+          local r = fields(all[i + 1])
+          local d, g = r[6] or 0, r[3] or 0
+          e, f = part(d)
+          local o = math.max(math.floor(e * f) - g, 0)
+          c[2] = c[2] + o
+          if f < 1 then
+            c[5] = c[5] + e
+            if o > 0 then c[3] = c[3] + e end
+          end
+        end
       end
     end
-    local free = math.max(mine, room - others)
+    local all_owed = c[2] + math.floor(c[3] * (elapsed - c[1]) / slice_ms) - c[4]
+    local free = math.max(mine, room - math.max(all_owed - mine, 0))
     if free < room then
       room, owed_cut = free, true
     end
@@ -171,8 +202,12 @@ end
 local own_numbers = 0
 if ARGV[13] ~= '1' then own_numbers = tonumber(ARGV[1]) or 0 end
 local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
+local fair = {}
+if shared_out and c[5] ~= nil then
+  fair = {'fair', string.format('%d,%d,%d,%d,%d', c[1], c[2], c[3], c[4] + math.min(grant, mine), c[5])}
+end
 redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
   string.format('%d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
     claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17), count(18),
-    own_numbers))
+    own_numbers), unpack(fair))
 return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created}

@@ -41,9 +41,6 @@ const LIMITED: u64 = 1;
 pub(super) const FAILED: u64 = 2;
 pub(super) const SINCE: u64 = (1 << 62) - 1;
 
-/// Chunks the adaptive rule aims for per slice at steady demand.
-const PULLS_PER_SLICE: u64 = 3;
-
 pub(super) fn failed(q: &QuotaSlot) -> bool {
     q.phase.load(Ordering::Acquire) >> 62 == FAILED
 }
@@ -149,54 +146,6 @@ impl Quota {
         let jitter = (now ^ (now >> 17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % (base / 5 * 2 + 1);
         let ns = base - base / 5 + jitter;
         now + ns * shm.clock.ticks_per_sec() / 1_000_000_000
-    }
-
-    /// The chunk to ask for (see the module doc of `quota`): the host's
-    /// recent admission rate times a third of a slice, but never past the
-    /// slice's end, at most 25 % of the slice's quota and its burst, at
-    /// least the floor below.
-    pub(super) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
-        if g.chunk != 0 {
-            return g.chunk.max(n) as u64;
-        }
-        let slice_us = g.slice_ms as u64 * 1000;
-        let now = self.store_now_us(q).max(0) as u64;
-        let slice = slice_of(now as i64, g.slice_ms);
-        let elapsed = now % slice_us;
-        let (granted, left) = (
-            tagged(q.slice_granted.load(Ordering::Relaxed), slice),
-            tagged(q.host.load(Ordering::Relaxed), slice),
-        );
-        let spent = granted.saturating_sub(left);
-        let rate_now = spent * 1_000_000 / elapsed.max(slice_us / 20);
-        // Saturating: the words come from a file anyone with write access
-        // may have scribbled on.
-        let prev = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
-        let rate_before = prev * 1000 / g.slice_ms as u64;
-        let horizon = (slice_us - elapsed).min(slice_us / PULLS_PER_SLICE);
-        let rate = rate_now.max(rate_before);
-        let want = rate.saturating_mul(horizon) / 1_000_000;
-        let quota = g.quota as u64;
-        // At least 1 % of the slice, so a slow host does not pull often. Past
-        // 100 hosts (see sim/) 1 % each let the first hundred take the slice
-        // and strand most of it: there, no more than a third of an equal
-        // share, nor than the host spends by the slice's end at its rate. A
-        // host with no history asks for one: until the store has answered
-        // it does not know how many others there are.
-        let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
-        let third = quota / hosts / PULLS_PER_SLICE;
-        let floor = match rate {
-            0 => 1,
-            _ if third < quota / 100 => {
-                third.min(rate.saturating_mul(slice_us - elapsed) / 1_000_000)
-            }
-            _ => quota / 100,
-        }
-        .max(1);
-        // No more than a slice releases at once: a bigger ask would wait.
-        want.clamp(floor, (quota / 4).max(floor))
-            .min(g.burst() as u64)
-            .max(n as u64)
     }
 
     /// One pull under the lock: asks the store for `want` permits of the
@@ -319,7 +268,12 @@ impl Quota {
                 ),
             };
             q.paced_until.store(paced, Ordering::Release);
-            q.low_water.store(want / 4, Ordering::Relaxed);
+            // The next chunk is pulled when a quarter of this one is left,
+            // unless what the host holds lasts it to the slice's end.
+            let pace = super::chunk::pace(self, q, g);
+            let covered = pace.last() && pace.held >= pace.to_end().max(1);
+            q.low_water
+                .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
             // Before the state leaves "failed": whether this pull ended it.
             events::recovered(
                 task,

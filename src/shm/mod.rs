@@ -22,8 +22,8 @@ use crate::format::*;
 use attach::Attachment;
 pub(crate) use attach::Owner;
 pub(crate) use file::random_u64;
-pub(crate) use fork::{ForkSafeLock, generation as fork_generation};
 use fork::TrackedFd;
+pub(crate) use fork::{ForkSafeLock, generation as fork_generation};
 pub(crate) use read_only::ReadOnly;
 pub(crate) use region::Region;
 

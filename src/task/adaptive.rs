@@ -17,9 +17,7 @@
 
 use std::sync::atomic::{Ordering, fence};
 
-use crate::format::{
-    Counter, LANES, TaskSlot, generation_of, make_limit, next_generation,
-};
+use crate::format::{Counter, LANES, TaskSlot, generation_of, make_limit, next_generation};
 use crate::limit::adaptive::{self, Spec, State, Window};
 use crate::limit::ledger::{self, MAX_COUNT};
 use crate::shm::{Owner, Shm};

@@ -11,8 +11,8 @@ use crate::limit::adaptive::{LimiterConfig, Spec as LimiterSpec};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::MAX_COUNT;
 use crate::quota::{self, GlobalConfig, GlobalSettings, GlobalSource};
-use crate::words::WaitOrder;
 use crate::shm::Shm;
+use crate::words::WaitOrder;
 
 /// The local fields asked for; `None` keeps the current value (or the
 /// default) and is not compared.
@@ -58,8 +58,15 @@ impl Default for LocalSettings {
 impl LocalSettings {
     /// The wait fields as the task slot's policy word.
     pub(crate) fn wait_policy(&self) -> u64 {
-        (if self.wait_order == WaitOrder::Lifo { format::WAIT_LIFO } else { 0 })
-            | if self.barging { format::WAIT_BARGING } else { 0 }
+        (if self.wait_order == WaitOrder::Lifo {
+            format::WAIT_LIFO
+        } else {
+            0
+        }) | if self.barging {
+            format::WAIT_BARGING
+        } else {
+            0
+        }
     }
 }
 
@@ -318,7 +325,10 @@ pub(crate) fn limiter(slot: &TaskSlot) -> (LimiterSpec, u64) {
 pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
     let limits = read(slot);
     let l = limits.local;
-    let policy = slot.adaptive.wait_policy.load(std::sync::atomic::Ordering::Relaxed);
+    let policy = slot
+        .adaptive
+        .wait_policy
+        .load(std::sync::atomic::Ordering::Relaxed);
     TaskSettings {
         local: LocalSettings {
             local_rate: l.rate,
@@ -353,9 +363,10 @@ pub(crate) fn own_settings(slot: &TaskSlot) -> TaskSettings {
 /// needs no copies.
 pub(crate) fn write(slot: &TaskSlot, limits: &Limits, settings: &TaskSettings) {
     let limiter = &settings.limiter;
-    slot.adaptive
-        .wait_policy
-        .store(settings.local.wait_policy(), std::sync::atomic::Ordering::Release);
+    slot.adaptive.wait_policy.store(
+        settings.local.wait_policy(),
+        std::sync::atomic::Ordering::Release,
+    );
     let (version, next) = format::next_copy(&slot.config_version);
     slot.config[next].store(&limits.local);
     slot.quota.config[next].store(limits.global.as_ref());

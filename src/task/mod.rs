@@ -18,12 +18,12 @@ pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
 pub(crate) use global::quota_stats;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-#[cfg(feature = "async")]
-pub use wait::Acquire;
-pub(crate) use wait::Room as WaitRoom;
 pub(crate) use register::{find_or_claim, ready};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 pub(crate) use stats::{by_process, consistency, read as read_stats};
+#[cfg(feature = "async")]
+pub use wait::Acquire;
+pub(crate) use wait::Room as WaitRoom;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{Counter, LANES, Lane, TaskSlot, limit_of};

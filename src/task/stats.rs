@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::adaptive;
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{Baseline, COUNTERS, Counter, LANES, Lane, load_acquire};
+use crate::format::{ATTACH_LIVE, Baseline, COUNTERS, Counter, LANES, Lane, load_acquire};
 use crate::limit::ledger;
 use crate::shm::Region;
 
@@ -40,6 +40,8 @@ pub struct TaskStats {
     pub baseline_rtt_ns: u64,
     /// The RTT of its last window with samples (ns; 0 = none).
     pub recent_rtt_ns: u64,
+    /// Acquires waiting for a permit now, host-wide (queued in its order).
+    pub waiting: u64,
 }
 
 /// One attachment's share of a task's counters since it attached.
@@ -236,6 +238,10 @@ pub(crate) fn read(region: &Region, index: u32) -> TaskStats {
         stats.baseline_rtt_ns = state.baseline_ns as u64;
         stats.recent_rtt_ns = state.recent_ns as u64;
     }
+    stats.waiting = (0..region.geometry.attach_capacity)
+        .filter(|&a| load_acquire(&region.attach_slot(a).state) & ATTACH_LIVE != 0)
+        .map(|a| load_acquire(&region.baseline(index, a).queue_len))
+        .sum();
     stats
 }
 

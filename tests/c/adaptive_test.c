@@ -180,6 +180,39 @@ int main(int argc, char **argv)
         fc_task_free(task);
     }
 
+    /* The wait policy: registered, read back, refused when out of range. */
+    {
+        fc_task_config config, got;
+        fc_task *task = NULL;
+        struct fc_task_stats stats;
+        fc_task_config_init(&config, sizeof config);
+        CHECK(config.wait_order == FC_UNSET && config.barging == FC_UNSET,
+              "the wait fields start unset");
+        config.max_concurrency = 2;
+        config.wait_order = FC_WAIT_LIFO;
+        config.barging = 1;
+        CHECK(fc_task_register(table, "ordered", &config, &task) == FC_OK, "register: %s",
+              fc_last_error());
+        fc_task_config_init(&got, sizeof got);
+        CHECK(fc_task_config_get(task, &got) == FC_OK && got.wait_order == FC_WAIT_LIFO &&
+                  got.barging == 1,
+              "read back: order %u, barging %u", got.wait_order, got.barging);
+        fc_task_stats_init(&stats, sizeof stats);
+        CHECK(fc_task_stats(task, &stats) == FC_OK && stats.waiting == 0, "nobody waits");
+        fc_task_free(task);
+        for (uint32_t bad = 2; bad < 4; bad++) {
+            fc_task *b = NULL;
+            fc_task_config_init(&config, sizeof config);
+            if (bad == 2)
+                config.wait_order = 7;
+            else
+                config.barging = 2;
+            CHECK(fc_task_register(table, "bad-order", &config, &b) == FC_ERR_INVALID_ARGUMENT &&
+                      b == NULL && strstr(fc_last_error(), bad == 2 ? "wait_order" : "barging"),
+                  "refused: %s", fc_last_error());
+        }
+    }
+
     fc_table_close(table);
     unlink(path);
     printf("%u checks passed\n", g_checks);

@@ -36,7 +36,10 @@ pub(crate) fn task_config(
             local_rate,
             burst,
             max_concurrency,
-            wait_order: wait_order.map(WaitOrder::parse).transpose().map_err(to_py)?,
+            wait_order: wait_order
+                .map(WaitOrder::parse)
+                .transpose()
+                .map_err(to_py)?,
             barging,
         },
         global: GlobalConfig {

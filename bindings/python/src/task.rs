@@ -242,6 +242,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
         ("limit", s.limit),
         ("baseline_rtt_ns", s.baseline_rtt_ns),
         ("recent_rtt_ns", s.recent_rtt_ns),
+        ("waiting", s.waiting),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

@@ -186,3 +186,89 @@ def test_four_processes_wait_fairly_under_one_limit(tmp_path):
     assert mean > 50, shares
     assert all(abs(s / mean - 1) <= 0.25 for s in shares), shares
     assert task.stats()["in_flight"] == 0
+
+
+def _until(done, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < end
+        time.sleep(0.001)
+
+
+def test_async_waiters_are_served_in_the_order_they_came(table):
+    task = table.task("svc", max_concurrency=1)
+    assert task.settings["wait_order"] == "fifo" and task.settings["barging"] is False
+    held = task.acquire()
+    order = []
+
+    async def waiter(i):
+        async with task.acquire_async(timeout=30):
+            order.append(i)
+            await asyncio.sleep(0.002)
+
+    async def main():
+        coros = []
+        for i in range(6):
+            coros.append(asyncio.ensure_future(waiter(i)))
+            while task.stats()["waiting"] != i + 1:
+                await asyncio.sleep(0.001)
+        held.release()
+        await asyncio.gather(*coros)
+
+    asyncio.run(main())
+    assert order == list(range(6))
+    assert task.stats()["in_flight"] == 0
+
+
+def test_lifo_serves_the_newest_waiter_first(table):
+    task = table.task("svc", max_concurrency=1, wait_order="lifo")
+    assert task.settings["wait_order"] == "lifo"
+    held = task.acquire()
+    order = []
+
+    def waiter(i):
+        with task.acquire(timeout=30):
+            order.append(i)
+            time.sleep(0.002)
+
+    threads = []
+    for i in range(5):
+        threads.append(threading.Thread(target=waiter, args=(i,)))
+        threads[-1].start()
+        _until(lambda: task.stats()["waiting"] == i + 1)
+    held.release()
+    for t in threads:
+        t.join()
+    assert order == [4, 3, 2, 1, 0]
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        table.task("other", wait_order="random")
+
+
+def test_a_cancelled_waiter_leaves_the_queue_and_never_keeps_a_permit(table):
+    task = table.task("svc", max_concurrency=1)
+    held = task.acquire()
+
+    async def main():
+        # Cancelled while it waits: it leaves the line.
+        waiting = asyncio.ensure_future(task.acquire_async(timeout=30).__aenter__())
+        while task.stats()["waiting"] != 1:
+            await asyncio.sleep(0.001)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert task.stats()["waiting"] == 0
+        # Handed the permit while the loop is busy, cancelled before it
+        # runs again: the permit goes back.
+        waiting = asyncio.ensure_future(task.acquire_async(timeout=30).__aenter__())
+        while task.stats()["waiting"] != 1:
+            await asyncio.sleep(0.001)
+        held.release()
+        _until(lambda: task.stats()["waiting"] == 0)  # blocks the loop: handed over
+        assert task.stats()["in_flight"] == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+    assert task.stats()["in_flight"] == 0
+    task.acquire().release()

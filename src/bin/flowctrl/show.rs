@@ -458,6 +458,7 @@ fn counters_json(s: &flowctrl::TaskStats) -> Value {
         "reclaimed": s.reclaimed,
         "in_flight": s.in_flight,
         "held": s.held,
+        "waiting": s.waiting,
         "rtt_sum_ns": s.rtt_sum_ns,
         "rtt_samples": s.rtt_samples,
     })

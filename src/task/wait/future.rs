@@ -56,7 +56,7 @@ impl Acquire {
             Limited::Global
         };
         let deadline = Instant::now() + timeout.unwrap_or_default();
-        let entry = task.enqueue(n, deadline, why)?;
+        let entry = task.enqueue(n, deadline, why, false)?;
         entry.set_waker(cx.waker());
         let answer = entry.take();
         if answer.is_none() {
@@ -72,7 +72,9 @@ impl Future for Acquire {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         if this.done {
-            return Poll::Ready(Err(Error::invalid("acquire_async polled after it completed")));
+            return Poll::Ready(Err(Error::invalid(
+                "acquire_async polled after it completed",
+            )));
         }
         let answer = match &this.entry {
             None => match this.start(cx) {

@@ -3,17 +3,16 @@
 //! A waiter that is refused takes a ticket and joins its handle's queue for
 //! the task ([`Room`], process memory); each handle publishes its best
 //! ticket in the table, and the best published ticket of a live handle is
-//! the head of the host's queue (`queue`). One waiter thread per handle
-//! takes permits for the handle's waiters while one of them is the head,
-//! in ticket order, and hands each its permit; a release wakes only the
-//! head's handle. Non-waiting acquires do not jump the queue unless the
-//! task allows `barging`.
+//! the head of the host's queue (`queue`). A handle's first waiter takes a
+//! permit when it heads the queue: a thread itself, a future through the
+//! handle's waiter thread (`helper`), which hands it over. A release wakes
+//! only the head's handle. Non-waiting acquires do not jump the queue
+//! unless the task allows `barging`.
 //!
-//! A waiter never holds a permit it has not been handed: the waiter thread
-//! takes it through the ordinary acquire (the handle's ledger counts it, so
-//! a kill at any instruction gives it back through the reaper), and a
-//! waiter that left meanwhile (its deadline, a dropped future) has it
-//! released by whoever finds it unclaimed.
+//! A permit taken for a waiter is taken through the ordinary acquire (the
+//! handle's ledger counts it, so a kill at any instruction gives it back
+//! through the reaper), and a future that left meanwhile (its deadline, a
+//! drop) has it released by whoever finds it unclaimed.
 
 #[cfg(feature = "async")]
 mod future;
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "async")]
 pub use future::Acquire;
+use helper::Turn;
 pub(crate) use queue::{clear_flag, freed, wake_head};
 pub(crate) use room::Room;
 use room::{Answer, Entry};
@@ -73,9 +73,11 @@ impl Task {
             return Ok(Err(why));
         };
         let deadline = Instant::now() + timeout;
-        let entry = self.enqueue(n, deadline, why)?;
+        let entry = self.enqueue(n, deadline, why, true)?;
+        let attach = self.attach_index()?;
+        let word = &self.shm.attach_slot(attach).wake;
         loop {
-            let seen = entry.word.load(Ordering::Acquire);
+            let mine = entry.word.load(Ordering::Acquire);
             if let Some(answer) = entry.take() {
                 return answer;
             }
@@ -83,14 +85,27 @@ impl Task {
             if left.is_zero() {
                 return self.leave(&entry).unwrap_or(Ok(Err(entry.last())));
             }
-            queue::sleep_private(&entry.word, seen, left);
+            if !self.waits.is_first(self.index, &entry) {
+                // Until it is this handle's first waiter (then woken).
+                queue::sleep_private(&entry.word, mine, left);
+                continue;
+            }
+            // Its own turn: woken by whoever may have freed a permit.
+            let seen = word.load(Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst); // as `helper::run`'s
+            match helper::take_turn(&self.waits, self, attach, &entry) {
+                Turn::Answered => {}
+                Turn::NotOurs => queue::sleep_shared(word, seen, left.min(MAX_SLEEP)),
+                Turn::Refused(after) => queue::sleep_shared(word, seen, left.min(after)),
+            }
         }
     }
 
-    /// Joins the queue, starting the handle's waiter thread if needed.
-    fn enqueue(&self, n: u32, deadline: Instant, why: Limited) -> Result<Arc<Entry>> {
+    /// Joins the queue (a `thread`, or a future), starting the handle's
+    /// waiter thread if a future needs it.
+    fn enqueue(&self, n: u32, deadline: Instant, why: Limited, thread: bool) -> Result<Arc<Entry>> {
         let attach = self.attach_index()?;
-        let (entry, moved) = self.waits.enqueue(self, attach, n, deadline, why);
+        let (entry, moved) = self.waits.enqueue(self, attach, n, deadline, why, thread);
         if moved.start_helper
             && let Err(e) = helper::start(self.waits.clone(), Arc::downgrade(&self.shm))
         {

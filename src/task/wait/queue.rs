@@ -17,8 +17,8 @@
 //!
 //! No lost wake: a waiter publishes its head and the flag, then fences, then
 //! its attachment tries; a release moves the count, fences, then reads the
-//! flag. One of the two sees the other (`wait_loom.rs` checks every
-//! interleaving). A dead attachment's head is cleared by the reaper (which
+//! flag. One of the two sees the other (the loom model in `queue_loom.rs`
+//! checks every interleaving). A dead attachment's head is cleared by the reaper (which
 //! then wakes the next head), and until then the scan skips attachments
 //! marked dead; sleeps are bounded, so a wake that went to a process killed
 //! a moment later costs the others at most one sleep.
@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::Duration;
 
 use crate::format::{ATTACH_LIVE, TaskSlot};
+use crate::limit::ledger::Word;
 use crate::shm::Shm;
 use crate::words::WaitOrder;
 
@@ -53,83 +54,164 @@ pub(crate) fn take_ticket(slot: &TaskSlot) -> u64 {
     slot.adaptive.tickets.fetch_add(1, Ordering::Relaxed) + 1
 }
 
+/// The words of one task's queue, as the protocol sees them: the real
+/// table's ([`InTable`]) or the loom model's.
+pub(crate) trait Words {
+    type W: Word;
+    /// The task's `queued` flag.
+    fn flag(&self) -> &Self::W;
+    /// How many attachments there are.
+    fn attachments(&self) -> u32;
+    /// Attachment `i`'s published head (0 = none).
+    fn head_of(&self, i: u32) -> &Self::W;
+    /// Whether attachment `i` is marked live.
+    fn live(&self, i: u32) -> bool;
+    /// Wakes attachment `i`'s waiter thread.
+    fn wake(&self, i: u32);
+    /// A sequentially consistent fence.
+    fn fence(&self);
+}
+
 /// The queue's head: (attachment, ticket) of the best published ticket of a
 /// live attachment.
-pub(crate) fn head(shm: &Shm, task: u32, order: WaitOrder) -> Option<(u32, u64)> {
+pub(crate) fn head_in<Q: Words>(q: &Q, order: WaitOrder) -> Option<(u32, u64)> {
     let mut best: Option<(u32, u64)> = None;
-    for attach in 0..shm.geometry.attach_capacity {
-        let ticket = shm
-            .baseline(task, attach)
-            .queue_head
-            .load(Ordering::SeqCst);
+    for attach in 0..q.attachments() {
+        let ticket = q.head_of(attach).load(Ordering::SeqCst);
         if ticket == 0 || best.is_some_and(|(_, b)| !before(order, ticket, b)) {
             continue;
         }
-        if shm.attach_slot(attach).state.load(Ordering::Acquire) & ATTACH_LIVE != 0 {
+        if q.live(attach) {
             best = Some((attach, ticket));
         }
     }
     best
 }
 
-/// Publishes `attach`'s best ticket for `task` (0 = none waits) and how
-/// many of its threads wait. Called by the attachment itself, in order.
-pub(crate) fn publish(shm: &Shm, task: u32, attach: u32, ticket: u64, waiting: usize) {
-    let base = shm.baseline(task, attach);
-    let was = base.queue_head.swap(ticket, Ordering::SeqCst);
-    base.queue_len.store(waiting as u64, Ordering::Relaxed);
-    let slot = shm.task_slot(task);
+/// Publishes `attach`'s best ticket (0 = none waits); the caller then tries
+/// for the head. Fenced on both sides of raising the flag: against a
+/// concurrent lowering (see [`lower_in`]), and against a release (see the
+/// module's doc).
+pub(crate) fn publish_in<Q: Words>(q: &Q, attach: u32, ticket: u64, order: WaitOrder) {
+    let mine = q.head_of(attach);
+    let was = mine.load(Ordering::Relaxed);
+    mine.store(ticket, Ordering::SeqCst);
     if ticket != 0 {
-        if slot.adaptive.queued.load(Ordering::Relaxed) == 0 {
-            slot.adaptive.queued.store(1, Ordering::SeqCst);
-        }
-        // Pairs with the fence of a release: see the module's doc.
-        fence(Ordering::SeqCst);
+        q.fence();
+        let _ = q
+            .flag()
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
+        q.fence();
     } else if was != 0 {
-        clear_flag(shm, task);
+        lower_in(q, order);
     }
 }
 
-/// Lowers the task's `queued` flag if no attachment publishes a head. A
-/// waiter publishing meanwhile raises it again: the second scan follows the
-/// lowering, so either it sees that waiter or that waiter's raise follows.
-pub(crate) fn clear_flag(shm: &Shm, task: u32) {
-    let flag = &shm.task_slot(task).adaptive.queued;
-    if any_published(shm, task) {
+/// Lowers the flag if no attachment publishes a head. A waiter publishing
+/// meanwhile is seen by the second scan, or sees the lowering and raises
+/// the flag itself (the fences order the two). A release may have found
+/// the flag down in between and woken nobody, so raising it back also
+/// wakes the head.
+pub(crate) fn lower_in<Q: Words>(q: &Q, order: WaitOrder) {
+    if any_published(q) {
         return;
     }
-    if flag
+    if q.flag()
         .compare_exchange(1, 0, Ordering::SeqCst, Ordering::Relaxed)
         .is_ok()
     {
-        fence(Ordering::SeqCst);
-        if any_published(shm, task) {
-            flag.store(1, Ordering::SeqCst);
+        q.fence();
+        if any_published(q) {
+            q.flag().store(1, Ordering::SeqCst);
+            wake_head_in(q, order);
         }
     }
 }
 
-fn any_published(shm: &Shm, task: u32) -> bool {
-    (0..shm.geometry.attach_capacity)
-        .any(|a| shm.baseline(task, a).queue_head.load(Ordering::SeqCst) != 0)
+fn any_published<Q: Words>(q: &Q) -> bool {
+    (0..q.attachments()).any(|a| q.head_of(a).load(Ordering::SeqCst) != 0)
+}
+
+/// After a permit may have been freed and a fence: wakes the head's
+/// attachment, if anyone waits.
+#[inline]
+pub(crate) fn freed_in<Q: Words>(q: &Q, order: impl FnOnce() -> WaitOrder) {
+    if q.flag().load(Ordering::Relaxed) != 0 {
+        wake_head_in(q, order());
+    }
+}
+
+/// Wakes the attachment at the head of the queue.
+#[cold]
+pub(crate) fn wake_head_in<Q: Words>(q: &Q, order: WaitOrder) {
+    if let Some((attach, _)) = head_in(q, order) {
+        q.wake(attach);
+    }
+}
+
+/// A task's queue in a mapped table.
+pub(crate) struct InTable<'a> {
+    pub shm: &'a Shm,
+    pub task: u32,
+}
+
+impl Words for InTable<'_> {
+    type W = std::sync::atomic::AtomicU64;
+    fn flag(&self) -> &Self::W {
+        &self.shm.task_slot(self.task).adaptive.queued
+    }
+    fn attachments(&self) -> u32 {
+        self.shm.geometry.attach_capacity
+    }
+    fn head_of(&self, i: u32) -> &Self::W {
+        &self.shm.baseline(self.task, i).queue_head
+    }
+    fn live(&self, i: u32) -> bool {
+        self.shm.attach_slot(i).state.load(Ordering::Acquire) & ATTACH_LIVE != 0
+    }
+    fn wake(&self, i: u32) {
+        wake_attachment(self.shm, i);
+    }
+    fn fence(&self) {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The queue's head in the table.
+pub(crate) fn head(shm: &Shm, task: u32, order: WaitOrder) -> Option<(u32, u64)> {
+    head_in(&InTable { shm, task }, order)
+}
+
+/// Publishes `attach`'s best ticket for `task` (0 = none waits) and how
+/// many of its threads wait. Called by the attachment itself, in order.
+pub(crate) fn publish(shm: &Shm, task: u32, attach: u32, ticket: u64, waiting: usize) {
+    shm.baseline(task, attach)
+        .queue_len
+        .store(waiting as u64, Ordering::Relaxed);
+    publish_in(
+        &InTable { shm, task },
+        attach,
+        ticket,
+        order(shm.task_slot(task)),
+    );
+}
+
+/// Lowers the task's `queued` flag if nobody publishes a head.
+pub(crate) fn clear_flag(shm: &Shm, task: u32) {
+    lower_in(&InTable { shm, task }, order(shm.task_slot(task)));
 }
 
 /// After a permit may have been freed (the caller fenced after freeing
 /// it): wakes the head's attachment, if anyone waits.
 #[inline]
 pub(crate) fn freed(shm: &Shm, task: u32) {
-    if shm.task_slot(task).adaptive.queued.load(Ordering::Relaxed) != 0 {
-        wake_head(shm, task);
-    }
+    freed_in(&InTable { shm, task }, || order(shm.task_slot(task)));
 }
 
 /// Wakes the attachment at the head of the task's queue.
 #[cold]
 pub(crate) fn wake_head(shm: &Shm, task: u32) {
-    let order = order(shm.task_slot(task));
-    if let Some((attach, _)) = head(shm, task, order) {
-        wake_attachment(shm, attach);
-    }
+    wake_head_in(&InTable { shm, task }, order(shm.task_slot(task)));
 }
 
 /// Bumps an attachment's wake word and wakes its waiter thread.
@@ -180,3 +262,7 @@ fn futex(word: &AtomicU32, op: i32, value: u32, timeout: Option<Duration>) {
         libc::syscall(libc::SYS_futex, word.as_ptr(), op, value, ts_ptr);
     }
 }
+
+#[cfg(loom)]
+#[path = "queue_loom.rs"]
+mod loom_model;

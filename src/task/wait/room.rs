@@ -27,6 +27,10 @@ pub(crate) struct Entry {
     pub ticket: u64,
     pub n: u32,
     pub deadline: Instant,
+    /// A waiting thread, which takes its own turn when it is its handle's
+    /// first waiter (one wake-up per hand-over); else a future, whose turn
+    /// the waiter thread takes.
+    pub thread: bool,
     /// Bumped when the answer is set: a waiting thread's futex (private).
     pub word: AtomicU32,
     state: parking_lot::Mutex<EntryState>,
@@ -61,13 +65,26 @@ impl Entry {
         self.state.lock().last
     }
 
-    /// Sets the answer and wakes whoever waits for it.
-    pub fn answer(&self, answer: Answer) {
-        let waker = {
-            let mut s = self.state.lock();
-            s.answer = Some(answer);
-            s.waker.take()
-        };
+    /// Sets the answer; the caller then calls [`Entry::notify`] (outside
+    /// the room's lock: a waker may run anything).
+    fn set(&self, answer: Answer) -> Option<Waker> {
+        let mut s = self.state.lock();
+        s.answer = Some(answer);
+        s.waker.take()
+    }
+
+    /// Tells a waiter that it became its handle's first: a thread starts
+    /// taking its turns; a future's are taken by the waiter thread.
+    fn your_turn(&self, shm: &Shm, attach: u32) {
+        if self.thread {
+            self.word.fetch_add(1, Ordering::Release);
+            queue::wake_private(&self.word);
+        } else {
+            queue::wake_attachment(shm, attach);
+        }
+    }
+
+    fn notify(&self, waker: Option<Waker>) {
         self.word.fetch_add(1, Ordering::Release);
         queue::wake_private(&self.word);
         if let Some(w) = waker {
@@ -151,6 +168,7 @@ impl Room {
         n: u32,
         deadline: Instant,
         last: Limited,
+        thread: bool,
     ) -> (Arc<Entry>, Moved) {
         let shm = &*task.shm;
         let slot = shm.task_slot(task.index);
@@ -159,6 +177,7 @@ impl Room {
                 ticket: queue::take_ticket(slot),
                 n,
                 deadline,
+                thread,
                 word: AtomicU32::new(0),
                 state: parking_lot::Mutex::new(EntryState {
                     answer: None,
@@ -172,8 +191,8 @@ impl Room {
             });
             q.entries.insert(entry.ticket, entry.clone());
             publish(shm, task.index, attach, q);
-            let start_helper = !inner.helper;
-            inner.helper = true;
+            let start_helper = !thread && !inner.helper;
+            inner.helper |= !thread;
             (
                 entry,
                 Moved {
@@ -188,27 +207,21 @@ impl Room {
     /// (and the head is woken if it was this handle's first waiter, since a
     /// wake may have been meant for it).
     pub fn leave(&self, shm: &Shm, task: u32, attach: u32, entry: &Entry) -> Option<Answer> {
-        let was_first = self.with(|inner| {
+        let left = self.with(|inner| {
             if let Some(answer) = entry.take() {
                 return Err(answer);
             }
-            let Some(q) = inner.queues.get_mut(&task) else {
-                return Ok(false);
-            };
-            let order = queue::order(shm.task_slot(task));
-            let first = q.best(order).is_some_and(|e| e.ticket == entry.ticket);
-            q.entries.remove(&entry.ticket);
-            publish(shm, task, attach, q);
-            if q.entries.is_empty() {
-                inner.queues.remove(&task);
-            }
-            Ok(first)
+            Ok(remove(inner, task, attach, entry.ticket))
         });
-        match was_first {
+        match left {
             Err(answer) => Some(answer),
-            Ok(first) => {
-                if first {
+            Ok((was_first, next)) => {
+                if was_first {
+                    // A wake may have been meant for it: pass it on.
                     queue::wake_head(shm, task);
+                }
+                if let Some(next) = next {
+                    next.your_turn(shm, attach);
                 }
                 None
             }
@@ -216,25 +229,29 @@ impl Room {
     }
 
     /// Gives `answer` to `entry` if it still waits; else hands the answer
-    /// back (its waiter left: a permit in it must be released).
+    /// back (its waiter left: a permit in it must be released). The answer
+    /// is set under the room's lock, so a waiter leaving at that moment
+    /// either finds it or is gone before it is given.
     pub fn grant(&self, task: u32, attach: u32, entry: &Entry, answer: Answer) -> Option<Answer> {
-        let kept = self.with(|inner| {
-            let Some(q) = inner.queues.get_mut(&task) else {
-                return false;
+        let given = self.with(|inner| {
+            let Some(q) = inner.queues.get(&task) else {
+                return Err(answer);
             };
-            if q.entries.remove(&entry.ticket).is_none() {
-                return false;
+            if !q.entries.contains_key(&entry.ticket) {
+                return Err(answer);
             }
-            publish(&q.task.shm, task, attach, q);
-            if q.entries.is_empty() {
-                inner.queues.remove(&task);
-            }
-            true
+            let shm = q.task.shm.clone();
+            let (_, next) = remove(inner, task, attach, entry.ticket);
+            Ok((entry.set(answer), next, shm))
         });
-        if !kept {
-            return Some(answer);
+        let (waker, next, shm) = match given {
+            Ok(given) => given,
+            Err(answer) => return Some(answer),
+        };
+        entry.notify(waker);
+        if let Some(next) = next {
+            next.your_turn(&shm, attach);
         }
-        entry.answer(answer);
         None
     }
 
@@ -246,27 +263,38 @@ impl Room {
         })
     }
 
-    /// Each task's first waiter on this handle, with the task.
-    pub fn firsts(&self) -> Vec<(Task, Arc<Entry>)> {
+    /// Whether `entry` is the task's first waiter on this handle.
+    pub fn is_first(&self, task: u32, entry: &Entry) -> bool {
+        self.first(task).is_some_and(|e| e.ticket == entry.ticket)
+    }
+
+    /// The tasks whose first waiter on this handle is a future (the waiter
+    /// thread takes their turns; a thread takes its own).
+    pub fn futures_first(&self) -> Vec<Task> {
         self.with(|inner| {
             inner
                 .queues
                 .values()
-                .filter_map(|q| {
+                .filter(|q| {
                     let order = queue::order(q.task.shm.task_slot(q.task.index));
-                    Some((q.task.clone(), q.best(order)?.clone()))
+                    q.best(order).is_some_and(|e| !e.thread)
                 })
+                .map(|q| q.task.clone())
                 .collect()
         })
     }
 
-    /// Waiters whose deadline passed by `now`, taken out of their queues
-    /// (each told the limit that refused it last), and the next deadline.
-    pub fn expire(&self, attach: u32, now: Instant) -> (Vec<Arc<Entry>>, Option<Instant>) {
-        self.with(|inner| {
+    /// Tells the waiters whose deadline passed by `now` that time ran out
+    /// (with the limit that refused them last) and takes them out of their
+    /// queues; returns the next deadline.
+    pub fn expire(&self, attach: u32, now: Instant) -> Option<Instant> {
+        let (expired, next, firsts) = self.with(|inner| {
             let mut expired = Vec::new();
             let mut next: Option<Instant> = None;
+            let mut firsts = Vec::new();
             for (&task, q) in inner.queues.iter_mut() {
+                let order = queue::order(q.task.shm.task_slot(task));
+                let first = q.best(order).map(|e| e.ticket);
                 let before = expired.len();
                 q.entries.retain(|_, e| {
                     if e.deadline <= now {
@@ -279,18 +307,39 @@ impl Room {
                 });
                 if expired.len() != before {
                     publish(&q.task.shm, task, attach, q);
+                    if let Some(e) = q.best(order).filter(|e| Some(e.ticket) != first) {
+                        firsts.push((e.clone(), q.task.shm.clone()));
+                    }
                 }
             }
             inner.queues.retain(|_, q| !q.entries.is_empty());
-            (expired, next)
-        })
+            let expired: Vec<_> = expired
+                .into_iter()
+                .map(|e| {
+                    let waker = e.set(Ok(Err(e.last())));
+                    (e, waker)
+                })
+                .collect();
+            (expired, next, firsts)
+        });
+        for (entry, waker) in expired {
+            entry.notify(waker);
+        }
+        for (entry, shm) in firsts {
+            entry.your_turn(&shm, attach);
+        }
+        next
     }
 
-    /// Called by the waiter thread when it finds nobody waiting: it stops
-    /// (true) unless a waiter came meanwhile.
+    /// Called by the waiter thread before each round: it stops (true) when
+    /// no future waits, unless one came meanwhile.
     pub fn retire(&self, generation: u64) -> bool {
         self.with(|inner| {
-            if inner.generation != generation || inner.queues.is_empty() {
+            let futures = inner
+                .queues
+                .values()
+                .any(|q| q.entries.values().any(|e| !e.thread));
+            if inner.generation != generation || !futures {
                 inner.helper = false;
                 true
             } else {
@@ -302,7 +351,7 @@ impl Room {
     /// Tells every waiter of this generation to give up (the waiter thread
     /// could not run): each gets `error`.
     pub fn fail_all(&self, attach: u32, error: impl Fn() -> crate::error::Error) {
-        let entries: Vec<Arc<Entry>> = self.with(|inner| {
+        let entries: Vec<_> = self.with(|inner| {
             inner.helper = false;
             let queues = std::mem::take(&mut inner.queues);
             queues
@@ -311,12 +360,35 @@ impl Room {
                     queue::publish(&q.task.shm, task, attach, 0, 0);
                     q.entries.into_values()
                 })
+                .map(|e| {
+                    let waker = e.set(Err(error()));
+                    (e, waker)
+                })
                 .collect()
         });
-        for e in entries {
-            e.answer(Err(error()));
+        for (entry, waker) in entries {
+            entry.notify(waker);
         }
     }
+}
+
+/// Takes ticket `ticket` out of the task's queue and publishes the new head.
+/// Returns whether it was the first waiter, and then the new first.
+fn remove(inner: &mut Inner, task: u32, attach: u32, ticket: u64) -> (bool, Option<Arc<Entry>>) {
+    let Some(q) = inner.queues.get_mut(&task) else {
+        return (false, None);
+    };
+    let order = queue::order(q.task.shm.task_slot(task));
+    let was_first = q.best(order).is_some_and(|e| e.ticket == ticket);
+    if q.entries.remove(&ticket).is_none() {
+        return (false, None);
+    }
+    publish(&q.task.shm, task, attach, q);
+    let next = q.best(order).cloned().filter(|_| was_first);
+    if q.entries.is_empty() {
+        inner.queues.remove(&task);
+    }
+    (was_first, next)
 }
 
 /// Publishes the queue's best ticket as this handle's head.

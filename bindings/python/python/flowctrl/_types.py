@@ -25,6 +25,7 @@ class Counters(TypedDict):
     limit: int
     baseline_rtt_ns: int
     recent_rtt_ns: int
+    waiting: int
 
 
 class Stats(Counters):
