@@ -71,6 +71,7 @@ int main(int argc, char **argv)
         if (pipe(fa) || pipe(fb))
             return 1;
         int64_t t0 = now_ns() + 50000000;
+        fflush(stdout); /* else each child would print the parent's lines again */
         if (fork() == 0)
             waiter(argv[1], t0, fa[1]);
         if (fork() == 0)
