@@ -1,29 +1,31 @@
 //! flowctrl's own limiter: the limit where the RTT is `tolerance ×` the
-//! no-load RTT (see `docs/auto.md` for the measurements behind it).
+//! no-load RTT `R0` (see `docs/auto.md` for why and the measurements).
 //!
-//! It measures two things, the window's RTT and the no-load RTT `R0`, and
-//! relies on Little's law: while the limit `L` bounds the traffic, `L`
-//! permits are in flight, so the throughput is `X = L / rtt` and the pipe
-//! (permits the service and the caller's own time hold without a queue)
-//! is `X × R0`. Aiming at `rtt = tolerance × R0` puts `(tolerance − 1) ×
-//! X × R0` permits in a queue: enough to keep every slot busy while
-//! permits spend time outside the server (the caller's own work, jitter),
-//! and a queue delay of at most `(tolerance − 1) × R0` on average.
+//! Little's law: while the limit `L` bounds the traffic, the throughput
+//! `X` (the window's releases per second, at most `L / rtt`) times `R0` is
+//! the *pipe*: the permits the service and the caller's own time hold
+//! without a queue, which is more than the slot count when callers hold
+//! permits outside the server. Aiming at `rtt = tolerance × R0`, i.e.
+//! `L = tolerance × X × R0`, keeps `(tolerance − 1)` pipes queued: every
+//! slot stays busy through the jitter of the callers' time outside, at a
+//! mean queue delay of `(tolerance − 1) × R0`.
 //!
-//! - **Hold**: once per RTT, `L ← L × target/rtt` when the RTT is below
-//!   the target (at least one permit more: growth off the floor), and
-//!   `L × √(target/rtt)` when above (half the gain: what a window sees was
-//!   admitted under the previous limit, and full gain would oscillate).
-//! - **Drain** (`R0`): every `probe_interval`, or at once (at most once per
-//!   four RTTs) when the RTT passes 1.5 × the target, lower `L` to 0.8
-//!   × the pipe for one settling and one measuring window. Below the pipe
-//!   no queue stands, so the measured RTT *is* `R0`: it replaces the old
-//!   one, higher or lower (a baseline cannot get stuck), and `L` goes to
-//!   `X × tolerance × R0` with the throughput `X` seen before the drain
-//!   (after a capacity change, at once the right limit). If the RTT fell
-//!   in proportion to the limit, every permit was still queued (`R0` was
-//!   stale high, e.g. a start far above the capacity): drain again.
-//! - Between drains a window RTT below `R0` lowers it at once.
+//! - **Hold**: once per RTT, if the RTT is more than 10 % off the target
+//!   (or `(tolerance − 1) / 2`, if less), `L ← X × target` (at least one
+//!   permit). Until the first window with a queue (RTT 5 % over `R0`)
+//!   after the start or a drain: twice the permits in use (slow start).
+//!   The window after a change is skipped: it was admitted under the old
+//!   limit (acting on it would oscillate). Growth needs a refusal.
+//! - **Drain** (measures `R0`): every `probe_interval`, or at once (at most
+//!   once per four RTTs) when the RTT passes 1.5 × the target or falls 10 %
+//!   below `R0`: lower `L` to 0.8 × the pipe (not below `L/2`) for one
+//!   settling and one measuring window. Below the pipe no queue stands, so
+//!   the measured RTT *is* `R0`: it replaces the old one, higher or lower
+//!   (a baseline cannot get stuck), and `L` goes to `X × tolerance × R0`
+//!   with the `X` seen before the drain (after a capacity change, the
+//!   right limit in one step). If the RTT fell in proportion to the limit,
+//!   every permit was still queued (`R0` was stale high): drain again. If
+//!   it rose, the capacity fell meanwhile: measure again at this limit.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
 //! Defaults: initial 4, min 1, max 1000, `probe_interval` 3000 ms,
@@ -47,6 +49,10 @@ const MAX_WINDOW_NS: u64 = 10_000_000_000;
 const DRAIN_TO: f64 = 0.8;
 /// RTT over the target that starts a drain at once.
 const EXCESS: f64 = 1.5;
+/// Within this of the target (or half the tolerance's excess, if less)
+/// the limit stays: a window's RTT is a mean of a few dozen samples, and
+/// chasing its noise is a queue that comes and goes.
+const BAND: f64 = 0.1;
 /// A drain whose RTT fell to within this of the limit's fall found the
 /// permits still queued.
 const QUEUED: f64 = 1.1;
@@ -56,11 +62,17 @@ const PHASE: usize = 0;
 const REF_LIMIT: usize = 1;
 const REF_RTT: usize = 2;
 const LAST_DRAIN: usize = 3;
+/// 1 once a window saw a queue (the end of slow start).
+const FOUND: usize = 4;
+/// The throughput (per ns) of the window before a drain.
+const REF_X: usize = 5;
 
 // Phases.
 const HOLD: f64 = 0.0;
 const SETTLE: f64 = 1.0;
 const MEASURE: f64 = 2.0;
+/// The window after a change: its RTTs were admitted under the old limit.
+const RESUME: f64 = 3.0;
 
 pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     let (probe_ms, tolerance, backoff) = (spec.param(0), spec.param(1), spec.param(2));
@@ -73,6 +85,7 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     // One RTT (f64 → u64 casts saturate: a damaged table cannot overflow).
     let one_rtt = window.max(rtt as u64).min(MAX_WINDOW_NS);
     let l = s.limit;
+    let x = throughput(w, l);
     let phase = s.aux[PHASE];
     if w.dropped > 0 {
         s.limit = spec.clamp((l * backoff).min(l - 1.0).floor());
@@ -93,63 +106,123 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         return one_rtt;
     }
     if phase == MEASURE {
-        return measured(spec, s, now_ms, rtt, tolerance, one_rtt);
+        return measured(spec, s, (now_ms, rtt, x), tolerance, one_rtt);
     }
     s.aux[PHASE] = HOLD;
-    if !positive(s.baseline_ns) || rtt < s.baseline_ns {
+    if !positive(s.baseline_ns) {
+        // The first window: its RTT is the baseline until the first drain.
         s.baseline_ns = rtt;
+        s.aux[LAST_DRAIN] = now_ms;
     }
-    let target = tolerance * s.baseline_ns;
-    let since = now_ms - s.aux[LAST_DRAIN];
-    let due = !(0.0..probe_ms).contains(&since);
-    let excess = rtt > EXCESS * target;
-    // At most one drain per four RTTs for an excess (it costs two).
-    if due || (excess && since >= (4.0 * rtt / 1e6).min(probe_ms / 4.0)) {
-        drain(spec, s, l, rtt);
+    if phase == RESUME {
         return one_rtt;
     }
-    if excess {
-        // A queue or a slower service: the next drain tells which.
+    let target = tolerance * s.baseline_ns;
+    let band = BAND.min((tolerance - 1.0) / 2.0);
+    let since = now_ms - s.aux[LAST_DRAIN];
+    let due = !(0.0..probe_ms).contains(&since);
+    // A queue, a slower service, or a faster one: a drain tells which.
+    let off = rtt > EXCESS * target || rtt < (1.0 - band) * s.baseline_ns;
+    // At most one drain per four RTTs for that (it costs two).
+    if due || (off && since >= (4.0 * rtt / 1e6).min(probe_ms / 4.0)) {
+        drain(spec, s, l, rtt, x);
+        return one_rtt;
+    }
+    if off {
         return one_rtt;
     }
     let ratio = target / rtt;
-    s.limit = spec.clamp(if ratio >= 1.0 {
-        (l * ratio).round().max(l + 1.0)
+    // Growth needs the limit to have refused someone (or to be full): a
+    // demand that half-fills it says nothing about the permits above.
+    let full = w.rejected > 0 || w.in_flight as f64 >= l;
+    if (ratio - 1.0).abs() <= band || (ratio > 1.0 && !full) {
+        return one_rtt;
+    }
+    if rtt > (1.0 + band / 2.0) * s.baseline_ns {
+        s.aux[FOUND] = 1.0;
+    }
+    let next = if s.aux[FOUND] != 1.0 {
+        // Before the first queue the pipe is further up: double what was
+        // in use (Little's law: `x × rtt`, not the limit, which the demand
+        // may not have filled yet), as TCP's slow start does. Only then:
+        // later, a lull in the demand looks the same.
+        (2.0 * x * rtt).round().max(l + 1.0)
+    } else if ratio > 1.0 {
+        (x * target).round().max(l + 1.0)
     } else {
-        (l * ratio.max(0.25).sqrt()).floor()
-    });
+        (x * target).max(l / 4.0).floor().min(l - 1.0)
+    };
+    s.limit = spec.clamp(next);
+    if s.limit != l {
+        // What the next window sees was admitted under the old limit.
+        s.aux[PHASE] = RESUME;
+    }
     one_rtt
 }
 
-/// The end of a drain's measuring window, whose RTT was `rtt`.
-fn measured(spec: &Spec, s: &mut State, now_ms: f64, rtt: f64, tol: f64, one_rtt: u64) -> u64 {
-    let (ref_limit, ref_rtt) = (s.aux[REF_LIMIT], s.aux[REF_RTT]);
+/// The end of a drain's measuring window, whose RTT and throughput were
+/// `rtt` and `x`.
+fn measured(
+    spec: &Spec,
+    s: &mut State,
+    (now_ms, rtt, x): (f64, f64, f64),
+    tol: f64,
+    one_rtt: u64,
+) -> u64 {
+    let (ref_limit, ref_rtt, ref_x) = (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]);
     let l = s.limit;
     s.aux[LAST_DRAIN] = now_ms;
     s.aux[PHASE] = HOLD;
-    if !(positive(ref_limit) && positive(ref_rtt)) {
+    if !(positive(ref_limit) && positive(ref_rtt) && positive(ref_x)) {
         // A damaged table: start over from the RTT at this limit.
         s.baseline_ns = rtt;
         return one_rtt;
     }
-    if rtt <= QUEUED * ref_rtt * l / ref_limit && l < ref_limit && l > spec.min as f64 {
+    let queued = rtt <= QUEUED * ref_rtt * l / ref_limit && l < ref_limit;
+    if queued && l > spec.min as f64 {
         s.baseline_ns = rtt;
-        drain(spec, s, l, rtt);
+        drain(spec, s, l, rtt, x);
         return one_rtt;
     }
+    if rtt > (1.0 + BAND) * ref_rtt {
+        // The capacity fell during the drain: what was seen before it is
+        // stale. Measure again at this limit, against this window.
+        (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]) = (l, rtt, x);
+        s.aux[PHASE] = MEASURE;
+        return one_rtt;
+    }
+    // Slow start again: after a capacity change the limit may be far below
+    // the new pipe (the first window with a queue ends it at once).
+    s.aux[FOUND] = 0.0;
+    s.aux[PHASE] = RESUME;
     s.baseline_ns = rtt.min(ref_rtt);
-    let throughput = ref_limit / ref_rtt;
-    s.limit = spec.clamp((throughput * tol * s.baseline_ns).round());
+    s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round());
     one_rtt
 }
 
-/// Lowers the limit below the pipe `l × R0 / rtt` to measure `R0`.
-fn drain(spec: &Spec, s: &mut State, l: f64, rtt: f64) {
+/// The window's throughput (per ns): the releases counted, and at most
+/// what Little's law allows `l` permits (a short or damaged window).
+fn throughput(w: &Window, l: f64) -> f64 {
+    let counted = w.samples as f64 / w.elapsed_ns as f64;
+    let bound = l / w.rtt_ns;
+    if counted.is_finite() {
+        counted.min(bound)
+    } else {
+        bound
+    }
+}
+
+/// Lowers the limit below the pipe `x × R0` to measure `R0`.
+fn drain(spec: &Spec, s: &mut State, l: f64, rtt: f64, x: f64) {
     s.aux[PHASE] = SETTLE;
     s.aux[REF_LIMIT] = l;
     s.aux[REF_RTT] = rtt;
-    let pipe = l * s.baseline_ns / rtt;
-    s.limit = spec.clamp((DRAIN_TO * pipe).floor().min(l - 1.0));
+    s.aux[REF_X] = x;
+    let pipe = x * s.baseline_ns;
+    // Never below half the limit in one step: a throughput or baseline
+    // misread must not empty the pipe (a drain still queued chains on).
+    let to = (DRAIN_TO * pipe).max(l / 2.0);
+    s.limit = spec.clamp(to.floor().min(l - 1.0));
 }
 
 #[cfg(test)]
