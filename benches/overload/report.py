@@ -189,6 +189,6 @@ def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, 
         lines += [f"- {'met' if ok else '**missed**'}: {what}: {value}" for what, value, ok in cs]
         lines += ["", f"![{sc.name}]({png})", ""]
     head = ["## The goal, per scenario", "", "| scenario | checks met | missed |", "|---|---|---|"]
-    at = lines.index("") + 4
+    at = next(i for i, line in enumerate(lines) if line.startswith("Run ")) + 2
     lines[at:at] = head + summary_rows + [""]
     (HERE.parent / "OVERLOAD.md").write_text("\n".join(lines) + "\n")

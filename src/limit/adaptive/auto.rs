@@ -28,13 +28,13 @@
 //!   it rose, the capacity fell meanwhile: measure again at this limit.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
-//! Defaults: initial 4, min 1, max 1000, `probe_interval` 3000 ms,
+//! Defaults: initial 4, min 1, max 1000, `probe_interval` 5000 ms,
 //! `tolerance` 1.25, `backoff` 0.9.
 
 use super::{Spec, State, Window, positive};
 
 pub const PARAMS: &[(&str, f64)] = &[
-    ("probe_interval", 3000.0),
+    ("probe_interval", 5000.0),
     ("tolerance", 1.25),
     ("backoff", 0.9),
 ];
@@ -196,7 +196,10 @@ fn measured(
     s.aux[FOUND] = 0.0;
     s.aux[PHASE] = RESUME;
     s.baseline_ns = rtt.min(ref_rtt);
-    s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round());
+    // Not below the drained limit: a throughput caught in a transient (a
+    // capacity change, fewer releases) would empty the pipe; a limit
+    // still above it is what the hold law and its drains come down from.
+    s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round().max(l));
     one_rtt
 }
 

@@ -117,13 +117,13 @@ fn a_window_the_demand_bounded_abandons_a_drain() {
     let mut s = initial(&spec);
     s.baseline_ns = 50e6;
     s.aux[LAST_DRAIN] = 100_000.0;
-    update(&spec, &mut s, &overloaded(104_000, 20.0, 16.0, 50.0));
+    update(&spec, &mut s, &overloaded(106_000, 20.0, 16.0, 50.0));
     assert_eq!(s.aux[PHASE], SETTLE, "a drain was due");
     assert!(s.limit < 20.0);
     let idle = Window {
         rejected: 0,
         in_flight: 1,
-        ..overloaded(104_100, s.limit, 16.0, 50.0)
+        ..overloaded(106_100, s.limit, 16.0, 50.0)
     };
     update(&spec, &mut s, &idle);
     assert_eq!((s.aux[PHASE], s.limit), (HOLD, 20.0));
@@ -137,15 +137,15 @@ fn a_capacity_fall_during_a_drain_is_measured_again_not_chased_down() {
     s.aux[LAST_DRAIN] = 100_000.0;
     s.aux[FOUND] = 1.0;
     // Due: drain from 12 (8 slots × 50 ms: pipe 8, to 0.8 × 8 = 6).
-    update(&spec, &mut s, &overloaded(104_000, 12.0, 8.0, 50.0));
+    update(&spec, &mut s, &overloaded(106_000, 12.0, 8.0, 50.0));
     assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 6.0));
-    update(&spec, &mut s, &overloaded(104_100, 6.0, 8.0, 50.0));
+    update(&spec, &mut s, &overloaded(106_100, 6.0, 8.0, 50.0));
     // The service slows to 200 ms meanwhile: the RTT rose, not fell.
-    update(&spec, &mut s, &overloaded(104_200, 6.0, 8.0, 200.0));
+    update(&spec, &mut s, &overloaded(106_200, 6.0, 8.0, 200.0));
     assert_eq!((s.aux[PHASE], s.limit), (MEASURE, 6.0), "measured again");
     // Steady now: 200 ms is the no-load RTT, and the limit grows again.
-    update(&spec, &mut s, &overloaded(104_400, 6.0, 8.0, 200.0));
+    update(&spec, &mut s, &overloaded(106_400, 6.0, 8.0, 200.0));
     within("baseline", s.baseline_ns, 199e6, 201e6);
-    let (_, mean) = run(&spec, s, 4_500, 6_000, 8.0, 200.0);
+    let (_, mean) = run(&spec, s, 6_500, 6_000, 8.0, 200.0);
     within("mean limit", mean, 9.0, 11.0);
 }
