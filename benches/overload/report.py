@@ -189,6 +189,11 @@ def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, 
         lines += [f"- {'met' if ok else '**missed**'}: {what}: {value}" for what, value, ok in cs]
         lines += ["", f"![{sc.name}]({png})", ""]
     head = ["## The goal, per scenario", "", "| scenario | checks met | missed |", "|---|---|---|"]
+    # The reasons for the misses and what would close them: written by hand
+    # after a run (they are read off the plots and the raw results).
+    analysis = HERE / "analysis.md"
+    if analysis.exists():
+        summary_rows += ["", analysis.read_text().strip()]
     at = next(i for i, line in enumerate(lines) if line.startswith("Run ")) + 2
     lines[at:at] = head + summary_rows + [""]
     (HERE.parent / "OVERLOAD.md").write_text("\n".join(lines) + "\n")

@@ -12,8 +12,8 @@
 //!
 //! - **Hold**: once per RTT, if the RTT is more than 10 % off the target
 //!   (or `(tolerance − 1) / 2`, if less), `L ← X × target` (at least one
-//!   permit). Until the first window with a queue (RTT 5 % over `R0`)
-//!   after the start or a drain: twice the permits in use (slow start).
+//!   permit). Until the first window with a queue (RTT 5 % over `R0`) or
+//!   a limit the demand did not fill: twice the permits in use (slow start).
 //!   The window after a change is skipped: it was admitted under the old
 //!   limit (acting on it would oscillate). Growth needs a refusal.
 //! - **Drain** (measures `R0`): every `probe_interval`, or at once (at most
@@ -138,19 +138,28 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     if (ratio - 1.0).abs() <= band || (ratio > 1.0 && !full) {
         return one_rtt;
     }
-    if rtt > (1.0 + band / 2.0) * s.baseline_ns {
+    let used = x * rtt;
+    if rtt > (1.0 + band / 2.0) * s.baseline_ns || used < 0.75 * l {
+        // A queue, or the last doubling was not filled: the pipe is here.
         s.aux[FOUND] = 1.0;
     }
+    let want = x * target;
     let next = if s.aux[FOUND] != 1.0 {
         // Before the first queue the pipe is further up: double what was
-        // in use (Little's law: `x × rtt`, not the limit, which the demand
-        // may not have filled yet), as TCP's slow start does. Only then:
-        // later, a lull in the demand looks the same.
-        (2.0 * x * rtt).round().max(l + 1.0)
+        // in use (Little's law: `x × rtt`), as TCP's slow start does. Only
+        // at the start: later, a lull in the demand looks the same.
+        (2.0 * used).round().max(l + 1.0)
     } else if ratio > 1.0 {
-        (x * target).round().max(l + 1.0)
+        // At least one more (growth off the floor), unless the permits in
+        // use already make the target (the demand or the last change has
+        // not filled the limit yet).
+        if want > l {
+            want.round().max(l + 1.0)
+        } else {
+            l
+        }
     } else {
-        (x * target).max(l / 4.0).floor().min(l - 1.0)
+        want.max(l / 4.0).floor().min(l - 1.0)
     };
     s.limit = spec.clamp(next);
     if s.limit != l {
@@ -191,9 +200,6 @@ fn measured(
         s.aux[PHASE] = MEASURE;
         return one_rtt;
     }
-    // Slow start again: after a capacity change the limit may be far below
-    // the new pipe (the first window with a queue ends it at once).
-    s.aux[FOUND] = 0.0;
     s.aux[PHASE] = RESUME;
     s.baseline_ns = rtt.min(ref_rtt);
     // Not below the drained limit: a throughput caught in a transient (a
