@@ -166,8 +166,8 @@ def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, 
         "drop). Re-converged: seconds after the change until the limit's 1-second running "
         "median stays within max(1, 10 %) of its median over the last 4 s.",
         "",
-        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}. Load average "
-        f"at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load at the end of "
+        f"Report written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}. "
+        f"Load average then: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load at the end of "
         f"the rows: median {statistics.median(loads):.2f}, max {loads[-1]:.2f} (2 CPUs "
         f"shared with other work: expect noise). {note}",
         "",
@@ -194,6 +194,6 @@ def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, 
     analysis = HERE / "analysis.md"
     if analysis.exists():
         summary_rows += ["", analysis.read_text().strip()]
-    at = next(i for i, line in enumerate(lines) if line.startswith("Run ")) + 2
+    at = next(i for i, line in enumerate(lines) if line.startswith("Report written ")) + 2
     lines[at:at] = head + summary_rows + [""]
     (HERE.parent / "OVERLOAD.md").write_text("\n".join(lines) + "\n")
