@@ -67,6 +67,9 @@ fn bad_limiter_input_is_refused_and_leaves_the_task_as_it_was() {
         "aimd backoff=0",
         "gradient2 window=0",
         "auto speed=3",
+        "auto tolerance=1",
+        "auto baseline_window=2000",
+        "aimd baseline_window=2000",
     ] {
         let err = LimiterSpec::parse(bad).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{bad}");

@@ -1,13 +1,15 @@
 """One client process: open-loop arrivals, each sent only if the limiter
 admits it, through the Python binding.
 
-    python client.py TABLE PORT RATE START SECONDS SEED TIMEOUT OUT_JSON
+    python client.py TABLE PORT RATE START SECONDS SEED TIMEOUT OUT_JSON ARRIVALS HOLD_MS
 
-Arrivals are a Poisson process of RATE per second from CLOCK_MONOTONIC
-START for SECONDS. An admitted request is sent on a thread of its own; its
-latency is measured from send to response, and it is released as "success",
-or as "dropped" when it failed or took longer than TIMEOUT seconds.
-Writes [arrival, admitted, latency or null, ok] rows to OUT_JSON.
+Arrivals are a Poisson process (ARRIVALS "poisson") or evenly spaced
+("fixed", phase from SEED) of RATE per second from CLOCK_MONOTONIC START for
+SECONDS. An admitted request is sent on a thread of its own; its latency is
+measured from send to response; the caller then holds the permit HOLD_MS
+more (its own work on the answer, as real callers do) and releases it as
+"success", or as "dropped" when it failed or took longer than TIMEOUT
+seconds. Writes [arrival, admitted, latency or null, ok] rows to OUT_JSON.
 """
 
 import http.client
@@ -22,9 +24,9 @@ import flowctrl
 
 
 def main() -> None:
-    table_path, port, rate, start, seconds, seed, timeout, out = sys.argv[1:9]
+    table_path, port, rate, start, seconds, seed, timeout, out, arrivals, hold = sys.argv[1:11]
     port, rate, start, seconds = int(port), float(rate), float(start), float(seconds)
-    timeout = float(timeout)
+    timeout, hold = float(timeout), float(hold) / 1000
     task = flowctrl.Table(table_path).task("backend")
     rng = random.Random(int(seed))
     rows: list[list[object]] = []
@@ -47,15 +49,17 @@ def main() -> None:
             local.conn = None
         latency = time.monotonic() - began
         ok = ok and latency <= timeout
+        if hold > 0:
+            time.sleep(hold)
         permit.release("success" if ok else "dropped")
         with lock:
             rows.append([arrival - start, True, latency, ok])
 
     with ThreadPoolExecutor(max_workers=320) as pool:
-        next_at = start
+        next_at = start + (rng.random() / rate if arrivals == "fixed" else 0.0)
         end = start + seconds
         while True:
-            next_at += rng.expovariate(rate)
+            next_at += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
             if next_at >= end:
                 break
             pause = next_at - time.monotonic()

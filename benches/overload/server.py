@@ -1,10 +1,12 @@
-"""The overloaded service: 8 requests served at a time, each held for the
-service time; the others queue in the server (one thread per connection).
+"""The overloaded service: SLOTS requests served at a time, each held for
+the service time; the others queue in the server (one thread per
+connection).
 
-    python server.py PORT_FILE SWITCH_AT FAST_MS SLOW_MS
+    python server.py PORT_FILE SWITCH_AT SLOTS SLOTS_AFTER MS MS_AFTER
 
-The service time is FAST_MS until CLOCK_MONOTONIC passes SWITCH_AT (seconds),
-SLOW_MS after. Writes the port it listens on to PORT_FILE.
+Until CLOCK_MONOTONIC passes SWITCH_AT (seconds) it has SLOTS slots and a
+service time of MS; after, SLOTS_AFTER and MS_AFTER (a capacity change).
+Writes the port it listens on to PORT_FILE.
 """
 
 import os
@@ -13,17 +15,19 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SLOTS = 8
-
 
 def main() -> None:
-    port_file, switch_at, fast_ms, slow_ms = (
-        sys.argv[1],
-        float(sys.argv[2]),
-        float(sys.argv[3]),
-        float(sys.argv[4]),
-    )
-    slots = threading.BoundedSemaphore(SLOTS)
+    port_file = sys.argv[1]
+    switch_at = float(sys.argv[2])
+    slots, slots_after = int(sys.argv[3]), int(sys.argv[4])
+    ms, ms_after = float(sys.argv[5]), float(sys.argv[6])
+    free = threading.Condition()
+    busy = [0]
+
+    def capacity() -> tuple[int, float]:
+        if time.monotonic() < switch_at:
+            return slots, ms
+        return slots_after, ms_after
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -32,9 +36,18 @@ def main() -> None:
         disable_nagle_algorithm = True
 
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            with slots:
-                ms = fast_ms if time.monotonic() < switch_at else slow_ms
-                time.sleep(ms / 1000)
+            with free:
+                # A slot count that drops mid-run takes effect as the busy
+                # slots finish; one that rises wakes everyone at the switch.
+                while busy[0] >= capacity()[0]:
+                    free.wait()
+                busy[0] += 1
+            try:
+                time.sleep(capacity()[1] / 1000)
+            finally:
+                with free:
+                    busy[0] -= 1
+                    free.notify()
             body = b"ok"
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -51,6 +64,11 @@ def main() -> None:
         def handle_error(self, request: object, client_address: object) -> None:
             pass  # a client that timed out and hung up: expected under overload
 
+    def wake_all() -> None:
+        with free:
+            free.notify_all()
+
+    threading.Timer(max(0.0, switch_at - time.monotonic()), wake_all).start()
     server = Server(("127.0.0.1", 0), Handler)
     with open(port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))

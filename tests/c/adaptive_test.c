@@ -72,7 +72,7 @@ int main(int argc, char **argv)
     fc_table *table = NULL;
     fc_status st;
     uint32_t limit = 0;
-    const char *algorithms[] = {"fixed", "aimd", "vegas", "gradient2", "auto"};
+    const char *algorithms[] = {"fixed", "aimd", "vegas", "gradient", "gradient2", "auto"};
     size_t i;
 
     if (argc != 2) {
@@ -126,7 +126,8 @@ int main(int argc, char **argv)
     /* Bad input. */
     {
         const char *bad[] = {"bbr", "vegas alpha=nan", "auto probe_interval=-1",
-                             "gradient2 window=0", "aimd speed=2", "vegas alpha"};
+                             "gradient2 window=0", "aimd speed=2", "vegas alpha",
+                             "auto tolerance=1", "aimd tolerance=1.5"};
         for (i = 0; i < sizeof bad / sizeof *bad; i++) {
             CHECK(task_with(table, "bad", bad[i], FC_UNSET, FC_UNSET, FC_UNSET, &st) == NULL &&
                       st == FC_ERR_INVALID_ARGUMENT,

@@ -9,7 +9,7 @@ import pytest
 
 import flowctrl
 
-ALGORITHMS = ["fixed", "aimd", "vegas", "gradient2", "auto"]
+ALGORITHMS = ["fixed", "aimd", "vegas", "gradient", "gradient2", "auto"]
 
 
 @pytest.fixture
@@ -64,6 +64,9 @@ def test_update_changes_the_limiter_for_the_host(table):
         {"limiter": "vegas alpha=nan"},
         {"limiter": "aimd backoff=-1"},
         {"limiter": "gradient2 window=0"},
+        {"limiter": "auto tolerance=1"},
+        {"limiter": "auto tolerance=9"},
+        {"limiter": "aimd tolerance=1.5"},
         {"limiter": "auto", "min_limit": 9, "max_limit": 3},
         {"limiter": "auto", "initial_limit": 5000},
     ],

@@ -10,7 +10,9 @@
 
 mod aimd;
 mod auto;
+mod baseline;
 mod config;
+mod gradient;
 mod gradient2;
 mod spec;
 mod vegas;
@@ -118,12 +120,28 @@ pub fn update(spec: &Spec, state: &mut State, w: &Window) -> u64 {
             vegas::update(spec, state, w);
             window
         }
+        Algorithm::Gradient => {
+            gradient::update(spec, state, w);
+            window
+        }
         Algorithm::Gradient2 => {
             gradient2::update(spec, state, w);
             window
         }
         Algorithm::Auto => auto::update(spec, state, w),
     }
+}
+
+/// `x > 0`, false for NaN: a damaged table's word is not a measurement.
+pub(crate) fn positive(x: f64) -> bool {
+    x > 0.0
+}
+
+/// A fraction in [0, 1) from the clock: probes and resets of different
+/// tasks and hosts do not fall in step.
+pub(crate) fn unit_jitter(now_ns: u64) -> f64 {
+    let h = now_ns.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// `max(1, floor(log10 x))`, the reference's step function for Vegas.
@@ -138,8 +156,15 @@ pub(crate) mod testing {
     /// A fake service of `slots` servers taking `service_ms` each, fed
     /// more than it can take: the window a limit of `limit` would see.
     pub fn overloaded(now_ms: u64, limit: f64, slots: f64, service_ms: f64) -> Window {
+        held(now_ms, limit, slots, service_ms, 0.0)
+    }
+
+    /// The same, with the caller holding each permit `outside_ms` more
+    /// outside the server: the pipe is `slots × (service + outside) /
+    /// service` permits, beyond the slot count.
+    pub fn held(now_ms: u64, limit: f64, slots: f64, service_ms: f64, outside_ms: f64) -> Window {
         let l = limit.floor().max(1.0);
-        let rtt_ms = service_ms * (l / slots).max(1.0);
+        let rtt_ms = (service_ms + outside_ms).max(service_ms * l / slots);
         let per_s = l * 1000.0 / rtt_ms;
         Window {
             now_ns: now_ms * 1_000_000,
@@ -156,18 +181,29 @@ pub(crate) mod testing {
     /// milliseconds; returns the state and the mean limit of the last half.
     pub fn run(
         spec: &Spec,
-        mut state: State,
+        state: State,
         start_ms: u64,
         ms: u64,
         slots: f64,
         service_ms: f64,
+    ) -> (State, f64) {
+        run_held(spec, state, start_ms, ms, (slots, service_ms, 0.0))
+    }
+
+    /// [`run`] against [`held`]'s service of `(slots, service_ms, outside_ms)`.
+    pub fn run_held(
+        spec: &Spec,
+        mut state: State,
+        start_ms: u64,
+        ms: u64,
+        (slots, service_ms, outside_ms): (f64, f64, f64),
     ) -> (State, f64) {
         // The host clock is far from 0 (the first probe is not delayed).
         let start_ms = start_ms + 100_000;
         let mut now = start_ms;
         let (mut sum, mut n) = (0.0, 0.0);
         while now < start_ms + ms {
-            let w = overloaded(now, state.limit, slots, service_ms);
+            let w = held(now, state.limit, slots, service_ms, outside_ms);
             let next = update(spec, &mut state, &w);
             now += (next / 1_000_000).max(1);
             if now > start_ms + ms / 2 {
@@ -206,6 +242,7 @@ mod tests {
                     let mut state = State::from_words(words);
                     state.aux[i % 7] = *v;
                     state.aux[3] = (i % 8) as f64;
+                    state.aux[0] = (i % 3) as f64; // every phase of auto
                     let w = Window {
                         now_ns: c,
                         elapsed_ns: c,

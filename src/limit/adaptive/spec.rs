@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{aimd, auto, gradient2, vegas};
+use super::{aimd, auto, gradient, gradient2, vegas};
 use crate::error::{Error, Result};
 use crate::limit::ledger::MAX_COUNT;
 
@@ -21,13 +21,16 @@ pub enum Algorithm {
     Gradient2 = 3,
     /// flowctrl's own (see `auto`).
     Auto = 4,
+    /// The reference's first gradient limiter.
+    Gradient = 5,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Self::Fixed,
         Self::Aimd,
         Self::Vegas,
+        Self::Gradient,
         Self::Gradient2,
         Self::Auto,
     ];
@@ -37,6 +40,7 @@ impl Algorithm {
             Self::Fixed => "fixed",
             Self::Aimd => "aimd",
             Self::Vegas => "vegas",
+            Self::Gradient => "gradient",
             Self::Gradient2 => "gradient2",
             Self::Auto => "auto",
         }
@@ -52,6 +56,7 @@ impl Algorithm {
             Self::Fixed => &[],
             Self::Aimd => aimd::PARAMS,
             Self::Vegas => vegas::PARAMS,
+            Self::Gradient => gradient::PARAMS,
             Self::Gradient2 => gradient2::PARAMS,
             Self::Auto => auto::PARAMS,
         }
@@ -63,6 +68,7 @@ impl Algorithm {
             Self::Fixed => (0, 0, 0),
             Self::Aimd | Self::Gradient2 => (20, 200, 20),
             Self::Vegas => (1, 1000, 20),
+            Self::Gradient => (1, 1000, 50),
             Self::Auto => (1, 1000, 4),
         }
     }
@@ -111,7 +117,7 @@ impl Spec {
             .find(|a| a.name() == name)
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "unknown limiter {name:?}: expected one of fixed, aimd, vegas, gradient2, auto"
+                    "unknown limiter {name:?}: expected one of fixed, aimd, vegas, gradient, gradient2, auto"
                 ))
             })?;
         let names = algorithm.params();
@@ -177,15 +183,27 @@ impl Spec {
                 && match (self.algorithm, *key) {
                     (_, "backoff") => v > 0.0 && v < 1.0,
                     (_, "smoothing") => v > 0.0 && v <= 1.0,
+                    // 0 = off (see `aimd`).
+                    (Algorithm::Aimd, "tolerance" | "baseline_window") => v >= 0.0,
+                    (Algorithm::Auto, "tolerance") => v > 1.0 && v <= auto::MAX_TOLERANCE,
                     (_, "tolerance") => v >= 1.0,
                     (_, "queue") => v >= 0.0,
                     _ => v > 0.0,
                 };
             if !ok {
+                let hint = match (self.algorithm, *key) {
+                    (Algorithm::Auto, "tolerance") => {
+                        format!(" (above 1, at most {})", auto::MAX_TOLERANCE)
+                    }
+                    _ => String::new(),
+                };
                 return Err(Error::invalid(format!(
-                    "limiter {name}: {key}={v} is out of range"
+                    "limiter {name}: {key}={v} is out of range{hint}"
                 )));
             }
+        }
+        if self.algorithm == Algorithm::Aimd {
+            aimd::validate(self).map_err(|e| Error::invalid(format!("limiter aimd: {e}")))?;
         }
         if self.algorithm == Algorithm::Vegas && self.params[0] > self.params[1] {
             return Err(Error::invalid(format!(
@@ -271,9 +289,23 @@ mod tests {
             "aimd window=0",
             "gradient2 tolerance=0.5",
             "auto window=inf",
+            "auto tolerance=1",
+            "auto tolerance=4.5",
+            "auto baseline_window=2000",
+            "aimd tolerance=1.5",
+            "aimd baseline_window=2000",
+            "aimd tolerance=0.5 baseline_window=100",
+            "gradient probe=0",
         ] {
             assert!(Spec::parse(bad).is_err(), "{bad}");
         }
+        let aimd = Spec::parse("aimd tolerance=1.5 baseline_window=2000").unwrap();
+        assert_eq!(aimd.params[2..], [1.5, 2000.0]);
+        let err = Spec::parse("auto tolerance=9").unwrap_err().to_string();
+        assert!(
+            err.contains("tolerance=9 is out of range (above 1"),
+            "{err}"
+        );
         let s = Spec::parse("auto").unwrap();
         assert!(s.with_bounds(5, 4, 5).validate().is_err());
         assert!(s.with_bounds(0, 4, 1).validate().is_err());

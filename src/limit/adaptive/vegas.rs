@@ -7,7 +7,7 @@
 //! baseline is sample-counted, so after capacity drops it is refreshed
 //! late, and a baseline caught under load is too high.
 
-use super::{Spec, State, Window, log10root};
+use super::{Spec, State, Window, log10root, unit_jitter};
 
 pub const PARAMS: &[(&str, f64)] = &[
     ("alpha", 3.0),
@@ -61,8 +61,7 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) {
 /// A factor in [0.5, 1) from the clock: probes of different tasks and
 /// hosts do not fall in step.
 fn jitter(now_ns: u64) -> f64 {
-    let h = now_ns.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    0.5 + (h >> 11) as f64 / (1u64 << 53) as f64 * 0.5
+    0.5 + 0.5 * unit_jitter(now_ns)
 }
 
 #[cfg(test)]

@@ -1,0 +1,151 @@
+//! `auto` on the fake service of `testing`: where it holds, how it gets
+//! there, and the failure modes of the reference limiters it must not have.
+
+use super::super::{initial, testing::*, update};
+use super::*;
+
+fn spec() -> Spec {
+    Spec::parse("auto").unwrap()
+}
+
+fn within(what: &str, v: f64, lo: f64, hi: f64) {
+    assert!((lo..=hi).contains(&v), "{what}: {v} not in [{lo}, {hi}]");
+}
+
+#[test]
+fn holds_at_tolerance_times_the_pipe_and_does_not_drift() {
+    // 8 slots × 50 ms: the pipe is 8, the target 1.25 × 8 = 10.
+    let (s, mean) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    within("mean limit", mean, 9.0, 11.0);
+    within("baseline", s.baseline_ns, 49e6, 51e6);
+    let (s, later) = run(&spec(), s, 10_000, 60_000, 8.0, 50.0);
+    within("a minute later", later, 9.0, 11.0);
+    within("baseline", s.baseline_ns, 49e6, 51e6);
+}
+
+#[test]
+fn wide_slow_and_small_fast_services() {
+    // 32 × 200 ms: pipe 32, target 40.
+    let (_, mean) = run(&spec(), initial(&spec()), 0, 20_000, 32.0, 200.0);
+    within("32 × 200 ms", mean, 36.0, 44.0);
+    // 4 × 20 ms: pipe 4, target 5.
+    let (_, mean) = run(&spec(), initial(&spec()), 0, 10_000, 4.0, 20.0);
+    within("4 × 20 ms", mean, 4.5, 6.0);
+}
+
+#[test]
+fn counts_the_callers_own_time_outside_the_server() {
+    // 8 slots × 50 ms with 10 ms outside: pipe 9.6, target 12; the slot
+    // count (8) would leave a sixth of the server idle.
+    let service = (8.0, 50.0, 10.0);
+    let (s, mean) = run_held(&spec(), initial(&spec()), 0, 10_000, service);
+    within("mean limit", mean, 11.0, 13.5);
+    within("baseline", s.baseline_ns, 59e6, 61e6);
+}
+
+#[test]
+fn the_tolerance_trades_queue_for_throughput() {
+    let at = |text: &str| {
+        let spec = Spec::parse(text).unwrap();
+        run(&spec, initial(&spec), 0, 10_000, 16.0, 50.0).1
+    };
+    within("tolerance 1.1", at("auto tolerance=1.1"), 16.0, 18.5);
+    within("tolerance 1.5", at("auto tolerance=1.5"), 22.0, 25.0);
+    for bad in ["auto tolerance=1", "auto tolerance=5", "auto tolerance=nan"] {
+        assert!(Spec::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn comes_down_from_a_high_start() {
+    // Its first baseline is caught under a queue of 32: stale high. The
+    // drains find the permits still queued and chain down.
+    let spec = spec().with_bounds(1, 1000, 40);
+    let (_, mean) = run(&spec, initial(&spec), 0, 10_000, 8.0, 50.0);
+    within("mean limit", mean, 9.0, 11.0);
+}
+
+#[test]
+fn relearns_the_baseline_within_two_seconds_when_the_service_slows() {
+    let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // The published failure: a baseline that cannot expire sinks the
+    // limit to its floor when the no-load RTT doubles.
+    let (s, mean) = run(&spec(), s, 10_000, 2_000, 8.0, 100.0);
+    within("baseline", s.baseline_ns, 99e6, 101e6);
+    within("mean limit", mean, 9.0, 11.0);
+    // And back, when it speeds up again.
+    let (s, mean) = run(&spec(), s, 12_000, 2_000, 8.0, 50.0);
+    within("baseline", s.baseline_ns, 49e6, 51e6);
+    within("mean limit", mean, 9.0, 11.0);
+}
+
+#[test]
+fn grows_off_its_floor_when_capacity_appears() {
+    let mut s = initial(&spec());
+    s.limit = 1.0;
+    let (s, _) = run(&spec(), s, 0, 3_000, 32.0, 50.0);
+    assert!(s.limit >= 36.0, "stuck at {}", s.limit);
+}
+
+#[test]
+fn follows_slots_that_halve_and_double() {
+    let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 16.0, 50.0);
+    let (s, mean) = run(&spec(), s, 10_000, 4_000, 8.0, 50.0);
+    within("halved", mean, 9.0, 11.0);
+    let (_, mean) = run(&spec(), s, 14_000, 4_000, 16.0, 50.0);
+    within("doubled", mean, 18.0, 22.0);
+}
+
+#[test]
+fn drops_lower_the_limit() {
+    let spec = spec().with_bounds(1, 1000, 20);
+    let mut s = initial(&spec);
+    let w = Window {
+        dropped: 3,
+        ..overloaded(0, 20.0, 20.0, 50.0)
+    };
+    update(&spec, &mut s, &w);
+    assert_eq!(s.limit, 18.0);
+    let mut small = State { limit: 3.0, ..s };
+    update(&spec, &mut small, &w);
+    assert_eq!(small.limit, 2.0, "at least one permit less");
+}
+
+#[test]
+fn a_window_the_demand_bounded_abandons_a_drain() {
+    let spec = spec().with_bounds(1, 1000, 20);
+    let mut s = initial(&spec);
+    s.baseline_ns = 50e6;
+    s.aux[LAST_DRAIN] = 100_000.0;
+    update(&spec, &mut s, &overloaded(106_000, 20.0, 16.0, 50.0));
+    assert_eq!(s.aux[PHASE], SETTLE, "a drain was due");
+    assert!(s.limit < 20.0);
+    let idle = Window {
+        rejected: 0,
+        in_flight: 1,
+        ..overloaded(106_100, s.limit, 16.0, 50.0)
+    };
+    update(&spec, &mut s, &idle);
+    assert_eq!((s.aux[PHASE], s.limit), (HOLD, 20.0));
+}
+
+#[test]
+fn a_capacity_fall_during_a_drain_is_measured_again_not_chased_down() {
+    let spec = spec().with_bounds(1, 1000, 12);
+    let mut s = initial(&spec);
+    s.baseline_ns = 50e6;
+    s.aux[LAST_DRAIN] = 100_000.0;
+    s.aux[FOUND] = 1.0;
+    // Due: drain from 12 (8 slots × 50 ms: pipe 8, to 0.8 × 8 = 6).
+    update(&spec, &mut s, &overloaded(106_000, 12.0, 8.0, 50.0));
+    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 6.0));
+    update(&spec, &mut s, &overloaded(106_100, 6.0, 8.0, 50.0));
+    // The service slows to 200 ms meanwhile: the RTT rose, not fell.
+    update(&spec, &mut s, &overloaded(106_200, 6.0, 8.0, 200.0));
+    assert_eq!((s.aux[PHASE], s.limit), (MEASURE, 6.0), "measured again");
+    // Steady now: 200 ms is the no-load RTT, and the limit grows again.
+    update(&spec, &mut s, &overloaded(106_400, 6.0, 8.0, 200.0));
+    within("baseline", s.baseline_ns, 199e6, 201e6);
+    let (_, mean) = run(&spec, s, 6_500, 6_000, 8.0, 200.0);
+    within("mean limit", mean, 9.0, 11.0);
+}
