@@ -35,6 +35,10 @@ use super::{Spec, State, Window, positive};
 
 pub const PARAMS: &[(&str, f64)] = &[
     ("probe_interval", 5000.0),
+    // 0.3's `baseline_window`, retired: the slot keeps its old default so a
+    // 0.3 process sharing the table reads a valid spec, and this version
+    // reads a 0.3 process's `auto` (its tolerance is in the next slot).
+    ("_baseline_window", 2000.0),
     ("tolerance", 1.25),
     ("backoff", 0.9),
 ];
@@ -75,7 +79,7 @@ const MEASURE: f64 = 2.0;
 const RESUME: f64 = 3.0;
 
 pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
-    let (probe_ms, tolerance, backoff) = (spec.param(0), spec.param(1), spec.param(2));
+    let (probe_ms, tolerance, backoff) = (spec.param(0), spec.param(2), spec.param(3));
     let now_ms = w.now_ns as f64 / 1e6;
     let window = spec.window_ns();
     if w.samples == 0 || !positive(w.rtt_ns) {

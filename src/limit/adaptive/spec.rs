@@ -50,7 +50,9 @@ impl Algorithm {
         Self::ALL.into_iter().find(|a| *a as u64 == raw)
     }
 
-    /// Parameter names and defaults, in storage order.
+    /// Parameter names and defaults, in storage order. A name starting with
+    /// `_` is a retired slot: never parsed, shown or read, always its
+    /// default (for tables shared with older versions).
     fn params(self) -> &'static [(&'static str, f64)] {
         match self {
             Self::Fixed => &[],
@@ -135,10 +137,14 @@ impl Spec {
             })?;
             if key == "window" && algorithm != Algorithm::Fixed {
                 window_ms = value;
-            } else if let Some(i) = names.iter().position(|(n, _)| *n == key) {
+            } else if let Some(i) = names.iter().position(|(n, _)| *n == key && !retired(n)) {
                 params[i] = value;
             } else {
-                let known: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+                let known: Vec<&str> = names
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .filter(|n| !retired(n))
+                    .collect();
                 return Err(Error::invalid(format!(
                     "limiter {name} has no parameter {key:?} (it has: window{}{})",
                     if known.is_empty() { "" } else { ", " },
@@ -179,6 +185,9 @@ impl Spec {
         }
         for (i, (key, _)) in self.algorithm.params().iter().enumerate() {
             let v = self.params[i];
+            if retired(key) {
+                continue;
+            }
             let ok = v.is_finite()
                 && match (self.algorithm, *key) {
                     (_, "backoff") => v > 0.0 && v < 1.0,
@@ -248,6 +257,11 @@ impl Spec {
     }
 }
 
+/// A retired parameter slot (see [`Algorithm::params`]).
+fn retired(name: &str) -> bool {
+    name.starts_with('_')
+}
+
 impl fmt::Display for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.algorithm.name())?;
@@ -256,7 +270,9 @@ impl fmt::Display for Spec {
         }
         write!(f, " window={}", self.window_ms)?;
         for (i, (key, _)) in self.algorithm.params().iter().enumerate() {
-            write!(f, " {key}={}", self.params[i])?;
+            if !retired(key) {
+                write!(f, " {key}={}", self.params[i])?;
+            }
         }
         Ok(())
     }
@@ -292,6 +308,7 @@ mod tests {
             "auto tolerance=1",
             "auto tolerance=4.5",
             "auto baseline_window=2000",
+            "auto _baseline_window=2000",
             "aimd tolerance=1.5",
             "aimd baseline_window=2000",
             "aimd tolerance=0.5 baseline_window=100",
@@ -299,6 +316,17 @@ mod tests {
         ] {
             assert!(Spec::parse(bad).is_err(), "{bad}");
         }
+        // 0.3's `auto` (probe_interval, baseline_window, tolerance, backoff)
+        // stays valid, with its tolerance; today's `auto` keeps the retired
+        // slot at 0.3's default, valid under 0.3's rules (every slot > 0,
+        // tolerance >= 1, backoff in (0, 1)).
+        let mut old = Spec::parse("auto").unwrap();
+        old.params = [3000.0, 2000.0, 1.1, 0.9];
+        assert!(old.validate().is_ok());
+        assert_eq!((old.param(0), old.param(2)), (3000.0, 1.1));
+        let new = Spec::parse("auto").unwrap();
+        assert_eq!(new.params, [5000.0, 2000.0, 1.25, 0.9]);
+        assert!(!new.to_string().contains("baseline_window"), "{new}");
         let aimd = Spec::parse("aimd tolerance=1.5 baseline_window=2000").unwrap();
         assert_eq!(aimd.params[2..], [1.5, 2000.0]);
         let err = Spec::parse("auto tolerance=9").unwrap_err().to_string();
