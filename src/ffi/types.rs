@@ -150,8 +150,8 @@ pub struct fc_task_config {
     /// means that policy, 0 the default policy). `FC_RATE_UNSET` = unset.
     pub fallback_rate: f64,
     /// The limiter, as a NUL-terminated spec: an algorithm name (`"fixed"`,
-    /// `"aimd"`, `"vegas"`, `"gradient2"`, `"auto"`) then `key=value`
-    /// parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
+    /// `"aimd"`, `"vegas"`, `"gradient"`, `"gradient2"`, `"auto"`) then
+    /// `key=value` parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
     /// algorithm but `fixed` takes `window` (ms); the others are listed in
     /// the README. Empty (the default) = unset. `fc_task_config_get`
     /// writes the spec with every parameter.
