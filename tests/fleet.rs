@@ -609,6 +609,22 @@ fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
     assert!(store.fleet("api", Some(0)).is_err());
 }
 
+/// A pull of 1 that tries again after a store error: on a loaded machine a
+/// loopback connect can fail at once (EAGAIN), and what the test checks is
+/// the accounting of the pulls that reached the store, not the connect.
+fn pull_through_hiccups(task: &flowctrl::Task) -> Result<u64, flowctrl::Limited> {
+    for _ in 0..5 {
+        match task.pull_quota(1) {
+            Ok(pulled) => return pulled,
+            Err(e) if e.kind() == flowctrl::ErrorKind::Store => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("the store failed five pulls in a row")
+}
+
 /// Thirty pullers die between the store's grant and the deposit into the
 /// table (a test hook aborts them exactly there, where a SIGKILL would lose
 /// the chunk). Whoever takes a dead holder's lock redeems what the key
@@ -642,11 +658,11 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
             died += 1;
         }
         if i % 7 == 3 {
-            assert!(task.pull_quota(1).unwrap().is_ok());
+            assert!(pull_through_hiccups(&task).is_ok());
         }
     }
     assert_eq!(died, 30, "every puller died after its grant");
-    assert!(task.pull_quota(1).unwrap().is_ok());
+    assert!(pull_through_hiccups(&task).is_ok());
     let record: String = redis.command(&["HGET", &format!("flowctrl:{{lost}}:{slice}"), "storm"]);
     let charged: u64 = record.split(' ').next().unwrap().parse().unwrap();
     let q = task.quota_stats();
