@@ -123,7 +123,10 @@ fn a_cluster_failover_of_one_shard_keeps_every_slice_exact() {
     failover_keeps_every_slice_exact(3);
 }
 
-/// The master of the task's shard 0 SIGKILLed 2.3 s into a run of 9 s.
+/// The master of the task's shard 0 SIGKILLed 2.3 s into a run of 14 s.
+/// The cluster's own election usually promotes the replica 1–3 s later,
+/// but on a loaded machine it has taken 7.7 s: the run leaves room after
+/// it, so the reopening and the census are always judged.
 fn failover_keeps_every_slice_exact(shards: u32) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = Cluster::start(1000);
@@ -149,7 +152,7 @@ fn failover_keeps_every_slice_exact(shards: u32) {
         &opts,
         (2, 3),
         (&name, TaskConfig::new().global_rate(RATE).shards(shards)),
-        9.0,
+        14.0,
         |start| {
             sleep_until(start + Duration::from_millis(2300));
             let killed = Instant::now();
@@ -159,6 +162,11 @@ fn failover_keeps_every_slice_exact(shards: u32) {
                 std::thread::sleep(Duration::from_millis(10));
             }
             failover = Some((monotonic() - start, killed.elapsed()));
+            assert!(
+                killed.elapsed() < Duration::from_secs(9),
+                "the cluster took {:?} to promote a replica: too late to judge the run",
+                killed.elapsed()
+            );
         },
     );
     let (promoted_at, failover) = failover.unwrap();
