@@ -152,11 +152,23 @@ fn one_field_off(name: &str) -> Vec<(&'static str, TaskConfig)> {
 /// The limiter each task must have, spelled out.
 fn expected_limiter(name: &str) -> LimiterSpec {
     match name {
-        "auto" => LimiterSpec::parse("auto").unwrap().with_bounds(2, 40, 8),
+        "auto" => {
+            // 0.3.0's `auto` numbers (probe_interval, baseline_window,
+            // tolerance, backoff): 0.4 changed the defaults (5000 and 1.25)
+            // and retired baseline_window, keeping its slot; a task 0.3.0
+            // registered keeps its own numbers.
+            let mut spec = LimiterSpec::parse("auto").unwrap().with_bounds(2, 40, 8);
+            spec.params = [3000.0, 2000.0, 1.1, 0.9];
+            spec
+        }
         "gradient" => LimiterSpec::parse("gradient2 tolerance=2").unwrap(),
         _ => LimiterSpec::fixed(),
     }
 }
+
+/// Where a task slot's adaptive limiter copies start: the adaptive section
+/// (704) + its window lock and version words (128, 136) = 704 + 144.
+const T_ADAPTIVE_LIMITER: usize = 704 + 144;
 
 const BALANCER: &str = "lb";
 const BACKENDS: [(&str, u32); 2] = [("10.0.0.1:8080", 3), ("10.0.0.2:8080", 1)];
@@ -263,7 +275,13 @@ fn a_0_3_0_table_reads_back_as_registered_and_works() {
         // would have registered it.
         let task = table.task(name, &TaskConfig::new()).unwrap();
         let settings = task.settings();
-        let now = fresh.task(name, &config).unwrap().settings();
+        let mut now = fresh.task(name, &config).unwrap().settings();
+        if name == "auto" {
+            // This build registers its own defaults; 0.3.0's task keeps
+            // 0.3.0's (and the same configuration attaches to it, below).
+            assert_eq!(now.limiter.params, [5000.0, 2000.0, 1.25, 0.9]);
+            now.limiter = expected_limiter(name);
+        }
         assert_eq!(
             settings, now,
             "task {name}: 0.3.0's settings, then this build's"
@@ -398,6 +416,18 @@ fn may_differ(raw: &RawTable, offset: usize) -> Option<(u64, &'static str)> {
     if let Some(&(_, mask, what)) = header.iter().find(|(o, _, _)| *o == offset) {
         return Some((mask, what));
     }
+    // `auto`'s defaults changed in 0.4 (probe_interval and tolerance: the
+    // params words 0 and 2 of the limiter copies, which follow the adaptive
+    // section's spec, initial and window words at offset 168).
+    if let Some(t) = raw.find_task("auto") {
+        for copy in 0..2 {
+            for param in [0, 2] {
+                if offset == raw.task(t) + T_ADAPTIVE_LIMITER + 56 * copy + 24 + 8 * param {
+                    return Some((0, "auto's 0.4 defaults"));
+                }
+            }
+        }
+    }
     // The local rate's GCRA interval is in clock ticks (checked apart).
     for t in 0..raw.task_capacity {
         for copy in 0..2 {
@@ -454,7 +484,13 @@ fn a_table_made_now_has_the_words_of_the_0_3_0_table() {
         "a table made now differs from 0.3.0's:\n{}",
         differ.join("\n")
     );
-    assert_eq!(excused, 4 + 2 * 4 + 2 + 2 * 2, "words allowed to differ");
+    // Header, intervals, pids, backend times, and auto's two 0.4 defaults
+    // in both copies.
+    assert_eq!(
+        excused,
+        4 + 2 * 4 + 2 + 2 * 2 + 2 * 2,
+        "words allowed to differ"
+    );
 
     // The same tasks in the same slots (0.3.0 finds a task by its name's
     // slot), and the intervals the same rounding of the same rate at each

@@ -41,12 +41,13 @@ impl LimiterConfig {
         spec
     }
 
-    /// Describes where this differs from the limiter in force.
+    /// Describes where this differs from the limiter in force. A window
+    /// or parameter asked at its default is not compared, like a field left
+    /// unset: a task registered by a version with other defaults (0.3's
+    /// `auto`) is attached to, not refused.
     pub(crate) fn mismatches(&self, spec: &Spec, out: &mut Vec<String>) {
         if let Some(a) = self.spec
-            && (a.algorithm != spec.algorithm
-                || a.window_ms != spec.window_ms
-                || a.params != spec.params)
+            && a.differs_where_set(spec)
         {
             out.push(format!("limiter \"{spec}\" (asked \"{a}\")"));
         }

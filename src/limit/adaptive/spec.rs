@@ -165,6 +165,18 @@ impl Spec {
         Ok(spec)
     }
 
+    /// Whether this spec (as asked) differs from `other` (in force) in its
+    /// algorithm, or in a window or parameter it gives a value other than
+    /// the default (a default is what an unset field reads as).
+    pub(crate) fn differs_where_set(&self, other: &Spec) -> bool {
+        let defaults = self.algorithm.params();
+        self.algorithm != other.algorithm
+            || (self.window_ms != other.window_ms && self.window_ms != DEFAULT_WINDOW_MS)
+            || defaults.iter().enumerate().any(|(i, (name, default))| {
+                !retired(name) && self.params[i] != other.params[i] && self.params[i] != *default
+            })
+    }
+
     /// The same algorithm with other bounds (unchecked; see [`Spec::validate`]).
     pub fn with_bounds(mut self, min: u32, max: u32, initial: u32) -> Self {
         (self.min, self.max, self.initial) = (min, max, initial);
@@ -326,6 +338,20 @@ mod tests {
         assert_eq!((old.param(0), old.param(2)), (3000.0, 1.1));
         let new = Spec::parse("auto").unwrap();
         assert_eq!(new.params, [5000.0, 2000.0, 1.25, 0.9]);
+        // Asking `auto` (its defaults) attaches to 0.3's; a value given
+        // other than the default is compared.
+        assert!(!new.differs_where_set(&old));
+        assert!(
+            Spec::parse("auto tolerance=2")
+                .unwrap()
+                .differs_where_set(&old)
+        );
+        assert!(
+            Spec::parse("auto window=50")
+                .unwrap()
+                .differs_where_set(&old)
+        );
+        assert!(Spec::parse("vegas").unwrap().differs_where_set(&old));
         assert!(!new.to_string().contains("baseline_window"), "{new}");
         let aimd = Spec::parse("aimd tolerance=1.5 baseline_window=2000").unwrap();
         assert_eq!(aimd.params[2..], [1.5, 2000.0]);
