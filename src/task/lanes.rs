@@ -29,17 +29,23 @@ impl Task {
         delta: i32,
         cap: Option<u64>,
     ) -> Result<Update> {
+        match self.move_through(attach * LANES + lane % LANES, delta, cap)? {
+            Update::Busy => self.rotate(attach, lane, delta, cap),
+            done => Ok(done),
+        }
+    }
+
+    /// One try of the ledger's update through lane `id` of the task.
+    #[inline(always)]
+    fn move_through(&self, id: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
         let word = &self.shm.task_slot(self.index).in_flight;
         // The task's lanes once: the helpers' look-ups index a slice.
         let lanes = self.lanes();
         let resolve = |id: u32| lanes.get(id as usize).map(|l| ledger_view(id, l));
-        let Some(mine) = resolve(attach * LANES + lane % LANES) else {
+        let Some(mine) = resolve(id) else {
             return Err(outside_the_table());
         };
-        match ledger::update(word, resolve, mine, delta, cap) {
-            Update::Busy => self.move_count_rotating(attach, lane, delta, cap),
-            done => Ok(done),
-        }
+        Ok(ledger::update(word, resolve, mine, delta, cap))
     }
 
     /// [`Task::move_count`] past a busy first lane: the other lanes in
@@ -47,26 +53,13 @@ impl Task {
     /// [`LANE_DEADLINE`].
     #[cold]
     #[inline(never)]
-    fn move_count_rotating(
-        &self,
-        attach: u32,
-        lane: u32,
-        delta: i32,
-        cap: Option<u64>,
-    ) -> Result<Update> {
-        let word = &self.shm.task_slot(self.index).in_flight;
-        let lanes = self.lanes();
-        let resolve = |id: u32| lanes.get(id as usize).map(|l| ledger_view(id, l));
+    fn rotate(&self, attach: u32, lane: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
         let mut waited: Option<Instant> = None;
         // The first lane was just found busy.
         let mut first = 1;
         loop {
             for i in first..LANES {
-                let id = attach * LANES + (lane + i) % LANES;
-                let Some(mine) = resolve(id) else {
-                    return Err(outside_the_table());
-                };
-                match ledger::update(word, resolve, mine, delta, cap) {
+                match self.move_through(attach * LANES + (lane + i) % LANES, delta, cap)? {
                     Update::Busy => continue,
                     done => return Ok(done),
                 }
