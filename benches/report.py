@@ -109,7 +109,23 @@ def main():
         "| case | what | median ns per call | × governor `check()` |",
         "|---|---|---:|---:|",
     ]
-    out += [f"| {a} | {w} | {c_ns[k]:.1f} | {c_ns[k] / gov:.2f} |" for a, w, k in c_rows]
+    with open(os.path.join(ROOT, "target", "bench", "ir.json")) as f:
+        ir = json.load(f)
+    # Instructions per call (benches/c_ir.c under callgrind), by case.
+    ir_of = {"fc_acquire": "0", "fc_acquire_release": "1", "fc_capped_acquire_release": "2"}
+    instr = lambda k: f"{ir[ir_of[k]]}" if ir_of.get(k) in ir else "–"
+    out[-2:] = [
+        "| case | what | median ns per call | × governor `check()` | instructions per call |",
+        "|---|---|---:|---:|---:|",
+    ]
+    out += [
+        f"| {a} | {w} | {c_ns[k]:.1f} | {c_ns[k] / gov:.2f} | {instr(k)} |" for a, w, k in c_rows
+    ]
+    out += [
+        "",
+        "Instructions per call: inside `fc_acquire`/`fc_release`, counted by callgrind",
+        "(benches/c_ir.c; exact, and blind to the load).",
+    ]
     out += [
         "",
         "| case | what | M calls/s (both workers) | × governor, 2 threads |",

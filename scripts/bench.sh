@@ -21,6 +21,25 @@ ln -sfn "$ROOT/target/release/libflowctrl.so" "target/bench/lib/${soname:?no SON
     -Ltarget/release -Ltarget/governor-shim/release -lflowctrl -lgovernor_shim -lpthread \
     -Wl,-rpath,"$ROOT/target/bench/lib" -Wl,-rpath,"$ROOT/target/governor-shim/release"
 env -u LD_LIBRARY_PATH target/bench/c_abi 15 1000000 > target/bench/c_abi.json
+# Instructions per call of the three one-thread cases (benches/c_ir.c under
+# callgrind: exact, whatever the load), when valgrind is there.
+echo '{}' > target/bench/ir.json
+if command -v valgrind >/dev/null; then
+    "${CC:-cc}" -O2 -Wall -Wextra -Werror -Iinclude benches/c_ir.c -o target/bench/c_ir -ldl
+    sep=""
+    {
+        printf '{'
+        for which in 0 1 2; do
+            n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+                --toggle-collect='fc_acquire*' --toggle-collect='fc_release*' \
+                target/bench/c_ir target/release/libflowctrl.so "$which" 2>&1 |
+                sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+            printf '%s"%s": %d' "$sep" "$which" $((n / 50000))
+            sep=", "
+        done
+        printf '}\n'
+    } > target/bench/ir.json
+fi
 cargo bench --bench acquire
 "$VENV/bin/python" benches/python_pair.py > target/bench/python.json
 "$VENV/bin/python" benches/report.py target/bench/python.json target/bench/c_abi.json > benches/RESULTS.md
