@@ -42,5 +42,6 @@ if command -v valgrind >/dev/null; then
 fi
 cargo bench --bench acquire
 "$VENV/bin/python" benches/python_pair.py > target/bench/python.json
+cut -d' ' -f1-3 /proc/loadavg > target/bench/loadavg-end
 "$VENV/bin/python" benches/report.py target/bench/python.json target/bench/c_abi.json > benches/RESULTS.md
 cat benches/RESULTS.md
