@@ -12,8 +12,8 @@
  *
  *   c_abi [rounds] [calls per batch] [one]
  *
- * `one` runs the one-thread cases only (for before/after comparisons of
- * the request path: scripts/bench-compare.sh).
+ * `one` runs the one-thread cases only (a quick look; two builds are
+ * compared side by side by benches/c_ab.c, scripts/bench-compare.sh).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
