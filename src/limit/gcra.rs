@@ -60,7 +60,10 @@ impl Gcra {
 
     /// [`Gcra::try_take`] starting from a `tat` and `now` the caller read
     /// already (in that order), e.g. to look before taking anything else.
-    #[inline]
+    /// Always inlined: on the request path, as a call it cost a fifth of an
+    /// uncapped decision's instructions (its frame, and the decision the
+    /// caller had just made computed again).
+    #[inline(always)]
     pub fn take_from(
         &self,
         word: &AtomicU64,

@@ -17,6 +17,10 @@ pub(crate) struct Region {
     pub geometry: Geometry,
     pub clock: Clock,
     pub path: PathBuf,
+    /// Where the lanes start, and the lanes each task has: computed once
+    /// from `geometry`, as [`Region::lane`] is on every acquire and release.
+    lanes_at: usize,
+    lane_ids: u32,
 }
 
 impl Region {
@@ -25,6 +29,8 @@ impl Region {
         debug_assert!(map.len() >= geometry.total_size());
         Self {
             map,
+            lanes_at: geometry.lanes_offset(),
+            lane_ids: geometry.attach_capacity * LANES,
             geometry,
             clock,
             path: path.to_path_buf(),
@@ -63,13 +69,28 @@ impl Region {
     /// no lane has (ids are read from the file: they are checked, not trusted).
     #[inline]
     pub fn lane(&self, task: u32, id: u32) -> Option<&Lane> {
-        if task >= self.geometry.task_capacity || id >= self.geometry.attach_capacity * LANES {
+        if task >= self.geometry.task_capacity || id >= self.lane_ids {
             return None;
         }
-        let index = task as usize * (self.geometry.attach_capacity * LANES) as usize + id as usize;
-        let offset = self.geometry.lanes_offset() + index * size_of::<Lane>();
+        let index = task as usize * self.lane_ids as usize + id as usize;
+        let offset = self.lanes_at + index * size_of::<Lane>();
         // SAFETY: both indices checked above.
         Some(unsafe { self.at(offset) })
+    }
+
+    /// Every lane of a task (indexed by lane id), or `None` for a task
+    /// outside the table: one bounds check for a caller that looks at
+    /// several lanes (the ledger's helpers, a process's holding).
+    #[inline]
+    pub fn task_lanes(&self, task: u32) -> Option<&[Lane]> {
+        if task >= self.geometry.task_capacity {
+            return None;
+        }
+        let offset = self.lanes_at + task as usize * self.lane_ids as usize * size_of::<Lane>();
+        // SAFETY: the task's lanes lie within the validated mapping; `Lane`
+        // is all atomics, so a shared slice of them is sound.
+        let first: &Lane = unsafe { self.at(offset) };
+        Some(unsafe { std::slice::from_raw_parts(first, self.lane_ids as usize) })
     }
 
     pub fn baseline(&self, task: u32, attach: u32) -> &Baseline {

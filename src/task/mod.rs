@@ -3,6 +3,7 @@
 mod adaptive;
 mod config;
 mod global;
+mod lanes;
 mod permit;
 mod reclaim;
 mod register;
@@ -11,7 +12,7 @@ mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) use config::settings;
 pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
@@ -28,13 +29,13 @@ pub(crate) use wait::Room as WaitRoom;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{Counter, LANES, Lane, TaskSlot, limit_of};
 use crate::limit::gcra::Gcra;
-use crate::limit::ledger::{self, Update};
+use crate::limit::ledger::Update;
 use crate::quota::{Need, Quota, Refused};
 use crate::shm::Shm;
 use crate::token;
 use crate::words::{Limited, Outcome};
+use lanes::preferred_lane;
 use permit::COUNTED;
-use stats::{lane_ids, ledger_view};
 
 /// The answer to an acquire.
 #[must_use]
@@ -51,10 +52,6 @@ impl<'a> Decision<'a> {
         }
     }
 }
-
-/// How long a thread waits when every ledger lane of its process is busy
-/// (more threads mid-op than lanes, one of them descheduled).
-const LANE_DEADLINE: Duration = Duration::from_secs(1);
 
 /// A registered task. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -285,54 +282,6 @@ impl Task {
         )))
     }
 
-    /// Moves the task's concurrency count by `delta` through this thread's
-    /// lane of `attach`, or another lane of it when that one is busy.
-    #[inline]
-    fn move_count(&self, attach: u32, lane: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
-        let shm = &*self.shm;
-        let word = &shm.task_slot(self.index).in_flight;
-        let resolve = |id| self.ledger_lane(id);
-        let mut waited: Option<Instant> = None;
-        loop {
-            for i in 0..LANES {
-                let id = attach * LANES + (lane + i) % LANES;
-                let Some(mine) = self.ledger_lane(id) else {
-                    return Err(Error::new(
-                        ErrorKind::Internal,
-                        "attachment outside the table",
-                    ));
-                };
-                match ledger::update(word, resolve, mine, delta, cap) {
-                    Update::Busy => continue,
-                    done => return Ok(done),
-                }
-            }
-            let since = *waited.get_or_insert_with(Instant::now);
-            if since.elapsed() > LANE_DEADLINE {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "task {:?}: every ledger lane of this process stayed busy",
-                        self.name
-                    ),
-                ));
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    fn lane(&self, id: u32) -> &Lane {
-        self.shm
-            .lane(self.index, id)
-            .expect("own lane within the table")
-    }
-
-    fn ledger_lane(&self, id: u32) -> Option<ledger::Lane<'_>> {
-        self.shm
-            .lane(self.index, id)
-            .map(|lane| ledger_view(id, lane))
-    }
-
     #[cold]
     fn unadmittable(&self, n: u32) -> Error {
         let s = self.settings();
@@ -364,7 +313,7 @@ impl Task {
 
     /// [`Task::release_raw`] with the round-trip time the caller measured
     /// (`None`: the time since the acquire).
-    #[inline]
+    #[inline(always)]
     pub fn release_raw_rtt(
         &self,
         permit: &mut RawPermit,
@@ -378,13 +327,11 @@ impl Task {
         })?;
         let attach = owner.index().unwrap_or(0);
         let lane = preferred_lane();
+        let slot = shm.task_slot(self.index);
         let n = permit.n;
         if permit.flags & COUNTED != 0 {
             if self.held_by(attach) < n as i64 {
-                return Err(Error::invalid(format!(
-                    "task {:?}: permit released twice (this process holds fewer than {n})",
-                    self.name
-                )));
+                return Err(self.released_twice(n));
             }
             self.move_count(attach, lane, -(n as i32), None)?;
             // Pairs with the fence of a waiter publishing itself before its
@@ -398,8 +345,7 @@ impl Task {
             Outcome::Dropped => Counter::ReleasedDropped,
             Outcome::Ignored => Counter::ReleasedIgnored,
         };
-        let a = &shm.task_slot(self.index).adaptive;
-        let adaptive = limit_of(a.limit.load(Ordering::Relaxed)).is_some();
+        let adaptive = limit_of(slot.adaptive.limit.load(Ordering::Relaxed)).is_some();
         let now = if outcome != Outcome::Ignored || adaptive {
             shm.clock.now()
         } else {
@@ -414,7 +360,7 @@ impl Task {
             };
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
             // Tasks that pull global quota report a percentile to the census.
-            if shm.task_slot(self.index).sketching.load(Ordering::Relaxed) != 0 {
+            if slot.sketching.load(Ordering::Relaxed) != 0 {
                 let lane = |i| shm.lane(self.index, attach * LANES + i);
                 crate::quota::health::record(lane, rtt, n as u64);
             }
@@ -425,6 +371,14 @@ impl Task {
             self.window_due(now);
         }
         Ok(())
+    }
+
+    #[cold]
+    fn released_twice(&self, n: u32) -> Error {
+        Error::invalid(format!(
+            "task {:?}: permit released twice (this process holds fewer than {n})",
+            self.name
+        ))
     }
 
     /// Runs the adaptive window if it is due (a load of a line every
@@ -452,14 +406,6 @@ impl Task {
     pub fn limit(&self) -> Option<u32> {
         limit(self.shm.task_slot(self.index))
     }
-
-    /// What attachment `attach` holds of the task, by its ledgers.
-    fn held_by(&self, attach: u32) -> i64 {
-        lane_ids(attach)
-            .filter_map(|id| self.ledger_lane(id))
-            .map(|lane| ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64)
-            .sum()
-    }
 }
 
 impl std::fmt::Debug for Task {
@@ -481,7 +427,6 @@ pub(crate) fn limit(slot: &TaskSlot) -> Option<u32> {
     }
 }
 
-/// The counter of refusals for `why`.
 fn refusal_counter(why: Limited) -> Counter {
     match why {
         Limited::Local => Counter::LimitedLocal,
@@ -494,16 +439,4 @@ fn refusal_counter(why: Limited) -> Counter {
 #[inline(always)]
 fn count(lane: &Lane, counter: Counter, n: u64) {
     lane.counters[counter as usize].fetch_add(n, Ordering::Relaxed);
-}
-
-/// This thread's lane: threads take lanes in turn.
-#[inline]
-fn preferred_lane() -> u32 {
-    use std::sync::atomic::AtomicU32;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    thread_local! {
-        static LANE: u32 = NEXT.fetch_add(1, Ordering::Relaxed) % LANES;
-    }
-    // No destructor: usable during thread-local destruction too.
-    LANE.try_with(|l| *l).unwrap_or(0)
 }
