@@ -169,8 +169,8 @@ impl Task {
         self.decide(n, false)
     }
 
-    /// The decision; `in_turn` is true for the waiter thread taking a
-    /// permit for the head of the queue (the one acquire that may pass it).
+    /// The decision; `in_turn` is true for a turn taken for the head of the
+    /// wait queue (the one acquire that may pass the queue).
     #[inline]
     fn decide(&self, n: u32, in_turn: bool) -> Result<Result<RawPermit, Limited>> {
         let shm = &*self.shm;
