@@ -160,12 +160,14 @@ def test_redis_killed_and_restarted(tmp_path, redis):
         while time.time() < start + 3.5:
             time.sleep(0.001)
         redis.start()
+        # Probes every second ±20 %; on a loaded machine the first one after
+        # the restart can still fail (a connect refused at once), so two.
         while task.stats()["quota_state"] == "failed":
-            assert time.time() < start + 5.0, "not back within the probe interval"
+            assert time.time() < start + 6.0, "not back within two probe intervals"
             time.sleep(0.001)
         seen.append("recovered")
 
-    results = run([(path, redis.url)], 2, 6.0, fallback=400.0, during=outage)
+    results = run([(path, redis.url)], 2, 6.5, fallback=400.0, during=outage)
     assert seen == ["failed", "recovered"]
     for _, errors, slowest, admitted in results:
         assert errors == 0 and admitted > 1000
