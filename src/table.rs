@@ -242,6 +242,17 @@ impl Table {
         self.shm.clock
     }
 
+    /// A handle of the task in slot `index`, sharing this table's waiters.
+    fn handle(&self, index: u32, name: &str) -> Task {
+        Task::new(
+            self.shm.clone(),
+            self.quota.clone(),
+            self.waits.clone(),
+            index,
+            name,
+        )
+    }
+
     /// Registers the task `name`, or attaches to it if any process on the host
     /// registered it already. The first registration sets the configuration:
     /// a later one that names a different value for any field it sets fails
@@ -258,26 +269,14 @@ impl Table {
         self.quota.check_spread(config.global.shards)?;
         let Some(file) = self.config_file() else {
             let index = task::find_or_claim(&self.shm, name, config.over(TaskSettings::default()))?;
-            let task = Task::new(
-                self.shm.clone(),
-                self.quota.clone(),
-                self.waits.clone(),
-                index,
-                name,
-            );
+            let task = self.handle(index, name);
             task.check_matches(config)?;
             return Ok(task);
         };
         let settings = file.task_over(name, config).over(TaskSettings::default());
         self.quota.check_spread(Some(settings.global.shards))?;
         let index = task::find_or_claim(&self.shm, name, settings)?;
-        let task = Task::new(
-            self.shm.clone(),
-            self.quota.clone(),
-            self.waits.clone(),
-            index,
-            name,
-        );
+        let task = self.handle(index, name);
         if let Some(fields) = file.tasks.get(name) {
             // Only the version the table applied is applied again: a
             // process that has not read a newer one must not undo it.

@@ -105,17 +105,15 @@ impl Task {
     /// waiter thread if a future needs it.
     fn enqueue(&self, n: u32, deadline: Instant, why: Limited, thread: bool) -> Result<Arc<Entry>> {
         let attach = self.attach_index()?;
-        let (entry, moved) = self.waits.enqueue(self, attach, n, deadline, why, thread);
-        if moved.start_helper
-            && let Err(e) = helper::start(self.waits.clone(), Arc::downgrade(&self.shm))
+        let (entry, start_helper) = self.waits.enqueue(self, attach, n, deadline, why, thread);
+        if start_helper && let Err(e) = helper::start(self.waits.clone(), Arc::downgrade(&self.shm))
         {
             let why = format!("could not start the waiter thread: {e}");
             self.waits
                 .fail_all(attach, || Error::new(ErrorKind::Internal, why.clone()));
         }
-        if moved.wake_head {
-            wake_head(&self.shm, self.index);
-        }
+        // The head may have changed (always under lifo).
+        wake_head(&self.shm, self.index);
         Ok(entry)
     }
 

@@ -136,14 +136,6 @@ impl Default for Room {
     }
 }
 
-/// What a change of a task's waiters asks of the caller once unlocked.
-pub(crate) struct Moved {
-    /// The host-wide head may have changed: wake it.
-    pub wake_head: bool,
-    /// A waiter thread must be started for this handle.
-    pub start_helper: bool,
-}
-
 impl Room {
     fn with<T>(&self, body: impl FnOnce(&mut Inner) -> T) -> T {
         let _guard = self.lock.lock();
@@ -160,7 +152,8 @@ impl Room {
         body(inner)
     }
 
-    /// Queues a waiter for `n` of `task` and publishes this handle's head.
+    /// Queues a waiter for `n` of `task` and publishes this handle's head;
+    /// also says whether the caller must start the handle's waiter thread.
     pub fn enqueue(
         &self,
         task: &Task,
@@ -169,7 +162,7 @@ impl Room {
         deadline: Instant,
         last: Limited,
         thread: bool,
-    ) -> (Arc<Entry>, Moved) {
+    ) -> (Arc<Entry>, bool) {
         let shm = &*task.shm;
         let slot = shm.task_slot(task.index);
         self.with(|inner| {
@@ -193,13 +186,7 @@ impl Room {
             publish(shm, task.index, attach, q);
             let start_helper = !thread && !inner.helper;
             inner.helper |= !thread;
-            (
-                entry,
-                Moved {
-                    wake_head: true,
-                    start_helper,
-                },
-            )
+            (entry, start_helper)
         })
     }
 
