@@ -48,6 +48,17 @@ pub struct TableOptions {
     /// (see [`crate::ConfigFile`]); `None`: the file `FLOWCTRL_CONFIG`
     /// names, if it names one.
     pub config: Option<PathBuf>,
+    /// How many (task, process) pairs can hold ledger lanes at once. 0 (the
+    /// default) gives every pair its own at a fixed place, as every release
+    /// did: the file grows as tasks × processes (640 B a pair) and 0.3
+    /// processes can share it. N > 0 makes a pool of N sets, taken on a
+    /// process's first use of a task and given back when it dies: the file
+    /// then grows with use (4 B a pair, 640 B a set), and 0.3 refuses it.
+    /// A process that finds the pool empty still decides: rate and global
+    /// limits as always, its acquires of a capped task refused as
+    /// concurrency; both counted (`TaskStats::unlaned`). Applies only when
+    /// the file does not exist.
+    pub lanes: u32,
 }
 
 impl Default for TableOptions {
@@ -62,6 +73,7 @@ impl Default for TableOptions {
             balancers: 16,
             backends_per_balancer: 32,
             config: None,
+            lanes: 0,
         }
     }
 }
@@ -106,12 +118,21 @@ impl TableOptions {
             )));
         }
         let backends = crate::balance::check_capacity(self.balancers, self.backends_per_balancer)?;
+        let pairs = self.capacity as u64 * self.max_processes as u64;
+        if self.lanes as u64 > pairs {
+            return Err(Error::invalid(format!(
+                "lanes must be 0 (a set per pair) or at most capacity × max_processes = {pairs}, \
+                 not {}",
+                self.lanes
+            )));
+        }
         Ok(OpenSpec {
             geometry: Geometry {
                 task_capacity: self.capacity,
                 attach_capacity: self.max_processes,
                 balancer_capacity: self.balancers,
                 backend_capacity: backends,
+                lane_sets: self.lanes,
             },
             mode: self.mode,
             // SAFETY: geteuid cannot fail.
@@ -235,6 +256,17 @@ impl Table {
     /// Number of attachment slots.
     pub fn max_processes(&self) -> u32 {
         self.shm.geometry.attach_capacity
+    }
+
+    /// The lane pool of a table created with `lanes = N`: (sets in use, N);
+    /// `None` for a table with lanes for every pair.
+    pub fn lane_pool(&self) -> Option<(u32, u32)> {
+        crate::shm::pool::usage(&self.shm)
+    }
+
+    /// The table file's size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.shm.geometry.total_size() as u64
     }
 
     /// The clock decisions are taken against.

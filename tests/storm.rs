@@ -310,6 +310,21 @@ fn stopped_check(
 /// count exactly; a replacement worker takes the dead one's place.
 #[test]
 fn kill_storm() {
+    kill_storm_with(storm_options());
+}
+
+/// The storm on a pooled table with fewer lane sets than workers: sets are
+/// taken, folded back when their process dies and taken again, some workers
+/// find the pool empty meanwhile, and every check of the storm holds.
+#[test]
+fn kill_storm_on_pooled_lanes() {
+    kill_storm_with(TableOptions {
+        lanes: WORKERS as u32 - 2,
+        ..storm_options()
+    });
+}
+
+fn kill_storm_with(options: TableOptions) {
     let _serial = serial();
     let kills = env_number("FLOWCTRL_STORM_KILLS", 150);
     let seed = seed_from_env("FLOWCTRL_STORM_SEED");
@@ -326,11 +341,12 @@ fn kill_storm() {
         spawned: 0,
         children: KillOnDrop::default(),
     };
-    let table = Table::open(&driver.path, &storm_options()).unwrap();
+    let table = Table::open(&driver.path, &options).unwrap();
     let task = table.task(TASK, &storm_config()).unwrap();
     let raw = RawTable::open(&driver.path);
     let slot = raw.find_task(TASK).unwrap();
     let started = Instant::now();
+    let mut last = task.stats();
     let mut workers: Vec<libc::pid_t> = (0..WORKERS).map(|_| driver.spawn()).collect();
     let mut figures = Figures::default();
     let mut failures = Vec::new();
@@ -392,6 +408,29 @@ fn kill_storm() {
             &mut figures,
             &context,
         ));
+        // Counters never go back, whoever's lanes they were counted on.
+        let now = task.stats();
+        for (what, before, after) in [
+            ("admitted", last.admitted, now.admitted),
+            (
+                "released_success",
+                last.released_success,
+                now.released_success,
+            ),
+            (
+                "limited_concurrency",
+                last.limited_concurrency,
+                now.limited_concurrency,
+            ),
+            ("reclaimed", last.reclaimed, now.reclaimed),
+        ] {
+            if after < before {
+                failures.push(format!(
+                    "{context}: {what} went back from {before} to {after}"
+                ));
+            }
+        }
+        last = now;
         while workers.len() < WORKERS {
             workers.push(driver.spawn());
         }
@@ -426,6 +465,16 @@ fn kill_storm() {
     if rows.len() != 1 || rows[0].pid != std::process::id() {
         failures.push(format!("attachments left after shutdown: {rows:?}"));
     }
+    // Every dead worker's set came back: only the driver's own may be held.
+    let mine = rows.first().map(|r| r.slot as usize);
+    let driver_sets = mine.and_then(|m| raw.pair_set(slot, m)).is_some() as u32;
+    if let Some((used, sets)) = table.lane_pool()
+        && used != driver_sets
+    {
+        failures.push(format!(
+            "lane sets in use after shutdown: {used} of {sets}, the driver holds {driver_sets}"
+        ));
+    }
     let elapsed = started.elapsed();
 
     let mut reclaim = figures.reclaim.clone();
@@ -441,7 +490,8 @@ fn kill_storm() {
          {:.1} s\n  drift checks {} (everyone stopped), max |drift| {}, cap exceeded by live \
          holders {} (max in_flight seen {}, count above cap mid-drain {})\n  reclaim latency without reap: n {} p50 {:.1} ms p99 {:.1} ms \
          max {:.1} ms, not reclaimed in 3 s: {}\n  admitted {} released {} reclaimed {} \
-         (admitted - released - reclaimed = {}: kills between a count move and its counter)",
+         (admitted - released - reclaimed = {}: kills between a count move and its counter)\n  \
+         unlaned {} (refused {}), lane pool {:?}",
         figures.kills,
         figures.killed_before_attach,
         elapsed.as_secs_f64(),
@@ -459,6 +509,9 @@ fn kill_storm() {
         released,
         stats.reclaimed,
         stats.admitted as i64 - released as i64 - stats.reclaimed as i64,
+        stats.unlaned,
+        stats.unlaned_refused,
+        table.lane_pool(),
     );
     assert!(
         failures.is_empty(),
@@ -571,6 +624,22 @@ fn dead_worker_body(path: &Path, round: u64, w: u64, ready: Pipe) -> i32 {
 /// end, what the dead held must have come back, exactly once.
 #[test]
 fn reapers_killed_mid_reclaim() {
+    reapers_killed_with(reclaim_options());
+}
+
+/// The same on a pooled table: the reapers killed are also folding the dead
+/// workers' lane sets back, and every count must still come out once.
+#[test]
+fn reapers_killed_mid_reclaim_on_pooled_lanes() {
+    reapers_killed_with(TableOptions {
+        // Room for every live and dead pair at once (a dead worker's acquires
+        // must not be refused for want of a set: the plan counts on them).
+        lanes: 9 * 256,
+        ..reclaim_options()
+    });
+}
+
+fn reapers_killed_with(options: TableOptions) {
     let _serial = serial();
     let seed = seed_from_env("FLOWCTRL_STORM_SEED");
     let mut rng = Rng::new(seed ^ 0x5eed);
@@ -579,7 +648,7 @@ fn reapers_killed_mid_reclaim() {
     let path = scratch.path("table");
     {
         // Register the tasks, then detach: the test process reaps nothing.
-        let table = Table::open(&path, &reclaim_options()).unwrap();
+        let table = Table::open(&path, &options).unwrap();
         for name in RECLAIM_TASKS.iter().chain([&CHURN]) {
             table.task(name, &big_cap()).unwrap();
         }
@@ -799,6 +868,14 @@ fn reapers_killed_mid_reclaim() {
             churn.in_flight,
             churn.drift(),
             raw.describe_lanes(slots[RECLAIM_TASKS.len()])
+        ));
+    }
+    // The dead's lane sets came back: only the holder's and ours are held.
+    if let Some((used, sets)) = table.lane_pool()
+        && used > 2 * (RECLAIM_TASKS.len() as u32 + 1)
+    {
+        failures.push(format!(
+            "{used} of {sets} lane sets still held with the dead reaped"
         ));
     }
     let live: Vec<_> = raw.live_attachments();

@@ -69,6 +69,8 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             config_conflicts: q.config_conflicts,
             keys_created: q.keys_created,
             waiting: s.waiting,
+            unlaned: s.unlaned,
+            unlaned_refused: s.unlaned_refused,
         });
         Ok(fc_status::FC_OK)
     })

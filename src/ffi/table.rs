@@ -23,6 +23,7 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
         }
     };
     reserved(o.reserved, "fc_table_options.reserved")?;
+    reserved(o.reserved2, "fc_table_options.reserved2")?;
     let mut store = StoreOptions::default();
     if !o.store_url.is_null() {
         store.url = Some(unsafe { text_arg(o.store_url, "store_url") }?.to_string());
@@ -48,6 +49,7 @@ fn options_of(o: &fc_table_options) -> Result<TableOptions, Error> {
         config: (!o.config_path.is_null())
             .then(|| unsafe { text_arg(o.config_path, "config_path") }.map(PathBuf::from))
             .transpose()?,
+        lanes: o.lanes,
     })
 }
 

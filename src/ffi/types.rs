@@ -109,6 +109,17 @@ pub struct fc_table_options {
     /// file's limits; an edit of the file is applied within a second.
     /// Copied; not kept.
     pub config_path: *const c_char,
+    /// How many (task, process) pairs of a new table can hold ledger lanes
+    /// at once. 0 (the default): every pair has its own, the file grows as
+    /// capacity × max_processes × 640 B, and 0.3 processes can share it.
+    /// N > 0: a pool of N lane sets, taken on a process's first use of a
+    /// task and given back when it dies (the file grows with use; 0.3
+    /// refuses it). With the pool empty, a process still decides rate and
+    /// global limits, and its acquires of a capped task are refused as
+    /// concurrency; both are counted in `fc_task_stats.unlaned`.
+    pub lanes: u32,
+    /// Must be 0.
+    pub reserved2: u32,
 }
 
 /// A task's configuration. Fill it with
@@ -315,6 +326,12 @@ pub struct fc_task_stats {
     pub keys_created: u64,
     /// Acquires waiting for a permit now, host-wide (`fc_acquire_wait`).
     pub waiting: u64,
+    /// Acquires decided without lanes of their process's own (the table's
+    /// lane pool was empty; see `fc_table_options.lanes`).
+    pub unlaned: u64,
+    /// Of those, acquires of a capped task, refused (also counted in
+    /// `limited_concurrency`).
+    pub unlaned_refused: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -328,9 +345,9 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 
 // The sizes are ABI: the C tests check the same numbers from the header.
 const _: () = {
-    assert!(size_of::<fc_table_options>() == 80);
+    assert!(size_of::<fc_table_options>() == 88);
     assert!(size_of::<fc_task_config>() == 224);
-    assert!(size_of::<fc_task_stats>() == 264);
+    assert!(size_of::<fc_task_stats>() == 280);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -360,6 +377,8 @@ unsafe impl SizedStruct for fc_table_options {
             backends_per_balancer: d.backends_per_balancer,
             host_id: std::ptr::null(),
             config_path: std::ptr::null(),
+            lanes: d.lanes,
+            reserved2: 0,
         }
     }
 }
@@ -439,6 +458,8 @@ unsafe impl SizedStruct for fc_task_stats {
             config_conflicts: 0,
             keys_created: 0,
             waiting: 0,
+            unlaned: 0,
+            unlaned_refused: 0,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Where each region of a table starts, from its capacities.
 
 use super::{
-    AttachSlot, BackendSlot, BalancerSlot, Baseline, HEADER_SIZE, LANES, Lane, PickLedger, TaskSlot,
+    AttachSlot, BackendSlot, BalancerSlot, Baseline, FoldRecord, HEADER_SIZE, LANES, Lane,
+    LaneTotals, PickLedger, TaskSlot,
 };
 
 /// Bounds on geometry read from a file or asked for, so a hostile header
@@ -22,6 +23,10 @@ pub struct Geometry {
     pub attach_capacity: u32,
     pub balancer_capacity: u32,
     pub backend_capacity: u32,
+    /// Lane sets of a pooled table, taken by a (task, process) pair on its
+    /// first use (see `task::pool`); 0: one set per pair at a fixed place,
+    /// the layout 0.3 reads.
+    pub lane_sets: u32,
 }
 
 impl Geometry {
@@ -37,6 +42,31 @@ impl Geometry {
                         && (1..=MAX_BACKEND_CAPACITY).contains(&self.backend_capacity)
                 }
             }
+            && self.lane_sets as usize <= self.pairs()
+    }
+
+    /// Whether lane sets come from a pool rather than one per pair.
+    pub(crate) fn pooled(&self) -> bool {
+        self.lane_sets != 0
+    }
+
+    /// The layout version a table of this geometry carries: a pooled one
+    /// is refused by releases that expect lanes at fixed places.
+    pub(crate) fn layout_version(&self) -> u32 {
+        if self.pooled() {
+            super::POOLED_LAYOUT_VERSION
+        } else {
+            super::LAYOUT_VERSION
+        }
+    }
+
+    /// Lane sets (each `LANES` lanes and a [`Baseline`]).
+    pub(crate) fn sets(&self) -> usize {
+        if self.pooled() {
+            self.lane_sets as usize
+        } else {
+            self.pairs()
+        }
     }
 
     pub(crate) fn tasks_offset(&self) -> usize {
@@ -51,16 +81,45 @@ impl Geometry {
         self.attach_offset() + self.attach_capacity as usize * size_of::<AttachSlot>()
     }
 
-    fn pairs(&self) -> usize {
+    pub(crate) fn pairs(&self) -> usize {
         self.task_capacity as usize * self.attach_capacity as usize
     }
 
     pub(crate) fn baselines_offset(&self) -> usize {
-        self.lanes_offset() + self.pairs() * LANES as usize * size_of::<Lane>()
+        self.lanes_offset() + self.sets() * LANES as usize * size_of::<Lane>()
+    }
+
+    /// Pooled only: a `u32` per (task, process) pair, the set it took + 1.
+    pub(crate) fn pair_map_offset(&self) -> usize {
+        self.baselines_offset() + self.sets() * size_of::<Baseline>()
+    }
+
+    /// Pooled only: the one [`FoldRecord`], then a [`LaneTotals`] per task.
+    pub(crate) fn fold_offset(&self) -> usize {
+        let map = if self.pooled() {
+            (self.pairs() * 4).next_multiple_of(64)
+        } else {
+            0
+        };
+        self.pair_map_offset() + map
+    }
+
+    pub(crate) fn lane_totals_offset(&self) -> usize {
+        self.fold_offset()
+            + if self.pooled() {
+                size_of::<FoldRecord>()
+            } else {
+                0
+            }
     }
 
     pub(crate) fn balancers_offset(&self) -> usize {
-        self.baselines_offset() + self.pairs() * size_of::<Baseline>()
+        self.lane_totals_offset()
+            + if self.pooled() {
+                self.task_capacity as usize * size_of::<LaneTotals>()
+            } else {
+                0
+            }
     }
 
     fn backend_count(&self) -> usize {

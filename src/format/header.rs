@@ -34,7 +34,12 @@ pub(crate) struct Header {
     pub backend_capacity: AtomicU32,
     pub balancer_slot_size: AtomicU32,
     pub backend_slot_size: AtomicU32,
-    _pad1: [AtomicU64; 5],
+    /// [`super::Geometry::lane_sets`] (0 in a table with a set per pair).
+    pub lane_sets: AtomicU32,
+    _pad1a: AtomicU32,
+    /// Where the next claim of a pooled lane set starts looking (a hint).
+    pub lane_hint: AtomicU64,
+    _pad1: [AtomicU64; 3],
     /// Clock ticks of the last reaper pass (rate-limits reaping host-wide).
     pub last_reap: AtomicU64,
     /// The version (FNV-1a of its bytes) of the config file last applied to

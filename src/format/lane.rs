@@ -48,6 +48,14 @@ pub(crate) enum Counter {
 
 pub(crate) const COUNTERS: usize = 8;
 
+/// `Lane::reclaimed`: drain seq in the top 24 bits, a 40-bit wrapping total.
+pub(crate) const RECLAIMED_BITS: u32 = 40;
+pub(crate) const RECLAIMED_MASK: u64 = (1 << RECLAIMED_BITS) - 1;
+
+pub(crate) fn reclaimed_total(word: u64) -> u64 {
+    word & RECLAIMED_MASK
+}
+
 /// Per-(task, process, lane) state. Line 0 is the lane's ledger (other
 /// processes read it when they help or reap); line 1 its counters, written
 /// only by the threads using the lane.
@@ -81,7 +89,47 @@ pub(crate) struct Baseline {
     pub queue_head: AtomicU64,
     /// How many of this attachment's threads wait for the task (reported).
     pub queue_len: AtomicU64,
-    _pad: [AtomicU64; 5],
+    /// Pooled tables: the pair holding this set, `(task + 1) << 32 |
+    /// attachment`; 0 = free (see `task::pool`). Unused otherwise.
+    pub owner: AtomicU64,
+    _pad: [AtomicU64; 4],
+}
+
+/// The counters a set carries, and the reclaimed total: what a task's
+/// statistics add up (pooled tables keep them per task when a set goes).
+pub(crate) const TOTALS: usize = COUNTERS + 1;
+
+/// Pooled tables, per task: what the sets it gave back had counted, and
+/// what its acquires counted while the pool had no set for their process.
+#[repr(C, align(64))]
+pub(crate) struct LaneTotals {
+    /// Indexed by [`Counter`], then the reclaimed total. Written under the
+    /// pool's lock only (see [`FoldRecord`]).
+    pub retired: [AtomicU64; TOTALS],
+    _pad0: [AtomicU64; 7],
+    /// Decisions made without a set of the process's own, by [`Counter`]
+    /// (shared by every such process: the degraded path).
+    pub unlaned: [AtomicU64; COUNTERS],
+    /// Acquires refused because their task has a cap and their process no
+    /// set to count its permits in (also counted as limited by concurrency).
+    pub unlaned_refused: AtomicU64,
+    _pad1: [AtomicU64; 7],
+}
+
+/// Pooled tables: the one fold in progress, so that a reclaimer killed
+/// half-way leaves work the next one finishes exactly (see `task::pool`).
+#[repr(C, align(64))]
+pub(crate) struct FoldRecord {
+    /// The set being folded + 1; 0 = none.
+    pub set: AtomicU64,
+    pub task: AtomicU64,
+    /// The task's `retired` before the fold, and the set's totals.
+    pub before: [AtomicU64; TOTALS],
+    pub delta: [AtomicU64; TOTALS],
+    /// Bumped when a fold is recorded and when it is done: a reader that
+    /// sees it unchanged across its reads saw no fold move.
+    pub folds: AtomicU64,
+    _pad: [AtomicU64; 3],
 }
 
 const _: () = {
@@ -89,4 +137,7 @@ const _: () = {
     assert!(size_of::<Lane>() == 128);
     assert!(std::mem::offset_of!(Lane, counters) == 64);
     assert!(size_of::<Baseline>() == 128);
+    assert!(size_of::<LaneTotals>() == 256);
+    assert!(std::mem::offset_of!(LaneTotals, unlaned) == 128);
+    assert!(size_of::<FoldRecord>() == 192);
 };

@@ -10,8 +10,10 @@
 //! | TaskSlot × tasks                                task.rs     1280 B each
 //! |     (its QuotaSlot at 320, AdaptiveSlot at 704) quota.rs, adaptive.rs
 //! | AttachSlot × processes                          lane.rs     64 B
-//! | Lane × tasks × processes × LANES                lane.rs     128 B
-//! | Baseline × tasks × processes                    lane.rs     128 B
+//! | Lane × sets × LANES                             lane.rs     128 B
+//! | Baseline × sets                                 lane.rs     128 B
+//! |   (sets = tasks × processes, or `lane_sets` in a pooled table, which
+//! |   adds: a u32 per (task, process), FoldRecord, LaneTotals × tasks)
 //! | BalancerSlot × balancers                        balance.rs  320 B
 //! | BackendSlot × balancers × backends              balance.rs  384 B
 //! | PickLedger × balancers × processes × backends ] balance.rs  16 B
@@ -50,6 +52,9 @@ pub(crate) use versioned::{commit, next_copy, read_versioned};
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FLOWCTRL");
 /// Bumped on any change to the structs of this room.
 pub(crate) const LAYOUT_VERSION: u32 = 3;
+/// The version of a table whose lanes come from a pool (`Geometry::lane_sets`):
+/// the same structs, and the pool's regions after the baselines.
+pub(crate) const POOLED_LAYOUT_VERSION: u32 = 4;
 /// Words of a name (a task's, a balancer's, a backend's address): 64 bytes
 /// with its length kept beside it.
 pub(crate) const NAME_WORDS: usize = 8;

@@ -321,6 +321,22 @@ pub fn drain<'a, W: Word + 'a>(
     }
 }
 
+/// Clears the word's tag if it names a lane `names` picks: lanes whose ops
+/// are all applied (a dead process's, drained), whose ids may next belong
+/// to other ledger words (a pooled lane set given back). Clearing the tag
+/// of an applied op is the protocol's own step 5.
+pub fn untag<W: Word>(word: &W, names: impl Fn(u32) -> bool) {
+    let mut current = word.load(Ordering::Acquire);
+    while let Some(id) = tag_lane(tag(current))
+        && names(id)
+    {
+        match word.compare_exchange(current, count(current), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 /// The held count of a lane including its op in flight when that op has
 /// landed — what the lane contributes to the shared word right now. The
 /// tests' and the model's invariant; the table's readers load the words

@@ -95,16 +95,13 @@ pub(crate) fn of_slice(shm: &Shm, index: u32, slot: &TaskSlot, slice: u32) -> He
     slot.sketching.store(1, Ordering::Relaxed);
     let lanes =
         || (0..shm.geometry.attach_capacity * LANES).filter_map(move |id| shm.lane(index, id));
-    let mut sums = [0u64; 3];
-    for lane in lanes() {
-        for (sum, c) in sums.iter_mut().zip([
-            Counter::ReleasedSuccess,
-            Counter::ReleasedDropped,
-            Counter::RttSumNs,
-        ]) {
-            *sum = sum.wrapping_add(lane.counters[c as usize].load(Ordering::Relaxed));
-        }
-    }
+    let totals = crate::shm::pool::task_totals(shm, index);
+    let sums = [
+        Counter::ReleasedSuccess,
+        Counter::ReleasedDropped,
+        Counter::RttSumNs,
+    ]
+    .map(|c| totals[c as usize]);
     let tag = slice as u64 + 1;
     if slot.health[0].load(Ordering::Acquire) != tag {
         for lane in lanes() {

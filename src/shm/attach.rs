@@ -41,6 +41,17 @@ const WATCH_PERIOD: Duration = Duration::from_secs(1);
 const POLL_PERIOD: Duration = Duration::from_millis(250);
 /// Where the lock bytes start: past any table, so locks never meet data.
 const LOCK_BASE: i64 = 1 << 40;
+/// The pooled lane sets' fold lock (see `pool`), below the slots' bytes.
+const POOL_LOCK: i64 = LOCK_BASE - 1;
+
+/// The pool's lock, held; dropped with this.
+pub(crate) struct PoolLock<'a>(&'a Shm);
+
+impl Drop for PoolLock<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.lock_byte(POOL_LOCK, false);
+    }
+}
 
 /// A claim of an attachment slot: `epoch << 16 | (index + 1)`; never 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,11 +189,16 @@ impl Shm {
     /// Takes (`true`) or drops the kernel lock on a slot's byte. `Ok(false)`:
     /// another open file description holds it — its owner is alive.
     fn lock_slot(&self, index: u32, take: bool) -> Result<bool> {
+        self.lock_byte(LOCK_BASE + index as i64, take)
+    }
+
+    /// [`Shm::lock_slot`] for any lock byte.
+    fn lock_byte(&self, byte: i64, take: bool) -> Result<bool> {
         // SAFETY: a zeroed flock is a valid value for every field.
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = if take { libc::F_WRLCK } else { libc::F_UNLCK } as libc::c_short;
         fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = LOCK_BASE + index as i64;
+        fl.l_start = byte;
         fl.l_len = 1;
         // SAFETY: fcntl on our descriptor with a valid flock.
         if unsafe { libc::fcntl(self.fd.get(), libc::F_OFD_SETLK, &fl) } == 0 {
@@ -192,7 +208,7 @@ impl Shm {
         match err.raw_os_error() {
             Some(libc::EAGAIN | libc::EACCES) => Ok(false),
             _ => Err(Error::io(
-                format!("cannot lock slot {index} of table {}", self.path.display()),
+                format!("cannot lock byte {byte} of table {}", self.path.display()),
                 err,
             )),
         }
@@ -211,7 +227,7 @@ impl Shm {
                 // The slot's lock is ours: nobody else reads or writes it now.
                 let state = slot.state.load(Ordering::Acquire);
                 if state & ATTACH_LIVE != 0 {
-                    self.reclaim.reclaim(self, index);
+                    self.give_back(index);
                 }
                 let epoch = ((state >> 1) + 1) & ((1 << 46) - 1);
                 self.reclaim.baseline(self, index);
@@ -257,9 +273,32 @@ impl Shm {
         if state & ATTACH_LIVE == 0 {
             return false;
         }
-        self.reclaim.reclaim(self, index);
+        self.give_back(index);
         slot.state.store(state & !ATTACH_LIVE, Ordering::Release);
         true
+    }
+
+    /// Everything a dead (or leaving) attachment held: the features' hooks
+    /// first (they drain its ledgers), then its pooled lane sets.
+    fn give_back(&self, index: u32) {
+        self.reclaim.reclaim(self, index);
+        if self.geometry.pooled() {
+            super::pool::give_back(self, index);
+        }
+    }
+
+    /// Pooled tables: the host-wide lock folds are made under (a kernel
+    /// lock, so it dies with its holder), tried for up to 20 ms; `None` if
+    /// another process keeps it (stopped, say). The caller holds `locks`.
+    pub(super) fn pool_lock(&self) -> Option<PoolLock<'_>> {
+        for _ in 0..20 {
+            match self.lock_byte(POOL_LOCK, true) {
+                Ok(true) => return Some(PoolLock(self)),
+                Ok(false) => std::thread::sleep(Duration::from_millis(1)),
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// Looks for dead processes now and gives back what they held. Returns

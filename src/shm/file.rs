@@ -129,7 +129,8 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
     // see this file yet.
     let h = unsafe { &*(map.as_ptr() as *const Header) };
     let set = |f: &std::sync::atomic::AtomicU32, v: u32| f.store(v, Ordering::Relaxed);
-    set(&h.layout_version, LAYOUT_VERSION);
+    set(&h.layout_version, geometry.layout_version());
+    set(&h.lane_sets, geometry.lane_sets);
     set(&h.header_size, size_of::<Header>() as u32);
     set(&h.task_slot_size, size_of::<TaskSlot>() as u32);
     set(&h.attach_slot_size, size_of::<AttachSlot>() as u32);
@@ -352,11 +353,12 @@ pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, 
         )));
     }
     let version = get(&h.layout_version);
-    if version != LAYOUT_VERSION {
+    if version != LAYOUT_VERSION && version != POOLED_LAYOUT_VERSION {
         return Err(Error::new(
             ErrorKind::Incompatible,
             format!(
-                "{shown} has table layout version {version}; this flowctrl speaks version {LAYOUT_VERSION}"
+                "{shown} has table layout version {version}; this flowctrl speaks versions \
+                 {LAYOUT_VERSION} and {POOLED_LAYOUT_VERSION} (pooled lanes)"
             ),
         ));
     }
@@ -384,12 +386,13 @@ pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, 
         attach_capacity: get(&h.attach_capacity),
         balancer_capacity: get(&h.balancer_capacity),
         backend_capacity: get(&h.backend_capacity),
+        lane_sets: get(&h.lane_sets),
     };
     // A table made before balancers has zeros here: no balancer regions.
     let balancer_sizes_ok = geometry.balancer_capacity == 0
         || (get(&h.balancer_slot_size) as usize == size_of::<BalancerSlot>()
             && get(&h.backend_slot_size) as usize == size_of::<BackendSlot>());
-    if !geometry.within_bounds() || !balancer_sizes_ok {
+    if !geometry.within_bounds() || !balancer_sizes_ok || geometry.layout_version() != version {
         return Err(Error::corrupt(format!(
             "{shown}: capacities {geometry:?} are out of range (damaged header)"
         )));

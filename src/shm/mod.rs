@@ -11,6 +11,7 @@ mod attach;
 mod file;
 mod fork;
 pub(crate) mod named;
+pub(crate) mod pool;
 mod read_only;
 mod region;
 
@@ -74,6 +75,9 @@ pub(crate) struct Shm {
     /// What the reaper thread also runs every 250 ms for this handle (the
     /// table's config file watch): process-local, never in the file.
     watch: parking_lot::Mutex<Option<Watch>>,
+    /// Pooled tables: the clock tick before which this handle does not look
+    /// for a free lane set again (it found none).
+    lane_retry_at: std::sync::atomic::AtomicU64,
 }
 
 /// A periodic job of a handle's reaper thread.
@@ -105,6 +109,7 @@ impl Shm {
             locks: ForkSafeLock::new(),
             me: me.clone(),
             watch: parking_lot::Mutex::new(None),
+            lane_retry_at: std::sync::atomic::AtomicU64::new(0),
         });
         shm.owner()?;
         Ok(shm)

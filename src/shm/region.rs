@@ -21,6 +21,8 @@ pub(crate) struct Region {
     /// from `geometry`, as [`Region::lane`] is on every acquire and release.
     lanes_at: usize,
     lane_ids: u32,
+    /// `geometry.pooled()`: lanes are found through the pair map.
+    pooled: bool,
 }
 
 impl Region {
@@ -31,6 +33,7 @@ impl Region {
             map,
             lanes_at: geometry.lanes_offset(),
             lane_ids: geometry.attach_capacity * LANES,
+            pooled: geometry.pooled(),
             geometry,
             clock,
             path: path.to_path_buf(),
@@ -66,24 +69,79 @@ impl Region {
     }
 
     /// The lane `id` (`attach * LANES + lane`) of a task, or `None` for an id
-    /// no lane has (ids are read from the file: they are checked, not trusted).
+    /// no lane has (ids are read from the file: they are checked, not
+    /// trusted), or for a pair that holds no set of a pooled table.
     #[inline]
     pub fn lane(&self, task: u32, id: u32) -> Option<&Lane> {
         if task >= self.geometry.task_capacity || id >= self.lane_ids {
             return None;
         }
-        let index = task as usize * self.lane_ids as usize + id as usize;
-        let offset = self.lanes_at + index * size_of::<Lane>();
-        // SAFETY: both indices checked above.
-        Some(unsafe { self.at(offset) })
+        let set = self.set_of(task, id / LANES)?;
+        Some(self.set_lane(set, id % LANES))
     }
 
-    /// Every lane of a task (indexed by lane id), or `None` for a task
-    /// outside the table: one bounds check for a caller that looks at
-    /// several lanes (the ledger's helpers, a process's holding).
+    /// The lane set of a (task, attachment) pair: its fixed one, or in a
+    /// pooled table the one the pair map names (checked: the map is read
+    /// from the file). The caller checked both indices.
+    #[inline(always)]
+    fn set_of(&self, task: u32, attach: u32) -> Option<u32> {
+        let pair = task * self.geometry.attach_capacity + attach;
+        if !self.pooled {
+            return Some(pair);
+        }
+        // Relaxed and a fence, as `format::load_acquire`: views map the
+        // file read-only.
+        let set = self
+            .pair_map(pair)
+            .load(std::sync::atomic::Ordering::Relaxed);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        set.checked_sub(1).filter(|s| *s < self.geometry.lane_sets)
+    }
+
+    /// The set a (task, attachment) pair holds (`None` for indices outside
+    /// the table, or a pooled pair without one).
+    pub fn pair_set(&self, task: u32, attach: u32) -> Option<u32> {
+        (task < self.geometry.task_capacity && attach < self.geometry.attach_capacity)
+            .then(|| self.set_of(task, attach))
+            .flatten()
+    }
+
+    /// Pooled tables: the word of pair `task * processes + attach` of the
+    /// pair map (the set it holds + 1, or 0).
+    #[inline(always)]
+    pub fn pair_map(&self, pair: u32) -> &std::sync::atomic::AtomicU32 {
+        debug_assert!(self.pooled && (pair as usize) < self.geometry.pairs());
+        let offset = self.geometry.pair_map_offset() + pair as usize * 4;
+        // SAFETY: pairs are checked by callers against the validated
+        // geometry, whose pooled layout holds a u32 per pair here.
+        unsafe { self.at(offset) }
+    }
+
+    /// Lane `lane` of set `set` (both below their counts).
+    #[inline(always)]
+    pub fn set_lane(&self, set: u32, lane: u32) -> &Lane {
+        debug_assert!((set as usize) < self.geometry.sets() && lane < LANES);
+        let offset =
+            self.lanes_at + (set as usize * LANES as usize + lane as usize) * size_of::<Lane>();
+        // SAFETY: the set and lane lie within the validated lanes region.
+        unsafe { self.at(offset) }
+    }
+
+    /// The baseline of set `set` (below the set count).
+    pub fn set_baseline(&self, set: u32) -> &Baseline {
+        assert!((set as usize) < self.geometry.sets());
+        let offset = self.geometry.baselines_offset() + set as usize * size_of::<Baseline>();
+        // SAFETY: bounds checked above.
+        unsafe { self.at(offset) }
+    }
+
+    /// Every lane of a task (indexed by lane id), in a table with a set per
+    /// pair; `None` for a task outside the table or a pooled table. One
+    /// bounds check for a caller that looks at several lanes (the ledger's
+    /// helpers, a process's holding).
     #[inline]
     pub fn task_lanes(&self, task: u32) -> Option<&[Lane]> {
-        if task >= self.geometry.task_capacity {
+        if task >= self.geometry.task_capacity || self.pooled {
             return None;
         }
         let offset = self.lanes_at + task as usize * self.lane_ids as usize * size_of::<Lane>();
@@ -93,12 +151,28 @@ impl Region {
         Some(unsafe { std::slice::from_raw_parts(first, self.lane_ids as usize) })
     }
 
-    pub fn baseline(&self, task: u32, attach: u32) -> &Baseline {
+    /// The baseline of a (task, attachment) pair's set; `None` when the pair
+    /// holds no set of a pooled table.
+    pub fn baseline(&self, task: u32, attach: u32) -> Option<&Baseline> {
         assert!(task < self.geometry.task_capacity && attach < self.geometry.attach_capacity);
-        let index = task as usize * self.geometry.attach_capacity as usize + attach as usize;
-        let offset = self.geometry.baselines_offset() + index * size_of::<Baseline>();
-        // SAFETY: both indices checked above.
-        unsafe { self.at(offset) }
+        Some(self.set_baseline(self.set_of(task, attach)?))
+    }
+
+    /// Pooled tables: the one fold record.
+    pub fn fold_record(&self) -> &FoldRecord {
+        assert!(self.pooled);
+        // SAFETY: a pooled geometry holds the record here.
+        unsafe { self.at(self.geometry.fold_offset()) }
+    }
+
+    /// Pooled tables: a task's totals beside its sets.
+    pub fn lane_totals(&self, task: u32) -> Option<&LaneTotals> {
+        if !self.pooled || task >= self.geometry.task_capacity {
+            return None;
+        }
+        let offset = self.geometry.lane_totals_offset() + task as usize * size_of::<LaneTotals>();
+        // SAFETY: index checked above against the pooled geometry.
+        Some(unsafe { self.at(offset) })
     }
 
     pub fn balancer_slot(&self, balancer: u32) -> &BalancerSlot {

@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{Ordering, fence};
 
-use crate::format::{Counter, LANES, TaskSlot, generation_of, make_limit, next_generation};
+use crate::format::{Counter, TaskSlot, generation_of, make_limit, next_generation};
 use crate::limit::adaptive::{self, Spec, State, Window};
 use crate::limit::ledger::{self, MAX_COUNT};
 use crate::shm::{Owner, Shm};
@@ -170,22 +170,16 @@ fn publish(shm: &Shm, index: u32, due: u64, generation: Option<u64>) {
     a.due.store(due, Ordering::Release);
 }
 
-/// Success, dropped, RTT sum and concurrency rejections over every lane.
+/// Success, dropped, RTT sum and concurrency rejections, task-wide.
 fn lane_sums(shm: &Shm, index: u32) -> [u64; 4] {
-    let mut sums = [0u64; 4];
-    for id in 0..shm.geometry.attach_capacity * LANES {
-        if let Some(lane) = shm.lane(index, id) {
-            for (sum, counter) in sums.iter_mut().zip([
-                Counter::ReleasedSuccess,
-                Counter::ReleasedDropped,
-                Counter::RttSumNs,
-                Counter::LimitedConcurrency,
-            ]) {
-                *sum = sum.wrapping_add(lane.counters[counter as usize].load(Ordering::Relaxed));
-            }
-        }
-    }
-    sums
+    let totals = crate::shm::pool::task_totals(shm, index);
+    [
+        Counter::ReleasedSuccess,
+        Counter::ReleasedDropped,
+        Counter::RttSumNs,
+        Counter::LimitedConcurrency,
+    ]
+    .map(|c| totals[c as usize])
 }
 
 /// The committed state: (limit, baseline RTT ns, recent RTT ns).

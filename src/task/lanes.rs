@@ -2,14 +2,16 @@
 //! a thread uses, and moving the task's count through it (the protocol is
 //! `limit::ledger`'s).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Task;
 use super::stats::{lane_ids, ledger_view};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{LANES, Lane};
+use crate::format::{COUNTERS, Counter, LANES, Lane};
 use crate::limit::ledger::{self, Update};
+use crate::shm::pool;
+use crate::words::Limited;
 
 /// How long a thread waits when every ledger lane of its process is busy
 /// (more threads mid-op than lanes, one of them descheduled).
@@ -39,9 +41,22 @@ impl Task {
     #[inline(always)]
     fn move_through(&self, id: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
         let word = &self.shm.task_slot(self.index).in_flight;
+        let Some(lanes) = self.shm.task_lanes(self.index) else {
+            return self.move_through_pool(id, delta, cap);
+        };
         // The task's lanes once: the helpers' look-ups index a slice.
-        let lanes = self.lanes();
         let resolve = |id: u32| lanes.get(id as usize).map(|l| ledger_view(id, l));
+        let Some(mine) = resolve(id) else {
+            return Err(outside_the_table());
+        };
+        Ok(ledger::update(word, resolve, mine, delta, cap))
+    }
+
+    /// [`Task::move_through`] in a pooled table: lanes through the pair map.
+    #[inline(never)]
+    fn move_through_pool(&self, id: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
+        let word = &self.shm.task_slot(self.index).in_flight;
+        let resolve = |id: u32| self.shm.lane(self.index, id).map(|l| ledger_view(id, l));
         let Some(mine) = resolve(id) else {
             return Err(outside_the_table());
         };
@@ -79,28 +94,83 @@ impl Task {
         }
     }
 
-    #[inline]
-    pub(super) fn lane(&self, id: u32) -> &Lane {
-        self.shm
-            .lane(self.index, id)
-            .expect("own lane within the table")
+    /// This thread's lane of `attach` for the task: in a pooled table,
+    /// taken with the pair's set on first use; `None` when the pool has no
+    /// set for it.
+    #[inline(always)]
+    pub(super) fn own_lane(&self, attach: u32, lane: u32) -> Option<&Lane> {
+        match self.shm.lane(self.index, attach * LANES + lane % LANES) {
+            Some(own) => Some(own),
+            None => self.claim_lanes(attach, lane),
+        }
     }
 
-    #[inline]
-    fn lanes(&self) -> &[Lane] {
+    #[cold]
+    #[inline(never)]
+    fn claim_lanes(&self, attach: u32, lane: u32) -> Option<&Lane> {
+        if !self.shm.geometry.pooled() {
+            return None; // outside the table: only a damaged geometry
+        }
+        let set = pool::claim(&self.shm, self.index, attach)?;
+        Some(self.shm.set_lane(set, lane % LANES))
+    }
+
+    /// Whether this handle's process holds lanes of the task (claiming them
+    /// if it can): a waiter needs them to queue.
+    pub(super) fn holds_lanes(&self) -> Result<bool> {
+        let attach = self.shm.owner()?.index().unwrap_or(0);
+        Ok(self.own_lane(attach, 0).is_some())
+    }
+
+    /// Where an acquire counts: its own lane, or the task's shared line of
+    /// unlaned counts when its process has none.
+    #[inline(always)]
+    pub(super) fn counters<'a>(&'a self, own: Option<&'a Lane>) -> &'a [AtomicU64; COUNTERS] {
+        match own {
+            Some(lane) => &lane.counters,
+            None => self.unlaned(),
+        }
+    }
+
+    #[cold]
+    fn unlaned(&self) -> &[AtomicU64; COUNTERS] {
+        /// Only a damaged geometry lacks both; its counts go nowhere.
+        static NOWHERE: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
         self.shm
-            .task_lanes(self.index)
-            .expect("own task within the table")
+            .lane_totals(self.index)
+            .map_or(&NOWHERE, |totals| &totals.unlaned)
+    }
+
+    /// An acquire of a capped task by a process without lanes: refused as
+    /// the cap refuses (its permits would have no ledger to be reclaimed
+    /// from), and counted.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse_unlaned(&self, n: u32) -> Limited {
+        if let Some(totals) = self.shm.lane_totals(self.index) {
+            totals.unlaned[Counter::LimitedConcurrency as usize]
+                .fetch_add(n as u64, Ordering::Relaxed);
+            totals
+                .unlaned_refused
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Limited::Concurrency
     }
 
     /// What attachment `attach` holds of the task, by its ledgers.
     #[inline]
     pub(super) fn held_by(&self, attach: u32) -> i64 {
-        let lanes = self.lanes();
-        lane_ids(attach)
-            .filter_map(|id| lanes.get(id as usize))
-            .map(|lane| ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64)
-            .sum()
+        let held = |lane: &Lane| ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64;
+        match self.shm.task_lanes(self.index) {
+            Some(lanes) => lane_ids(attach)
+                .filter_map(|id| lanes.get(id as usize))
+                .map(held)
+                .sum(),
+            None => lane_ids(attach)
+                .filter_map(|id| self.shm.lane(self.index, id))
+                .map(held)
+                .sum(),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ mod stats;
 mod wait;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub(crate) use config::settings;
@@ -27,7 +27,7 @@ pub use wait::Acquire;
 pub(crate) use wait::Room as WaitRoom;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{Counter, LANES, Lane, TaskSlot, limit_of};
+use crate::format::{COUNTERS, Counter, LANES, TaskSlot, limit_of};
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::Update;
 use crate::quota::{Need, Quota, Refused};
@@ -195,7 +195,8 @@ impl Task {
             None => limits.cap,
         };
         let lane = preferred_lane();
-        let counters = self.lane(attach * LANES + lane);
+        let own = self.own_lane(attach, lane);
+        let counters = self.counters(own);
         if !in_turn
             && a.queued.load(Ordering::Relaxed) != 0
             && let Some(why) = wait::queue_refusal(slot, cap, limits.interval)
@@ -217,6 +218,9 @@ impl Task {
             }
         }
         let counted = cap != 0;
+        if counted && own.is_none() {
+            return Ok(Err(self.refuse_unlaned(n)));
+        }
         if counted && self.move_count(attach, lane, n as i32, Some(cap as u64))? == Update::Refused
         {
             count(counters, Counter::LimitedConcurrency, n as u64);
@@ -339,7 +343,7 @@ impl Task {
             std::sync::atomic::fence(Ordering::SeqCst);
             wait::freed(shm, self.index);
         }
-        let counters = self.lane(attach * LANES + lane);
+        let counters = self.counters(self.own_lane(attach, lane));
         let counter = match outcome {
             Outcome::Success => Counter::ReleasedSuccess,
             Outcome::Dropped => Counter::ReleasedDropped,
@@ -435,8 +439,9 @@ fn refusal_counter(why: Limited) -> Counter {
     }
 }
 
-/// Counts into a lane of this process: an uncontended atomic add.
+/// Counts into a lane of this process (an uncontended atomic add), or the
+/// task's shared line of unlaned counts.
 #[inline(always)]
-fn count(lane: &Lane, counter: Counter, n: u64) {
-    lane.counters[counter as usize].fetch_add(n, Ordering::Relaxed);
+fn count(counters: &[AtomicU64; COUNTERS], counter: Counter, n: u64) {
+    counters[counter as usize].fetch_add(n, Ordering::Relaxed);
 }

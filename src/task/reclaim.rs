@@ -49,9 +49,10 @@ impl Reclaim for TaskReclaim {
                 report_reclaimed(shm, slot, attach, given_back);
             }
             // Its waiters are gone: the queue's head moves past them.
-            let base = shm.baseline(task, attach);
-            let queued = base.queue_head.swap(0, Ordering::SeqCst) != 0;
-            base.queue_len.store(0, Ordering::Relaxed);
+            let queued = shm.baseline(task, attach).is_some_and(|base| {
+                base.queue_len.store(0, Ordering::Relaxed);
+                base.queue_head.swap(0, Ordering::SeqCst) != 0
+            });
             if queued {
                 super::wait::clear_flag(shm, task);
             }
@@ -70,7 +71,10 @@ impl Reclaim for TaskReclaim {
             lane_ids(attach)
                 .filter_map(|id| shm.lane(task, id))
                 .for_each(|lane| sums.add_lane(lane));
-            let base = shm.baseline(task, attach);
+            // A pooled pair without a set has nothing to note.
+            let Some(base) = shm.baseline(task, attach) else {
+                continue;
+            };
             sums.store(base);
             base.queue_head.store(0, Ordering::Relaxed);
             base.queue_len.store(0, Ordering::Relaxed);

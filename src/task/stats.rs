@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use super::adaptive;
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{ATTACH_LIVE, Baseline, COUNTERS, Counter, LANES, Lane, load_acquire};
+use crate::format::{
+    ATTACH_LIVE, Baseline, COUNTERS, Counter, LANES, Lane, RECLAIMED_BITS, RECLAIMED_MASK, TOTALS,
+    load_acquire, reclaimed_total,
+};
 use crate::limit::ledger;
-use crate::shm::Region;
+use crate::shm::{Region, pool};
 
 /// Counters of one task, in permits unless named otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +45,13 @@ pub struct TaskStats {
     pub recent_rtt_ns: u64,
     /// Acquires waiting for a permit now, host-wide (queued in its order).
     pub waiting: u64,
+    /// Acquires decided without lanes of their process's own, because the
+    /// table's lane pool was empty (`TableOptions::lanes`); 0 in a table
+    /// with lanes for every pair.
+    pub unlaned: u64,
+    /// Of those, the acquires of a capped task, refused (and counted as
+    /// limited by concurrency too): their permits would have had no ledger.
+    pub unlaned_refused: u64,
 }
 
 /// One attachment's share of a task's counters since it attached.
@@ -89,6 +99,14 @@ impl Sums {
             .wrapping_add(reclaimed_total(lane.reclaimed.load(Ordering::Relaxed)));
     }
 
+    /// Adds counts kept beside the lanes (`shm::pool::Beside::totals`).
+    pub fn add_totals(&mut self, totals: &[u64; TOTALS]) {
+        for (sum, t) in self.counters.iter_mut().zip(totals) {
+            *sum = sum.wrapping_add(*t);
+        }
+        self.reclaimed = self.reclaimed.wrapping_add(totals[COUNTERS]);
+    }
+
     /// What a [`Baseline`] recorded.
     pub fn load(base: &Baseline) -> Self {
         Self {
@@ -131,14 +149,6 @@ impl Sums {
             ..TaskStats::default()
         }
     }
-}
-
-/// `Lane::reclaimed`: drain seq in the top 24 bits, a 40-bit wrapping total.
-const RECLAIMED_BITS: u32 = 40;
-const RECLAIMED_MASK: u64 = (1 << RECLAIMED_BITS) - 1;
-
-fn reclaimed_total(word: u64) -> u64 {
-    word & RECLAIMED_MASK
 }
 
 /// Adds `held` to a lane's reclaimed count once per drain `seq`: a reaper
@@ -224,14 +234,24 @@ impl super::Task {
 pub(crate) fn read(region: &Region, index: u32) -> TaskStats {
     let slot = region.task_slot(index);
     let word = load_acquire(&slot.in_flight);
-    let mut sums = Sums::default();
-    let mut held = 0;
-    for attach in 0..region.geometry.attach_capacity {
-        let lanes = lanes_of(region, index, attach);
-        lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
-        held += contribution(word, lanes);
+    let ((mut sums, held), beside) = pool::read_consistent(region, index, |skip| {
+        let mut sums = Sums::default();
+        let mut held = 0;
+        for attach in 0..region.geometry.attach_capacity {
+            let lanes = lanes_of(region, index, attach, skip);
+            lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
+            held += contribution(word, lanes);
+        }
+        (sums, held)
+    });
+    if let Some(beside) = &beside {
+        sums.add_totals(&beside.totals);
     }
     let mut stats = sums.into_stats(ledger::word_count(word), held);
+    if let Some(beside) = beside {
+        stats.unlaned = beside.unlaned;
+        stats.unlaned_refused = beside.unlaned_refused;
+    }
     stats.limit = super::limit(slot).map_or(0, u64::from);
     if crate::format::limit_of(load_acquire(&slot.adaptive.limit)).is_some() {
         let state = adaptive::committed(slot);
@@ -240,17 +260,24 @@ pub(crate) fn read(region: &Region, index: u32) -> TaskStats {
     }
     stats.waiting = (0..region.geometry.attach_capacity)
         .filter(|&a| load_acquire(&region.attach_slot(a).state) & ATTACH_LIVE != 0)
-        .map(|a| load_acquire(&region.baseline(index, a).queue_len))
+        .filter_map(|a| region.baseline(index, a))
+        .map(|base| load_acquire(&base.queue_len))
         .sum();
     stats
 }
 
+/// The lanes of attachment `attach` for the task, none when its set is
+/// `skip` (a fold is moving it).
 fn lanes_of(
     region: &Region,
     index: u32,
     attach: u32,
+    skip: Option<u32>,
 ) -> impl Iterator<Item = (u32, &Lane)> + Clone {
-    lane_ids(attach).filter_map(move |id| Some((id, region.lane(index, id)?)))
+    let skipped = skip.is_some() && region.pair_set(index, attach) == skip;
+    lane_ids(attach)
+        .filter(move |_| !skipped)
+        .filter_map(move |id| Some((id, region.lane(index, id)?)))
 }
 
 /// The counters of each attachment marked live, since it attached; its
@@ -261,10 +288,13 @@ pub(crate) fn by_process(region: &Region, index: u32) -> Vec<ProcessStats> {
         .attachments()
         .map(|(slot, pid)| {
             let mut sums = Sums::default();
-            let lanes = lanes_of(region, index, slot);
+            let lanes = lanes_of(region, index, slot, None);
             lanes.clone().for_each(|(_, lane)| sums.add_lane(lane));
             let held = contribution(word, lanes);
-            let base = Sums::load(region.baseline(index, slot));
+            let base = region
+                .baseline(index, slot)
+                .map(Sums::load)
+                .unwrap_or_default();
             let stats = sums.minus(&base).into_stats(held.max(0) as u64, held);
             ProcessStats { pid, slot, stats }
         })
@@ -280,7 +310,7 @@ pub(crate) fn by_process(region: &Region, index: u32) -> Vec<ProcessStats> {
 pub(crate) fn consistency(region: &Region, index: u32, name: &str) -> Result<Consistency> {
     let word = &region.task_slot(index).in_flight;
     let lanes: Vec<(u32, &Lane)> = (0..region.geometry.attach_capacity)
-        .flat_map(|attach| lanes_of(region, index, attach))
+        .flat_map(|attach| lanes_of(region, index, attach, None))
         .collect();
     let began = Instant::now();
     let mut first = Vec::with_capacity(lanes.len());

@@ -85,6 +85,12 @@ impl View {
         self.table.geometry.attach_capacity
     }
 
+    /// The lane pool: (sets in use, sets); `None` for a table with lanes
+    /// for every pair.
+    pub fn lane_pool(&self) -> Option<(u32, u32)> {
+        crate::shm::pool::usage(&self.table)
+    }
+
     /// Number of balancer slots.
     pub fn balancer_capacity(&self) -> u32 {
         self.table.geometry.balancer_capacity

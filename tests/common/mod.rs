@@ -444,6 +444,10 @@ pub mod layout {
     pub const H_TABLE_ID: usize = 64;
     /// Balancer capacity, backend capacity, and their slot sizes (u32 each).
     pub const H_BALANCER_CAPACITY: usize = 72;
+    /// Lane sets of a pooled table (0: a set per pair).
+    pub const H_LANE_SETS: usize = 88;
+    pub const FOLD_RECORD: usize = 192;
+    pub const LANE_TOTALS: usize = 256;
     pub const H_BACKEND_CAPACITY: usize = 76;
     pub const H_BALANCER_SLOT_SIZE: usize = 80;
     pub const H_BACKEND_SLOT_SIZE: usize = 84;
@@ -530,6 +534,8 @@ pub struct RawTable {
     pub attach_capacity: usize,
     pub balancer_capacity: usize,
     pub backend_capacity: usize,
+    /// 0: a lane set per (task, attachment) pair at a fixed place.
+    pub lane_sets: usize,
 }
 
 impl RawTable {
@@ -546,12 +552,43 @@ impl RawTable {
             attach_capacity: 0,
             balancer_capacity: 0,
             backend_capacity: 0,
+            lane_sets: 0,
         };
         raw.task_capacity = raw.u32_at(layout::H_TASK_CAPACITY) as usize;
         raw.attach_capacity = raw.u32_at(layout::H_ATTACH_CAPACITY) as usize;
         raw.balancer_capacity = raw.u32_at(layout::H_BALANCER_CAPACITY) as usize;
         raw.backend_capacity = raw.u32_at(layout::H_BACKEND_CAPACITY) as usize;
+        raw.lane_sets = raw.u32_at(layout::H_LANE_SETS) as usize;
         raw
+    }
+
+    fn sets(&self) -> usize {
+        match self.lane_sets {
+            0 => self.task_capacity * self.attach_capacity,
+            n => n,
+        }
+    }
+
+    /// Pooled tables: the set pair (task, slot) holds, if any.
+    pub fn pair_set(&self, task: usize, slot: usize) -> Option<usize> {
+        if self.lane_sets == 0 {
+            return Some(task * self.attach_capacity + slot);
+        }
+        let pair = task * self.attach_capacity + slot;
+        let at = self.pair_map_offset() + pair * 4;
+        (self.u32_at(at) as usize)
+            .checked_sub(1)
+            .filter(|s| *s < self.lane_sets)
+    }
+
+    fn pair_map_offset(&self) -> usize {
+        self.baselines_offset() + self.sets() * layout::BASELINE
+    }
+
+    /// Lane `id` of `task`, if its pair holds a set.
+    pub fn lane_opt(&self, task: usize, id: usize) -> Option<usize> {
+        let set = self.pair_set(task, id / layout::LANES)?;
+        Some(self.lanes_offset() + (set * layout::LANES + id % layout::LANES) * layout::LANE)
     }
 
     pub fn len(&self) -> usize {
@@ -596,21 +633,32 @@ impl RawTable {
         self.attach(self.attach_capacity)
     }
 
-    /// Lane `id` (attachment × LANES + lane) of `task`.
+    /// Lane `id` (attachment × LANES + lane) of `task` (its pair holds a
+    /// set: always, unless the table is pooled).
     pub fn lane(&self, task: usize, id: usize) -> usize {
-        self.lanes_offset() + (task * self.attach_capacity * layout::LANES + id) * layout::LANE
+        self.lane_opt(task, id).expect("the pair holds a lane set")
     }
 
     pub fn baselines_offset(&self) -> usize {
-        self.lane(self.task_capacity, 0)
+        self.lanes_offset() + self.sets() * layout::LANES * layout::LANE
     }
 
     pub fn baseline(&self, task: usize, slot: usize) -> usize {
-        self.baselines_offset() + (task * self.attach_capacity + slot) * layout::BASELINE
+        let set = self
+            .pair_set(task, slot)
+            .expect("the pair holds a lane set");
+        self.baselines_offset() + set * layout::BASELINE
     }
 
     pub fn balancers_offset(&self) -> usize {
-        self.baseline(self.task_capacity, 0)
+        if self.lane_sets == 0 {
+            return self.pair_map_offset();
+        }
+        let pairs = self.task_capacity * self.attach_capacity;
+        self.pair_map_offset()
+            + (pairs * 4).next_multiple_of(64)
+            + layout::FOLD_RECORD
+            + self.task_capacity * layout::LANE_TOTALS
     }
 
     pub fn balancer(&self, balancer: usize) -> usize {
@@ -703,8 +751,8 @@ impl RawTable {
         use layout::*;
         let tag = word >> COUNT_BITS;
         (0..self.attach_capacity * LANES)
-            .map(|id| {
-                let lane = self.lane(task, id);
+            .filter_map(|id| Some((id, self.lane_opt(task, id)?)))
+            .map(|(id, lane)| {
                 let ledger = self.get(lane + L_LEDGER);
                 let mut held = ledger as u32 as i32 as i64;
                 let next = (((ledger >> 32) & SEQ_MASK) + 1) & SEQ_MASK;
@@ -730,7 +778,9 @@ impl RawTable {
             (word >> COUNT_BITS) & SEQ_MASK
         );
         for id in 0..self.attach_capacity * LANES {
-            let lane = self.lane(task, id);
+            let Some(lane) = self.lane_opt(task, id) else {
+                continue;
+            };
             let ledger = self.get(lane + L_LEDGER);
             if ledger as u32 != 0 || ledger & BUSY != 0 {
                 let intent = self.get(lane + L_INTENT);

@@ -55,6 +55,10 @@ impl Acquire {
         } else {
             Limited::Global
         };
+        if !task.holds_lanes()? {
+            // A pooled table with no set free: no place in line either.
+            return Ok(Some(task.acquire_raw(n)));
+        }
         let deadline = Instant::now() + timeout.unwrap_or_default();
         let entry = task.enqueue(n, deadline, why, false)?;
         entry.set_waker(cx.waker());

@@ -72,6 +72,10 @@ impl Task {
         let Some(timeout) = timeout.filter(|t| !t.is_zero()) else {
             return Ok(Err(why));
         };
+        if !self.holds_lanes()? {
+            // A pooled table with no set free: no place in line either.
+            return Ok(Err(why));
+        }
         let deadline = Instant::now() + timeout;
         let entry = self.enqueue(n, deadline, why, true)?;
         let attach = self.attach_index()?;

@@ -164,7 +164,12 @@ impl Words for InTable<'_> {
         self.shm.geometry.attach_capacity
     }
     fn head_of(&self, i: u32) -> &Self::W {
-        &self.shm.baseline(self.task, i).queue_head
+        // A pooled pair without a set has no waiter: its process queues
+        // only once it holds one (see `Task::enqueue`).
+        static NONE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        self.shm
+            .baseline(self.task, i)
+            .map_or(&NONE, |base| &base.queue_head)
     }
     fn live(&self, i: u32) -> bool {
         self.shm.attach_slot(i).state.load(Ordering::Acquire) & ATTACH_LIVE != 0
@@ -185,9 +190,10 @@ pub(crate) fn head(shm: &Shm, task: u32, order: WaitOrder) -> Option<(u32, u64)>
 /// Publishes `attach`'s best ticket for `task` (0 = none waits) and how
 /// many of its threads wait. Called by the attachment itself, in order.
 pub(crate) fn publish(shm: &Shm, task: u32, attach: u32, ticket: u64, waiting: usize) {
-    shm.baseline(task, attach)
-        .queue_len
-        .store(waiting as u64, Ordering::Relaxed);
+    let Some(base) = shm.baseline(task, attach) else {
+        return; // never: a waiter's pair holds a set
+    };
+    base.queue_len.store(waiting as u64, Ordering::Relaxed);
     publish_in(
         &InTable { shm, task },
         attach,
