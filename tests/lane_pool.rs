@@ -1,0 +1,191 @@
+//! Tables whose lanes come from a pool (`TableOptions::lanes`): what the
+//! file costs, taking sets on first use, giving them back when a process
+//! dies with every count kept, and deciding when the pool is empty.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use flowctrl::{Limited, Outcome, Table, TableOptions, TaskConfig};
+
+const MIB: u64 = 1 << 20;
+
+fn pooled(lanes: u32) -> TableOptions {
+    TableOptions {
+        capacity: 16,
+        max_processes: 16,
+        lanes,
+        ..TableOptions::default()
+    }
+}
+
+#[test]
+fn a_pooled_table_grows_with_the_pairs_in_use_and_the_default_does_not_change() {
+    let scratch = Scratch::new("pool-size");
+    // The default table: a set per pair, the size (and layout) 0.3 made.
+    let default = Table::open(scratch.path("default"), &TableOptions::default()).unwrap();
+    assert_eq!(default.lane_pool(), None);
+    let dense_pair = 4 * 128 + 128;
+    assert!(default.size_bytes() > 256 * 64 * dense_pair);
+    assert!(default.size_bytes() < 12 * MIB, "{}", default.size_bytes());
+    let big = TableOptions {
+        capacity: 4096,
+        max_processes: 128,
+        balancers: 0,
+        ..TableOptions::default()
+    };
+    let pairs = 4096 * 128;
+    // 5 % of the pairs in use at once.
+    let table = Table::open(
+        scratch.path("pooled"),
+        &TableOptions {
+            lanes: pairs / 20,
+            ..big.clone()
+        },
+    )
+    .unwrap();
+    eprintln!(
+        "4,096 tasks × 128 processes: {:.1} MiB pooled at 5 % of the pairs, {:.1} MiB with a \
+         set per pair",
+        table.size_bytes() as f64 / MIB as f64,
+        (pairs as u64 * dense_pair) as f64 / MIB as f64
+    );
+    assert!(table.size_bytes() <= 64 * MIB, "{}", table.size_bytes());
+    assert_eq!(table.lane_pool(), Some((0, pairs / 20)));
+}
+
+#[test]
+fn lanes_beyond_every_pair_are_refused() {
+    let scratch = Scratch::new("pool-bad");
+    let err = Table::open(scratch.path("t"), &pooled(16 * 16 + 1))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("lanes"), "{err}");
+    assert!(!scratch.path("t").exists());
+}
+
+#[test]
+fn a_set_is_taken_on_first_use_and_comes_back_with_its_counts_when_the_process_dies() {
+    let scratch = Scratch::new("pool-fold");
+    let path = scratch.path("t");
+    let table = Table::open(&path, &pooled(4)).unwrap();
+    let task = table.task("api", &TaskConfig::new().max_concurrency(8)).unwrap();
+    assert_eq!(table.lane_pool(), Some((0, 4)), "registering takes no set");
+    let ready = Pipe::new();
+    let child = fork(|| {
+        let table = Table::open(&path, &pooled(4)).unwrap();
+        let task = table.task("api", &TaskConfig::new()).unwrap();
+        for _ in 0..10 {
+            let mut p = task.acquire_raw(1).unwrap().unwrap();
+            task.release_raw(&mut p, Outcome::Success).unwrap();
+        }
+        // Dies holding three.
+        let held: Vec<_> = (0..3).map(|_| task.acquire_raw(1).unwrap().unwrap()).collect();
+        std::mem::forget(held);
+        ready.send(1);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    assert_eq!(ready.recv(), 1);
+    assert_eq!(table.lane_pool(), Some((1, 4)));
+    let before = task.stats();
+    assert_eq!((before.admitted, before.in_flight), (13, 3));
+    kill(child, libc::SIGKILL);
+    assert_eq!(wait(child), -libc::SIGKILL);
+    table.reap();
+    assert_eq!(table.lane_pool(), Some((0, 4)), "the dead process's set is free");
+    let after = task.stats();
+    assert_eq!(after.admitted, 13, "counts survive the set going back");
+    assert_eq!(after.released_success, 10);
+    assert_eq!(after.reclaimed, 3);
+    assert_eq!((after.in_flight, after.held), (0, 0));
+    assert_eq!(after.unlaned, 0);
+    // The set is taken again, by this process, for its own counting.
+    let mut p = task.acquire_raw(1).unwrap().unwrap();
+    assert_eq!(table.lane_pool(), Some((1, 4)));
+    task.release_raw(&mut p, Outcome::Dropped).unwrap();
+    let mine = task.stats();
+    assert_eq!((mine.admitted, mine.released_dropped), (14, 1));
+    let rows = task.stats_by_process();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].stats.admitted, 1, "this process's own share since it attached");
+    assert_eq!(task.check().unwrap().drift(), 0);
+}
+
+#[test]
+fn with_the_pool_empty_a_process_still_decides_and_says_so() {
+    let scratch = Scratch::new("pool-empty");
+    let path = scratch.path("t");
+    let table = Table::open(&path, &pooled(1)).unwrap();
+    let capped = table.task("capped", &TaskConfig::new().max_concurrency(4)).unwrap();
+    let rated = table
+        .task("rated", &TaskConfig::new().local_rate(1_000.0).burst(5))
+        .unwrap();
+    // The one set goes to this process's first use.
+    let mut held = capped.acquire_raw(1).unwrap().unwrap();
+    assert_eq!(table.lane_pool(), Some((1, 1)));
+    // Another task needs another set: there is none.
+    let mut admitted = 0;
+    let mut limited = 0;
+    for _ in 0..20 {
+        match rated.acquire_raw(1).unwrap() {
+            Ok(mut p) => {
+                admitted += 1;
+                rated.release_raw(&mut p, Outcome::Success).unwrap();
+            }
+            Err(Limited::Local) => limited += 1,
+            Err(other) => panic!("refused as {other:?}"),
+        }
+    }
+    assert!((5..=7).contains(&admitted), "the burst of 5, not more: {admitted}");
+    let s = rated.stats();
+    assert_eq!((s.admitted, s.limited_local), (admitted, limited));
+    assert_eq!(s.released_success, admitted);
+    assert_eq!(s.unlaned, 20);
+    assert_eq!(s.unlaned_refused, 0);
+    // A capped task's acquire in another process without a set is refused
+    // as the cap refuses, and a wait does not queue it.
+    let out = Pipe::new();
+    let child = fork(|| {
+        let table = Table::open(&path, &pooled(1)).unwrap();
+        let capped = table.task("capped", &TaskConfig::new()).unwrap();
+        let first = capped.acquire_raw(1).unwrap().err();
+        let waited = capped
+            .acquire_raw_wait(1, Some(Duration::from_millis(200)))
+            .unwrap()
+            .err();
+        let ok = first == Some(Limited::Concurrency) && waited == Some(Limited::Concurrency);
+        out.send(ok as u8);
+        0
+    });
+    assert_eq!(out.recv(), 1, "refused as concurrency, at once");
+    assert_eq!(wait(child), 0);
+    let s = capped.stats();
+    assert_eq!(s.unlaned_refused, 2);
+    assert_eq!(s.limited_concurrency, 2);
+    assert_eq!(s.in_flight, 1, "only this process's permit counts");
+    capped.release_raw(&mut held, Outcome::Success).unwrap();
+    assert_eq!(capped.check().unwrap().drift(), 0);
+}
+
+#[test]
+fn threads_racing_for_a_first_use_share_one_set() {
+    let scratch = Scratch::new("pool-race");
+    let table = Table::open(scratch.path("t"), &pooled(8)).unwrap();
+    let task = table.task("api", &TaskConfig::new().max_concurrency(64)).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..200 {
+                    let mut p = task.acquire_raw(1).unwrap().unwrap();
+                    task.release_raw(&mut p, Outcome::Success).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(table.lane_pool(), Some((1, 8)), "one pair, one set");
+    let s = task.stats();
+    assert_eq!((s.admitted, s.released_success, s.unlaned), (1600, 1600, 0));
+    assert_eq!(task.check().unwrap().drift(), 0);
+}
