@@ -648,6 +648,16 @@ struct fc_task_stats {
    * Acquires waiting for a permit now, host-wide (`fc_acquire_wait`).
    */
   uint64_t waiting;
+  /**
+   * Acquires decided without lanes of their process's own (the table's
+   * lane pool was empty; see `fc_table_options.lanes`).
+   */
+  uint64_t unlaned;
+  /**
+   * Of those, acquires of a capped task, refused (also counted in
+   * `limited_concurrency`).
+   */
+  uint64_t unlaned_refused;
 };
 
 /**
@@ -915,6 +925,21 @@ typedef struct fc_table_options {
    * Copied; not kept.
    */
   const char *config_path;
+  /**
+   * How many (task, process) pairs of a new table can hold ledger lanes
+   * at once. 0 (the default): every pair has its own, the file grows as
+   * capacity × max_processes × 640 B, and 0.3 processes can share it.
+   * N > 0: a pool of N lane sets, taken on a process's first use of a
+   * task and given back when it dies (the file grows with use; 0.3
+   * refuses it). With the pool empty, a process still decides rate and
+   * global limits, and its acquires of a capped task are refused as
+   * concurrency; both are counted in `fc_task_stats.unlaned`.
+   */
+  uint32_t lanes;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved2;
 } fc_table_options;
 
 /**

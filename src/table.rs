@@ -397,6 +397,7 @@ fn options_with(file: &ConfigFile, code: &TableOptions) -> TableOptions {
     };
     set(t.capacity, &mut o.capacity);
     set(t.max_processes, &mut o.max_processes);
+    set(t.lanes, &mut o.lanes);
     set(t.balancers, &mut o.balancers);
     set(t.backends_per_balancer, &mut o.backends_per_balancer);
     set(t.mode, &mut o.mode);
@@ -443,6 +444,7 @@ impl std::fmt::Debug for Table {
             .field("path", &self.path())
             .field("capacity", &self.capacity())
             .field("max_processes", &self.max_processes())
+            .field("lane_pool", &self.lane_pool())
             .finish()
     }
 }

@@ -70,7 +70,9 @@ fn a_set_is_taken_on_first_use_and_comes_back_with_its_counts_when_the_process_d
     let scratch = Scratch::new("pool-fold");
     let path = scratch.path("t");
     let table = Table::open(&path, &pooled(4)).unwrap();
-    let task = table.task("api", &TaskConfig::new().max_concurrency(8)).unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().max_concurrency(8))
+        .unwrap();
     assert_eq!(table.lane_pool(), Some((0, 4)), "registering takes no set");
     let ready = Pipe::new();
     let child = fork(|| {
@@ -81,7 +83,9 @@ fn a_set_is_taken_on_first_use_and_comes_back_with_its_counts_when_the_process_d
             task.release_raw(&mut p, Outcome::Success).unwrap();
         }
         // Dies holding three.
-        let held: Vec<_> = (0..3).map(|_| task.acquire_raw(1).unwrap().unwrap()).collect();
+        let held: Vec<_> = (0..3)
+            .map(|_| task.acquire_raw(1).unwrap().unwrap())
+            .collect();
         std::mem::forget(held);
         ready.send(1);
         std::thread::sleep(Duration::from_secs(60));
@@ -94,7 +98,11 @@ fn a_set_is_taken_on_first_use_and_comes_back_with_its_counts_when_the_process_d
     kill(child, libc::SIGKILL);
     assert_eq!(wait(child), -libc::SIGKILL);
     table.reap();
-    assert_eq!(table.lane_pool(), Some((0, 4)), "the dead process's set is free");
+    assert_eq!(
+        table.lane_pool(),
+        Some((0, 4)),
+        "the dead process's set is free"
+    );
     let after = task.stats();
     assert_eq!(after.admitted, 13, "counts survive the set going back");
     assert_eq!(after.released_success, 10);
@@ -109,7 +117,10 @@ fn a_set_is_taken_on_first_use_and_comes_back_with_its_counts_when_the_process_d
     assert_eq!((mine.admitted, mine.released_dropped), (14, 1));
     let rows = task.stats_by_process();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].stats.admitted, 1, "this process's own share since it attached");
+    assert_eq!(
+        rows[0].stats.admitted, 1,
+        "this process's own share since it attached"
+    );
     assert_eq!(task.check().unwrap().drift(), 0);
 }
 
@@ -118,7 +129,9 @@ fn with_the_pool_empty_a_process_still_decides_and_says_so() {
     let scratch = Scratch::new("pool-empty");
     let path = scratch.path("t");
     let table = Table::open(&path, &pooled(1)).unwrap();
-    let capped = table.task("capped", &TaskConfig::new().max_concurrency(4)).unwrap();
+    let capped = table
+        .task("capped", &TaskConfig::new().max_concurrency(4))
+        .unwrap();
     let rated = table
         .task("rated", &TaskConfig::new().local_rate(1_000.0).burst(5))
         .unwrap();
@@ -138,7 +151,10 @@ fn with_the_pool_empty_a_process_still_decides_and_says_so() {
             Err(other) => panic!("refused as {other:?}"),
         }
     }
-    assert!((5..=7).contains(&admitted), "the burst of 5, not more: {admitted}");
+    assert!(
+        (5..=7).contains(&admitted),
+        "the burst of 5, not more: {admitted}"
+    );
     let s = rated.stats();
     assert_eq!((s.admitted, s.limited_local), (admitted, limited));
     assert_eq!(s.released_success, admitted);
@@ -173,7 +189,9 @@ fn with_the_pool_empty_a_process_still_decides_and_says_so() {
 fn threads_racing_for_a_first_use_share_one_set() {
     let scratch = Scratch::new("pool-race");
     let table = Table::open(scratch.path("t"), &pooled(8)).unwrap();
-    let task = table.task("api", &TaskConfig::new().max_concurrency(64)).unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().max_concurrency(64))
+        .unwrap();
     std::thread::scope(|s| {
         for _ in 0..8 {
             s.spawn(|| {

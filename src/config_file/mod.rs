@@ -58,6 +58,8 @@ pub struct TableSection {
     pub host_id: Option<String>,
     pub capacity: Option<u32>,
     pub max_processes: Option<u32>,
+    /// `TableOptions::lanes`.
+    pub lanes: Option<u32>,
     pub balancers: Option<u32>,
     pub backends_per_balancer: Option<u32>,
     pub mode: Option<u32>,

@@ -376,7 +376,7 @@ static void test_version_and_status_strings(void)
      * their end (tests/c/compat_v1.c runs their smallest versions), and
      * fc_permit never changes. */
     CHECK_EQ(sizeof(fc_status), 4, "sizeof(fc_status)");
-    CHECK_EQ(sizeof(fc_table_options), 80, "sizeof(fc_table_options)");
+    CHECK_EQ(sizeof(fc_table_options), 88, "sizeof(fc_table_options)");
     CHECK_EQ(sizeof(struct fc_pick), 128, "sizeof(struct fc_pick)");
     CHECK_EQ(sizeof(fc_balancer_config), 56, "sizeof(fc_balancer_config)");
     CHECK_EQ(sizeof(fc_pick_options), 16, "sizeof(fc_pick_options)");
@@ -385,7 +385,7 @@ static void test_version_and_status_strings(void)
     CHECK_EQ(sizeof(fc_task_config), 224, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
     CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
-    CHECK_EQ(sizeof(struct fc_task_stats), 264, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(sizeof(struct fc_task_stats), 280, "sizeof(struct fc_task_stats)");
     CHECK_EQ(offsetof(struct fc_task_stats, size), 0, "fc_task_stats.size comes first");
     CHECK(FC_RATE_UNSET < 0 && 1.0-FC_RATE_UNSET == 2.0,
           "FC_RATE_UNSET is negative and safe in an expression");
@@ -885,6 +885,60 @@ static void test_bad_options_and_paths(void)
     EXPECT(fc_table_open(missing, NULL, &untouched), FC_ERR_IO);
     EXPECT(fc_table_open(g_work, NULL, &untouched), FC_ERR_IO); /* a directory */
     CHECK(untouched == SENTINEL, "failed opens leave *out alone");
+}
+
+/*
+ * A pooled table (`lanes`): a handle takes a lane set on its first use of a
+ * task; a second handle finding the pool empty still decides a rate, and is
+ * refused a capped permit as concurrency, counted as unlaned.
+ */
+static void test_lane_pool(void)
+{
+    char path[PATH_LEN], other[PATH_LEN];
+    fc_table_options options;
+    fc_table *first, *second, *untouched = SENTINEL;
+    fc_task *capped, *capped2, *rated2;
+    fc_permit permit, refused, rate;
+    struct fc_task_stats stats;
+
+    section("pooled lanes");
+    scratch_path(path, "pooled");
+    scratch_path(other, "pooled-bad");
+    EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
+    CHECK_EQ(options.lanes, 0, "lanes defaults to a set per pair");
+    options.capacity = 4;
+    options.max_processes = 4;
+    options.lanes = 17; /* more than 4 x 4 pairs */
+    EXPECT(fc_table_open(other, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    options.lanes = 1;
+    options.reserved2 = 1;
+    EXPECT(fc_table_open(other, &options, &untouched), FC_ERR_INVALID_ARGUMENT);
+    CHECK(!file_exists(other) && untouched == SENTINEL, "refused options create nothing");
+    options.reserved2 = 0;
+    first = open_table(path, &options);
+    second = open_table(path, NULL); /* a second attachment, same process */
+    capped = register_task(first, "capped", 0, 1, 2);
+    EXPECT(fc_acquire(capped, 1, &permit), FC_OK); /* takes the one set */
+    capped2 = register_task(second, "capped", 0, 1, 2);
+    rated2 = register_task(second, "rated", 1000.0, 5, 0);
+    EXPECT(fc_acquire(capped2, 1, &refused), FC_LIMITED_CONCURRENCY);
+    EXPECT(fc_acquire(rated2, 1, &rate), FC_OK);
+    EXPECT(fc_release(rated2, &rate, FC_OUTCOME_SUCCESS), FC_OK);
+    stats = stats_of(capped);
+    CHECK_EQ(stats.in_flight, 1, "pooled: the first handle's permit counts");
+    CHECK_EQ(stats.unlaned, 1, "pooled: the refused acquire is unlaned");
+    CHECK_EQ(stats.unlaned_refused, 1, "pooled: and refused for want of lanes");
+    CHECK_EQ(stats.limited_concurrency, 1, "pooled: counted as concurrency too");
+    stats = stats_of(rated2);
+    CHECK_EQ(stats.admitted, 1, "pooled: a rate decided without lanes");
+    CHECK_EQ(stats.released_success, 1, "pooled: and its release counted");
+    CHECK_EQ(stats.unlaned, 1, "pooled: on the task's shared line");
+    EXPECT(fc_release(capped, &permit, FC_OUTCOME_SUCCESS), FC_OK);
+    fc_task_free(capped);
+    fc_task_free(capped2);
+    fc_task_free(rated2);
+    fc_table_close(second);
+    fc_table_close(first);
 }
 
 /*
@@ -2108,6 +2162,7 @@ int main(int argc, char **argv)
     test_bad_requests_and_permits();
     test_bad_files();
     test_bad_options_and_paths();
+    test_lane_pool();
     test_permission();
     test_untrusted_tables();
     test_full_tables();

@@ -73,7 +73,7 @@ impl Table {
     #[pyo3(signature = (path=None, *, capacity=None, mode=None, max_processes=None, owner=None,
                         shared=None, balancers=None, backends_per_balancer=None, store=None,
                         key_prefix=None, store_timeout=None, store_connect_timeout=None,
-                        probe_interval=None, host_id=None, config=None))]
+                        probe_interval=None, host_id=None, config=None, lanes=None))]
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python constructor
     fn new(
         py: Python<'_>,
@@ -92,6 +92,7 @@ impl Table {
         probe_interval: Option<f64>,
         host_id: Option<String>,
         config: Option<PathBuf>,
+        lanes: Option<u32>,
     ) -> PyResult<Self> {
         let mut options = TableOptions {
             owner,
@@ -104,6 +105,7 @@ impl Table {
         set(&mut options.shared, shared);
         set(&mut options.balancers, balancers);
         set(&mut options.backends_per_balancer, backends_per_balancer);
+        set(&mut options.lanes, lanes);
         let s = &mut options.store;
         s.url = store;
         s.host_id = host_id;
@@ -273,6 +275,12 @@ impl Table {
     #[getter]
     fn max_processes(&self) -> u32 {
         self.max_processes
+    }
+
+    /// (sets in use, sets) of a table made with ``lanes``; None for a table
+    /// with lanes for every pair.
+    fn lane_pool(&self) -> PyResult<Option<(u32, u32)>> {
+        Ok(self.handle()?.lane_pool())
     }
 
     fn __enter__(slf: Py<Self>) -> PyResult<Py<Self>> {

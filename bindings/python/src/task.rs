@@ -243,6 +243,8 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
         ("baseline_rtt_ns", s.baseline_rtt_ns),
         ("recent_rtt_ns", s.recent_rtt_ns),
         ("waiting", s.waiting),
+        ("unlaned", s.unlaned),
+        ("unlaned_refused", s.unlaned_refused),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

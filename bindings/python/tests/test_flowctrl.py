@@ -372,3 +372,35 @@ def test_pre_fork_worker_is_its_own_attachment(tmp_path):
     assert table.check() == {"replaced": False, "drift": {}, "unchecked": []}
     again.release()
     parents.release()
+
+
+def test_a_pooled_table_takes_lanes_on_first_use_and_gives_them_back(tmp_path):
+    path = str(tmp_path / "t")
+    table = flowctrl.Table(path, capacity=4, max_processes=4, lanes=1)
+    assert table.lane_pool() == (0, 1)
+    assert flowctrl.Table(tmp_path / "dense").lane_pool() is None
+    task = table.task("db", max_concurrency=10)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    worker = ctx.Process(target=_hold, args=(path, ready))
+    worker.start()
+    assert ready.wait(30)
+    assert table.lane_pool() == (1, 1), "the worker took the only set"
+    # No set left for this process: a capped acquire is refused and counted.
+    assert task.try_acquire() is None
+    stats = task.stats()
+    assert (stats["unlaned"], stats["unlaned_refused"]) == (1, 1)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join()
+    killed = time.monotonic()
+    while (p := task.try_acquire(10)) is None:
+        assert time.monotonic() - killed < 1.0, "set and permits not back in time"
+    p.release()
+    stats = task.stats()
+    assert stats["reclaimed"] == 10 and stats["admitted"] == 20
+    assert table.lane_pool() == (1, 1), "now this process's"
+
+
+def test_lanes_beyond_every_pair_are_refused(tmp_path):
+    with pytest.raises(flowctrl.InvalidArgumentError, match="lanes"):
+        flowctrl.Table(tmp_path / "t", capacity=2, max_processes=2, lanes=5)

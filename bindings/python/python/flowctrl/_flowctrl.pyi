@@ -58,6 +58,14 @@ class Table:
     its tasks' fields over those given to ``task()``; an edit of the file is
     applied host-wide within a second.
 
+    ``lanes`` (default 0: every task and process pair has its own ledger
+    lanes, as 0.3 laid them out) makes a new table's lanes a pool of that
+    many sets, taken on a process's first use of a task and given back when
+    it dies: the file grows with use, not with tasks × processes. With the
+    pool empty, a process still decides rate and global limits; its acquires
+    of a capped task are refused as concurrency. Both show in the stats'
+    ``unlaned`` and ``unlaned_refused``; ``lane_pool()`` says how full it is.
+
     ``close()``, or leaving a ``with`` block, drops this handle: the table and
     every Task made from it then raise TableClosedError (``path``,
     ``capacity``, ``max_processes`` and ``closed`` stay readable). Permits
@@ -83,7 +91,11 @@ class Table:
         probe_interval: float | None = None,
         host_id: str | None = None,
         config: str | PathLike[str] | None = None,
+        lanes: int | None = None,
     ) -> Table: ...
+    def lane_pool(self) -> tuple[int, int] | None:
+        """(sets in use, sets) of a table made with ``lanes``, else None."""
+        ...
     def task(
         self,
         name: str,

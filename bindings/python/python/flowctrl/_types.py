@@ -26,6 +26,8 @@ class Counters(TypedDict):
     baseline_rtt_ns: int
     recent_rtt_ns: int
     waiting: int
+    unlaned: int
+    unlaned_refused: int
 
 
 class Stats(Counters):
