@@ -58,9 +58,7 @@ fn a_pooled_table_grows_with_the_pairs_in_use_and_the_default_does_not_change() 
 #[test]
 fn lanes_beyond_every_pair_are_refused() {
     let scratch = Scratch::new("pool-bad");
-    let err = Table::open(scratch.path("t"), &pooled(16 * 16 + 1))
-        .err()
-        .expect("refused");
+    let err = Table::open(scratch.path("t"), &pooled(16 * 16 + 1)).expect_err("refused");
     assert!(err.to_string().contains("lanes"), "{err}");
     assert!(!scratch.path("t").exists());
 }
