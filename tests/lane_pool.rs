@@ -205,3 +205,66 @@ fn threads_racing_for_a_first_use_share_one_set() {
     assert_eq!((s.admitted, s.released_success, s.unlaned), (1600, 1600, 0));
     assert_eq!(task.check().unwrap().drift(), 0);
 }
+
+/// Short-lived processes take sets, count on them and go (half by exiting,
+/// half SIGKILLed), so their sets are folded back over and over, while this
+/// process reads the task's statistics without pause: no read may ever see a
+/// count go back or run ahead of what was done, and at the end every count
+/// is there once.
+#[test]
+fn counts_never_go_back_or_double_while_sets_are_folded() {
+    const ROUNDS: u32 = 200;
+    const OPS: u64 = 200;
+    let scratch = Scratch::new("pool-churn");
+    let path = scratch.path("t");
+    let table = Table::open(&path, &pooled(3)).unwrap();
+    let task = table.task("api", &TaskConfig::new().max_concurrency(1000)).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let reads = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut last = task.stats();
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = task.stats();
+                assert!(
+                    now.admitted >= last.admitted && now.released_success >= last.released_success,
+                    "went back: {last:?} then {now:?}"
+                );
+                assert!(now.admitted <= ROUNDS as u64 * OPS, "ran ahead: {now:?}");
+                last = now;
+                reads += 1;
+            }
+            reads
+        });
+        for round in 0..ROUNDS {
+            let ready = Pipe::new();
+            let child = fork(|| {
+                let table = Table::open(&path, &pooled(3)).unwrap();
+                let task = table.task("api", &TaskConfig::new()).unwrap();
+                for _ in 0..OPS {
+                    let mut p = task.acquire_raw(1).unwrap().unwrap();
+                    task.release_raw(&mut p, Outcome::Success).unwrap();
+                }
+                ready.send(1);
+                if round % 2 == 0 {
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+                0
+            });
+            assert_eq!(ready.recv(), 1);
+            if round % 2 == 0 {
+                kill(child, libc::SIGKILL);
+            }
+            wait(child);
+            table.reap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        reader.join().unwrap()
+    });
+    let s = task.stats();
+    eprintln!("{reads} reads while {ROUNDS} sets were folded back");
+    assert_eq!(s.admitted, ROUNDS as u64 * OPS);
+    assert_eq!(s.released_success, ROUNDS as u64 * OPS);
+    assert_eq!((s.unlaned, s.in_flight, s.reclaimed), (0, 0, 0));
+    assert_eq!(table.lane_pool(), Some((0, 3)));
+}
