@@ -404,3 +404,43 @@ fn set_changes_a_task_for_every_process_and_refuses_bad_input() {
     let usage = flowctrl(&path, &["set", "api"]);
     assert_eq!(usage.code, 2, "no fields is a usage error: {usage:?}");
 }
+
+#[test]
+fn stats_show_the_lane_pool_and_the_acquires_it_could_not_serve() {
+    let scratch = Scratch::new("cli-pool");
+    let path = scratch.path("t");
+    let pooled = TableOptions {
+        lanes: 1,
+        ..options()
+    };
+    let table = Table::open(&path, &pooled).unwrap();
+    let api = table
+        .task("api", &TaskConfig::new().max_concurrency(2))
+        .unwrap();
+    let _held = api.acquire_raw(1).unwrap().unwrap();
+    // A second handle is a second attachment: the pool has no set for it.
+    let other = Table::open(&path, &pooled).unwrap();
+    let refused = other.task("api", &TaskConfig::new()).unwrap();
+    assert_eq!(
+        refused.acquire_raw(1).unwrap().err(),
+        Some(Limited::Concurrency)
+    );
+    let doc = json(&ok(&path, &["stats", "--json"]));
+    assert_eq!(doc["lane_pool"]["in_use"], 1);
+    assert_eq!(doc["lane_pool"]["sets"], 1);
+    let stats = &task_json(&doc, "api")["stats"];
+    assert_eq!(
+        (stats["unlaned"].as_u64(), stats["unlaned_refused"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let text = ok(&path, &["stats", "api"]);
+    assert!(text.contains("lane pool: 1 of 1 sets in use"), "{text}");
+    assert!(text.contains("unlaned     1 (refused 1)"), "{text}");
+    // A table with lanes for every pair says nothing of a pool.
+    let dense = scratch.path("dense");
+    Table::open(&dense, &options()).unwrap();
+    assert_eq!(
+        json(&ok(&dense, &["stats", "--json"]))["lane_pool"],
+        Value::Null
+    );
+}

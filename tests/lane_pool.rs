@@ -218,7 +218,9 @@ fn counts_never_go_back_or_double_while_sets_are_folded() {
     let scratch = Scratch::new("pool-churn");
     let path = scratch.path("t");
     let table = Table::open(&path, &pooled(3)).unwrap();
-    let task = table.task("api", &TaskConfig::new().max_concurrency(1000)).unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().max_concurrency(1000))
+        .unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     let reads = std::thread::scope(|s| {
         let reader = s.spawn(|| {

@@ -184,6 +184,21 @@ pub(super) fn tasks(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         None,
         each(&|t| t.stats.in_flight),
     )?;
+    counter(
+        e,
+        "flowctrl_acquires_unlaned",
+        "Acquires decided without ledger lanes of their process's own: the table's \
+         lane pool was empty.",
+        None,
+        each(&|t| t.stats.unlaned),
+    )?;
+    counter(
+        e,
+        "flowctrl_acquires_unlaned_refused",
+        "Of those, acquires of a capped task, refused as limited by concurrency.",
+        None,
+        each(&|t| t.stats.unlaned_refused),
+    )?;
     gauge(
         e,
         "flowctrl_acquires_waiting",

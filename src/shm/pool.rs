@@ -286,7 +286,7 @@ pub(crate) fn usage(region: &Region) -> Option<(u32, u32)> {
 
 /// A consistent read of a task's lanes: `read(skip)` reads them, leaving
 /// out set `skip` (a fold is moving its counts into the totals), repeated
-/// while a fold moves (up to three times); with what the task counted
+/// while a fold moves (up to 64 times); with what the task counted
 /// beside its sets, in a pooled table.
 pub(crate) fn read_consistent<T>(
     region: &Region,
@@ -302,7 +302,7 @@ pub(crate) fn read_consistent<T>(
         let beside = beside(region, task);
         let out = read(beside.as_ref().and_then(|b| b.skip));
         tries += 1;
-        if folds(region) == seen || tries == 3 {
+        if folds(region) == seen || tries == 64 {
             return (out, beside);
         }
     }

@@ -185,9 +185,19 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
                 v
             })
             .collect();
-        return print_json(json!({"table": view.path().display().to_string(), "tasks": tasks}));
+        let pool = view
+            .lane_pool()
+            .map(|(used, sets)| json!({"in_use": used, "sets": sets}));
+        return print_json(json!({
+            "table": view.path().display().to_string(),
+            "lane_pool": pool,
+            "tasks": tasks,
+        }));
     }
     let mut out = String::new();
+    if let Some((used, sets)) = view.lane_pool() {
+        let _ = writeln!(out, "lane pool: {used} of {sets} sets in use");
+    }
     for (i, (t, p)) in tasks.iter().zip(&shares).enumerate() {
         if i > 0 {
             out.push('\n');
@@ -312,6 +322,15 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
         ),
     );
     line("reclaimed", s.reclaimed.to_string());
+    if s.unlaned != 0 {
+        line(
+            "unlaned",
+            format!(
+                "{} (refused {}): the lane pool was empty",
+                s.unlaned, s.unlaned_refused
+            ),
+        );
+    }
     line(
         "in flight",
         format!("{} / {}", s.in_flight, or_none(s.limit)),
@@ -459,6 +478,8 @@ fn counters_json(s: &flowctrl::TaskStats) -> Value {
         "in_flight": s.in_flight,
         "held": s.held,
         "waiting": s.waiting,
+        "unlaned": s.unlaned,
+        "unlaned_refused": s.unlaned_refused,
         "rtt_sum_ns": s.rtt_sum_ns,
         "rtt_samples": s.rtt_samples,
     })
