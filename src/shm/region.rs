@@ -76,6 +76,12 @@ impl Region {
         if task >= self.geometry.task_capacity || id >= self.lane_ids {
             return None;
         }
+        if !self.pooled {
+            // Every acquire and release: the fixed place, as 0.3 had it.
+            let index = task as usize * self.lane_ids as usize + id as usize;
+            // SAFETY: both indices checked above.
+            return Some(unsafe { self.at(self.lanes_at + index * size_of::<Lane>()) });
+        }
         let set = self.set_of(task, id / LANES)?;
         Some(self.set_lane(set, id % LANES))
     }

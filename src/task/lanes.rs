@@ -94,51 +94,43 @@ impl Task {
         }
     }
 
-    /// This thread's lane of `attach` for the task: in a pooled table,
-    /// taken with the pair's set on first use; `None` when the pool has no
-    /// set for it.
+    /// This thread's lane of `attach` for the task, and where its counts
+    /// go: in a pooled table, the lane is taken with the pair's set on first
+    /// use; with the pool empty there is none, and the counts go to the
+    /// task's shared line of unlaned counts.
     #[inline(always)]
-    pub(super) fn own_lane(&self, attach: u32, lane: u32) -> Option<&Lane> {
-        match self.shm.lane(self.index, attach * LANES + lane % LANES) {
-            Some(own) => Some(own),
-            None => self.claim_lanes(attach, lane),
+    pub(super) fn own_lane(
+        &self,
+        attach: u32,
+        lane: u32,
+    ) -> (&[AtomicU64; COUNTERS], Option<&Lane>) {
+        match self.shm.lane(self.index, attach * LANES + lane) {
+            Some(own) => (&own.counters, Some(own)),
+            None => self.no_lane(attach, lane),
         }
     }
 
+    /// [`Task::own_lane`] for a pair without a set yet.
     #[cold]
     #[inline(never)]
-    fn claim_lanes(&self, attach: u32, lane: u32) -> Option<&Lane> {
-        if !self.shm.geometry.pooled() {
-            return None; // outside the table: only a damaged geometry
+    fn no_lane(&self, attach: u32, lane: u32) -> (&[AtomicU64; COUNTERS], Option<&Lane>) {
+        /// Only a damaged geometry has neither; its counts go nowhere.
+        static NOWHERE: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
+        if self.shm.geometry.pooled()
+            && let Some(set) = pool::claim(&self.shm, self.index, attach)
+        {
+            let own = self.shm.set_lane(set, lane % LANES);
+            return (&own.counters, Some(own));
         }
-        let set = pool::claim(&self.shm, self.index, attach)?;
-        Some(self.shm.set_lane(set, lane % LANES))
+        let unlaned = self.shm.lane_totals(self.index);
+        (unlaned.map_or(&NOWHERE, |totals| &totals.unlaned), None)
     }
 
     /// Whether this handle's process holds lanes of the task (claiming them
     /// if it can): a waiter needs them to queue.
     pub(super) fn holds_lanes(&self) -> Result<bool> {
         let attach = self.shm.owner()?.index().unwrap_or(0);
-        Ok(self.own_lane(attach, 0).is_some())
-    }
-
-    /// Where an acquire counts: its own lane, or the task's shared line of
-    /// unlaned counts when its process has none.
-    #[inline(always)]
-    pub(super) fn counters<'a>(&'a self, own: Option<&'a Lane>) -> &'a [AtomicU64; COUNTERS] {
-        match own {
-            Some(lane) => &lane.counters,
-            None => self.unlaned(),
-        }
-    }
-
-    #[cold]
-    fn unlaned(&self) -> &[AtomicU64; COUNTERS] {
-        /// Only a damaged geometry lacks both; its counts go nowhere.
-        static NOWHERE: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
-        self.shm
-            .lane_totals(self.index)
-            .map_or(&NOWHERE, |totals| &totals.unlaned)
+        Ok(self.own_lane(attach, 0).1.is_some())
     }
 
     /// An acquire of a capped task by a process without lanes: refused as
@@ -160,18 +152,27 @@ impl Task {
     /// What attachment `attach` holds of the task, by its ledgers.
     #[inline]
     pub(super) fn held_by(&self, attach: u32) -> i64 {
-        let held = |lane: &Lane| ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64;
-        match self.shm.task_lanes(self.index) {
-            Some(lanes) => lane_ids(attach)
-                .filter_map(|id| lanes.get(id as usize))
-                .map(held)
-                .sum(),
-            None => lane_ids(attach)
-                .filter_map(|id| self.shm.lane(self.index, id))
-                .map(held)
-                .sum(),
-        }
+        let Some(lanes) = self.shm.task_lanes(self.index) else {
+            return self.held_in_pool(attach);
+        };
+        lane_ids(attach)
+            .filter_map(|id| lanes.get(id as usize))
+            .map(held)
+            .sum()
     }
+
+    /// [`Task::held_by`] in a pooled table.
+    #[inline(never)]
+    fn held_in_pool(&self, attach: u32) -> i64 {
+        lane_ids(attach)
+            .filter_map(|id| self.shm.lane(self.index, id))
+            .map(held)
+            .sum()
+    }
+}
+
+fn held(lane: &Lane) -> i64 {
+    ledger::ledger_held(lane.ledger.load(Ordering::Acquire)) as i64
 }
 
 #[cold]

@@ -195,8 +195,7 @@ impl Task {
             None => limits.cap,
         };
         let lane = preferred_lane();
-        let own = self.own_lane(attach, lane);
-        let counters = self.counters(own);
+        let (counters, own) = self.own_lane(attach, lane);
         if !in_turn
             && a.queued.load(Ordering::Relaxed) != 0
             && let Some(why) = wait::queue_refusal(slot, cap, limits.interval)
@@ -343,7 +342,7 @@ impl Task {
             std::sync::atomic::fence(Ordering::SeqCst);
             wait::freed(shm, self.index);
         }
-        let counters = self.counters(self.own_lane(attach, lane));
+        let (counters, _) = self.own_lane(attach, lane);
         let counter = match outcome {
             Outcome::Success => Counter::ReleasedSuccess,
             Outcome::Dropped => Counter::ReleasedDropped,
