@@ -270,3 +270,72 @@ fn counts_never_go_back_or_double_while_sets_are_folded() {
     assert_eq!((s.unlaned, s.in_flight, s.reclaimed), (0, 0, 0));
     assert_eq!(table.lane_pool(), Some((0, 3)));
 }
+
+/// Takes (or drops) the pool's lock byte on `file` as another process would.
+fn pool_lock(file: &std::fs::File, take: bool) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed flock is valid; fcntl on our own descriptor.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = if take { libc::F_WRLCK } else { libc::F_UNLCK } as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = (1 << 40) - 1;
+    fl.l_len = 1;
+    assert_eq!(
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) },
+        0
+    );
+}
+
+/// While another process keeps the pool's lock (stopped in a fold, say), a
+/// dead process's set cannot be folded: its slot stays marked, and the first
+/// sweep after the lock is free gives the set back with its counts.
+#[test]
+fn a_set_whose_fold_must_wait_comes_back_at_a_later_sweep() {
+    let scratch = Scratch::new("pool-wait");
+    let path = scratch.path("t");
+    let table = Table::open(&path, &pooled(2)).unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().max_concurrency(4))
+        .unwrap();
+    let ready = Pipe::new();
+    let child = fork(|| {
+        let table = Table::open(&path, &pooled(2)).unwrap();
+        let task = table.task("api", &TaskConfig::new()).unwrap();
+        std::mem::forget(task.acquire_raw(2).unwrap().unwrap());
+        ready.send(1);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    assert_eq!(ready.recv(), 1);
+    let other = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    pool_lock(&other, true);
+    kill(child, libc::SIGKILL);
+    assert_eq!(wait(child), -libc::SIGKILL);
+    table.reap();
+    let s = task.stats();
+    assert_eq!(
+        (s.in_flight, s.reclaimed),
+        (0, 2),
+        "the permits are back at once"
+    );
+    assert_eq!(
+        table.lane_pool(),
+        Some((1, 2)),
+        "the set waits for the lock"
+    );
+    assert_eq!(
+        task.stats_by_process().len(),
+        2,
+        "its slot stays marked meanwhile"
+    );
+    pool_lock(&other, false);
+    table.reap();
+    assert_eq!(table.lane_pool(), Some((0, 2)));
+    assert_eq!(task.stats_by_process().len(), 1);
+    let s = task.stats();
+    assert_eq!((s.admitted, s.reclaimed, s.in_flight), (2, 2, 0));
+}

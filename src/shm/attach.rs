@@ -227,6 +227,8 @@ impl Shm {
                 // The slot's lock is ours: nobody else reads or writes it now.
                 let state = slot.state.load(Ordering::Acquire);
                 if state & ATTACH_LIVE != 0 {
+                    // Sets it could not give back stay with the slot: this
+                    // owner carries on with them (a new baseline below).
                     self.give_back(index);
                 }
                 let epoch = ((state >> 1) + 1) & ((1 << 46) - 1);
@@ -273,18 +275,21 @@ impl Shm {
         if state & ATTACH_LIVE == 0 {
             return false;
         }
-        self.give_back(index);
+        if !self.give_back(index) {
+            // Its lane sets are not back yet: it stays marked, and a later
+            // sweep finishes (everything else it held is back already).
+            return false;
+        }
         slot.state.store(state & !ATTACH_LIVE, Ordering::Release);
         true
     }
 
     /// Everything a dead (or leaving) attachment held: the features' hooks
-    /// first (they drain its ledgers), then its pooled lane sets.
-    fn give_back(&self, index: u32) {
+    /// first (they drain its ledgers), then its pooled lane sets. Whether
+    /// all of it is back (a pooled table's sets wait for the pool's lock).
+    fn give_back(&self, index: u32) -> bool {
         self.reclaim.reclaim(self, index);
-        if self.geometry.pooled() {
-            super::pool::give_back(self, index);
-        }
+        !self.geometry.pooled() || super::pool::give_back(self, index)
     }
 
     /// Pooled tables: the host-wide lock folds are made under (a kernel

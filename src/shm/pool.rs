@@ -143,12 +143,13 @@ pub(crate) fn set_totals(region: &Region, set: u32) -> [u64; TOTALS] {
 }
 
 /// Gives back the sets of dead attachment `attach`, whose ledgers were
-/// drained. Needs the pool's lock; if another process holds it (stopped,
-/// say), the sets stay with the slot, whose next owner then carries on with
-/// them as a table with fixed sets does.
-pub(crate) fn give_back(shm: &Shm, attach: u32) {
+/// drained; whether it could. Needs the pool's lock: if another process
+/// keeps it (stopped, say), the slot stays marked for a later sweep, and a
+/// process that claims the slot meanwhile carries on with its sets, as a
+/// table with fixed sets does.
+pub(crate) fn give_back(shm: &Shm, attach: u32) -> bool {
     let Some(_lock) = shm.pool_lock() else {
-        return;
+        return false;
     };
     finish_fold(shm);
     for set in 0..shm.geometry.lane_sets {
@@ -171,6 +172,7 @@ pub(crate) fn give_back(shm: &Shm, attach: u32) {
             base.owner.store(0, Ordering::Release);
         }
     }
+    true
 }
 
 /// Records the fold of `set` into `task`'s totals, then performs it.
