@@ -301,7 +301,7 @@ fn a_set_whose_fold_must_wait_comes_back_at_a_later_sweep() {
     let child = fork(|| {
         let table = Table::open(&path, &pooled(2)).unwrap();
         let task = table.task("api", &TaskConfig::new()).unwrap();
-        std::mem::forget(task.acquire_raw(2).unwrap().unwrap());
+        let _held = task.acquire_raw(2).unwrap().unwrap();
         ready.send(1);
         std::thread::sleep(Duration::from_secs(60));
         0
