@@ -339,3 +339,83 @@ fn a_set_whose_fold_must_wait_comes_back_at_a_later_sweep() {
     let s = task.stats();
     assert_eq!((s.admitted, s.reclaimed, s.in_flight), (2, 2, 0));
 }
+
+/// A folder killed at any point of a fold leaves it recorded; the next one
+/// finishes it from the record, so every count lands once. Here the record
+/// is written as a folder killed just after writing it — and, in a second
+/// round, after storing half of the totals — would have left it.
+#[test]
+fn a_fold_cut_short_is_finished_once_by_the_next_folder() {
+    use common::layout::*;
+    for stored in [0, 4] {
+        let scratch = Scratch::new("pool-fold-cut");
+        let path = scratch.path("t");
+        let table = Table::open(&path, &pooled(2)).unwrap();
+        let task = table
+            .task("api", &TaskConfig::new().max_concurrency(4))
+            .unwrap();
+        let ready = Pipe::new();
+        let child = fork(|| {
+            let table = Table::open(&path, &pooled(2)).unwrap();
+            let task = table.task("api", &TaskConfig::new()).unwrap();
+            for _ in 0..5 {
+                let mut p = task.acquire_raw(1).unwrap().unwrap();
+                task.release_raw(&mut p, Outcome::Success).unwrap();
+            }
+            let _held = task.acquire_raw(1).unwrap().unwrap();
+            ready.send(1);
+            std::thread::sleep(Duration::from_secs(60));
+            0
+        });
+        assert_eq!(ready.recv(), 1);
+        let raw = RawTable::open(&path);
+        let t = raw.find_task("api").unwrap();
+        let (slot, _) = raw.slot_of(child).unwrap();
+        let set = raw.pair_set(t, slot as usize).unwrap();
+        // Drained, not folded: the lock is held elsewhere.
+        let other = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        pool_lock(&other, true);
+        kill(child, libc::SIGKILL);
+        assert_eq!(wait(child), -libc::SIGKILL);
+        table.reap();
+        // The set's totals, as the folder read them.
+        let mut delta = [0u64; 9];
+        for lane in 0..LANES {
+            let at = raw.set_lane(set, lane);
+            for (i, d) in delta.iter_mut().take(8).enumerate() {
+                *d += raw.get(at + L_COUNTERS + 8 * i);
+            }
+            delta[8] += raw.get(at + L_RECLAIMED) & ((1 << 40) - 1);
+        }
+        assert_eq!(
+            (delta[0], delta[4], delta[8]),
+            (6, 5, 1),
+            "admitted, success, reclaimed"
+        );
+        let (record, totals) = (raw.fold_record(), raw.lane_totals(t));
+        for (i, d) in delta.iter().enumerate() {
+            let before = raw.get(totals + 8 * i);
+            raw.set(record + 16 + 8 * i, before);
+            raw.set(record + 16 + 72 + 8 * i, *d);
+            if i < stored {
+                raw.set(totals + 8 * i, before + d);
+            }
+        }
+        raw.set(record + 8, t as u64);
+        raw.set(record, set as u64 + 1);
+        pool_lock(&other, false);
+        table.reap();
+        assert_eq!(raw.get(record), 0, "the fold is done");
+        assert_eq!(table.lane_pool(), Some((0, 2)));
+        let s = task.stats();
+        assert_eq!(
+            (s.admitted, s.released_success, s.reclaimed, s.in_flight),
+            (6, 5, 1, 0),
+            "every count once (stored {stored} of the totals before the cut)"
+        );
+    }
+}

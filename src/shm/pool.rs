@@ -71,10 +71,15 @@ pub(crate) fn claim(shm: &Shm, task: u32, attach: u32) -> Option<u32> {
     }
     let hint = &shm.header().lane_hint;
     let start = (hint.load(Ordering::Relaxed) % sets as u64) as u32;
+    // A fold its folder did not finish names its set until the next give-
+    // back finishes it: readers leave that set out, so nobody may count on
+    // it meanwhile.
+    let folding = shm.fold_record().set.load(Ordering::Acquire);
     for i in 0..sets {
         let set = (start + i) % sets;
         let base = shm.set_baseline(set);
-        if base.owner.load(Ordering::Relaxed) != 0
+        if folding == set as u64 + 1
+            || base.owner.load(Ordering::Relaxed) != 0
             || base
                 .owner
                 .compare_exchange(

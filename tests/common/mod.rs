@@ -650,6 +650,21 @@ impl RawTable {
         self.baselines_offset() + set * layout::BASELINE
     }
 
+    /// Pooled tables: the fold record, and a task's lane totals.
+    pub fn fold_record(&self) -> usize {
+        let pairs = self.task_capacity * self.attach_capacity;
+        self.pair_map_offset() + (pairs * 4).next_multiple_of(64)
+    }
+
+    pub fn lane_totals(&self, task: usize) -> usize {
+        self.fold_record() + layout::FOLD_RECORD + task * layout::LANE_TOTALS
+    }
+
+    /// Lane `lane` of set `set`.
+    pub fn set_lane(&self, set: usize, lane: usize) -> usize {
+        self.lanes_offset() + (set * layout::LANES + lane) * layout::LANE
+    }
+
     pub fn balancers_offset(&self) -> usize {
         if self.lane_sets == 0 {
             return self.pair_map_offset();
