@@ -419,3 +419,40 @@ fn a_fold_cut_short_is_finished_once_by_the_next_folder() {
         );
     }
 }
+
+/// A forked child of a process holding a set is its own attachment: its
+/// first use takes a set of its own (never the parent's), and its death
+/// gives that one back and leaves the parent's counting on.
+#[test]
+fn a_forked_child_takes_its_own_set_and_gives_it_back() {
+    let scratch = Scratch::new("pool-fork");
+    let table = Table::open(scratch.path("t"), &pooled(2)).unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().max_concurrency(4))
+        .unwrap();
+    let mut mine = task.acquire_raw(1).unwrap().unwrap();
+    assert_eq!(table.lane_pool(), Some((1, 2)));
+    let out = Pipe::new();
+    let child = fork(|| {
+        // The inherited handle: a new attachment in this process.
+        let p = task.acquire_raw(2).unwrap();
+        let pool = table.lane_pool();
+        let rows = task.stats_by_process().len();
+        out.send((p.is_ok() && pool == Some((2, 2)) && rows == 2) as u8);
+        let full = task.acquire_raw(2).unwrap().err();
+        out.send((full == Some(Limited::Concurrency)) as u8);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    assert_eq!(out.recv(), 1, "the child took the second set");
+    assert_eq!(out.recv(), 1, "and shares the cap");
+    assert_eq!(task.stats().in_flight, 3);
+    kill(child, libc::SIGKILL);
+    wait(child);
+    table.reap();
+    assert_eq!(table.lane_pool(), Some((1, 2)), "the child's set is back");
+    let s = task.stats();
+    assert_eq!((s.in_flight, s.reclaimed, s.admitted), (1, 2, 3));
+    task.release_raw(&mut mine, Outcome::Success).unwrap();
+    assert_eq!(task.check().unwrap().drift(), 0);
+}
