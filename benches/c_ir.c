@@ -2,7 +2,8 @@
  * callgrind (exact, and blind to the neighbours' load): the library is
  * loaded by path (argv[1]) so that two builds can be compared; argv[2] is
  * the case (0: fc_acquire on a rate-only task, 1: acquire + release,
- * 2: acquire + release with a cap). Run by scripts/bench.sh and
+ * 2: acquire + release with a cap, 3: the same on a table whose lanes come
+ * from a pool of 64 sets). Run by scripts/bench.sh and
  * scripts/bench-compare.sh as
  *
  *   valgrind --tool=callgrind --toggle-collect='fc_acquire*' \
@@ -21,7 +22,7 @@
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: c_ir libflowctrl.so <case 0..2>\n");
+        fprintf(stderr, "usage: c_ir libflowctrl.so <case 0..3>\n");
         return 2;
     }
     void *h = dlopen(argv[1], RTLD_NOW);
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
     unlink(path);
     fc_table_options o;
     options_init(&o, sizeof o);
+    if (which == 3) o.lanes = 64;
     fc_table *t;
     if (open(path, &o, &t) != FC_OK) return 1;
     unlink(path); /* the mapping stays */
@@ -50,7 +52,7 @@ int main(int argc, char **argv) {
     config_init(&c, sizeof c);
     c.local_rate = 1e9;
     c.burst = 1000000;
-    c.max_concurrency = which == 2 ? 1000000 : 0;
+    c.max_concurrency = which >= 2 ? 1000000 : 0;
     fc_task *k;
     if (reg(t, "x", &c, &k) != FC_OK) return 1;
     fc_permit p;

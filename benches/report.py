@@ -126,6 +126,12 @@ def main():
         "Instructions per call: inside `fc_acquire`/`fc_release`, counted by callgrind",
         "(benches/c_ir.c; exact, and blind to the load).",
     ]
+    if "3" in ir and "2" in ir:
+        out += [
+            "",
+            f"On a table whose lanes come from a pool (`lanes = 64`), the capped pair is "
+            f"{ir['3']} instructions ({ir['2']} with a set per pair): the pair map's look-up.",
+        ]
     out += [
         "",
         "| case | what | M calls/s (both workers) | × governor, 2 threads |",

@@ -21,7 +21,7 @@ ln -sfn "$ROOT/target/release/libflowctrl.so" "target/bench/lib/${soname:?no SON
     -Ltarget/release -Ltarget/governor-shim/release -lflowctrl -lgovernor_shim -lpthread \
     -Wl,-rpath,"$ROOT/target/bench/lib" -Wl,-rpath,"$ROOT/target/governor-shim/release"
 env -u LD_LIBRARY_PATH target/bench/c_abi 15 1000000 > target/bench/c_abi.json
-# Instructions per call of the three one-thread cases (benches/c_ir.c under
+# Instructions per call of the one-thread cases (benches/c_ir.c under
 # callgrind: exact, whatever the load), when valgrind is there.
 echo '{}' > target/bench/ir.json
 if command -v valgrind >/dev/null; then
@@ -29,7 +29,7 @@ if command -v valgrind >/dev/null; then
     sep=""
     {
         printf '{'
-        for which in 0 1 2; do
+        for which in 0 1 2 3; do
             n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
                 --toggle-collect='fc_acquire*' --toggle-collect='fc_release*' \
                 target/bench/c_ir target/release/libflowctrl.so "$which" 2>&1 |

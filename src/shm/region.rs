@@ -21,8 +21,10 @@ pub(crate) struct Region {
     /// from `geometry`, as [`Region::lane`] is on every acquire and release.
     lanes_at: usize,
     lane_ids: u32,
-    /// `geometry.pooled()`: lanes are found through the pair map.
+    /// `geometry.pooled()`: lanes are found through the pair map, which
+    /// starts here.
     pooled: bool,
+    pair_map_at: usize,
 }
 
 impl Region {
@@ -34,6 +36,7 @@ impl Region {
             lanes_at: geometry.lanes_offset(),
             lane_ids: geometry.attach_capacity * LANES,
             pooled: geometry.pooled(),
+            pair_map_at: geometry.pair_map_offset(),
             geometry,
             clock,
             path: path.to_path_buf(),
@@ -117,7 +120,7 @@ impl Region {
     #[inline(always)]
     pub fn pair_map(&self, pair: u32) -> &std::sync::atomic::AtomicU32 {
         debug_assert!(self.pooled && (pair as usize) < self.geometry.pairs());
-        let offset = self.geometry.pair_map_offset() + pair as usize * 4;
+        let offset = self.pair_map_at + pair as usize * 4;
         // SAFETY: pairs are checked by callers against the validated
         // geometry, whose pooled layout holds a u32 per pair here.
         unsafe { self.at(offset) }

@@ -52,14 +52,17 @@ impl Task {
         Ok(ledger::update(word, resolve, mine, delta, cap))
     }
 
-    /// [`Task::move_through`] in a pooled table: lanes through the pair map.
+    /// [`Task::move_through`] in a pooled table: its own lane through its
+    /// pair's set, the helpers' look-ups through the pair map.
     #[inline(never)]
     fn move_through_pool(&self, id: u32, delta: i32, cap: Option<u64>) -> Result<Update> {
-        let word = &self.shm.task_slot(self.index).in_flight;
-        let resolve = |id: u32| self.shm.lane(self.index, id).map(|l| ledger_view(id, l));
-        let Some(mine) = resolve(id) else {
+        let shm = &*self.shm;
+        let word = &shm.task_slot(self.index).in_flight;
+        let resolve = |id: u32| shm.lane(self.index, id).map(|l| ledger_view(id, l));
+        let Some(set) = shm.pair_set(self.index, id / LANES) else {
             return Err(outside_the_table());
         };
+        let mine = ledger_view(id, shm.set_lane(set, id % LANES));
         Ok(ledger::update(word, resolve, mine, delta, cap))
     }
 
@@ -164,10 +167,9 @@ impl Task {
     /// [`Task::held_by`] in a pooled table.
     #[inline(never)]
     fn held_in_pool(&self, attach: u32) -> i64 {
-        lane_ids(attach)
-            .filter_map(|id| self.shm.lane(self.index, id))
-            .map(held)
-            .sum()
+        self.shm.pair_set(self.index, attach).map_or(0, |set| {
+            (0..LANES).map(|l| held(self.shm.set_lane(set, l))).sum()
+        })
     }
 }
 
