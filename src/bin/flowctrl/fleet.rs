@@ -9,7 +9,7 @@ use flowctrl::{Store, StoreOptions};
 use serde_json::json;
 
 use crate::Result;
-use crate::show::print_json;
+use crate::json::print_json;
 use crate::text::{offset_us, table};
 
 /// An operator's store may be a network away: a second per command and per

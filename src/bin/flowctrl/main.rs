@@ -8,6 +8,7 @@
 
 mod config;
 mod fleet;
+mod json;
 mod manage;
 mod metrics;
 mod set;
