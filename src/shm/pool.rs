@@ -179,9 +179,9 @@ fn fold(record: &FoldRecord, shm: &Shm, set: u32, task: u32) {
         return;
     };
     let delta = set_totals(shm, set);
-    for i in 0..TOTALS {
+    for (i, d) in delta.into_iter().enumerate() {
         record.before[i].store(totals.retired[i].load(Ordering::Relaxed), Ordering::Relaxed);
-        record.delta[i].store(delta[i], Ordering::Relaxed);
+        record.delta[i].store(d, Ordering::Relaxed);
     }
     record.task.store(task as u64, Ordering::Relaxed);
     record.set.store(set as u64 + 1, Ordering::Release);
