@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use flowctrl::{Limited, Outcome, Table, TableOptions, TaskConfig};
+use flowctrl::{ErrorKind, Limited, Outcome, Table, TableOptions, TaskConfig};
 
 const MIB: u64 = 1 << 20;
 
@@ -455,4 +455,97 @@ fn a_forked_child_takes_its_own_set_and_gives_it_back() {
     assert_eq!((s.in_flight, s.reclaimed, s.admitted), (1, 2, 3));
     task.release_raw(&mut mine, Outcome::Success).unwrap();
     assert_eq!(task.check().unwrap().drift(), 0);
+}
+
+/// The header says which layout a table has: a pooled table carries layout
+/// version 4 (which 0.3, speaking 3 only, refuses) and its pool size at
+/// byte 88; a table with a set per pair version 3 and 0 there. A header
+/// whose two words disagree is refused at open, by a handle and a view
+/// alike, with an error that says so: read with the other layout, every
+/// lane and total would be looked for in the wrong place.
+#[test]
+fn the_header_names_the_pooled_layout_and_a_version_that_disagrees_is_refused() {
+    use common::layout::{H_LANE_SETS, H_VERSION};
+    let scratch = Scratch::new("pool-header");
+    let dense = scratch.path("dense");
+    let pool = scratch.path("pool");
+    drop(Table::open(&dense, &pooled(0)).unwrap()); // lanes 0: a set per pair
+    drop(Table::open(&pool, &pooled(4)).unwrap());
+    let raw = RawTable::open(&pool);
+    assert_eq!((raw.u32_at(H_VERSION), raw.u32_at(H_LANE_SETS)), (4, 4));
+    let raw = RawTable::open(&dense);
+    assert_eq!((raw.u32_at(H_VERSION), raw.u32_at(H_LANE_SETS)), (3, 0));
+    let damaged = [
+        ("pooled, its pool size zeroed", &pool, 4, 0),
+        ("pooled, called version 3", &pool, 3, 4),
+        ("a set per pair, called version 4", &dense, 4, 0),
+        ("a set per pair, given a pool size", &dense, 3, 4),
+    ];
+    for (i, (what, from, version, lane_sets)) in damaged.into_iter().enumerate() {
+        let path = scratch.path(&format!("damaged{i}"));
+        std::fs::copy(from, &path).unwrap();
+        let raw = RawTable::open(&path);
+        raw.set_u32(H_VERSION, version);
+        raw.set_u32(H_LANE_SETS, lane_sets);
+        drop(raw);
+        let errors = [
+            Table::open(&path, &pooled(4)).err(),
+            flowctrl::View::open(&path).err(),
+        ];
+        for err in errors {
+            let err = err.unwrap_or_else(|| panic!("{what}: opened"));
+            assert!(
+                matches!(err.kind(), ErrorKind::Corrupt | ErrorKind::Incompatible),
+                "{what}: {:?} {err}",
+                err.kind()
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("layout version {version}")) && text.contains("lane sets"),
+                "{what}: {text}"
+            );
+        }
+    }
+}
+
+/// Fuzzer finding (tests/fuzz_table.rs, a pooled table): the waiting count
+/// of a task's stats summed the queue lengths of the live attachments' sets
+/// with `sum`, which panics on overflow in a debug build. The lengths are
+/// words of the file; here a damaged pair map makes two live pairs name one
+/// set, whose queue length is 2^63, so they sum past u64::MAX. The sum now
+/// saturates.
+#[test]
+fn queue_lengths_of_a_damaged_table_do_not_overflow_the_stats() {
+    use common::layout::S_QUEUE_LEN;
+    let scratch = Scratch::new("pool-queue-len");
+    let path = scratch.path("t");
+    let first = Table::open(&path, &pooled(4)).unwrap();
+    let second = Table::open(&path, &pooled(4)).unwrap();
+    let task = first
+        .task("api", &TaskConfig::new().max_concurrency(8))
+        .unwrap();
+    let _other = second.task("api", &TaskConfig::new()).unwrap();
+    let mut p = task.acquire_raw(1).unwrap().unwrap();
+    task.release_raw(&mut p, Outcome::Success).unwrap();
+    let raw = RawTable::open(&path);
+    let t = raw.find_task("api").unwrap();
+    let slots: Vec<usize> = raw
+        .live_attachments()
+        .iter()
+        .map(|(slot, _, _)| *slot as usize)
+        .collect();
+    assert_eq!(slots.len(), 2);
+    let (with, without): (Vec<usize>, Vec<usize>) =
+        slots.iter().partition(|&&a| raw.pair_set(t, a).is_some());
+    assert_eq!((with.len(), without.len()), (1, 1), "one handle took a set");
+    let set = raw.pair_set(t, with[0]).unwrap();
+    raw.set_u32(raw.pair_map_entry(t, without[0]), set as u32 + 1);
+    raw.set(raw.baseline(t, with[0]) + S_QUEUE_LEN, 1 << 63);
+    assert_eq!(task.stats().waiting, u64::MAX);
+    let view = flowctrl::View::open(&path).unwrap();
+    assert_eq!(view.tasks().len(), 1);
+    // Undamaged again before the handles leave.
+    raw.set_u32(raw.pair_map_entry(t, without[0]), 0);
+    raw.set(raw.baseline(t, with[0]) + S_QUEUE_LEN, 0);
+    assert_eq!(task.stats().waiting, 0);
 }

@@ -392,9 +392,20 @@ pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, 
     let balancer_sizes_ok = geometry.balancer_capacity == 0
         || (get(&h.balancer_slot_size) as usize == size_of::<BalancerSlot>()
             && get(&h.backend_slot_size) as usize == size_of::<BackendSlot>());
-    if !geometry.within_bounds() || !balancer_sizes_ok || geometry.layout_version() != version {
+    if !geometry.within_bounds() || !balancer_sizes_ok {
         return Err(Error::corrupt(format!(
             "{shown}: capacities {geometry:?} are out of range (damaged header)"
+        )));
+    }
+    // The version and the pool size must agree: each names the other's
+    // layout of the lanes, and read with the wrong one every lane, pair map
+    // and total would be looked for in the wrong place.
+    if geometry.layout_version() != version {
+        return Err(Error::corrupt(format!(
+            "{shown}: layout version {version} with {} lane sets: version {LAYOUT_VERSION} has a \
+             set per pair (0 in the header), version {POOLED_LAYOUT_VERSION} a pool of them \
+             (damaged header)",
+            geometry.lane_sets
         )));
     }
     let total = get64(&h.total_size);

@@ -258,11 +258,14 @@ pub(crate) fn read(region: &Region, index: u32) -> TaskStats {
         stats.baseline_rtt_ns = state.baseline_ns as u64;
         stats.recent_rtt_ns = state.recent_ns as u64;
     }
+    // Saturating: the lengths are words of the file (a damaged one, or two
+    // pairs a hostile pair map points at one set, can make them sum past
+    // u64::MAX, and `sum` would panic in a debug build).
     stats.waiting = (0..region.geometry.attach_capacity)
         .filter(|&a| load_acquire(&region.attach_slot(a).state) & ATTACH_LIVE != 0)
         .filter_map(|a| region.baseline(index, a))
         .map(|base| load_acquire(&base.queue_len))
-        .sum();
+        .fold(0, u64::saturating_add);
     stats
 }
 

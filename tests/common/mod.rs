@@ -446,6 +446,10 @@ pub mod layout {
     pub const H_BALANCER_CAPACITY: usize = 72;
     /// Lane sets of a pooled table (0: a set per pair).
     pub const H_LANE_SETS: usize = 88;
+    /// u64: where the next claim of a pooled set starts looking (a hint).
+    pub const H_LANE_HINT: usize = 96;
+    /// The layout version of a table made with `lanes` > 0.
+    pub const POOLED_VERSION: u32 = 4;
     pub const FOLD_RECORD: usize = 192;
     pub const LANE_TOTALS: usize = 256;
     pub const H_BACKEND_CAPACITY: usize = 76;
@@ -505,6 +509,27 @@ pub mod layout {
     pub const K_ADDR: usize = 64;
     pub const K_IN_FLIGHT: usize = 128;
     pub const BACKEND_ACTIVE: u64 = 1;
+
+    // Baseline fields (one per lane set): counters, reclaimed, queue head
+    // and length, then (pooled tables) the owner: `(task + 1) << 32 |
+    // attachment`, 0 = free.
+    pub const S_QUEUE_HEAD: usize = 72;
+    pub const S_QUEUE_LEN: usize = 80;
+    pub const S_OWNER: usize = 88;
+
+    // Pooled tables: the fold record (set + 1, task, 9 words before, 9 of
+    // delta, the folds counter) and the per-task lane totals (9 retired
+    // words, then 8 unlaned counters and the unlaned refusals).
+    pub const F_SET: usize = 0;
+    pub const F_TASK: usize = 8;
+    pub const F_BEFORE: usize = 16;
+    pub const F_DELTA: usize = 88;
+    pub const F_FOLDS: usize = 160;
+    /// Counters and the reclaimed total: what a fold moves.
+    pub const TOTALS: usize = 9;
+    pub const LT_RETIRED: usize = 0;
+    pub const LT_UNLANED: usize = 128;
+    pub const LT_UNLANED_REFUSED: usize = 192;
 
     // Lane fields.
     pub const L_LEDGER: usize = 0;
@@ -583,6 +608,23 @@ impl RawTable {
 
     fn pair_map_offset(&self) -> usize {
         self.baselines_offset() + self.sets() * layout::BASELINE
+    }
+
+    /// Pooled tables: where the pair map's u32 of (task, slot) is.
+    pub fn pair_map_entry(&self, task: usize, slot: usize) -> usize {
+        assert!(
+            self.lane_sets != 0,
+            "a table with a set per pair has no map"
+        );
+        self.pair_map_offset() + (task * self.attach_capacity + slot) * 4
+    }
+
+    /// Writes the u32 at `offset` (4-aligned).
+    pub fn set_u32(&self, offset: usize, value: u32) {
+        assert!(offset.is_multiple_of(4) && offset + 4 <= self.map.len());
+        // SAFETY: in bounds and aligned, as checked above.
+        let word = unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU32) };
+        word.store(value, Ordering::SeqCst);
     }
 
     /// Lane `id` of `task`, if its pair holds a set.
