@@ -69,14 +69,15 @@ pub(crate) fn record<'a>(lane: impl Fn(u32) -> Option<&'a Lane>, rtt_ns: u64, n:
 
 /// The `q` quantile of a sketch, ns (0 when empty).
 pub(crate) fn quantile(buckets: &[u64; BUCKETS], q: f64) -> u64 {
-    let total: u64 = buckets.iter().sum();
+    // Saturating: the buckets are words of the file (a damaged one is huge).
+    let total = buckets.iter().fold(0u64, |t, b| t.saturating_add(*b));
     if total == 0 {
         return 0;
     }
     let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
     let mut below = 0;
     for (k, &count) in buckets.iter().enumerate() {
-        if below + count >= rank {
+        if below.saturating_add(count) >= rank {
             let (lo, hi) = (lower_ns(k), lower_ns(k + 1));
             if k == BUCKETS - 1 {
                 return lo;
@@ -84,7 +85,7 @@ pub(crate) fn quantile(buckets: &[u64; BUCKETS], q: f64) -> u64 {
             let into = (rank - below) as f64 / count as f64;
             return lo + ((hi - lo) as f64 * into) as u64;
         }
-        below += count;
+        below = below.saturating_add(count);
     }
     lower_ns(BUCKETS - 1)
 }
