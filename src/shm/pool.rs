@@ -62,8 +62,12 @@ fn pair_index(region: &Region, task: u32, attach: u32) -> u32 {
 pub(crate) fn claim(shm: &Shm, task: u32, attach: u32) -> Option<u32> {
     let sets = shm.geometry.lane_sets;
     let map = shm.pair_map(pair_index(shm, task, attach));
-    if let Some(set) = map.load(Ordering::Acquire).checked_sub(1) {
-        return (set < sets).then_some(set);
+    match map.load(Ordering::Acquire).checked_sub(1) {
+        Some(set) if set < sets => return Some(set),
+        // Damage: no set of ours has that number. The pair is ours alone
+        // (its process is this one), so the word may be cleared.
+        Some(_) => map.store(0, Ordering::Release),
+        None => {}
     }
     let now = shm.clock.now();
     if now < shm.lane_retry_at.load(Ordering::Relaxed) {
