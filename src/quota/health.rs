@@ -75,7 +75,7 @@ pub(crate) fn quantile(buckets: &[u64; BUCKETS], q: f64) -> u64 {
         return 0;
     }
     let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
-    let mut below = 0;
+    let mut below = 0u64;
     for (k, &count) in buckets.iter().enumerate() {
         if below.saturating_add(count) >= rank {
             let (lo, hi) = (lower_ns(k), lower_ns(k + 1));
