@@ -63,6 +63,11 @@ impl Drop for PullLock<'_> {
     }
 }
 
+/// While failed: whether the next probe is due (nothing claimed).
+pub(super) fn probe_time(shm: &Shm, q: &QuotaSlot) -> bool {
+    shm.clock.now() >= q.probe_at.load(Ordering::Acquire)
+}
+
 /// Whether the slice has released nothing more for this host to pull yet.
 pub(super) fn paced(shm: &Shm, q: &QuotaSlot) -> bool {
     let until = q.paced_until.load(Ordering::Acquire);
@@ -114,7 +119,11 @@ impl Quota {
     #[cold]
     pub(super) fn pull_ahead(&self, t: TaskRef<'_>, slice: u32) {
         let q = &t.slot.quota;
-        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || failed(q) || paced(t.shm, q) {
+        // While a shard is down the task pulls on, and a due probe of the
+        // shard is not held back by the others being used up or paced.
+        let partial = failed(q) && super::down::partial(t.slot, t.g);
+        let idle = q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || paced(t.shm, q);
+        if (failed(q) && !partial) || (idle && !(partial && probe_time(t.shm, q))) {
             return;
         }
         if let Ok(Some(lock)) = self.try_lock(t.shm, q) {
@@ -167,6 +176,10 @@ impl Quota {
         } = t;
         let q = &slot.quota;
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
+        // While failed every pull probes (the request path pulls then only
+        // when a probe is due); while only some shards are down, one pull
+        // per probe interval asks the down ones too.
+        let probe = failed(q) && (!super::down::partial(slot, g) || self.probe_due(shm, q));
         // Two answers from another slice, two refreshes of the numbers.
         for _ in 0..4 {
             // Back from a fallback in this slice: no more than its share.
@@ -185,7 +198,7 @@ impl Quota {
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
             let answer = self.pull_spread(
-                q,
+                slot,
                 g,
                 Ask {
                     task,
@@ -206,6 +219,7 @@ impl Quota {
                     health: super::health::of_slice(shm, index, slot, slice),
                     embedded: &q.embedded,
                 },
+                probe,
             );
             let ns = began.elapsed().as_nanos() as u64;
             q.pulls.fetch_add(1, Ordering::Relaxed);
@@ -275,13 +289,23 @@ impl Quota {
             q.low_water
                 .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
             // Before the state leaves "failed": whether this pull ended it.
+            // A shard still down keeps it failed (see `down`).
+            let partial = super::down::partial(slot, g);
             events::recovered(
                 task,
-                failed(q),
+                failed(q) && !partial,
                 format_args!("task {task:?}: the quota store answers again"),
             );
             if reply.left == 0 {
                 q.exhausted.store(slice as u64 + 1, Ordering::Release);
+            }
+            if partial {
+                if !failed(q) {
+                    q.probe_at
+                        .store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
+                }
+                enter(q, FAILED);
+            } else if reply.left == 0 {
                 enter(q, LIMITED);
             } else {
                 enter(q, OPEN);

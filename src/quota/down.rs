@@ -1,0 +1,190 @@
+//! A task spread over shards (see `shard`) when the node of one shard's
+//! key does not answer (its master died, the cluster has not promoted a
+//! replica yet) while the others do.
+//!
+//! **What is promised.** The store is then only partly there: the keys
+//! that answer hold their own parts of the slice and no more, and the
+//! dead shard's part is in a key nobody can reach. Lending it from the
+//! live keys would need them to agree on how much of it the hosts had
+//! already taken, and they cannot (different nodes, no shared command).
+//! So the dead shard's part is decided the way a whole outage is: by the
+//! task's fallback policy, scaled to that shard's part. Each host keeps
+//! pulling the live shards' parts from their keys (exact, as always), and
+//! grants itself its fallback rate × the dead part's fraction of the slice
+//! (`share`: what the host spent in its last full slice; a number: that
+//! rate; `deny`: nothing; `local`: no bound, the local limits alone),
+//! released over the slice like a key would and less what it already took
+//! of that shard in the slice, so a shard that dies mid-slice costs
+//! nothing it had granted. The hosts' shares add up to the slice, so the
+//! dead part is spent about whole, as a whole outage's fallback spends the
+//! slice.
+//!
+//! **The accounting stays per shard.** What a host grants itself of shard
+//! `i` is counted as shard `i`'s grant (`QuotaSlot::shard_granted`), so
+//! every later pull from shard `i` claims it: the replica that takes the
+//! slot over (which may also have missed the dead master's last
+//! decrements) or a key created anew there deducts it once per host,
+//! exactly as after a whole failover. In a slice where a host granted
+//! itself part of shard `i`, its pulls from shard `i` keep to that same
+//! allowance for the rest of the slice (the other hosts' self-grants reach
+//! the key only with their next pulls, so the first host back must not
+//! take them).
+//!
+//! **The state.** While a shard is down the task is *failed* (the store
+//! does not answer as a whole, and the fallback policy decides a part),
+//! and stays so until every shard answers: no flipping between open and
+//! failed by which shard a pull met first. Its pulls go on as open ones do
+//! (the request path spends and pulls as usual) and skip the down shards;
+//! one pull every probe interval (±20 %) tries every shard, and the first
+//! that finds them all answering returns the task to *open*. When every
+//! shard fails the task falls back whole, as with one key.
+
+use std::sync::atomic::Ordering;
+
+use super::shard::{granted_of, part};
+use super::store::{released, slice_of, wait_until_released};
+use super::{Global, Quota, fallback_rate};
+use crate::format::{Fallback, TaskSlot};
+
+/// The bits of `shards` shards.
+pub(super) fn all(shards: u32) -> u64 {
+    (1 << shards) - 1
+}
+
+/// The shards this host found down (bits), whatever the slice.
+pub(super) fn down(slot: &TaskSlot) -> u64 {
+    slot.shards_down.load(Ordering::Relaxed) & 0xff
+}
+
+/// Whether some of the task's shards are down (the others answered last):
+/// the task pulls on, the down ones' parts decided by the fallback.
+pub(crate) fn partial(slot: &TaskSlot, g: Global) -> bool {
+    g.shards > 1 && down(slot) & all(g.shards.min(8)) != 0
+}
+
+/// The shards whose part this host granted itself in `slice`.
+fn granted_self(slot: &TaskSlot, slice: u32) -> u64 {
+    let word = slot.shards_down.load(Ordering::Relaxed);
+    if (word >> 32) as u32 == slice {
+        word >> 8 & 0xff
+    } else {
+        0
+    }
+}
+
+/// Marks shard `i` down or up. Under the pull lock.
+pub(super) fn set_down(slot: &TaskSlot, i: u32, is_down: bool) {
+    let word = slot.shards_down.load(Ordering::Relaxed);
+    let mask = if is_down { word | 1 << i } else { word & !(1 << i) };
+    slot.shards_down.store(mask, Ordering::Relaxed);
+}
+
+/// Forgets every shard's state: the whole store failed (its fallback and
+/// probes take over), or the task is no longer spread.
+pub(super) fn clear(slot: &TaskSlot) {
+    let word = slot.shards_down.load(Ordering::Relaxed);
+    slot.shards_down.store(word & !0xff, Ordering::Relaxed);
+}
+
+/// What a host granted itself of a down shard.
+pub(super) struct SelfGrant {
+    pub granted: u64,
+    /// Ms until the part will have released another ask (0: none to wait).
+    pub wait_ms: u64,
+    /// The host's allowance of the part is taken for the slice.
+    pub used_up: bool,
+}
+
+impl Quota {
+    /// This host's allowance of shard `i`'s part of `slice` while its node
+    /// is down: the fallback rate's slice, scaled to the part; `None`: no
+    /// bound (`local`, or `share` before the store ever answered).
+    fn allowance_of(&self, slot: &TaskSlot, g: Global, i: u32, shards: u32) -> Option<u64> {
+        let q = &slot.quota;
+        let rate = match (g.fallback, fallback_rate(q, g)) {
+            (Fallback::Deny, _) => 0.0,
+            (_, None) => return None,
+            (_, Some(rate)) => rate,
+        };
+        let quota = g.quota.max(1) as f64;
+        let slice = rate * g.slice_ms as f64 / 1000.0;
+        Some((slice * part(g.quota as u64, shards, i) as f64 / quota).ceil() as u64)
+    }
+
+    /// What this host may still pull from shard `i`'s key in `slice`,
+    /// having granted itself part of it there (`None`: no bound);
+    /// `pending`: granted earlier in this pull.
+    pub(super) fn self_room(
+        &self,
+        slot: &TaskSlot,
+        g: Global,
+        (slice, i, shards): (u32, u32, u32),
+        pending: u64,
+    ) -> Option<u64> {
+        if granted_self(slot, slice) & 1 << i == 0 {
+            return None;
+        }
+        let taken = granted_of(&slot.quota, slice, i, pending);
+        self.allowance_of(slot, g, i, shards)
+            .map(|allow| allow.saturating_sub(taken))
+    }
+
+    /// Grants this host up to `want` of down shard `i`'s part of `slice`
+    /// (see the module doc); counted as shard `i`'s grant by the caller.
+    /// Under the pull lock; `pending`: granted earlier in this pull.
+    pub(super) fn grant_self(
+        &self,
+        slot: &TaskSlot,
+        g: Global,
+        (slice, i, shards): (u32, u32, u32),
+        want: u64,
+        pending: u64,
+    ) -> SelfGrant {
+        let q = &slot.quota;
+        let taken = granted_of(q, slice, i, pending);
+        let Some(allow) = self.allowance_of(slot, g, i, shards) else {
+            self.mark_self(slot, slice, i);
+            return SelfGrant {
+                granted: want,
+                wait_ms: 0,
+                used_up: false,
+            };
+        };
+        // Released over the slice as the key releases its part: the burst's
+        // share at once, the rest evenly.
+        let burst = (allow as u128 * g.burst() as u128 / g.quota.max(1) as u128) as u64;
+        let burst = burst.max(1);
+        let now = self.store_now_us(q);
+        let slice_ms = g.slice_ms.max(1) as u64;
+        let elapsed = match slice_of(now, g.slice_ms) {
+            s if s == slice => (now.max(0) as u64 / 1000) % slice_ms,
+            s if super::pull::just_before(slice, s) => slice_ms,
+            _ => 0,
+        };
+        let room = released(allow, burst, elapsed, g.slice_ms).saturating_sub(taken);
+        let granted = want.min(room);
+        if granted > 0 {
+            self.mark_self(slot, slice, i);
+        }
+        let wait_ms = if granted < want && taken + granted < allow {
+            let target = (taken + want).min(allow);
+            wait_until_released(allow, burst, target, elapsed, g.slice_ms)
+        } else {
+            0
+        };
+        SelfGrant {
+            granted,
+            wait_ms,
+            used_up: taken + granted >= allow,
+        }
+    }
+
+    fn mark_self(&self, slot: &TaskSlot, slice: u32, i: u32) {
+        let word = slot.shards_down.load(Ordering::Relaxed);
+        let selfs = granted_self(slot, slice) | 1 << i;
+        slot.shards_down.store(
+            (slice as u64) << 32 | selfs << 8 | word & 0xff,
+            Ordering::Relaxed,
+        );
+    }
+}
