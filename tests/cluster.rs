@@ -211,7 +211,10 @@ fn failover_keeps_every_slice_exact(shards: u32) {
         open + Duration::from_millis(200) >= promoted_at,
         "open again at {open:?}, before the replica was promoted at {promoted_at:?}"
     );
-    assert_eq!(run.reopened, 1, "host 0 went from failed to open more than once");
+    assert_eq!(
+        run.reopened, 1,
+        "host 0 went from failed to open more than once"
+    );
 }
 
 #[test]

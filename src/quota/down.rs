@@ -72,10 +72,19 @@ fn granted_self(slot: &TaskSlot, slice: u32) -> u64 {
     }
 }
 
+/// Whether this host granted itself part of a down shard in `slice`.
+pub(super) fn granted_self_in(slot: &TaskSlot, slice: u32) -> bool {
+    granted_self(slot, slice) != 0
+}
+
 /// Marks shard `i` down or up. Under the pull lock.
 pub(super) fn set_down(slot: &TaskSlot, i: u32, is_down: bool) {
     let word = slot.shards_down.load(Ordering::Relaxed);
-    let mask = if is_down { word | 1 << i } else { word & !(1 << i) };
+    let mask = if is_down {
+        word | 1 << i
+    } else {
+        word & !(1 << i)
+    };
     slot.shards_down.store(mask, Ordering::Relaxed);
 }
 

@@ -272,7 +272,14 @@ impl Quota {
                 slot.keys_created.fetch_add(1, Ordering::Relaxed);
             }
             notes::conflicts(q, task, slice, g, &self.host, &reply);
-            deposit(q, slice, reply.granted);
+            // The hosts' shares while a shard is down stay those of the
+            // last slice before: every host's from the same slice, so they
+            // add up to the quota (hosts notice a shard's or the cluster's
+            // failure in different slices, and their split moves).
+            let failing = failed(q);
+            deposit(q, slice, reply.granted, |s| {
+                failing || super::down::granted_self_in(slot, s)
+            });
             // Nothing more released yet: no pull until it will have been.
             let paced = match reply.wait_ms {
                 0 => 0,
@@ -378,7 +385,9 @@ pub(super) fn just_before(a: u32, b: u32) -> bool {
 /// Adds `granted` permits of `slice` to the host's quota. A newer slice
 /// restarts from zero: what was left of the old one is stranded. A grant for
 /// a slice already over is stranded whole.
-fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
+/// `touched(s)`: slice `s` was spent with a shard down (see `down`): like
+/// one an outage cut short, its figure is not the host's share.
+fn deposit(q: &QuotaSlot, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
     q.granted.fetch_add(granted, Ordering::Relaxed);
     let mut word = q.host.load(Ordering::Acquire);
     loop {
@@ -402,7 +411,7 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
                 // (and a host back from it) would keep to that sliver.
                 let fell_back = q.fallback_admitted.load(Ordering::Relaxed);
                 let since = ((fell_back >> 32) as u32).wrapping_sub(current);
-                let cut_short = fell_back != 0 && since != 0 && since < 1 << 31;
+                let cut_short = fell_back != 0 && since != 0 && since < 1 << 31 || touched(current);
                 if current != slice && word != 0 && cut_short {
                     q.stranded.fetch_add(left, Ordering::Relaxed);
                 } else if current != slice && word != 0 {
