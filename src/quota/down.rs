@@ -197,3 +197,73 @@ impl Quota {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::StoreOptions;
+    use crate::quota::shard::count_grant;
+    use crate::quota::store::slice_of;
+
+    fn setup(fallback: Fallback) -> (Quota, Box<TaskSlot>, Global) {
+        let options = StoreOptions {
+            url: Some("redis://127.0.0.1:1/0".into()),
+            ..StoreOptions::default()
+        };
+        let quota = Quota::new(&options, std::path::Path::new("/t")).unwrap();
+        // SAFETY: a task slot is atomics only, for which zero is valid.
+        let slot: Box<TaskSlot> = unsafe { Box::new_zeroed().assume_init() };
+        slot.quota.prev_spent.store(30_000, Ordering::Relaxed);
+        let g = Global {
+            rate: 1000.0,
+            quota: 60_000,
+            slice_ms: 60_000,
+            chunk: 0,
+            fallback,
+            global_burst: 0,
+            shards: 3,
+        };
+        (quota, slot, g)
+    }
+
+    #[test]
+    fn shards_go_down_and_up_apart_from_the_self_grants() {
+        let (_, slot, g) = setup(Fallback::Share);
+        assert!(!partial(&slot, g));
+        set_down(&slot, 2, true);
+        assert!(partial(&slot, g) && down(&slot) == 0b100);
+        assert!(!partial(&slot, Global { shards: 1, ..g }));
+        set_down(&slot, 2, false);
+        assert!(!partial(&slot, g));
+        set_down(&slot, 0, true);
+        clear(&slot);
+        assert_eq!(down(&slot), 0);
+    }
+
+    /// Half the slice's spend last slice: half of each part, never more in
+    /// the slice however often asked, and the key's pulls keep to the rest.
+    #[test]
+    fn a_down_part_is_granted_at_the_hosts_share_and_no_more() {
+        let (me, slot, g) = setup(Fallback::Share);
+        let slice = slice_of(me.store_now_us(&slot.quota), g.slice_ms);
+        let at = (slice, 1, 3);
+        set_down(&slot, 1, true);
+        assert_eq!(me.self_room(&slot, g, at, 0), None, "no self-grant yet");
+        let mut total = 0;
+        for _ in 0..50 {
+            let own = me.grant_self(&slot, g, at, 5_000, 0);
+            count_grant(&slot.quota, slice, 1, own.granted);
+            total += own.granted;
+        }
+        // 30,000 of 60,000 spent last slice: half of shard 1's 20,000.
+        assert!((1..=10_000).contains(&total), "{total}");
+        assert!(granted_self_in(&slot, slice) && !granted_self_in(&slot, slice + 1));
+        assert_eq!(me.self_room(&slot, g, at, 0), Some(10_000 - total));
+        let deny = setup(Fallback::Deny);
+        let own = deny.0.grant_self(&deny.1, deny.2, at, 5_000, 0);
+        assert!(own.granted == 0 && own.used_up);
+        let local = setup(Fallback::Local);
+        let own = local.0.grant_self(&local.1, local.2, at, 5_000, 0);
+        assert!(own.granted == 5_000 && !own.used_up);
+    }
+}

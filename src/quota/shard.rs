@@ -68,7 +68,7 @@ fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
 
 /// Counts a grant of shard `i` (past 0: shard 0's is the rest of the
 /// slice's grants); a word of an older slice restarts. Under the pull lock.
-fn count_grant(q: &QuotaSlot, slice: u32, i: u32, granted: u64) {
+pub(super) fn count_grant(q: &QuotaSlot, slice: u32, i: u32, granted: u64) {
     if i == 0 {
         return;
     }
