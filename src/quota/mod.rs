@@ -15,7 +15,9 @@
 //! - **failed**: the store failed or timed out; decide by the task's
 //!   fallback policy (by default the host's own share of the global rate)
 //!   under its local limits, never blocking or failing a request, and let
-//!   one process probe the store again after a jittered interval.
+//!   one process probe the store again after a jittered interval. A task
+//!   spread over shards whose node of one shard fails pulls on from the
+//!   others, the down shard's part decided by the fallback (`down`).
 //!
 //! Pulls run on the thread that needs them, not on a helper thread: nothing
 //! to restart after `fork`, no thread in processes that never pull, and a

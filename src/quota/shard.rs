@@ -16,7 +16,9 @@
 //! anew deducts what the host claims beyond that: so a host claims, per
 //! shard, its grants from that shard (`QuotaSlot::shard_granted`), and its
 //! fallback admissions from its home shard only — every permit it took is
-//! claimed from exactly one key.
+//! claimed from exactly one key. A shard whose node does not answer is
+//! skipped, its part granted by the fallback and claimed as its own
+//! (see `down`).
 
 use std::sync::atomic::Ordering;
 
