@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::ha::Cluster;
 use common::hosts;
+use common::tls::Tls;
 use common::*;
-use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
+use flowctrl::{ErrorKind, GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
 
 const RATE: f64 = 2000.0;
 const PROBE: Duration = Duration::from_millis(500);
@@ -229,4 +230,66 @@ fn shards_need_a_redis_store() {
         .unwrap();
     let err = task.update(&spread).unwrap_err().to_string();
     assert!(err.contains("embedded store"), "{err}");
+}
+
+/// `rediss+cluster://`: three masters on TLS ports only (their bus over
+/// TLS too), their certificate signed by a CA made here. A host that trusts
+/// the CA, given one node, discovers the others and pulls a task spread
+/// over three shards from all three masters over TLS; one that does not,
+/// and the plain form, get a store error.
+#[test]
+fn a_tls_cluster_url_reaches_every_master_over_tls() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tls = Tls::make();
+    let cluster = Cluster::start_with(1000, 0, Some(&tls));
+    assert!(cluster.url().starts_with("rediss+cluster://"));
+    let url = format!("rediss+cluster://127.0.0.1:{}", cluster.nodes[0].port);
+    let name = spread_name(&cluster);
+    let scratch = Scratch::new("cluster-tls");
+    let pull = |table: &str, url: String, trust: bool| {
+        let (table, ca, name) = (scratch.path(table), tls.ca.clone(), name.clone());
+        run_in_child(Duration::from_secs(30), move || {
+            if trust {
+                // SAFETY: the child is single-threaded here.
+                unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
+            }
+            let t = Table::open(&table, &hosts::options(&url, PROBE)).unwrap();
+            // The whole slice released at once: one pull takes each
+            // shard's part.
+            let config = TaskConfig::new()
+                .global_rate(300.0)
+                .global_burst(300)
+                .shards(3);
+            let task = t.task(&name, &config).unwrap();
+            match task.pull_quota(300) {
+                Ok(granted) => {
+                    assert_eq!(granted, Ok(300));
+                    0
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::Store, "{e}");
+                    raw_eprint(&format!("{url}: {e}"));
+                    1
+                }
+            }
+        })
+    };
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    let calls = || -> Vec<u64> {
+        masters
+            .iter()
+            .map(|&i| cluster.nodes[i].script_calls())
+            .collect()
+    };
+    let before = calls();
+    assert_eq!(pull("t", url.clone(), true), Exit::Code(0));
+    let after = calls();
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| a > b),
+        "script calls per master {before:?} -> {after:?}: every master pulled from"
+    );
+    assert_eq!(pull("untrusted", url.clone(), false), Exit::Code(1));
+    let plain = url.replacen("rediss+", "redis+", 1);
+    assert_eq!(pull("plain", plain, true), Exit::Code(1));
 }
