@@ -80,7 +80,7 @@ fn now_ms(shm: &Shm) -> u32 {
 
 impl Quota {
     /// A lock older than this is broken even if its holder lives.
-    fn stale_after(&self) -> Duration {
+    pub(super) fn stale_after(&self) -> Duration {
         self.options.connect_timeout + 4 * self.options.timeout + Duration::from_millis(20)
     }
 

@@ -106,6 +106,12 @@ impl Quota {
     /// nothing then: the key still learns the host's claim). The pull fails
     /// only when no shard answers and every one is down: the whole store
     /// failed, and its fallback takes over.
+    ///
+    /// A shard is asked only while the pull can still end within the
+    /// lock's bound (`stale_after`) if that request fails the slowest way
+    /// (an idle connection timing out, a connect, a command): nodes that
+    /// hang rather than refuse would otherwise let the lock be broken under
+    /// a live pull. The shards left unasked are asked by the next pull.
     pub(super) fn pull_spread(
         &self,
         slot: &TaskSlot,
@@ -130,6 +136,9 @@ impl Quota {
         let mut sum: Option<Reply> = None;
         let mut wait = u64::MAX;
         let (mut repaired, mut failure) = (false, None);
+        let began = std::time::Instant::now();
+        let slowest = self.options.connect_timeout + 2 * self.options.timeout;
+        let mut asked = false;
         let mut k = 0;
         while k < shards {
             let i = (start as u32 + k) % shards;
@@ -144,6 +153,10 @@ impl Quota {
             if let Some(room) = self.self_room(slot, g, (slice, i, shards), got) {
                 want = want.min(room);
             }
+            if asked && began.elapsed() + slowest > self.stale_after() {
+                break;
+            }
+            asked = true;
             let answer = self.store.pull(&Ask {
                 shard: i,
                 quota,
