@@ -24,11 +24,30 @@
 //! every later pull from shard `i` claims it: the replica that takes the
 //! slot over (which may also have missed the dead master's last
 //! decrements) or a key created anew there deducts it once per host,
-//! exactly as after a whole failover. In a slice where a host granted
-//! itself part of shard `i`, its pulls from shard `i` keep to that same
-//! allowance for the rest of the slice (the other hosts' self-grants reach
-//! the key only with their next pulls, so the first host back must not
-//! take them).
+//! exactly as after a whole failover.
+//!
+//! **Every shard by shares.** In a slice an outage touched (a shard down,
+//! part of one granted by the host itself, or fallback admissions after the
+//! whole store failed, in this slice or the one before: the other hosts
+//! come back up to a probe interval later, perhaps in the next slice, and
+//! their keys learn only then what they admitted meanwhile; uncapped there,
+//! the first host back took 1,704 of a slice's 2,000 while the other's
+//! fallback admitted 507), a host takes of *every* shard, live ones included,
+//! no more than its fallback allowance of that shard's part, counting what
+//! it claims from the shard (its grants, and on its home shard its
+//! fallback admissions). The shares divide the slice then, not the fair
+//! tails: the host reports no demand, so the keys hold nothing back for
+//! it beyond what it will take (a host kept to 282 of a shard's 667 and
+//! owed an equal 333 left the difference unspent), and it is not told to
+//! wait until its demand would have used half an ask (its share read as
+//! its demand made that half a slice: 0.767 of a slice in a run). So each
+//! host keeps to its share of the slice whichever way the slice goes on:
+//! the whole store failing next (its fallback keeps to the same share),
+//! the shard coming back (its key learns the other hosts' self-grants only
+//! with their next pulls, so the first host back must not take them), or
+//! nothing. Left competitive, a host that took more of the live shards
+//! than its share before the whole cluster went down was followed by the
+//! others' fallbacks taking their full shares: 1.097 of a slice in a run.
 //!
 //! **The state.** While a shard is down the task is *failed* (the store
 //! does not answer as a whole, and the fallback policy decides a part),
@@ -41,7 +60,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::shard::{granted_of, part};
+use super::pull::tagged;
+use super::shard::part;
 use super::store::{released, slice_of, wait_until_released};
 use super::{Global, Quota, fallback_rate};
 use crate::format::{Fallback, TaskSlot};
@@ -120,37 +140,42 @@ impl Quota {
         Some((slice * part(g.quota as u64, shards, i) as f64 / quota).ceil() as u64)
     }
 
-    /// What this host may still pull from shard `i`'s key in `slice`,
-    /// having granted itself part of it there (`None`: no bound);
-    /// `pending`: granted earlier in this pull.
-    pub(super) fn self_room(
-        &self,
-        slot: &TaskSlot,
-        g: Global,
-        (slice, i, shards): (u32, u32, u32),
-        pending: u64,
-    ) -> Option<u64> {
-        if granted_self(slot, slice) & 1 << i == 0 {
+    /// In a slice touched by an outage (a shard down now, part of one
+    /// granted by this host itself or fallback admissions in this slice or
+    /// the one before), what this host
+    /// may take of shard `i`'s part in all: its fallback allowance of that
+    /// part (see the module doc). `None`: the shard is pulled as usual
+    /// (no outage, or `deny` or `local`, whose fallback has no share to
+    /// keep to).
+    pub(super) fn share_of(&self, slot: &TaskSlot, g: Global, at: (u32, u32, u32)) -> Option<u64> {
+        let (slice, i, shards) = at;
+        let q = &slot.quota;
+        let before = slice.wrapping_sub(1);
+        let fell_back = |s| tagged(q.fallback_admitted.load(Ordering::Relaxed), s) > 0;
+        let touched = partial(slot, g)
+            || granted_self(slot, slice) != 0
+            || granted_self(slot, before) != 0
+            || fell_back(slice)
+            || fell_back(before);
+        if !touched || matches!(g.fallback, Fallback::Deny) {
             return None;
         }
-        let taken = granted_of(&slot.quota, slice, i, pending);
         self.allowance_of(slot, g, i, shards)
-            .map(|allow| allow.saturating_sub(taken))
     }
 
     /// Grants this host up to `want` of down shard `i`'s part of `slice`
-    /// (see the module doc); counted as shard `i`'s grant by the caller.
-    /// Under the pull lock; `pending`: granted earlier in this pull.
+    /// (see the module doc), of which it `taken` already (what it claims
+    /// from the shard); counted as shard `i`'s grant by the caller. Under
+    /// the pull lock.
     pub(super) fn grant_self(
         &self,
         slot: &TaskSlot,
         g: Global,
         (slice, i, shards): (u32, u32, u32),
         want: u64,
-        pending: u64,
+        taken: u64,
     ) -> SelfGrant {
         let q = &slot.quota;
-        let taken = granted_of(q, slice, i, pending);
         let Some(allow) = self.allowance_of(slot, g, i, shards) else {
             self.mark_self(slot, slice, i);
             return SelfGrant {
@@ -247,21 +272,36 @@ mod tests {
         let (me, slot, g) = setup(Fallback::Share);
         let slice = slice_of(me.store_now_us(&slot.quota), g.slice_ms);
         let at = (slice, 1, 3);
+        assert_eq!(me.share_of(&slot, g, at), None, "no outage: no share");
         set_down(&slot, 1, true);
-        assert_eq!(me.self_room(&slot, g, at, 0), None, "no self-grant yet");
+        // 30,000 of 60,000 spent last slice: half of shard 1's 20,000, and
+        // half of each live shard's part too.
+        assert_eq!(me.share_of(&slot, g, at), Some(10_000));
+        assert_eq!(me.share_of(&slot, g, (slice, 0, 3)), Some(10_000));
         let mut total = 0;
         for _ in 0..50 {
-            let own = me.grant_self(&slot, g, at, 5_000, 0);
+            let taken = crate::quota::shard::claimed(&slot.quota, slice, 1, 2, 0);
+            let own = me.grant_self(&slot, g, at, 5_000, taken);
             count_grant(&slot.quota, slice, 1, own.granted);
             total += own.granted;
         }
-        // 30,000 of 60,000 spent last slice: half of shard 1's 20,000.
         assert!((1..=10_000).contains(&total), "{total}");
         assert!(granted_self_in(&slot, slice) && !granted_self_in(&slot, slice + 1));
-        assert_eq!(me.self_room(&slot, g, at, 0), Some(10_000 - total));
+        // Back up: the rest of the slice still by shares.
+        set_down(&slot, 1, false);
+        assert_eq!(me.share_of(&slot, g, at), Some(10_000));
+        // And the next (another host may come back only then), not after.
+        assert_eq!(me.share_of(&slot, g, (slice + 1, 1, 3)), Some(10_000));
+        assert_eq!(me.share_of(&slot, g, (slice + 2, 1, 3)), None);
         let deny = setup(Fallback::Deny);
         let own = deny.0.grant_self(&deny.1, deny.2, at, 5_000, 0);
         assert!(own.granted == 0 && own.used_up);
+        set_down(&deny.1, 1, true);
+        assert_eq!(
+            deny.0.share_of(&deny.1, deny.2, at),
+            None,
+            "deny: live shards as usual"
+        );
         let local = setup(Fallback::Local);
         let own = local.0.grant_self(&local.1, local.2, at, 5_000, 0);
         assert!(own.granted == 5_000 && !own.used_up);

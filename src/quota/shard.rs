@@ -63,7 +63,7 @@ pub(super) fn granted_of(q: &QuotaSlot, slice: u32, i: u32, pending: u64) -> u64
 
 /// What this host took of `slice` that shard `i`'s key is to know of:
 /// its grants, and on its home shard its fallback admissions.
-fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
+pub(super) fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
     let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), slice);
     granted_of(q, slice, i, pending) + if i == home { fell_back } else { 0 }
 }
@@ -149,9 +149,13 @@ impl Quota {
                 continue;
             }
             let quota = part(ask.quota, shards, i);
+            let claim = claimed(q, slice, i, home, got);
             let mut want = ask.want.saturating_sub(got).min(quota);
-            if let Some(room) = self.self_room(slot, g, (slice, i, shards), got) {
-                want = want.min(room);
+            let mut demand = ask.demand;
+            if let Some(share) = self.share_of(slot, g, (slice, i, shards)) {
+                // Kept to its share: no fair tail to be owed (see `down`).
+                want = want.min(share.saturating_sub(claim));
+                demand = 0;
             }
             if asked && began.elapsed() + slowest > self.stale_after() {
                 break;
@@ -162,7 +166,8 @@ impl Quota {
                 quota,
                 burst: part(ask.burst, shards, i).max(1),
                 want,
-                claimed: claimed(q, slice, i, home, got),
+                claimed: claim,
+                demand,
                 ..ask
             });
             let reply = match answer {
@@ -224,7 +229,8 @@ impl Quota {
         for i in (0..shards).filter(|i| parts & 1 << i != 0) {
             let got = sum.map_or(0, |s| s.granted);
             let want = ask.want.saturating_sub(got);
-            let own = self.grant_self(slot, g, (slice, i, shards), want, got);
+            let taken = claimed(q, slice, i, home, got);
+            let own = self.grant_self(slot, g, (slice, i, shards), want, taken);
             count_grant(q, slice, i, own.granted);
             if own.used_up {
                 used_up |= 1 << i;
