@@ -225,22 +225,6 @@ impl Quota {
                 probe,
             );
             let ns = began.elapsed().as_nanos() as u64;
-            if std::env::var_os("FLOWCTRL_TRACE").is_some() {
-                let line = format!(
-                    "TRACE {} pid {} t {} probe {} phase {} down {:x} ms {} slice {} -> {:?}\n",
-                    &self.host,
-                    std::process::id(),
-                    wall_us() / 1000 % 100_000,
-                    probe,
-                    q.phase.load(Ordering::Relaxed) >> 62,
-                    slot.shards_down.load(Ordering::Relaxed),
-                    ns / 1_000_000,
-                    slice,
-                    answer.as_ref().map(|r| (r.granted, r.left, r.wait_ms, r.slice, r.refresh.is_some())).map_err(|e| e.to_string().chars().take(60).collect::<String>())
-                );
-                // SAFETY: one write of a short line: atomic on a pipe.
-                unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
-            }
             q.pulls.fetch_add(1, Ordering::Relaxed);
             q.pull_ns_sum.fetch_add(ns, Ordering::Relaxed);
             q.pull_ns_max.fetch_max(ns, Ordering::Relaxed);
