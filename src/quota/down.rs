@@ -11,8 +11,10 @@
 //! task's fallback policy, scaled to that shard's part. Each host keeps
 //! pulling the live shards' parts from their keys (exact, as always), and
 //! grants itself its fallback rate × the dead part's fraction of the slice
-//! (`share`: what the host spent in its last full slice; a number: that
-//! rate; `deny`: nothing; `local`: no bound, the local limits alone),
+//! (`share`: what the host spent in its last slice with every shard up,
+//! kept while one is down, so every host's figure is of the same slice; a
+//! number: that rate; `deny`: nothing; `local`: no bound, the local limits
+//! alone),
 //! released over the slice like a key would and less what it already took
 //! of that shard in the slice, so a shard that dies mid-slice costs
 //! nothing it had granted. The hosts' shares add up to the slice, so the
@@ -48,6 +50,10 @@
 //! nothing. Left competitive, a host that took more of the live shards
 //! than its share before the whole cluster went down was followed by the
 //! others' fallbacks taking their full shares: 1.097 of a slice in a run.
+//! The price, as in a whole outage: a host asked for less than its share
+//! leaves the rest of it unspent in those slices (the others keep to
+//! theirs). `deny` and `local` keep no share: their hosts pull the live
+//! shards as usual.
 //!
 //! **The state.** While a shard is down the task is *failed* (the store
 //! does not answer as a whole, and the fallback policy decides a part),
