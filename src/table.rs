@@ -80,7 +80,8 @@ impl Default for TableOptions {
 
 impl TableOptions {
     /// Takes global quota from the store at `url` (`redis://...`,
-    /// `rediss://...`) instead of the embedded store.
+    /// `rediss://...`, the Sentinel and Cluster forms of `StoreOptions::url`)
+    /// instead of the embedded store.
     pub fn store(mut self, url: impl Into<String>) -> Self {
         self.store.url = Some(url.into());
         self

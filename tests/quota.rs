@@ -560,65 +560,29 @@ fn pull_lock_survives_a_kill_storm() {
 #[test]
 fn tls_and_auth_through_the_url() {
     let scratch = Scratch::new("quota-tls");
-    let dir = scratch.dir().to_path_buf();
-    let sh = |script: &str| {
-        let ok = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(&dir)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("sh")
-            .success();
-        assert!(ok, "{script}");
-    };
-    sh(
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=flowctrl-test-ca",
-    );
-    sh(
-        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1",
-    );
-    sh(
-        "printf 'subjectAltName=IP:127.0.0.1\\n' > ext.cnf && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf",
-    );
+    let tls = common::tls::Tls::make();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
+    let tls_args = tls.server_lines(port).into_iter().flat_map(|line| {
+        let (name, value) = line.split_once(' ').unwrap();
+        [format!("--{name}"), value.to_string()]
+    });
     let mut server = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args([
-            "--tls-cert-file",
-            "server.pem",
-            "--tls-key-file",
-            "server.key",
-        ])
-        .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
-        .args([
-            "--requirepass",
-            "s3cret",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .current_dir(&dir)
+        .args(tls_args)
+        .args(["--bind", "127.0.0.1", "--requirepass", "s3cret"])
+        .args(["--save", "", "--appendonly", "no"])
+        .current_dir(scratch.dir())
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("redis-server");
     std::thread::sleep(Duration::from_millis(300));
-    let table = scratch.path("t");
+    let (table, ca) = (scratch.path("t"), tls.ca.clone());
     let exit = run_in_child(Duration::from_secs(30), move || {
         // SAFETY: the child is single-threaded here.
-        unsafe { std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem")) };
+        unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
         let mut opts = options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0);
         opts.store.connect_timeout = Duration::from_secs(2);
         let t = Table::open(&table, &opts).unwrap();

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::ha::Sentinels;
 use common::hosts::{self, TASK};
+use common::tls::Tls;
 use common::*;
-use flowctrl::{Store, StoreOptions, TaskConfig};
+use flowctrl::{ErrorKind, Store, StoreOptions, Table, TaskConfig};
 
 const RATE: f64 = 2000.0;
 const PROBE: Duration = Duration::from_millis(500);
@@ -76,4 +77,47 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     .unwrap();
     let fleet = store.fleet(TASK, None).unwrap();
     assert_eq!(fleet.hosts.len(), 2, "{fleet:?}");
+}
+
+/// `rediss+sentinel://`: the sentinels and the master on TLS ports only,
+/// their certificate signed by a CA made here. A host that trusts the CA
+/// pulls through the sentinels from the master; one that does not, and the
+/// plain form, get a store error.
+#[test]
+fn a_tls_sentinel_url_reaches_the_master_over_tls() {
+    let tls = Tls::make();
+    let ha = Sentinels::start_with(1000, Some(&tls));
+    let url = ha.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let scratch = Scratch::new("sentinel-tls");
+    let pull = |name: &str, url: String, trust: bool| {
+        let (table, ca) = (scratch.path(name), tls.ca.clone());
+        run_in_child(Duration::from_secs(30), move || {
+            if trust {
+                // SAFETY: the child is single-threaded here.
+                unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
+            }
+            let t = Table::open(&table, &hosts::options(&url, PROBE)).unwrap();
+            let task = t
+                .task("tls", &TaskConfig::new().global_rate(100.0))
+                .unwrap();
+            match task.pull_quota(10) {
+                Ok(granted) => {
+                    assert_eq!(granted, Ok(10));
+                    0
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::Store, "{e}");
+                    raw_eprint(&format!("{url}: {e}"));
+                    1
+                }
+            }
+        })
+    };
+    assert_eq!(pull("t", url.clone(), true), Exit::Code(0));
+    assert_eq!(pull("untrusted", url.clone(), false), Exit::Code(1));
+    let plain = url.replacen("rediss+", "redis+", 1);
+    assert_eq!(pull("plain", plain, true), Exit::Code(1));
+    let keys: Vec<String> = ha.master.command(&["KEYS", "*{tls}*"]);
+    assert!(!keys.is_empty(), "the master holds the task's key");
 }

@@ -42,7 +42,14 @@ pub(crate) struct TaskSlot {
     pub keys_created: AtomicU64,
     /// GCRA theoretical arrival time, in clock ticks.
     pub tat: AtomicU64,
-    _pad2: [AtomicU64; 7],
+    /// A task spread over shards whose key's node does not answer (see
+    /// `quota::down`): slice (high 32 bits) | the shards whose part this
+    /// host granted itself in it (bits 8..16) | the shards found down (low
+    /// 8 bits, of no slice). Written by pulls only, a few times a slice at
+    /// most, so sharing `tat`'s line costs the request path nothing
+    /// (0.3.0 left this word zero: no shard down).
+    pub shards_down: AtomicU64,
+    _pad2: [AtomicU64; 6],
     /// Permits counted against the cap, with the tag of the last op
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,

@@ -4,6 +4,17 @@
 //! kind connects within the connect timeout and answers each command
 //! within the command timeout, as one server always did.
 //!
+//! TLS is the `rediss` of each form: `rediss+sentinel://` speaks TLS to
+//! the sentinels and to the master they name, `rediss+cluster://` to every
+//! node (the `redis` crate's cluster client takes TLS from the URLs of its
+//! first nodes and uses it for the nodes it discovers). Certificates are
+//! checked against the system's CA store (`SSL_CERT_FILE` points
+//! elsewhere) and must name the addresses the sentinels and the cluster
+//! announce. Not offered, and refused when asked for: `#insecure` (no
+//! certificate check: flowctrl's `redis` is built without it, and a URL
+//! that asked for it would fail at every connect instead of at open), and
+//! TLS to the sentinels but not to the master or the other way round.
+//!
 //! The Sentinel lookup is done here rather than by the `redis` crate's
 //! sentinel client: that one connects to the sentinels without timeouts, so
 //! a sentinel that hangs would hang the pull past the store timeout.
@@ -27,6 +38,8 @@ pub(crate) enum Target {
         /// `:password@` or `user:password@`, for the master.
         auth: String,
         db: i64,
+        /// `rediss+sentinel://`: the master is reached over TLS too.
+        tls: bool,
     },
     Cluster(redis::cluster::ClusterClient),
 }
@@ -105,7 +118,20 @@ impl Target {
         let bad = |e: &dyn std::fmt::Display| {
             Error::invalid(format!("store URL {}: {e}", super::redis::redact(url)))
         };
-        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        if url.contains('#') {
+            return Err(bad(
+                &"a URL fragment (`#insecure`: no certificate check) is not supported; trust \
+                  the server's CA through SSL_CERT_FILE instead",
+            ));
+        }
+        let (sentinel, cluster) = match url.split_once("://") {
+            Some(("redis+sentinel", rest)) => (Some((rest, "redis")), None),
+            Some(("rediss+sentinel", rest)) => (Some((rest, "rediss")), None),
+            Some(("redis+cluster", rest)) => (None, Some((rest, "redis"))),
+            Some(("rediss+cluster", rest)) => (None, Some((rest, "rediss"))),
+            _ => (None, None),
+        };
+        if let Some((rest, scheme)) = sentinel {
             let (auth, hosts, path) = split_hosts(rest, "a Sentinel URL").map_err(|e| bad(&e))?;
             let mut parts = path.split('/');
             let master = parts.next().unwrap_or("");
@@ -116,17 +142,17 @@ impl Target {
                     .map_err(|_| bad(&"the db must be a number"))?,
             };
             if master.is_empty() || parts.next().is_some() || master.contains('?') {
-                return Err(bad(
-                    &"the form is redis+sentinel://[:password@]host:port[,host:port...]/master-name[/db]",
-                ));
+                return Err(bad(&format_args!(
+                    "the form is {scheme}+sentinel://[:password@]host:port[,host:port...]/master-name[/db]"
+                )));
             }
             let client = |url: String| redis::Client::open(url).map_err(|e| bad(&e));
             let sentinels = hosts
                 .iter()
                 .map(|h| {
                     Ok((
-                        client(format!("redis://{auth}{h}"))?,
-                        client(format!("redis://{h}"))?,
+                        client(format!("{scheme}://{auth}{h}"))?,
+                        client(format!("{scheme}://{h}"))?,
                     ))
                 })
                 .collect::<Result<_>>()?;
@@ -135,16 +161,20 @@ impl Target {
                 master: master.to_string(),
                 auth: auth.to_string(),
                 db,
+                tls: scheme == "rediss",
             });
         }
-        if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        if let Some((rest, scheme)) = cluster {
             let (auth, hosts, path) = split_hosts(rest, "a Cluster URL").map_err(|e| bad(&e))?;
             if !(path.is_empty() || path == "0") || rest.contains('?') {
-                return Err(bad(
-                    &"a Cluster URL is redis+cluster://[:password@]host:port[,host:port...] (db 0 only)",
-                ));
+                return Err(bad(&format_args!(
+                    "a Cluster URL is {scheme}+cluster://[:password@]host:port[,host:port...] (db 0 only)"
+                )));
             }
-            let nodes: Vec<String> = hosts.iter().map(|h| format!("redis://{auth}{h}")).collect();
+            let nodes: Vec<String> = hosts
+                .iter()
+                .map(|h| format!("{scheme}://{auth}{h}"))
+                .collect();
             // One retry, at once: a MOVED after a failover is followed, and
             // nothing waits past the store timeouts (the crate's default is
             // 16 retries over seconds).
@@ -170,8 +200,11 @@ impl Target {
                 master,
                 auth,
                 db,
+                tls,
             } => {
-                let client = find_master(sentinels, master, auth, *db, connect, command)?;
+                let scheme = if *tls { "rediss" } else { "redis" };
+                let master = (master.as_str(), scheme, auth.as_str(), *db);
+                let client = find_master(sentinels, master, connect, command)?;
                 single(&client, connect, command)
             }
             Self::Cluster(client) => {
@@ -203,9 +236,7 @@ fn single(
 /// sentinel and the master are given the connect and command timeouts.
 fn find_master(
     sentinels: &[(redis::Client, redis::Client)],
-    name: &str,
-    auth: &str,
-    db: i64,
+    (name, scheme, auth, db): (&str, &str, &str, i64),
     connect: Duration,
     command: Duration,
 ) -> redis::RedisResult<redis::Client> {
@@ -237,7 +268,7 @@ fn find_master(
                 continue;
             }
         };
-        let client = redis::Client::open(format!("redis://{auth}{host}:{port}/{db}"))?;
+        let client = redis::Client::open(format!("{scheme}://{auth}{host}:{port}/{db}"))?;
         let mut conn = single(&client, connect, command)?;
         let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
         let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
@@ -267,12 +298,34 @@ mod tests {
                 master,
                 auth,
                 db,
+                tls,
             } => assert_eq!(
-                (sentinels.len(), &*master, &*auth, db),
-                (2, "mymaster", ":pw@", 3)
+                (sentinels.len(), &*master, &*auth, db, tls),
+                (2, "mymaster", ":pw@", 3, false)
             ),
             _ => panic!("not a sentinel target"),
         }
+        match Target::open("rediss+sentinel://127.0.0.1:1/m").unwrap() {
+            Target::Sentinel { sentinels, tls, .. } => {
+                assert!(tls);
+                let addr = sentinels[0].0.get_connection_info().addr();
+                assert!(
+                    matches!(
+                        addr,
+                        redis::ConnectionAddr::TcpTls {
+                            insecure: false,
+                            ..
+                        }
+                    ),
+                    "{addr:?}"
+                );
+            }
+            _ => panic!("not a sentinel target"),
+        }
+        assert!(matches!(
+            Target::open("rediss+cluster://:pw@127.0.0.1:1,127.0.0.1:2").unwrap(),
+            Target::Cluster(_)
+        ));
         assert!(matches!(
             Target::open("redis+cluster://127.0.0.1:1,127.0.0.1:2").unwrap(),
             Target::Cluster(_)
@@ -284,8 +337,22 @@ mod tests {
             "redis+sentinel://127.0.0.1:1/m/x",
             "redis+cluster://127.0.0.1:1/3",
             "redis+cluster://h:x",
+            "rediss+cluster://127.0.0.1:1/3",
+            "rediss+sentinel://127.0.0.1:1",
         ] {
             assert!(Target::open(bad).is_err(), "{bad}");
         }
+        for insecure in [
+            "rediss://127.0.0.1:1/#insecure",
+            "rediss+cluster://127.0.0.1:1/#insecure",
+            "rediss+sentinel://127.0.0.1:1/m#insecure",
+        ] {
+            let err = Target::open(insecure).err().expect(insecure).to_string();
+            assert!(err.contains("SSL_CERT_FILE"), "{err}");
+        }
+        let err = Target::open("rediss+cluster://127.0.0.1:1/3")
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("rediss+cluster://"), "{err}");
     }
 }

@@ -15,7 +15,9 @@
 //! - **failed**: the store failed or timed out; decide by the task's
 //!   fallback policy (by default the host's own share of the global rate)
 //!   under its local limits, never blocking or failing a request, and let
-//!   one process probe the store again after a jittered interval.
+//!   one process probe the store again after a jittered interval. A task
+//!   spread over shards whose node of one shard fails pulls on from the
+//!   others, the down shard's part decided by the fallback (`down`).
 //!
 //! Pulls run on the thread that needs them, not on a helper thread: nothing
 //! to restart after `fork`, no thread in processes that never pull, and a
@@ -26,6 +28,7 @@ mod census;
 mod chunk;
 mod config;
 mod connect;
+mod down;
 mod fair;
 pub(crate) mod health;
 mod hints;
@@ -287,14 +290,19 @@ impl Quota {
             if spend(q, slice, need.n).is_some() {
                 return Ok(Ok(Spent::Quota(slice)));
             }
-            if pull::failed(q) {
+            // Some shards down: pulls go on (see `down`); a due probe is
+            // not held back.
+            let partial = pull::failed(q) && down::partial(t.slot, t.g);
+            let probing = partial && pulls < 3 && pull::probe_time(t.shm, q);
+            if pull::failed(q) && !partial {
                 if !self.probe_due(t.shm, q) {
                     return Ok(self.fallback(t, need, slice));
                 }
-            } else if q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
-                || pulls >= 3
-                || pull::paced(t.shm, q)
-                || share_left(q, t.g, slice).is_some_and(|left| left < need.n as u64)
+            } else if !probing
+                && (q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
+                    || pulls >= 3
+                    || pull::paced(t.shm, q)
+                    || share_left(q, t.g, slice).is_some_and(|left| left < need.n as u64))
             {
                 fair::refused(q, slice, need.n);
                 return Ok(Err(Refused::Exhausted));
@@ -308,7 +316,7 @@ impl Quota {
                 None if Instant::now() >= until => {
                     // Another process's pull is slower than a store command
                     // may be: it is about to fail. Do not wait for it.
-                    return Ok(if pull::failed(q) {
+                    return Ok(if pull::failed(q) && !partial {
                         self.fallback(t, need, slice)
                     } else {
                         fair::refused(q, slice, need.n);

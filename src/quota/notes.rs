@@ -25,6 +25,22 @@ pub(super) fn store_failed(task: &str, e: &Error, first: bool, g: Global, probe:
     );
 }
 
+/// A shard's node failed while the task's other shards may answer: its
+/// part is the fallback's until a probe finds it answering.
+#[cold]
+pub(super) fn shard_failed(task: &str, shard: u32, e: &Error, g: Global, probe: Duration) {
+    events::report(
+        Event::StoreFailed,
+        task,
+        format_args!(
+            "task {task:?}: shard {shard} of the quota store fails: {e}; pulling from the \
+             shards that answer, its part decided by the fallback policy ({}), probing \
+             every {probe:?}",
+            g.fallback
+        ),
+    );
+}
+
 /// Counts (always) and reports (rate-limited) what a reply says hosts
 /// disagree on.
 pub(super) fn conflicts(q: &QuotaSlot, task: &str, slice: u32, g: Global, host: &str, r: &Reply) {

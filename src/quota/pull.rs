@@ -63,6 +63,11 @@ impl Drop for PullLock<'_> {
     }
 }
 
+/// While failed: whether the next probe is due (nothing claimed).
+pub(super) fn probe_time(shm: &Shm, q: &QuotaSlot) -> bool {
+    shm.clock.now() >= q.probe_at.load(Ordering::Acquire)
+}
+
 /// Whether the slice has released nothing more for this host to pull yet.
 pub(super) fn paced(shm: &Shm, q: &QuotaSlot) -> bool {
     let until = q.paced_until.load(Ordering::Acquire);
@@ -75,7 +80,7 @@ fn now_ms(shm: &Shm) -> u32 {
 
 impl Quota {
     /// A lock older than this is broken even if its holder lives.
-    fn stale_after(&self) -> Duration {
+    pub(super) fn stale_after(&self) -> Duration {
         self.options.connect_timeout + 4 * self.options.timeout + Duration::from_millis(20)
     }
 
@@ -114,7 +119,11 @@ impl Quota {
     #[cold]
     pub(super) fn pull_ahead(&self, t: TaskRef<'_>, slice: u32) {
         let q = &t.slot.quota;
-        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || failed(q) || paced(t.shm, q) {
+        // While a shard is down the task pulls on, and a due probe of the
+        // shard is not held back by the others being used up or paced.
+        let partial = failed(q) && super::down::partial(t.slot, t.g);
+        let idle = q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || paced(t.shm, q);
+        if (failed(q) && !partial) || (idle && !(partial && probe_time(t.shm, q))) {
             return;
         }
         if let Ok(Some(lock)) = self.try_lock(t.shm, q) {
@@ -167,12 +176,19 @@ impl Quota {
         } = t;
         let q = &slot.quota;
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
+        // While failed every pull probes (the request path pulls then only
+        // when a probe is due); while only some shards are down, one pull
+        // per probe interval asks the down ones too.
+        let probe = failed(q) && (!super::down::partial(slot, g) || self.probe_due(shm, q));
         // Two answers from another slice, two refreshes of the numbers.
         for _ in 0..4 {
-            // Back from a fallback in this slice: no more than its share.
+            // Back from a fallback in this slice: no more than its share. A
+            // probe asks for nothing then, but still asks: skipped, it left
+            // the host failed for another probe interval (1.1 s after the
+            // promotion in a run, while the other host took the keys).
             let want = match super::share_left(q, g, slice) {
                 Some(left) if left < want => {
-                    if left == 0 {
+                    if left == 0 && !probe {
                         return Ok(0);
                     }
                     left
@@ -185,7 +201,7 @@ impl Quota {
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
             let answer = self.pull_spread(
-                q,
+                slot,
                 g,
                 Ask {
                     task,
@@ -206,6 +222,7 @@ impl Quota {
                     health: super::health::of_slice(shm, index, slot, slice),
                     embedded: &q.embedded,
                 },
+                probe,
             );
             let ns = began.elapsed().as_nanos() as u64;
             q.pulls.fetch_add(1, Ordering::Relaxed);
@@ -258,7 +275,14 @@ impl Quota {
                 slot.keys_created.fetch_add(1, Ordering::Relaxed);
             }
             notes::conflicts(q, task, slice, g, &self.host, &reply);
-            deposit(q, slice, reply.granted);
+            // The hosts' shares while a shard is down stay those of the
+            // last slice before: every host's from the same slice, so they
+            // add up to the quota (hosts notice a shard's or the cluster's
+            // failure in different slices, and their split moves).
+            let failing = failed(q);
+            deposit(q, slice, reply.granted, |s| {
+                failing || super::down::granted_self_in(slot, s)
+            });
             // Nothing more released yet: no pull until it will have been.
             let paced = match reply.wait_ms {
                 0 => 0,
@@ -275,13 +299,23 @@ impl Quota {
             q.low_water
                 .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
             // Before the state leaves "failed": whether this pull ended it.
+            // A shard still down keeps it failed (see `down`).
+            let partial = super::down::partial(slot, g);
             events::recovered(
                 task,
-                failed(q),
+                failed(q) && !partial,
                 format_args!("task {task:?}: the quota store answers again"),
             );
             if reply.left == 0 {
                 q.exhausted.store(slice as u64 + 1, Ordering::Release);
+            }
+            if partial {
+                if !failed(q) {
+                    q.probe_at
+                        .store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
+                }
+                enter(q, FAILED);
+            } else if reply.left == 0 {
                 enter(q, LIMITED);
             } else {
                 enter(q, OPEN);
@@ -354,7 +388,9 @@ pub(super) fn just_before(a: u32, b: u32) -> bool {
 /// Adds `granted` permits of `slice` to the host's quota. A newer slice
 /// restarts from zero: what was left of the old one is stranded. A grant for
 /// a slice already over is stranded whole.
-fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
+/// `touched(s)`: slice `s` was spent with a shard down (see `down`): like
+/// one an outage cut short, its figure is not the host's share.
+fn deposit(q: &QuotaSlot, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
     q.granted.fetch_add(granted, Ordering::Relaxed);
     let mut word = q.host.load(Ordering::Acquire);
     loop {
@@ -378,7 +414,7 @@ fn deposit(q: &QuotaSlot, slice: u32, granted: u64) {
                 // (and a host back from it) would keep to that sliver.
                 let fell_back = q.fallback_admitted.load(Ordering::Relaxed);
                 let since = ((fell_back >> 32) as u32).wrapping_sub(current);
-                let cut_short = fell_back != 0 && since != 0 && since < 1 << 31;
+                let cut_short = fell_back != 0 && since != 0 && since < 1 << 31 || touched(current);
                 if current != slice && word != 0 && cut_short {
                     q.stranded.fetch_add(left, Ordering::Relaxed);
                 } else if current != slice && word != 0 {

@@ -394,14 +394,16 @@ pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings>
         "redis+unix://",
         "unix://",
         "redis+sentinel://",
+        "rediss+sentinel://",
         "redis+cluster://",
+        "rediss+cluster://",
     ]
     .iter()
     .any(|scheme| head.starts_with(scheme))
     {
         return Err(Error::invalid(format!(
-            "store URL {} must start with redis://, rediss://, unix://, redis+sentinel:// \
-             or redis+cluster://",
+            "store URL {} must start with redis://, rediss://, unix://, redis+sentinel://, \
+             rediss+sentinel://, redis+cluster:// or rediss+cluster://",
             redact(url)
         )));
     }

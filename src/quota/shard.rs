@@ -16,16 +16,18 @@
 //! anew deducts what the host claims beyond that: so a host claims, per
 //! shard, its grants from that shard (`QuotaSlot::shard_granted`), and its
 //! fallback admissions from its home shard only — every permit it took is
-//! claimed from exactly one key.
+//! claimed from exactly one key. A shard whose node does not answer is
+//! skipped, its part granted by the fallback and claimed as its own
+//! (see `down`).
 
 use std::sync::atomic::Ordering;
 
 use super::pull::tagged;
 use super::record::{Refresh, version_of};
 use super::store::{Ask, Reply};
-use super::{Global, Quota};
+use super::{Global, Quota, down};
 use crate::error::Result;
-use crate::format::{MAX_SHARDS, QuotaSlot};
+use crate::format::{MAX_SHARDS, QuotaSlot, TaskSlot};
 
 /// Shard `i`'s part of `total` spread over `shards`.
 pub(crate) fn part(total: u64, shards: u32, i: u32) -> u64 {
@@ -43,26 +45,32 @@ fn home(host: &str, shards: u32) -> u32 {
     (h % shards.max(1) as u64) as u32
 }
 
-/// What this host took of `slice` that shard `i`'s key is to know of;
-/// `pending`: what this pull was granted so far (counted per shard already,
-/// not yet in the slice's grants).
-fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
+/// What shard `i` granted this host of `slice` (a down shard's part the
+/// host granted itself included, see `down`); `pending`: what this pull
+/// was granted so far (counted per shard already, not yet in the slice's
+/// grants).
+pub(super) fn granted_of(q: &QuotaSlot, slice: u32, i: u32, pending: u64) -> u64 {
     let of = |k: usize| tagged(q.shard_granted[k].load(Ordering::Relaxed), slice);
-    let grants = match i {
+    match i {
         0 => {
             let others: u64 = (0..q.shard_granted.len()).map(of).sum();
             (tagged(q.slice_granted.load(Ordering::Relaxed), slice) + pending)
                 .saturating_sub(others)
         }
         i => of(i as usize - 1),
-    };
+    }
+}
+
+/// What this host took of `slice` that shard `i`'s key is to know of:
+/// its grants, and on its home shard its fallback admissions.
+pub(super) fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
     let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), slice);
-    grants + if i == home { fell_back } else { 0 }
+    granted_of(q, slice, i, pending) + if i == home { fell_back } else { 0 }
 }
 
 /// Counts a grant of shard `i` (past 0: shard 0's is the rest of the
 /// slice's grants); a word of an older slice restarts. Under the pull lock.
-fn count_grant(q: &QuotaSlot, slice: u32, i: u32, granted: u64) {
+pub(super) fn count_grant(q: &QuotaSlot, slice: u32, i: u32, granted: u64) {
     if i == 0 {
         return;
     }
@@ -90,44 +98,94 @@ impl Quota {
     /// lock): from its one key, or over its shards as the module doc says.
     /// The reply adds the shards' grants up; `left` is 0 once every shard
     /// is used up, and the wait is the shortest a shard asked for.
-    pub(super) fn pull_spread(&self, q: &QuotaSlot, g: Global, ask: Ask<'_>) -> Result<Reply> {
+    ///
+    /// A shard whose node fails is marked down and the pull moves on to
+    /// the next; after the shards that answer, the down ones' parts are
+    /// granted by the fallback (see `down`). `probe`: every shard not used
+    /// up is asked, the down ones included, even once the ask is met (for
+    /// nothing then: the key still learns the host's claim). The pull fails
+    /// only when no shard answers and every one is down: the whole store
+    /// failed, and its fallback takes over.
+    ///
+    /// A shard is asked only while the pull can still end within the
+    /// lock's bound (`stale_after`) if that request fails the slowest way
+    /// (an idle connection timing out, a connect, a command): nodes that
+    /// hang rather than refuse would otherwise let the lock be broken under
+    /// a live pull. The shards left unasked are asked by the next pull.
+    pub(super) fn pull_spread(
+        &self,
+        slot: &TaskSlot,
+        g: Global,
+        ask: Ask<'_>,
+        probe: bool,
+    ) -> Result<Reply> {
+        let q = &slot.quota;
         let shards = if self.store.spreads() {
             g.shards.clamp(1, MAX_SHARDS)
         } else {
             1
         };
         if shards == 1 {
+            if down::down(slot) != 0 {
+                down::clear(slot);
+            }
             return self.store.pull(&ask);
         }
         let (slice, home) = (ask.slice, home(&self.host, shards));
         let start = (home as u64 + q.pulls.load(Ordering::Relaxed)) % shards as u64;
         let mut sum: Option<Reply> = None;
         let mut wait = u64::MAX;
-        let mut repaired = false;
+        let (mut repaired, mut failure) = (false, None);
+        let began = std::time::Instant::now();
+        let slowest = self.options.connect_timeout + 2 * self.options.timeout;
+        let mut asked = false;
         let mut k = 0;
         while k < shards {
             let i = (start as u32 + k) % shards;
             let got = sum.map_or(0, |s| s.granted);
-            if out(q, slice) & 1 << i != 0 {
+            let is_down = down::down(slot) & 1 << i != 0;
+            if out(q, slice) & 1 << i != 0 || (is_down && !probe) {
                 k += 1;
                 continue;
             }
             let quota = part(ask.quota, shards, i);
+            let claim = claimed(q, slice, i, home, got);
+            let mut want = ask.want.saturating_sub(got).min(quota);
+            let mut demand = ask.demand;
+            if let Some(share) = self.share_of(slot, g, (slice, i, shards)) {
+                // Kept to its share: no fair tail to be owed (see `down`).
+                want = want.min(share.saturating_sub(claim));
+                demand = 0;
+            }
+            if asked && began.elapsed() + slowest > self.stale_after() {
+                break;
+            }
+            asked = true;
             let answer = self.store.pull(&Ask {
                 shard: i,
                 quota,
                 burst: part(ask.burst, shards, i).max(1),
-                want: (ask.want - got).min(quota),
-                claimed: claimed(q, slice, i, home, got),
+                want,
+                claimed: claim,
+                demand,
                 ..ask
             });
             let reply = match answer {
                 Ok(reply) => reply,
-                // What was granted is charged: deposit it; the next pull
-                // meets the failing shard again.
-                Err(_) if got > 0 => break,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // Moves on: the shards that answer are pulled from, and
+                    // this one's part is the fallback's below.
+                    q.failed_pulls.fetch_add(1, Ordering::Relaxed);
+                    if !is_down {
+                        super::notes::shard_failed(ask.task, i, &e, g, self.options.probe_interval);
+                    }
+                    down::set_down(slot, i, true);
+                    failure = Some(e);
+                    k += 1;
+                    continue;
+                }
             };
+            down::set_down(slot, i, false);
             if let (Some(Refresh::Record(version)), 1.., false) = (reply.refresh, i, repaired) {
                 // A copy the store lost, or a write it missed: the
                 // canonical record decides, and the copy is rewritten.
@@ -151,24 +209,53 @@ impl Quota {
             } else if reply.wait_ms > 0 {
                 wait = wait.min(reply.wait_ms);
             }
-            sum = Some(match sum {
-                None => reply,
-                Some(s) => Reply {
-                    granted: s.granted + reply.granted,
-                    store_us: reply.store_us,
-                    hosts: s.hosts.max(reply.hosts),
-                    host_conflict: s.host_conflict || reply.host_conflict,
-                    config_conflict: s.config_conflict || reply.config_conflict,
-                    ..reply
-                },
-            });
-            if got + reply.granted >= ask.want {
+            sum = Some(add(sum, reply));
+            if got + reply.granted >= ask.want && !probe {
                 break;
             }
             k += 1;
         }
-        let all_out = out(q, slice).count_ones() >= shards;
-        let mut reply = sum.unwrap_or(Reply {
+        let down_now = down::down(slot) & down::all(shards);
+        if let Some(e) = failure
+            && sum.is_none()
+            && down_now == down::all(shards)
+        {
+            down::clear(slot);
+            return Err(e);
+        }
+        // The down shards' parts, by the fallback.
+        let mut used_up = out(q, slice);
+        let parts = down_now & !used_up;
+        for i in (0..shards).filter(|i| parts & 1 << i != 0) {
+            let got = sum.map_or(0, |s| s.granted);
+            let want = ask.want.saturating_sub(got);
+            let taken = claimed(q, slice, i, home, got);
+            let own = self.grant_self(slot, g, (slice, i, shards), want, taken);
+            count_grant(q, slice, i, own.granted);
+            if own.used_up {
+                used_up |= 1 << i;
+            } else if own.wait_ms > 0 {
+                wait = wait.min(own.wait_ms);
+            }
+            let mut reply = sum.unwrap_or_else(|| self.no_answer(q, slice));
+            reply.granted += own.granted;
+            sum = Some(reply);
+        }
+        let all_out = used_up & down::all(shards) == down::all(shards);
+        let mut reply = sum.unwrap_or_else(|| self.no_answer(q, slice));
+        reply.left = if all_out { 0 } else { reply.left.max(1) };
+        reply.wait_ms = if reply.granted >= ask.want || wait == u64::MAX {
+            0
+        } else {
+            wait
+        };
+        Ok(reply)
+    }
+
+    /// The reply of a pull no shard answered: nothing granted, the clock
+    /// and the census as last measured.
+    fn no_answer(&self, q: &QuotaSlot, slice: u32) -> Reply {
+        Reply {
             slice,
             granted: 0,
             left: 0,
@@ -181,14 +268,24 @@ impl Quota {
             config_conflict: false,
             refresh: None,
             created: false,
-        });
-        reply.left = if all_out { 0 } else { reply.left.max(1) };
-        reply.wait_ms = if reply.granted >= ask.want || wait == u64::MAX {
-            0
-        } else {
-            wait
-        };
-        Ok(reply)
+        }
+    }
+}
+
+/// Two shards' replies as one: their grants added up, the later one's
+/// clock and key.
+fn add(sum: Option<Reply>, reply: Reply) -> Reply {
+    match sum {
+        None => reply,
+        Some(s) => Reply {
+            granted: s.granted + reply.granted,
+            store_us: reply.store_us,
+            hosts: s.hosts.max(reply.hosts),
+            host_conflict: s.host_conflict || reply.host_conflict,
+            config_conflict: s.config_conflict || reply.config_conflict,
+            created: s.created || reply.created,
+            ..reply
+        },
     }
 }
 

@@ -9,9 +9,12 @@ use crate::error::Result;
 /// host must name the same store).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// `redis://[user:password@]host:port/db` or `rediss://...` (TLS); `None`
-    /// = the embedded store (the table itself: one host, no server). The
-    /// query may carry `timeout_ms`, `connect_timeout_ms` and `prefix`.
+    /// `redis://[user:password@]host:port/db` or `rediss://...` (TLS),
+    /// `unix:///path`, `redis+sentinel://...` / `rediss+sentinel://...`,
+    /// `redis+cluster://...` / `rediss+cluster://...` (see the README's
+    /// "High availability and scale"); `None` = the embedded store (the
+    /// table itself: one host, no server). The query may carry
+    /// `timeout_ms`, `connect_timeout_ms` and `prefix`.
     pub url: Option<String>,
     /// Prefix of every store key (default `flowctrl:`); keys are
     /// `<prefix><task>:<slice>`.

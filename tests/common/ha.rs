@@ -1,7 +1,8 @@
 //! Real highly available Redis setups for tests, on free loopback ports:
 //! a master, its replica and three sentinels; a Redis Cluster of three
-//! masters, each with a replica. Every process is stopped by its pid when
-//! the setup is dropped; files live in a scratch directory.
+//! masters, each with a replica. Either may speak TLS only (see `tls`).
+//! Every process is stopped by its pid when the setup is dropped; files
+//! live in a scratch directory.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::Scratch;
+use super::tls::Tls;
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -21,10 +23,12 @@ pub fn free_port() -> u16 {
 pub struct Node {
     pub port: u16,
     child: Option<Child>,
+    /// A TLS node: the CA its certificate is checked against.
+    ca: Option<Vec<u8>>,
 }
 
 impl Node {
-    fn start(conf: PathBuf, port: u16, extra: &[&str]) -> Self {
+    fn start(conf: PathBuf, port: u16, extra: &[&str], tls: Option<&Tls>) -> Self {
         let child = Command::new("redis-server")
             .arg(&conf)
             .args(extra)
@@ -35,6 +39,7 @@ impl Node {
         let node = Self {
             port,
             child: Some(child),
+            ca: tls.map(Tls::ca_pem),
         };
         let began = Instant::now();
         while node.try_command::<String>(&["PING"]).is_err() {
@@ -52,7 +57,16 @@ impl Node {
     }
 
     pub fn try_command<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?;
+        let client = match &self.ca {
+            None => redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?,
+            Some(ca) => redis::Client::build_with_tls(
+                format!("rediss://127.0.0.1:{}", self.port),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            )?,
+        };
         let mut conn = client.get_connection_with_timeout(Duration::from_millis(500))?;
         conn.set_read_timeout(Some(Duration::from_secs(5)))?;
         let mut cmd = redis::cmd(args[0]);
@@ -90,14 +104,27 @@ impl Drop for Node {
     }
 }
 
-fn write_conf(scratch: &Scratch, name: &str, port: u16, lines: &[String]) -> PathBuf {
+/// A server's configuration file; with `tls`, TLS on `port` only, and TLS
+/// for its replication (and a sentinel's connections, a cluster's bus).
+fn write_conf(
+    scratch: &Scratch,
+    name: &str,
+    port: u16,
+    lines: &[String],
+    tls: Option<&Tls>,
+) -> PathBuf {
     let dir = scratch.path(name);
     std::fs::create_dir_all(&dir).unwrap();
     let mut text = format!(
         "bind 127.0.0.1\nport {port}\ndir {}\nsave \"\"\nappendonly no\n",
         dir.display()
     );
-    for l in lines {
+    let tls_lines = tls.map_or(Vec::new(), |tls| {
+        let mut l = tls.server_lines(port);
+        l.push("tls-replication yes".into());
+        l
+    });
+    for l in lines.iter().chain(&tls_lines) {
         text.push_str(l);
         text.push('\n');
     }
@@ -112,6 +139,7 @@ pub struct Sentinels {
     pub master: Node,
     pub replica: Node,
     pub sentinels: Vec<Node>,
+    tls: bool,
     _scratch: Scratch,
 }
 
@@ -119,18 +147,30 @@ pub const MASTER_NAME: &str = "flowctrl-test";
 
 impl Sentinels {
     pub fn start(down_ms: u64) -> Self {
+        Self::start_with(down_ms, None)
+    }
+
+    /// With `tls`: every server and sentinel on a TLS port only.
+    pub fn start_with(down_ms: u64, tls: Option<&Tls>) -> Self {
         let scratch = Scratch::new("sentinels");
         let (mport, rport) = (free_port(), free_port());
-        let master = Node::start(write_conf(&scratch, "master", mport, &[]), mport, &[]);
+        let master = Node::start(
+            write_conf(&scratch, "master", mport, &[], tls),
+            mport,
+            &[],
+            tls,
+        );
         let replica = Node::start(
             write_conf(
                 &scratch,
                 "replica",
                 rport,
                 &[format!("replicaof 127.0.0.1 {mport}")],
+                tls,
             ),
             rport,
             &[],
+            tls,
         );
         let sentinels = (0..3)
             .map(|i| {
@@ -144,14 +184,16 @@ impl Sentinels {
                         format!("sentinel down-after-milliseconds {MASTER_NAME} {down_ms}"),
                         format!("sentinel failover-timeout {MASTER_NAME} 10000"),
                     ],
+                    tls,
                 );
-                Node::start(conf, port, &["--sentinel"])
+                Node::start(conf, port, &["--sentinel"], tls)
             })
             .collect();
         let s = Self {
             master,
             replica,
             sentinels,
+            tls: tls.is_some(),
             _scratch: scratch,
         };
         // Ready: the replica in sync, and every sentinel knows the others
@@ -187,7 +229,8 @@ impl Sentinels {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+sentinel://{}/{MASTER_NAME}/0", hosts.join(","))
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}+sentinel://{}/{MASTER_NAME}/0", hosts.join(","))
     }
 
     /// The master's port, as the first sentinel that answers names it.
@@ -205,13 +248,25 @@ impl Sentinels {
 /// `node_timeout_ms` as cluster-node-timeout.
 pub struct Cluster {
     pub nodes: Vec<Node>,
+    tls: bool,
     _scratch: Scratch,
 }
 
 impl Cluster {
     pub fn start(node_timeout_ms: u64) -> Self {
+        Self::start_with(node_timeout_ms, 1, None)
+    }
+
+    /// Three masters with `replicas` each; with `tls`, every node on a TLS
+    /// port only, its cluster bus over TLS too.
+    pub fn start_with(node_timeout_ms: u64, replicas: usize, tls: Option<&Tls>) -> Self {
         let scratch = Scratch::new("cluster");
-        let nodes: Vec<Node> = (0..6)
+        let tls_bus: &[String] = if tls.is_some() {
+            &["tls-cluster yes".to_string()]
+        } else {
+            &[]
+        };
+        let nodes: Vec<Node> = (0..3 * (1 + replicas))
             .map(|i| {
                 let port = free_port();
                 let conf = write_conf(
@@ -229,24 +284,38 @@ impl Cluster {
                         "cluster-config-file nodes.conf".into(),
                         // Named: the default, port + 10000, may be past 65535.
                         format!("cluster-port {}", free_port()),
-                    ],
+                    ]
+                    .iter()
+                    .chain(tls_bus)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                    tls,
                 );
-                Node::start(conf, port, &[])
+                Node::start(conf, port, &[], tls)
             })
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
+        let tls_args: Vec<String> = tls.map_or(Vec::new(), |tls| {
+            vec![
+                "--tls".into(),
+                "--cacert".into(),
+                tls.ca.display().to_string(),
+            ]
+        });
         let out = Command::new("redis-cli")
+            .args(&tls_args)
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli must be installed (scripts/setup.sh installs it)");
         assert!(out.status.success(), "cluster create: {out:?}");
         let cluster = Self {
             nodes,
+            tls: tls.is_some(),
             _scratch: scratch,
         };
         let began = Instant::now();
@@ -270,7 +339,8 @@ impl Cluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}+cluster://{}", hosts.join(","))
     }
 
     /// The indexes of the nodes that are masters now, as they say.

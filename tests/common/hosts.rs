@@ -40,6 +40,9 @@ pub struct Run {
     /// it was open again after that.
     pub failed_at: Option<Duration>,
     pub open_again_at: Option<Duration>,
+    /// How often host 0's task went from "failed" back to "open" (as seen
+    /// every 5 ms): once per outage, unless it flips.
+    pub reopened: u32,
 }
 
 fn worker(
@@ -126,13 +129,20 @@ pub fn run(
             worker(&path, opts, (&name, config), start, secs, out)
         }));
     }
-    let (mut failed_at, mut open_again_at) = (None, None);
+    let (mut failed_at, mut open_again_at, mut reopened) = (None, None, 0);
     std::thread::scope(|scope| {
         scope.spawn(|| during(start));
         sleep_until(start);
+        let mut last = None;
         while monotonic() < start + Duration::from_secs_f64(secs) {
             let state = watched.quota_stats().state;
             let at = monotonic().saturating_sub(start);
+            if last == Some(QuotaState::Failed) && state == Some(QuotaState::Open) {
+                reopened += 1;
+            }
+            if state != Some(QuotaState::Limited) {
+                last = state;
+            }
             if failed_at.is_none() && state == Some(QuotaState::Failed) {
                 failed_at = Some(at);
             } else if failed_at.is_some()
@@ -157,6 +167,7 @@ pub fn run(
         slowest: Duration::ZERO,
         failed_at,
         open_again_at,
+        reopened,
     };
     for (i, out) in outs.into_iter().enumerate() {
         for line in std::fs::read_to_string(out).unwrap().lines() {

@@ -405,6 +405,7 @@ pub mod elf;
 pub mod ha;
 pub mod hosts;
 pub mod redis;
+pub mod tls;
 
 pub mod layout {
     /// The table layout version mirrored here.

@@ -105,7 +105,8 @@ enum Command {
     Fleet {
         /// The task's name.
         task: String,
-        /// The fleet's store: redis://host:port/db or rediss://...
+        /// The fleet's store: redis://host:port/db, rediss://..., or a
+        /// [redis|rediss]+sentinel:// or +cluster:// URL
         #[arg(long, env = "FLOWCTRL_STORE")]
         store: String,
         /// The task's slice length (default: its store record's, else 1000).
