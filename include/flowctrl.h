@@ -874,8 +874,11 @@ typedef struct fc_table_options {
   uint32_t shared;
   /**
    * Where global quota comes from: `redis://[user:password@]host:port/db`,
-   * `rediss://...` (TLS), or NULL (the default) = the embedded store (the
-   * table itself: one host, no server). The query may carry
+   * `rediss://...` (TLS), a master its Sentinels name
+   * (`redis+sentinel://[:password@]host:port[,host:port...]/master[/db]`),
+   * a Redis Cluster (`redis+cluster://host:port[,host:port...]`), those two
+   * over TLS (`rediss+sentinel://`, `rediss+cluster://`), or NULL (the
+   * default) = the embedded store (the table itself: one host, no server). The query may carry
    * `timeout_ms`, `connect_timeout_ms` and `prefix`. Every process of a
    * host must name the same store. Copied; not kept.
    */
@@ -1182,11 +1185,15 @@ const char *fc_last_error(void);
 
 /**
  * Opens a handle on the Redis at `url` (`redis://`, `rediss://`,
- * `unix://`; the query may carry `timeout_ms`, `connect_timeout_ms`,
- * `prefix`). Does not connect. On `FC_OK`, `*out` is a new handle, freed
+ * `unix://`, a master named by Sentinels:
+ * `redis+sentinel://[:password@]host:port[,host:port...]/master[/db]`, a
+ * Redis Cluster: `redis+cluster://host:port[,host:port...]`, and both with
+ * TLS as `rediss+sentinel://` / `rediss+cluster://`; the query may carry
+ * `timeout_ms`, `connect_timeout_ms`, `prefix`). Does not connect. On `FC_OK`, `*out` is a new handle, freed
  * with `fc_store_free`.
  */
-fc_status fc_store_open(const char *url, struct fc_store **out);
+fc_status fc_store_open(const char *url,
+                        struct fc_store **out);
 
 /**
  * The live hosts of `task` (slices of `slice_ms`; 0 = the task's store

@@ -55,8 +55,11 @@ fn saturate(v: u64) -> u32 {
 }
 
 /// Opens a handle on the Redis at `url` (`redis://`, `rediss://`,
-/// `unix://`; the query may carry `timeout_ms`, `connect_timeout_ms`,
-/// `prefix`). Does not connect. On `FC_OK`, `*out` is a new handle, freed
+/// `unix://`, a master named by Sentinels:
+/// `redis+sentinel://[:password@]host:port[,host:port...]/master[/db]`, a
+/// Redis Cluster: `redis+cluster://host:port[,host:port...]`, and both with
+/// TLS as `rediss+sentinel://` / `rediss+cluster://`; the query may carry
+/// `timeout_ms`, `connect_timeout_ms`, `prefix`). Does not connect. On `FC_OK`, `*out` is a new handle, freed
 /// with `fc_store_free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_store_open(url: *const c_char, out: *mut *mut fc_store) -> fc_status {

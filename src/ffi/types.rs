@@ -77,8 +77,11 @@ pub struct fc_table_options {
     /// write; 0 (the default) = refuse one with `FC_ERR_PERMISSION`.
     pub shared: u32,
     /// Where global quota comes from: `redis://[user:password@]host:port/db`,
-    /// `rediss://...` (TLS), or NULL (the default) = the embedded store (the
-    /// table itself: one host, no server). The query may carry
+    /// `rediss://...` (TLS), a master its Sentinels name
+    /// (`redis+sentinel://[:password@]host:port[,host:port...]/master[/db]`),
+    /// a Redis Cluster (`redis+cluster://host:port[,host:port...]`), those two
+    /// over TLS (`rediss+sentinel://`, `rediss+cluster://`), or NULL (the
+    /// default) = the embedded store (the table itself: one host, no server). The query may carry
     /// `timeout_ms`, `connect_timeout_ms` and `prefix`. Every process of a
     /// host must name the same store. Copied; not kept.
     pub store_url: *const c_char,
