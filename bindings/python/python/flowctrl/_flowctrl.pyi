@@ -46,8 +46,11 @@ class Table:
     sets everyone's limits (TablePermissionError otherwise).
 
     ``store`` is where global quota comes from: ``"redis://host:port/db"``
-    (``rediss://`` for TLS, credentials in the URL) or None for the embedded
-    store (the table itself: one host, no server). ``store_timeout`` (default
+    (``rediss://`` for TLS, credentials in the URL), a master its Sentinels
+    name (``"redis+sentinel://host:port,host:port/master"``), a Redis Cluster
+    (``"redis+cluster://host:port,host:port"``; ``rediss+sentinel://`` and
+    ``rediss+cluster://`` for TLS) or None for the embedded store (the table
+    itself: one host, no server). ``store_timeout`` (default
     5 ms), ``store_connect_timeout`` (20 ms) and ``probe_interval`` (3 s) are
     in seconds; every process of a host must name the same store.
     ``host_id`` names this host in the store's census (default: from
