@@ -43,7 +43,7 @@ pub(super) fn take_turn(room: &Room, task: &Task, me: u32, entry: &Entry) -> Tur
         queue::wake_attachment(shm, attach);
         return Turn::NotOurs;
     }
-    match task.decide(entry.n, true) {
+    match task.decide_in_turn(entry.n) {
         Ok(Ok(permit)) => {
             let unclaimed = room.grant(task.index, me, entry, Ok(Ok(permit)));
             task.discard(unclaimed);
