@@ -143,6 +143,14 @@ fn the_file_wins_over_code_and_over_what_the_table_holds() {
     );
     let small = Table::open(&table_path, &options(&file).clone()).unwrap();
     assert_eq!(small.capacity(), 8);
+    assert_eq!(small.lane_pool(), None, "lanes for every pair by default");
+    // The lane pool of a new table, from the file.
+    save(
+        &file,
+        &format!("[table]\npath = {:?}\nlanes = 12\n", scratch.path("pooled")),
+    );
+    let pooled = Table::open(&table_path, &options(&file)).unwrap();
+    assert_eq!(pooled.lane_pool(), Some((0, 12)));
 }
 
 /// One process: the task's cap as this process sees it, polled until it is
