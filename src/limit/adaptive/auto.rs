@@ -16,9 +16,10 @@
 //!   a limit the demand did not fill: twice the permits in use (slow start).
 //!   The window after a change is skipped: it was admitted under the old
 //!   limit (acting on it would oscillate). Growth needs a refusal.
-//! - **Drain** (measures `R0`): every `probe_interval`, or at once (at most
-//!   once per four RTTs) when the RTT passes 1.5 × the target or falls 10 %
-//!   below `R0`: lower `L` to 0.8 × the pipe (not below `L/2`) for one
+//! - **Drain** (measures `R0`): every `probe_interval` unless nothing moved
+//!   since the last one (below), or at once (at most once per four RTTs)
+//!   when the RTT passes 1.5 × the target or falls 10 % below `R0`: lower
+//!   `L` to 0.8 × the pipe (not below `L/2`) for one
 //!   settling and one measuring window. Below the pipe no queue stands, so
 //!   the measured RTT *is* `R0`: it replaces the old one, higher or lower
 //!   (a baseline cannot get stuck), and `L` goes to `X × tolerance × R0`
@@ -26,6 +27,14 @@
 //!   right limit in one step). If the RTT fell in proportion to the limit,
 //!   every permit was still queued (`R0` was stale high): drain again. If
 //!   it rose, the capacity fell meanwhile: measure again at this limit.
+//!   If the throughput before the drain gives less than the drained limit
+//!   (it was caught in a transient: the drain ends on its floor), the pipe
+//!   is unknown above it: slow start again, until the first queue.
+//! - **Skip**: a due drain waits while nothing moved since the last one
+//!   (the limit within the band of the one it set, the throughput within
+//!   the band of the one before it, the RTT within the band of the target):
+//!   it would measure what the last one did. As soon as one of them leaves
+//!   its band the drain runs; after four intervals it runs anyway.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
 //! Defaults: initial 4, min 1, max 1000, `probe_interval` 5000 ms,
@@ -60,6 +69,10 @@ const BAND: f64 = 0.1;
 /// A drain whose RTT fell to within this of the limit's fall found the
 /// permits still queued.
 const QUEUED: f64 = 1.1;
+/// A baseline nothing contradicted is re-measured after this many
+/// `probe_interval`s anyway (a change that moves neither the limit, the
+/// throughput nor the RTT: more slots, each slower, at the same capacity).
+const TRUSTED: f64 = 4.0;
 
 // aux words.
 const PHASE: usize = 0;
@@ -70,6 +83,8 @@ const LAST_DRAIN: usize = 3;
 const FOUND: usize = 4;
 /// The throughput (per ns) of the window before a drain.
 const REF_X: usize = 5;
+/// The limit the last drain set (0: none, or the drain was cut short).
+const SET_LIMIT: usize = 6;
 
 // Phases.
 const HOLD: f64 = 0.0;
@@ -94,6 +109,7 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     if w.dropped > 0 {
         s.limit = spec.clamp((l * backoff).min(l - 1.0).floor());
         s.aux[PHASE] = HOLD;
+        s.aux[SET_LIMIT] = 0.0;
         return window;
     }
     if !w.limit_bound(l) {
@@ -124,7 +140,12 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     let target = tolerance * s.baseline_ns;
     let band = BAND.min((tolerance - 1.0) / 2.0);
     let since = now_ms - s.aux[LAST_DRAIN];
-    let due = !(0.0..probe_ms).contains(&since);
+    // Nothing moved since the last drain: it would measure the same `R0`.
+    let unmoved = (0.0..TRUSTED * probe_ms).contains(&since)
+        && near(l, s.aux[SET_LIMIT], band)
+        && near(x, s.aux[REF_X], band)
+        && near(rtt, target, band);
+    let due = !(0.0..probe_ms).contains(&since) && !unmoved;
     // A queue, a slower service, or a faster one: a drain tells which.
     let off = rtt > EXCESS * target || rtt < (1.0 - band) * s.baseline_ns;
     // At most one drain per four RTTs for that (it costs two).
@@ -209,8 +230,22 @@ fn measured(
     // Not below the drained limit: a throughput caught in a transient (a
     // capacity change, fewer releases) would empty the pipe; a limit
     // still above it is what the hold law and its drains come down from.
-    s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round().max(l));
+    let want = (ref_x * tol * s.baseline_ns).round();
+    if want < l {
+        // The throughput before the drain gives less than the drained
+        // limit delivered without a queue: it was caught in a transient (a
+        // capacity change), and the pipe is somewhere above. Find it as at
+        // the start, not one `tolerance` step per two windows.
+        s.aux[FOUND] = 0.0;
+    }
+    s.limit = spec.clamp(want.max(l));
+    s.aux[SET_LIMIT] = s.limit;
     one_rtt
+}
+
+/// `v` within `band` of `of` (false for a missing or damaged `of`).
+fn near(v: f64, of: f64, band: f64) -> bool {
+    positive(of) && (v / of - 1.0).abs() <= band
 }
 
 /// The window's throughput (per ns): the releases counted, and at most
@@ -228,6 +263,8 @@ fn throughput(w: &Window, l: f64) -> f64 {
 /// Lowers the limit below the pipe `x × R0` to measure `R0`.
 fn drain(spec: &Spec, s: &mut State, l: f64, rtt: f64, x: f64) {
     s.aux[PHASE] = SETTLE;
+    // Until it is measured, no limit was set by this drain.
+    s.aux[SET_LIMIT] = 0.0;
     s.aux[REF_LIMIT] = l;
     s.aux[REF_RTT] = rtt;
     s.aux[REF_X] = x;

@@ -149,3 +149,106 @@ fn a_capacity_fall_during_a_drain_is_measured_again_not_chased_down() {
     let (_, mean) = run(&spec, s, 6_500, 6_000, 8.0, 200.0);
     within("mean limit", mean, 9.0, 11.0);
 }
+
+/// Runs `spec` from `s` for `ms` against `service(t)`, the fake service's
+/// `(slots, service_ms, outside_ms)` at `t` ms from the start (on `run`'s
+/// clock); returns the state and the drains begun.
+fn drive(
+    spec: &Spec,
+    mut s: State,
+    start_ms: u64,
+    ms: u64,
+    service: impl Fn(u64) -> (f64, f64, f64),
+) -> (State, usize) {
+    let start = start_ms + 100_000;
+    let (mut now, mut drains) = (start, 0);
+    while now < start + ms {
+        let (slots, service_ms, outside_ms) = service(now - start);
+        let before = s.aux[PHASE];
+        let w = held(now, s.limit, slots, service_ms, outside_ms);
+        let next = update(spec, &mut s, &w);
+        if s.aux[PHASE] == SETTLE && before != SETTLE {
+            drains += 1;
+        }
+        now += (next / 1_000_000).max(1);
+    }
+    (s, drains)
+}
+
+#[test]
+fn a_due_drain_waits_while_nothing_moved() {
+    let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // The limit, the throughput and the RTT hold where the last drain left
+    // them: a drain would measure the same 50 ms (it costs two windows
+    // below the pipe). Without the skip: one every 5 s.
+    let steady = |_| (8.0, 50.0, 0.0);
+    let (s, n) = drive(&spec(), s, 10_000, 19_000, steady);
+    assert!(n <= 1, "{n} drains in 19 s");
+    within("limit", s.limit, 10.0, 10.0);
+    // But never more than four intervals apart.
+    let (_, n) = drive(&spec(), s, 29_000, 21_000, steady);
+    assert!(n >= 1, "no drain in 21 s");
+}
+
+#[test]
+fn a_faster_service_is_re_measured_though_the_rtt_is_back_in_its_band() {
+    let (mut s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // Just after a drain (none is due), 50 → 44 ms: the RTT at 10 (55 ms)
+    // leaves the band, the law takes the limit to 11, and the RTT (60.5 ms)
+    // is back in it. The baseline (50) is stale, but the limit and the
+    // throughput moved (10 → 11, +14 %): the drain runs when it is due.
+    s.aux[LAST_DRAIN] = 110_000.0;
+    let (s, n) = drive(&spec(), s, 10_000, 6_000, |_| (8.0, 44.0, 0.0));
+    assert!(n >= 1, "{n} drains");
+    within("baseline", s.baseline_ns, 43.5e6, 44.5e6);
+    within("limit", s.limit, 9.0, 11.0);
+    // And a slow drift, 44 → 34 ms over 10 s.
+    let drift = |t: u64| (8.0, 44.0 - (t as f64 / 1000.0).min(10.0), 0.0);
+    let (s, _) = drive(&spec(), s, 16_000, 16_000, drift);
+    within("baseline", s.baseline_ns, 33.5e6, 35.5e6);
+    within("limit", s.limit, 9.0, 11.0);
+}
+
+#[test]
+fn a_baseline_is_re_measured_after_four_intervals_though_nothing_moved() {
+    let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // 10 slots × 62.5 ms: the same capacity, and at a limit of 10 the same
+    // RTT (62.5 ms) and throughput. Only the no-load RTT changed.
+    let (s, _) = drive(&spec(), s, 10_000, 21_000, |_| (10.0, 62.5, 0.0));
+    within("baseline", s.baseline_ns, 62e6, 63e6);
+    let (_, mean) = run(&spec(), s, 31_000, 6_000, 10.0, 62.5);
+    within("mean limit", mean, 12.0, 13.5);
+}
+
+#[test]
+fn a_drain_that_ends_on_its_floor_slow_starts() {
+    // 24 slots: the service just went from 150 to 300 ms. The drain went
+    // from 31 to its floor, 15; the window before it saw 30/s (releases
+    // caught in the change), which gives 1.25 × 30/s × 300 ms = 11, less
+    // than the 15 that the drain held without a queue.
+    let spec = spec();
+    let mut s = initial(&spec);
+    s.limit = 15.0;
+    s.baseline_ns = 150e6;
+    s.aux[PHASE] = MEASURE;
+    (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]) = (31.0, 390e6, 30e-9);
+    s.aux[FOUND] = 1.0;
+    s.aux[LAST_DRAIN] = 99_000.0;
+    // One doubling to 30 (the target, 24 × 1.25), not three `tolerance`
+    // steps of two windows (15 → 19 → 24 → 30: 1.8 s at 300 ms).
+    let (s, _) = run(&spec, s, 0, 1_500, 24.0, 300.0);
+    within("baseline", s.baseline_ns, 299e6, 301e6);
+    within("limit after 1.5 s", s.limit, 28.0, 32.0);
+    let (_, mean) = run(&spec, s, 1_500, 10_000, 24.0, 300.0);
+    within("mean limit", mean, 28.0, 32.0);
+}
+
+#[test]
+fn a_drain_off_its_floor_does_not_slow_start() {
+    // 8 × 50 ms at 10: the drain to 6 gives 1.25 × 160/s × 50 ms = 10.
+    let (mut s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    s.aux[FOUND] = 1.0;
+    let (s, n) = drive(&spec(), s, 10_000, 30_000, |_| (8.0, 50.0, 0.0));
+    assert!(n >= 1);
+    assert_eq!((s.aux[FOUND], s.limit), (1.0, 10.0));
+}
