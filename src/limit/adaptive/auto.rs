@@ -24,8 +24,10 @@
 //!   the measured RTT *is* `R0`: it replaces the old one, higher or lower
 //!   (a baseline cannot get stuck), and `L` goes to `X × tolerance × R0`
 //!   with the `X` seen before the drain (after a capacity change, the
-//!   right limit in one step). If the RTT fell in proportion to the limit,
-//!   every permit was still queued (`R0` was stale high): drain again. If
+//!   right limit in one step). If the RTT fell in proportion to the limit
+//!   (from the higher of the RTTs before the drain and in its settling
+//!   window), every permit was still queued (`R0` was stale high, or the
+//!   slots fell): drain again. If
 //!   it rose, the capacity fell meanwhile: measure again at this limit.
 //!   If the throughput before the drain gives less than the drained limit
 //!   (it was caught in a transient: the drain ends on its floor), the pipe
@@ -122,6 +124,10 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         return window;
     }
     if phase == SETTLE {
+        // Its RTTs were admitted under the limit before the drain: when a
+        // queue was still rising in the window that started the drain
+        // (slots lost), they are the queue it had, the one to compare with.
+        s.aux[REF_RTT] = s.aux[REF_RTT].max(rtt);
         s.aux[PHASE] = MEASURE;
         return one_rtt;
     }

@@ -252,3 +252,27 @@ fn a_drain_off_its_floor_does_not_slow_start() {
     assert!(n >= 1);
     assert_eq!((s.aux[FOUND], s.limit), (1.0, 10.0));
 }
+
+#[test]
+fn slots_lost_while_the_queue_rises_are_not_read_as_a_slower_service() {
+    // 32 × 200 ms at 40; the slots halve. The window that starts the drain
+    // caught the queue half risen (400 ms, 160/s still released); the
+    // settling window's RTTs, admitted under 40, hold the whole queue.
+    let spec = spec().with_bounds(1, 1000, 40);
+    let mut s = initial(&spec);
+    s.baseline_ns = 200e6;
+    (s.aux[LAST_DRAIN], s.aux[FOUND]) = (100_000.0, 1.0);
+    let rising = Window {
+        rtt_ns: 400e6,
+        samples: 16,
+        ..overloaded(102_000, 40.0, 32.0, 200.0)
+    };
+    update(&spec, &mut s, &rising);
+    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 20.0));
+    update(&spec, &mut s, &overloaded(102_400, 40.0, 16.0, 200.0));
+    // At 20 the RTT is 250 ms: a queue of 4, not a service of 250 ms
+    // (which would put the limit at 1.25 × 160/s × 250 ms = 50).
+    let (s, _) = run(&spec, s, 2_900, 3_000, 16.0, 200.0);
+    within("baseline", s.baseline_ns, 199e6, 201e6);
+    within("limit", s.limit, 19.0, 21.0);
+}
