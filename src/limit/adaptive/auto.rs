@@ -32,11 +32,11 @@
 //!   If the throughput before the drain gives less than the drained limit
 //!   (it was caught in a transient: the drain ends on its floor), the pipe
 //!   is unknown above it: slow start again, until the first queue.
-//! - **Skip**: a due drain waits while nothing moved since the last one
-//!   (the limit within the band of the one it set, the throughput within
-//!   the band of the one before it, the RTT within the band of the target):
-//!   it would measure what the last one did. As soon as one of them leaves
-//!   its band the drain runs; after four intervals it runs anyway.
+//! - **Skip**: a due drain waits while the law holds the limit the last
+//!   drain started from (within less than the band): the law moves the
+//!   limit whenever the RTT leaves its band, so nothing it sees moved, and
+//!   a drain would measure what the last one did. As soon as the limit
+//!   moves the drain runs; after four intervals it runs anyway.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
 //! Defaults: initial 4, min 1, max 1000, `probe_interval` 5000 ms,
@@ -85,8 +85,9 @@ const LAST_DRAIN: usize = 3;
 const FOUND: usize = 4;
 /// The throughput (per ns) of the window before a drain.
 const REF_X: usize = 5;
-/// The limit the last drain set (0: none, or the drain was cut short).
-const SET_LIMIT: usize = 6;
+/// The limit the last completed drain started from (0: none, or one was
+/// begun since).
+const HELD: usize = 6;
 
 // Phases.
 const HOLD: f64 = 0.0;
@@ -111,7 +112,7 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     if w.dropped > 0 {
         s.limit = spec.clamp((l * backoff).min(l - 1.0).floor());
         s.aux[PHASE] = HOLD;
-        s.aux[SET_LIMIT] = 0.0;
+        s.aux[HELD] = 0.0;
         return window;
     }
     if !w.limit_bound(l) {
@@ -146,11 +147,11 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     let target = tolerance * s.baseline_ns;
     let band = BAND.min((tolerance - 1.0) / 2.0);
     let since = now_ms - s.aux[LAST_DRAIN];
-    // Nothing moved since the last drain: it would measure the same `R0`.
-    let unmoved = (0.0..TRUSTED * probe_ms).contains(&since)
-        && near(l, s.aux[SET_LIMIT], band)
-        && near(x, s.aux[REF_X], band)
-        && near(rtt, target, band);
+    // Nothing moved since the last drain: the law, which moves the limit
+    // whenever the RTT leaves its band, holds the limit it held then. A
+    // drain would measure the same `R0`. (A window's RTT or throughput is
+    // a mean of a few dozen samples, as noisy as the band: not compared.)
+    let unmoved = (0.0..TRUSTED * probe_ms).contains(&since) && near(l, s.aux[HELD], band);
     let due = !(0.0..probe_ms).contains(&since) && !unmoved;
     // A queue, a slower service, or a faster one: a drain tells which.
     let off = rtt > EXCESS * target || rtt < (1.0 - band) * s.baseline_ns;
@@ -245,13 +246,14 @@ fn measured(
         s.aux[FOUND] = 0.0;
     }
     s.limit = spec.clamp(want.max(l));
-    s.aux[SET_LIMIT] = s.limit;
+    s.aux[HELD] = ref_limit;
     one_rtt
 }
 
-/// `v` within `band` of `of` (false for a missing or damaged `of`).
+/// `v` within less than `band` of `of` (false for a missing or damaged
+/// `of`): up to a limit of ten, one permit is a move.
 fn near(v: f64, of: f64, band: f64) -> bool {
-    positive(of) && (v / of - 1.0).abs() <= band
+    positive(of) && (v / of - 1.0).abs() < band
 }
 
 /// The window's throughput (per ns): the releases counted, and at most
@@ -270,7 +272,7 @@ fn throughput(w: &Window, l: f64) -> f64 {
 fn drain(spec: &Spec, s: &mut State, l: f64, rtt: f64, x: f64) {
     s.aux[PHASE] = SETTLE;
     // Until it is measured, no limit was set by this drain.
-    s.aux[SET_LIMIT] = 0.0;
+    s.aux[HELD] = 0.0;
     s.aux[REF_LIMIT] = l;
     s.aux[REF_RTT] = rtt;
     s.aux[REF_X] = x;
