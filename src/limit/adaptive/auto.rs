@@ -27,8 +27,8 @@
 //!   right limit in one step). If the RTT fell in proportion to the limit
 //!   (from the higher of the RTTs before the drain and in its settling
 //!   window), every permit was still queued (`R0` was stale high, or the
-//!   slots fell): drain again. If
-//!   it rose, the capacity fell meanwhile: measure again at this limit.
+//!   slots fell): drain again. If it rose over either, the capacity fell
+//!   meanwhile: measure again at this limit.
 //!   If the throughput before the drain gives less than the drained limit
 //!   (it was caught in a transient: the drain ends on its floor), the pipe
 //!   is unknown above it: slow start again, until the first queue.
@@ -85,8 +85,8 @@ const LAST_DRAIN: usize = 3;
 const FOUND: usize = 4;
 /// The throughput (per ns) of the window before a drain.
 const REF_X: usize = 5;
-/// The limit the last completed drain started from (0: none, or one was
-/// begun since).
+/// The limit the last completed drain started from (0: none); during a
+/// drain, the RTT of its settling window (0: none yet).
 const HELD: usize = 6;
 
 // Phases.
@@ -128,7 +128,7 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         // Its RTTs were admitted under the limit before the drain: when a
         // queue was still rising in the window that started the drain
         // (slots lost), they are the queue it had, the one to compare with.
-        s.aux[REF_RTT] = s.aux[REF_RTT].max(rtt);
+        s.aux[HELD] = rtt;
         s.aux[PHASE] = MEASURE;
         return one_rtt;
     }
@@ -212,6 +212,13 @@ fn measured(
 ) -> u64 {
     let (ref_limit, ref_rtt, ref_x) = (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]);
     let l = s.limit;
+    // The settling window's RTT (the window before the drain's, if none).
+    let settled = if positive(s.aux[HELD]) {
+        s.aux[HELD]
+    } else {
+        ref_rtt
+    };
+    s.aux[HELD] = 0.0;
     s.aux[LAST_DRAIN] = now_ms;
     s.aux[PHASE] = HOLD;
     if !(positive(ref_limit) && positive(ref_rtt) && positive(ref_x)) {
@@ -219,13 +226,15 @@ fn measured(
         s.baseline_ns = rtt;
         return one_rtt;
     }
-    let queued = rtt <= QUEUED * ref_rtt * l / ref_limit && l < ref_limit;
+    // Against the larger queue of the two windows admitted under the old
+    // limit; a rise against either is a capacity that fell meanwhile.
+    let queued = rtt <= QUEUED * ref_rtt.max(settled) * l / ref_limit && l < ref_limit;
     if queued && l > spec.min as f64 {
         s.baseline_ns = rtt;
         drain(spec, s, l, rtt, x);
         return one_rtt;
     }
-    if rtt > (1.0 + BAND) * ref_rtt {
+    if rtt > (1.0 + BAND) * ref_rtt.min(settled) {
         // The capacity fell during the drain: what was seen before it is
         // stale. Measure again at this limit, against this window.
         (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]) = (l, rtt, x);

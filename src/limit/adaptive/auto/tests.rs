@@ -278,3 +278,26 @@ fn slots_lost_while_the_queue_rises_are_not_read_as_a_slower_service() {
     within("baseline", s.baseline_ns, 199e6, 201e6);
     within("limit", s.limit, 19.0, 21.0);
 }
+
+#[test]
+fn a_service_slowing_through_a_drain_is_measured_again() {
+    // 8 × 50 ms at 11; the service slows to 100 ms. The drain starts from
+    // a window half into it (100 ms); the settling window's RTT is 140 ms
+    // and the measuring window's 150 ms: still rising, not a no-load RTT.
+    let spec = spec().with_bounds(1, 1000, 11);
+    let mut s = initial(&spec);
+    s.baseline_ns = 50e6;
+    (s.aux[LAST_DRAIN], s.aux[FOUND]) = (100_000.0, 1.0);
+    let at = |now, limit, rtt_ms: f64| Window {
+        rtt_ns: rtt_ms * 1e6,
+        ..overloaded(now, limit, 8.0, 100.0)
+    };
+    update(&spec, &mut s, &at(102_000, 11.0, 100.0));
+    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 5.0));
+    update(&spec, &mut s, &at(102_100, 5.0, 140.0));
+    update(&spec, &mut s, &at(102_240, 5.0, 150.0));
+    assert_eq!((s.aux[PHASE], s.limit), (MEASURE, 5.0), "measured again");
+    let (s, mean) = run(&spec, s, 2_390, 4_000, 8.0, 100.0);
+    within("baseline", s.baseline_ns, 99e6, 101e6);
+    within("mean limit", mean, 9.0, 11.0);
+}
