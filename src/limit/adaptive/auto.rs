@@ -29,9 +29,6 @@
 //!   window), every permit was still queued (`R0` was stale high, or the
 //!   slots fell): drain again. If it rose over either, the capacity fell
 //!   meanwhile: measure again at this limit.
-//!   If the throughput before the drain gives less than the drained limit
-//!   (it was caught in a transient: the drain ends on its floor), the pipe
-//!   is unknown above it: slow start again, until the first queue.
 //! - **Skip**: a due drain waits while the law holds the limit the last
 //!   drain started from (within less than the band): the law moves the
 //!   limit whenever the RTT leaves its band, so nothing it sees moved, and
@@ -246,15 +243,7 @@ fn measured(
     // Not below the drained limit: a throughput caught in a transient (a
     // capacity change, fewer releases) would empty the pipe; a limit
     // still above it is what the hold law and its drains come down from.
-    let want = (ref_x * tol * s.baseline_ns).round();
-    if want < l {
-        // The throughput before the drain gives less than the drained
-        // limit delivered without a queue: it was caught in a transient (a
-        // capacity change), and the pipe is somewhere above. Find it as at
-        // the start, not one `tolerance` step per two windows.
-        s.aux[FOUND] = 0.0;
-    }
-    s.limit = spec.clamp(want.max(l));
+    s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round().max(l));
     s.aux[HELD] = ref_limit;
     one_rtt
 }
