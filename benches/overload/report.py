@@ -1,5 +1,6 @@
 """The overload experiment's report: per scenario, one table with every
-row, the goal's checks for `auto`, and one plot (benches/OVERLOAD.md)."""
+row, the goal's checks for `auto`, and one plot (benches/OVERLOAD.md). A row
+is the list of its runs; with several, every column is the median over them."""
 
 import os
 import platform
@@ -36,6 +37,17 @@ def summary(result: dict, span: tuple[float, float]) -> dict:
     }
 
 
+def median_summary(runs: list[dict], span: tuple[float, float]) -> dict:
+    """Each column's median over a row's runs."""
+    each = [summary(r, span) for r in runs]
+    return {k: statistics.median(s[k] for s in each) for k in each[0]}
+
+
+def median_reconverged(runs: list[dict]) -> float | None:
+    each = [reconverged(r) for r in runs]
+    return None if each[0] is None else statistics.median(each)
+
+
 def reconverged(result: dict) -> float | None:
     """Seconds after the change until the limit's median over the last
     second stays within max(1, 10 %) of its median over the last 4 s of the
@@ -54,13 +66,13 @@ def reconverged(result: dict) -> float | None:
     return (max(outside) - SWITCH) if outside else 0.0
 
 
-def checks(sc: Scenario, rows: dict[str, dict]) -> list[tuple[str, str, bool]]:
+def checks(sc: Scenario, rows: dict[str, list[dict]]) -> list[tuple[str, str, bool]]:
     """The goal, before the change and from 2 s after it."""
     out = []
     if "auto" not in rows or "aimd-2s" not in rows:
         return out
     for label, span, slots in (("before", BEFORE, sc.slots), ("after", AFTER, sc.slots_after)):
-        got = {n: summary(r, span) for n, r in rows.items()}
+        got = {n: median_summary(r, span) for n, r in rows.items()}
         a = got["auto"]
         best_name = max((n for n in got if n.startswith("fixed")), key=lambda n: got[n]["goodput"])
         best = got[best_name]["goodput"]
@@ -79,18 +91,19 @@ def checks(sc: Scenario, rows: dict[str, dict]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def table_md(results: list[dict]) -> list[str]:
+def table_md(results: list[list[dict]]) -> list[str]:
     out = [
-        "| row | arrivals | rejected | dropped | goodput/s | p50 ms | p99 ms | mean limit "
+        "| row | runs | arrivals | rejected | dropped | goodput/s | p50 ms | p99 ms | mean limit "
         "| after: goodput/s | after: p50 ms | after: p99 ms | after: mean limit "
         "| re-converged (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        b, a, rc = summary(r, BEFORE), summary(r, AFTER), reconverged(r)
-        name = f"**{r['name']}**" if r["name"] == "auto" else r["name"]
+    for runs in results:
+        b, a = median_summary(runs, BEFORE), median_summary(runs, AFTER)
+        rc, name = median_reconverged(runs), runs[0]["name"]
+        name = f"**{name}**" if name == "auto" else name
         out.append(
-            f"| {name} | {b['arrivals']} | {b['rejected']} | {b['dropped']} "
+            f"| {name} | {len(runs)} | {b['arrivals']:.0f} | {b['rejected']:.0f} | {b['dropped']:.0f} "
             f"| {b['goodput']:.1f} | {b['p50']:.0f} | {b['p99']:.0f} | {b['limit']:.1f} "
             f"| {a['goodput']:.1f} | {a['p50']:.0f} | {a['p99']:.0f} | {a['limit']:.1f} "
             f"| {'—' if rc is None else f'{rc:.1f}'} |"
@@ -98,14 +111,16 @@ def table_md(results: list[dict]) -> list[str]:
     return out
 
 
-def plot(sc: Scenario, results: list[dict], path: Path) -> None:
+def plot(sc: Scenario, results: list[list[dict]], path: Path) -> None:
+    """The limit over time of each adaptive row's first run, and every
+    row's (median) goodput against its p99."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (lim, front) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for r in results:
+    for r in (runs[0] for runs in results):
         if r["name"].startswith("fixed"):
             continue
         t = [s[0] for s in r["samples"]]
@@ -117,12 +132,12 @@ def plot(sc: Scenario, results: list[dict], path: Path) -> None:
     lim.set_ylabel("limit")
     lim.legend(fontsize=8)
     for span, marker in ((BEFORE, "o"), (AFTER, "s")):
-        for r in results:
-            s = summary(r, span)
-            color = "tab:red" if r["name"] == "auto" else (
-                "tab:grey" if r["name"].startswith("fixed") else "tab:blue")
+        for runs in results:
+            s, name = median_summary(runs, span), runs[0]["name"]
+            color = "tab:red" if name == "auto" else (
+                "tab:grey" if name.startswith("fixed") else "tab:blue")
             front.scatter(s["p99"], s["goodput"], marker=marker, color=color)
-            front.annotate(r["name"], (s["p99"], s["goodput"]), fontsize=7)
+            front.annotate(name, (s["p99"], s["goodput"]), fontsize=7)
     front.set_xscale("log")
     front.set_xlabel("p99 ms (o: before the change, □: from 2 s after)")
     front.set_ylabel("goodput/s")
@@ -146,8 +161,9 @@ def machine() -> str:
     return f"{platform.node()}, {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}"
 
 
-def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, note: str) -> None:
-    runs = [r for rs in results.values() for r in rs]
+def report(family: list[Scenario], results: dict[str, list[list[dict]]], load: tuple,
+           note: str) -> None:
+    runs = [r for rows in results.values() for rs in rows for r in rs]
     loads = sorted(r.get("load", (float("nan"),))[0] for r in runs) or [float("nan")]
     lines = [
         "# Overload experiment",
@@ -164,7 +180,9 @@ def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, 
         "`aimd tolerance=1.5 baseline_window=2000` (AIMD with a time-window baseline: a "
         "window whose RTT passes 1.5 × the lowest window RTT of the last 2 s counts as a "
         "drop). Re-converged: seconds after the change until the limit's 1-second running "
-        "median stays within max(1, 10 %) of its median over the last 4 s.",
+        "median stays within max(1, 10 %) of its median over the last 4 s. A row run "
+        "several times (`--repeats`; column \"runs\") shows each column's median over its "
+        "runs, and the checks compare those medians.",
         "",
         f"Report written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}. "
         f"Load average then: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load at the end of "
@@ -177,7 +195,7 @@ def report(family: list[Scenario], results: dict[str, list[dict]], load: tuple, 
         rs = results.get(sc.name, [])
         if not rs:
             continue
-        cs = checks(sc, {r["name"]: r for r in rs})
+        cs = checks(sc, {r[0]["name"]: r for r in rs})
         met = sum(ok for _, _, ok in cs)
         summary_rows.append(f"| {sc.name} | {met} of {len(cs)} | "
                             + "; ".join(w.split(":")[0] + ": " + w.split(": ", 1)[1].split(" (")[0]

@@ -2,7 +2,7 @@
 (family.py), each with a capacity change mid-run.
 
     python run.py [--scenarios 8x50-halves,...] [--rows auto,fixed-8,...]
-                  [--extra NAME=SPEC ...] [--report-only] [--note TEXT]
+                  [--extra NAME=SPEC ...] [--repeats N] [--report-only] [--note TEXT]
 
 Each row: a fresh table, the service (server.py), and the scenario's client
 processes (client.py) sending open-loop arrivals through the Python binding;
@@ -10,7 +10,10 @@ this process samples the host-wide limit and in-flight count every 20 ms.
 Raw results go to target/overload/, the report to benches/OVERLOAD.md and
 one plot per scenario to benches/overload/. `--extra` adds an adaptive row
 (e.g. `auto-1.5="auto tolerance=1.5"`) for exploring; `--report-only`
-rebuilds the report from the raw results.
+rebuilds the report from the raw results. `--repeats N` runs the chosen rows
+of a scenario N times (all rows once, then all again: the runs of one row
+are spread over the same minutes as the others'); the report gives each
+column's median over a row's runs.
 """
 
 import argparse
@@ -72,11 +75,25 @@ def run_row(sc: Scenario, name: str, config: dict) -> dict:
             "load": os.getloadavg()}
 
 
+def raw_path(sc: str, name: str, run: int) -> Path:
+    """The raw result of a row's `run`-th run (0: the first)."""
+    return RAW / (f"{sc}-{name}.json" if run == 0 else f"{sc}-{name}.{run + 1}.json")
+
+
+def load_runs(sc: str, name: str) -> list[dict]:
+    """Every stored run of a row."""
+    out = []
+    while raw_path(sc, name, len(out)).exists():
+        out.append(json.loads(raw_path(sc, name, len(out)).read_text()))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenarios", default=",".join(s.name for s in FAMILY))
     ap.add_argument("--rows", default="")
     ap.add_argument("--extra", action="append", default=[])
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--note", default="")
     args = ap.parse_args()
@@ -89,18 +106,24 @@ def main() -> None:
         rows.update({n: {"limiter": spec, **BOUNDS}
                      for n, spec in (e.split("=", 1) for e in args.extra)})
         only = args.rows.split(",") if args.rows else list(rows)
-        results[sc.name] = []
-        for name, config in rows.items():
-            raw = RAW / f"{sc.name}-{name}.json"
-            if not args.report_only and name in only:
-                print(f"{sc.name}: {name}...", flush=True)
-                raw.write_text(json.dumps(run_row(sc, name, config)))
-            if not raw.exists():
-                continue
-            results[sc.name].append(json.loads(raw.read_text()))
-            s = summary(results[sc.name][-1], BEFORE)
-            print(f"  {sc.name} {name}: {s['goodput']:.1f}/s p99 {s['p99']:.0f} ms "
-                  f"limit {s['limit']:.1f}", flush=True)
+        for run in range(0 if args.report_only else args.repeats):
+            for name, config in rows.items():
+                if name not in only:
+                    continue
+                print(f"{sc.name}: {name} (run {run + 1} of {args.repeats})...", flush=True)
+                result = run_row(sc, name, config)
+                raw_path(sc.name, name, run).write_text(json.dumps(result))
+                s = summary(result, BEFORE)
+                print(f"  {sc.name} {name}: {s['goodput']:.1f}/s p99 {s['p99']:.0f} ms "
+                      f"limit {s['limit']:.1f}", flush=True)
+        if not args.report_only:
+            # Runs of an earlier, longer series are not this one's.
+            for name in only:
+                stale = args.repeats
+                while raw_path(sc.name, name, stale).exists():
+                    raw_path(sc.name, name, stale).unlink()
+                    stale += 1
+        results[sc.name] = [runs for runs in (load_runs(sc.name, n) for n in rows) if runs]
     report(wanted, results, load, args.note)
 
 

@@ -16,16 +16,24 @@
 //!   a limit the demand did not fill: twice the permits in use (slow start).
 //!   The window after a change is skipped: it was admitted under the old
 //!   limit (acting on it would oscillate). Growth needs a refusal.
-//! - **Drain** (measures `R0`): every `probe_interval`, or at once (at most
-//!   once per four RTTs) when the RTT passes 1.5 × the target or falls 10 %
-//!   below `R0`: lower `L` to 0.8 × the pipe (not below `L/2`) for one
+//! - **Drain** (measures `R0`): every `probe_interval` unless nothing moved
+//!   since the last one (below), or at once (at most once per four RTTs)
+//!   when the RTT passes 1.5 × the target or falls 10 % below `R0`: lower
+//!   `L` to 0.8 × the pipe (not below `L/2`) for one
 //!   settling and one measuring window. Below the pipe no queue stands, so
 //!   the measured RTT *is* `R0`: it replaces the old one, higher or lower
 //!   (a baseline cannot get stuck), and `L` goes to `X × tolerance × R0`
 //!   with the `X` seen before the drain (after a capacity change, the
-//!   right limit in one step). If the RTT fell in proportion to the limit,
-//!   every permit was still queued (`R0` was stale high): drain again. If
-//!   it rose, the capacity fell meanwhile: measure again at this limit.
+//!   right limit in one step). If the RTT fell in proportion to the limit
+//!   (from the higher of the RTTs before the drain and in its settling
+//!   window), every permit was still queued (`R0` was stale high, or the
+//!   slots fell): drain again. If it rose over either, the capacity fell
+//!   meanwhile: measure again at this limit.
+//! - **Skip**: a due drain waits while the law holds the limit the last
+//!   drain started from (within less than the band): the law moves the
+//!   limit whenever the RTT leaves its band, so nothing it sees moved, and
+//!   a drain would measure what the last one did. As soon as the limit
+//!   moves the drain runs; after four intervals it runs anyway.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
 //! Defaults: initial 4, min 1, max 1000, `probe_interval` 5000 ms,
@@ -60,6 +68,10 @@ const BAND: f64 = 0.1;
 /// A drain whose RTT fell to within this of the limit's fall found the
 /// permits still queued.
 const QUEUED: f64 = 1.1;
+/// A baseline nothing contradicted is re-measured after this many
+/// `probe_interval`s anyway (a change that moves neither the limit, the
+/// throughput nor the RTT: more slots, each slower, at the same capacity).
+const TRUSTED: f64 = 4.0;
 
 // aux words.
 const PHASE: usize = 0;
@@ -70,6 +82,9 @@ const LAST_DRAIN: usize = 3;
 const FOUND: usize = 4;
 /// The throughput (per ns) of the window before a drain.
 const REF_X: usize = 5;
+/// The limit the last completed drain started from (0: none); during a
+/// drain, the RTT of its settling window (0: none yet).
+const HELD: usize = 6;
 
 // Phases.
 const HOLD: f64 = 0.0;
@@ -94,6 +109,7 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     if w.dropped > 0 {
         s.limit = spec.clamp((l * backoff).min(l - 1.0).floor());
         s.aux[PHASE] = HOLD;
+        s.aux[HELD] = 0.0;
         return window;
     }
     if !w.limit_bound(l) {
@@ -106,6 +122,10 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         return window;
     }
     if phase == SETTLE {
+        // Its RTTs were admitted under the limit before the drain: when a
+        // queue was still rising in the window that started the drain
+        // (slots lost), they are the queue it had, the one to compare with.
+        s.aux[HELD] = rtt;
         s.aux[PHASE] = MEASURE;
         return one_rtt;
     }
@@ -124,7 +144,12 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     let target = tolerance * s.baseline_ns;
     let band = BAND.min((tolerance - 1.0) / 2.0);
     let since = now_ms - s.aux[LAST_DRAIN];
-    let due = !(0.0..probe_ms).contains(&since);
+    // Nothing moved since the last drain: the law, which moves the limit
+    // whenever the RTT leaves its band, holds the limit it held then. A
+    // drain would measure the same `R0`. (A window's RTT or throughput is
+    // a mean of a few dozen samples, as noisy as the band: not compared.)
+    let unmoved = (0.0..TRUSTED * probe_ms).contains(&since) && near(l, s.aux[HELD], band);
+    let due = !(0.0..probe_ms).contains(&since) && !unmoved;
     // A queue, a slower service, or a faster one: a drain tells which.
     let off = rtt > EXCESS * target || rtt < (1.0 - band) * s.baseline_ns;
     // At most one drain per four RTTs for that (it costs two).
@@ -184,6 +209,13 @@ fn measured(
 ) -> u64 {
     let (ref_limit, ref_rtt, ref_x) = (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]);
     let l = s.limit;
+    // The settling window's RTT (the window before the drain's, if none).
+    let settled = if positive(s.aux[HELD]) {
+        s.aux[HELD]
+    } else {
+        ref_rtt
+    };
+    s.aux[HELD] = 0.0;
     s.aux[LAST_DRAIN] = now_ms;
     s.aux[PHASE] = HOLD;
     if !(positive(ref_limit) && positive(ref_rtt) && positive(ref_x)) {
@@ -191,13 +223,15 @@ fn measured(
         s.baseline_ns = rtt;
         return one_rtt;
     }
-    let queued = rtt <= QUEUED * ref_rtt * l / ref_limit && l < ref_limit;
+    // Against the larger queue of the two windows admitted under the old
+    // limit; a rise against either is a capacity that fell meanwhile.
+    let queued = rtt <= QUEUED * ref_rtt.max(settled) * l / ref_limit && l < ref_limit;
     if queued && l > spec.min as f64 {
         s.baseline_ns = rtt;
         drain(spec, s, l, rtt, x);
         return one_rtt;
     }
-    if rtt > (1.0 + BAND) * ref_rtt {
+    if rtt > (1.0 + BAND) * ref_rtt.min(settled) {
         // The capacity fell during the drain: what was seen before it is
         // stale. Measure again at this limit, against this window.
         (s.aux[REF_LIMIT], s.aux[REF_RTT], s.aux[REF_X]) = (l, rtt, x);
@@ -210,7 +244,14 @@ fn measured(
     // capacity change, fewer releases) would empty the pipe; a limit
     // still above it is what the hold law and its drains come down from.
     s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round().max(l));
+    s.aux[HELD] = ref_limit;
     one_rtt
+}
+
+/// `v` within less than `band` of `of` (false for a missing or damaged
+/// `of`): up to a limit of ten, one permit is a move.
+fn near(v: f64, of: f64, band: f64) -> bool {
+    positive(of) && (v / of - 1.0).abs() < band
 }
 
 /// The window's throughput (per ns): the releases counted, and at most
@@ -228,6 +269,8 @@ fn throughput(w: &Window, l: f64) -> f64 {
 /// Lowers the limit below the pipe `x × R0` to measure `R0`.
 fn drain(spec: &Spec, s: &mut State, l: f64, rtt: f64, x: f64) {
     s.aux[PHASE] = SETTLE;
+    // Until it is measured, no limit was set by this drain.
+    s.aux[HELD] = 0.0;
     s.aux[REF_LIMIT] = l;
     s.aux[REF_RTT] = rtt;
     s.aux[REF_X] = x;

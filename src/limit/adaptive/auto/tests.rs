@@ -149,3 +149,122 @@ fn a_capacity_fall_during_a_drain_is_measured_again_not_chased_down() {
     let (_, mean) = run(&spec, s, 6_500, 6_000, 8.0, 200.0);
     within("mean limit", mean, 9.0, 11.0);
 }
+
+/// Runs `spec` from `s` for `ms` against `service(t)`, the fake service's
+/// `(slots, service_ms, outside_ms)` at `t` ms from the start (on `run`'s
+/// clock); returns the state and the drains begun.
+fn drive(
+    spec: &Spec,
+    mut s: State,
+    start_ms: u64,
+    ms: u64,
+    service: impl Fn(u64) -> (f64, f64, f64),
+) -> (State, usize) {
+    let start = start_ms + 100_000;
+    let (mut now, mut drains) = (start, 0);
+    while now < start + ms {
+        let (slots, service_ms, outside_ms) = service(now - start);
+        let before = s.aux[PHASE];
+        let w = held(now, s.limit, slots, service_ms, outside_ms);
+        let next = update(spec, &mut s, &w);
+        if s.aux[PHASE] == SETTLE && before != SETTLE {
+            drains += 1;
+        }
+        now += (next / 1_000_000).max(1);
+    }
+    (s, drains)
+}
+
+#[test]
+fn a_due_drain_waits_while_nothing_moved() {
+    let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // The limit, the throughput and the RTT hold where the last drain left
+    // them: a drain would measure the same 50 ms (it costs two windows
+    // below the pipe). Without the skip: one every 5 s.
+    let steady = |_| (8.0, 50.0, 0.0);
+    let (s, n) = drive(&spec(), s, 10_000, 19_000, steady);
+    assert!(n <= 1, "{n} drains in 19 s");
+    within("limit", s.limit, 10.0, 10.0);
+    // But never more than four intervals apart.
+    let (_, n) = drive(&spec(), s, 29_000, 21_000, steady);
+    assert!(n >= 1, "no drain in 21 s");
+}
+
+#[test]
+fn a_faster_service_is_re_measured_though_the_rtt_is_back_in_its_band() {
+    let (mut s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // Just after a drain (none is due), 50 → 44 ms: the RTT at 10 (55 ms)
+    // leaves the band, the law takes the limit to 11, and the RTT (60.5 ms)
+    // is back in it. The baseline (50) is stale, but the limit moved from
+    // the one the last drain started from (10): the drain runs when due.
+    s.aux[LAST_DRAIN] = 110_000.0;
+    let (s, n) = drive(&spec(), s, 10_000, 6_000, |_| (8.0, 44.0, 0.0));
+    assert!(n >= 1, "{n} drains");
+    within("baseline", s.baseline_ns, 43.5e6, 44.5e6);
+    within("limit", s.limit, 9.0, 11.0);
+    // And a slow drift, 44 → 34 ms over 10 s: the limit moves in steps
+    // of a permit (drains when one passes the band), and four intervals
+    // after the last drain at the latest.
+    let drift = |t: u64| (8.0, 44.0 - (t as f64 / 1000.0).min(10.0), 0.0);
+    let (s, _) = drive(&spec(), s, 16_000, 21_000, drift);
+    within("baseline", s.baseline_ns, 33.5e6, 35.5e6);
+    within("limit", s.limit, 9.0, 11.0);
+}
+
+#[test]
+fn a_baseline_is_re_measured_after_four_intervals_though_nothing_moved() {
+    let (s, _) = run(&spec(), initial(&spec()), 0, 10_000, 8.0, 50.0);
+    // 10 slots × 62.5 ms: the same capacity, and at a limit of 10 the same
+    // RTT (62.5 ms) and throughput. Only the no-load RTT changed.
+    let (s, _) = drive(&spec(), s, 10_000, 21_000, |_| (10.0, 62.5, 0.0));
+    within("baseline", s.baseline_ns, 62e6, 63e6);
+    let (_, mean) = run(&spec(), s, 31_000, 6_000, 10.0, 62.5);
+    within("mean limit", mean, 12.0, 13.5);
+}
+
+#[test]
+fn slots_lost_while_the_queue_rises_are_not_read_as_a_slower_service() {
+    // 32 × 200 ms at 40; the slots halve. The window that starts the drain
+    // caught the queue half risen (400 ms, 160/s still released); the
+    // settling window's RTTs, admitted under 40, hold the whole queue.
+    let spec = spec().with_bounds(1, 1000, 40);
+    let mut s = initial(&spec);
+    s.baseline_ns = 200e6;
+    (s.aux[LAST_DRAIN], s.aux[FOUND]) = (100_000.0, 1.0);
+    let rising = Window {
+        rtt_ns: 400e6,
+        samples: 16,
+        ..overloaded(102_000, 40.0, 32.0, 200.0)
+    };
+    update(&spec, &mut s, &rising);
+    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 20.0));
+    update(&spec, &mut s, &overloaded(102_400, 40.0, 16.0, 200.0));
+    // At 20 the RTT is 250 ms: a queue of 4, not a service of 250 ms
+    // (which would put the limit at 1.25 × 160/s × 250 ms = 50).
+    let (s, _) = run(&spec, s, 2_900, 3_000, 16.0, 200.0);
+    within("baseline", s.baseline_ns, 199e6, 201e6);
+    within("limit", s.limit, 19.0, 21.0);
+}
+
+#[test]
+fn a_service_slowing_through_a_drain_is_measured_again() {
+    // 8 × 50 ms at 11; the service slows to 100 ms. The drain starts from
+    // a window half into it (100 ms); the settling window's RTT is 140 ms
+    // and the measuring window's 150 ms: still rising, not a no-load RTT.
+    let spec = spec().with_bounds(1, 1000, 11);
+    let mut s = initial(&spec);
+    s.baseline_ns = 50e6;
+    (s.aux[LAST_DRAIN], s.aux[FOUND]) = (100_000.0, 1.0);
+    let at = |now, limit, rtt_ms: f64| Window {
+        rtt_ns: rtt_ms * 1e6,
+        ..overloaded(now, limit, 8.0, 100.0)
+    };
+    update(&spec, &mut s, &at(102_000, 11.0, 100.0));
+    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 5.0));
+    update(&spec, &mut s, &at(102_100, 5.0, 140.0));
+    update(&spec, &mut s, &at(102_240, 5.0, 150.0));
+    assert_eq!((s.aux[PHASE], s.limit), (MEASURE, 5.0), "measured again");
+    let (s, mean) = run(&spec, s, 2_390, 4_000, 8.0, 100.0);
+    within("baseline", s.baseline_ns, 99e6, 101e6);
+    within("mean limit", mean, 9.0, 11.0);
+}
