@@ -4,10 +4,11 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use flowctrl::{ErrorKind, Limited, Outcome, Table, TableOptions, TaskConfig};
+use flowctrl::{ErrorKind, Limited, Outcome, Table, TableOptions, Task, TaskConfig};
 
 const MIB: u64 = 1 << 20;
 
@@ -17,6 +18,30 @@ fn pooled(lanes: u32) -> TableOptions {
         max_processes: 16,
         lanes,
         ..TableOptions::default()
+    }
+}
+
+/// A child process on the table at `path` that runs `work` on its task
+/// "api", says it is ready, and then waits to be killed (what it holds, it
+/// holds until then: a raw permit is released only by a release).
+fn child_on_api(path: &Path, lanes: u32, work: impl FnOnce(&Task)) -> libc::pid_t {
+    let ready = Pipe::new();
+    let child = fork(|| {
+        let table = Table::open(path, &pooled(lanes)).unwrap();
+        work(&table.task("api", &TaskConfig::new()).unwrap());
+        ready.send(1);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    assert_eq!(ready.recv(), 1);
+    child
+}
+
+/// `n` acquires and releases as success.
+fn churn(task: &Task, n: u32) {
+    for _ in 0..n {
+        let mut p = task.acquire_raw(1).unwrap().unwrap();
+        task.release_raw(&mut p, Outcome::Success).unwrap();
     }
 }
 
@@ -72,24 +97,13 @@ fn a_set_is_taken_on_first_use_and_comes_back_with_its_counts_when_the_process_d
         .task("api", &TaskConfig::new().max_concurrency(8))
         .unwrap();
     assert_eq!(table.lane_pool(), Some((0, 4)), "registering takes no set");
-    let ready = Pipe::new();
-    let child = fork(|| {
-        let table = Table::open(&path, &pooled(4)).unwrap();
-        let task = table.task("api", &TaskConfig::new()).unwrap();
-        for _ in 0..10 {
-            let mut p = task.acquire_raw(1).unwrap().unwrap();
-            task.release_raw(&mut p, Outcome::Success).unwrap();
-        }
+    let child = child_on_api(&path, 4, |task| {
+        churn(task, 10);
         // Dies holding three.
-        let held: Vec<_> = (0..3)
-            .map(|_| task.acquire_raw(1).unwrap().unwrap())
-            .collect();
-        std::mem::forget(held);
-        ready.send(1);
-        std::thread::sleep(Duration::from_secs(60));
-        0
+        for _ in 0..3 {
+            task.acquire_raw(1).unwrap().unwrap();
+        }
     });
-    assert_eq!(ready.recv(), 1);
     assert_eq!(table.lane_pool(), Some((1, 4)));
     let before = task.stats();
     assert_eq!((before.admitted, before.in_flight), (13, 3));
@@ -214,7 +228,7 @@ fn threads_racing_for_a_first_use_share_one_set() {
 #[test]
 fn counts_never_go_back_or_double_while_sets_are_folded() {
     const ROUNDS: u32 = 200;
-    const OPS: u64 = 200;
+    const OPS: u32 = 200;
     let scratch = Scratch::new("pool-churn");
     let path = scratch.path("t");
     let table = Table::open(&path, &pooled(3)).unwrap();
@@ -232,7 +246,10 @@ fn counts_never_go_back_or_double_while_sets_are_folded() {
                     now.admitted >= last.admitted && now.released_success >= last.released_success,
                     "went back: {last:?} then {now:?}"
                 );
-                assert!(now.admitted <= ROUNDS as u64 * OPS, "ran ahead: {now:?}");
+                assert!(
+                    now.admitted <= ROUNDS as u64 * OPS as u64,
+                    "ran ahead: {now:?}"
+                );
                 last = now;
                 reads += 1;
             }
@@ -242,11 +259,7 @@ fn counts_never_go_back_or_double_while_sets_are_folded() {
             let ready = Pipe::new();
             let child = fork(|| {
                 let table = Table::open(&path, &pooled(3)).unwrap();
-                let task = table.task("api", &TaskConfig::new()).unwrap();
-                for _ in 0..OPS {
-                    let mut p = task.acquire_raw(1).unwrap().unwrap();
-                    task.release_raw(&mut p, Outcome::Success).unwrap();
-                }
+                churn(&table.task("api", &TaskConfig::new()).unwrap(), OPS);
                 ready.send(1);
                 if round % 2 == 0 {
                     std::thread::sleep(Duration::from_secs(60));
@@ -265,8 +278,8 @@ fn counts_never_go_back_or_double_while_sets_are_folded() {
     });
     let s = task.stats();
     eprintln!("{reads} reads while {ROUNDS} sets were folded back");
-    assert_eq!(s.admitted, ROUNDS as u64 * OPS);
-    assert_eq!(s.released_success, ROUNDS as u64 * OPS);
+    assert_eq!(s.admitted, ROUNDS as u64 * OPS as u64);
+    assert_eq!(s.released_success, ROUNDS as u64 * OPS as u64);
     assert_eq!((s.unlaned, s.in_flight, s.reclaimed), (0, 0, 0));
     assert_eq!(table.lane_pool(), Some((0, 3)));
 }
@@ -286,6 +299,22 @@ fn pool_lock(file: &std::fs::File, take: bool) {
     );
 }
 
+/// SIGKILLs `child` and reaps while holding the pool's lock as another
+/// process would: the child's permits come back, its set cannot be folded.
+/// The lock stays held until `pool_lock(&file, false)`.
+fn kill_with_the_pool_locked(table: &Table, path: &Path, child: libc::pid_t) -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    pool_lock(&file, true);
+    kill(child, libc::SIGKILL);
+    assert_eq!(wait(child), -libc::SIGKILL);
+    table.reap();
+    file
+}
+
 /// While another process keeps the pool's lock (stopped in a fold, say), a
 /// dead process's set cannot be folded: its slot stays marked, and the first
 /// sweep after the lock is free gives the set back with its counts.
@@ -297,25 +326,10 @@ fn a_set_whose_fold_must_wait_comes_back_at_a_later_sweep() {
     let task = table
         .task("api", &TaskConfig::new().max_concurrency(4))
         .unwrap();
-    let ready = Pipe::new();
-    let child = fork(|| {
-        let table = Table::open(&path, &pooled(2)).unwrap();
-        let task = table.task("api", &TaskConfig::new()).unwrap();
-        let _held = task.acquire_raw(2).unwrap().unwrap();
-        ready.send(1);
-        std::thread::sleep(Duration::from_secs(60));
-        0
+    let child = child_on_api(&path, 2, |task| {
+        task.acquire_raw(2).unwrap().unwrap();
     });
-    assert_eq!(ready.recv(), 1);
-    let other = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    pool_lock(&other, true);
-    kill(child, libc::SIGKILL);
-    assert_eq!(wait(child), -libc::SIGKILL);
-    table.reap();
+    let other = kill_with_the_pool_locked(&table, &path, child);
     let s = task.stats();
     assert_eq!(
         (s.in_flight, s.reclaimed),
@@ -354,34 +368,16 @@ fn a_fold_cut_short_is_finished_once_by_the_next_folder() {
         let task = table
             .task("api", &TaskConfig::new().max_concurrency(4))
             .unwrap();
-        let ready = Pipe::new();
-        let child = fork(|| {
-            let table = Table::open(&path, &pooled(2)).unwrap();
-            let task = table.task("api", &TaskConfig::new()).unwrap();
-            for _ in 0..5 {
-                let mut p = task.acquire_raw(1).unwrap().unwrap();
-                task.release_raw(&mut p, Outcome::Success).unwrap();
-            }
-            let _held = task.acquire_raw(1).unwrap().unwrap();
-            ready.send(1);
-            std::thread::sleep(Duration::from_secs(60));
-            0
+        let child = child_on_api(&path, 2, |task| {
+            churn(task, 5);
+            task.acquire_raw(1).unwrap().unwrap();
         });
-        assert_eq!(ready.recv(), 1);
         let raw = RawTable::open(&path);
         let t = raw.find_task("api").unwrap();
         let (slot, _) = raw.slot_of(child).unwrap();
         let set = raw.pair_set(t, slot as usize).unwrap();
         // Drained, not folded: the lock is held elsewhere.
-        let other = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        pool_lock(&other, true);
-        kill(child, libc::SIGKILL);
-        assert_eq!(wait(child), -libc::SIGKILL);
-        table.reap();
+        let other = kill_with_the_pool_locked(&table, &path, child);
         // The set's totals, as the folder read them.
         let mut delta = [0u64; 9];
         for lane in 0..LANES {
