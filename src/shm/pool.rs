@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Region, Shm};
-use crate::format::{COUNTERS, FoldRecord, LANES, TOTALS, reclaimed_total};
+use crate::format::{COUNTERS, FoldRecord, LANES, Lane, TOTALS, reclaimed_total};
 use crate::limit::ledger;
 
 /// How long a process that found the pool empty waits before it looks again
@@ -137,17 +137,20 @@ fn empty(region: &Region, set: u32) {
     base.queue_len.store(0, Ordering::Relaxed);
 }
 
+/// Adds what `lane` counted to `totals`: its counters, then its reclaimed
+/// total (wrapping: the words are the file's).
+fn add_lane(totals: &mut [u64; TOTALS], lane: &Lane) {
+    for (t, c) in totals.iter_mut().zip(&lane.counters) {
+        *t = t.wrapping_add(c.load(Ordering::Relaxed));
+    }
+    totals[COUNTERS] =
+        totals[COUNTERS].wrapping_add(reclaimed_total(lane.reclaimed.load(Ordering::Relaxed)));
+}
+
 /// What a set has counted: its counters, then its reclaimed total.
 pub(crate) fn set_totals(region: &Region, set: u32) -> [u64; TOTALS] {
     let mut totals = [0u64; TOTALS];
-    for l in 0..LANES {
-        let lane = region.set_lane(set, l);
-        for (t, c) in totals.iter_mut().zip(&lane.counters) {
-            *t = t.wrapping_add(c.load(Ordering::Relaxed));
-        }
-        totals[COUNTERS] =
-            totals[COUNTERS].wrapping_add(reclaimed_total(lane.reclaimed.load(Ordering::Relaxed)));
-    }
+    (0..LANES).for_each(|l| add_lane(&mut totals, region.set_lane(set, l)));
     totals
 }
 
@@ -333,11 +336,7 @@ pub(crate) fn task_totals(region: &Region, task: u32) -> [u64; TOTALS] {
                 continue;
             }
             if let Some(lane) = region.lane(task, id) {
-                for (t, c) in totals.iter_mut().zip(&lane.counters) {
-                    *t = t.wrapping_add(c.load(Ordering::Relaxed));
-                }
-                totals[COUNTERS] = totals[COUNTERS]
-                    .wrapping_add(reclaimed_total(lane.reclaimed.load(Ordering::Relaxed)));
+                add_lane(&mut totals, lane);
             }
         }
         totals
