@@ -658,6 +658,11 @@ struct fc_task_stats {
    * `limited_concurrency`).
    */
   uint64_t unlaned_refused;
+  /**
+   * Of a task spread over `shards` keys: the shards whose node this host
+   * last found down, bit i for shard i; 0 while every shard answers.
+   */
+  uint64_t quota_shards_down;
 };
 
 /**

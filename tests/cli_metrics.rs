@@ -174,6 +174,10 @@ fn assert_task_counters(samples: &BTreeMap<Series, f64>, task: &Task) {
             count("flowctrl_quota_stranded_total", None),
             q.stranded as f64
         );
+        assert_eq!(
+            count("flowctrl_quota_shards_down", None),
+            q.shards_down.count_ones() as f64
+        );
         let open = count("flowctrl_quota_state", Some(("state", "open")));
         assert_eq!(open, 1.0, "the quota is open");
     }

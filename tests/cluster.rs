@@ -216,6 +216,17 @@ fn failover_keeps_every_slice_exact(shards: u32) {
         run.reopened, 1,
         "host 0 went from failed to open more than once"
     );
+    // The stats name the dead shard while it is down (shard 0's key has
+    // the name's own hash tag; the others may be named too while the
+    // cluster refuses every command for want of a master for its slots),
+    // and none once every shard answers again. A task on one key is never
+    // spread: none.
+    if shards == 1 {
+        assert_eq!(run.shards_down_seen, 0, "a task on one key has no shards");
+    } else {
+        assert_eq!(run.shards_down_seen & 1, 1, "shard 0 was not reported down");
+    }
+    assert_eq!(run.stats.shards_down, 0, "a shard still reported down");
 }
 
 #[test]

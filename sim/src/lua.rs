@@ -24,7 +24,7 @@ pub struct LuaStore {
     pub kinds: [AtomicU64; 4],
     /// What the last reply said was left in the key.
     pub last_left: AtomicU64,
-    /// `FLOWCTRL_SIM_TRACE=<host id>`: that host's pulls on stderr.
+    /// `FLOWCTRL_SIM_TRACE=<host id>`: that host's pulls on stderr (`*`: every host's).
     trace: Option<String>,
 }
 
@@ -154,11 +154,17 @@ impl flowctrl::sim::Script for LuaStore {
             function.call::<Value>(())
         };
         let value = run().map_err(lua_error)?;
-        if self.trace.as_deref() == args.get(5).map(|s| s.as_str()) {
+        let host = args.get(5).map(|s| s.as_str());
+        if self
+            .trace
+            .as_deref()
+            .is_some_and(|t| t == "*" || Some(t) == host)
+        {
             let now = self.model.lock().unwrap().now_us();
             eprintln!(
-                "{:>7.1} ms want {} claimed {} demand {} -> {:?}",
+                "{:>7.1} ms {} want {} claimed {} demand {} -> {:?}",
                 (now % 1_000_000) as f64 / 1000.0,
+                host.unwrap_or(""),
                 args[1],
                 args[6],
                 args[13],

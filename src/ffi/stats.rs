@@ -71,6 +71,7 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             waiting: s.waiting,
             unlaned: s.unlaned,
             unlaned_refused: s.unlaned_refused,
+            quota_shards_down: q.shards_down,
         });
         Ok(fc_status::FC_OK)
     })

@@ -335,6 +335,9 @@ pub struct fc_task_stats {
     /// Of those, acquires of a capped task, refused (also counted in
     /// `limited_concurrency`).
     pub unlaned_refused: u64,
+    /// Of a task spread over `shards` keys: the shards whose node this host
+    /// last found down, bit i for shard i; 0 while every shard answers.
+    pub quota_shards_down: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -350,7 +353,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 88);
     assert!(size_of::<fc_task_config>() == 224);
-    assert!(size_of::<fc_task_stats>() == 280);
+    assert!(size_of::<fc_task_stats>() == 288);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -463,6 +466,7 @@ unsafe impl SizedStruct for fc_task_stats {
             waiting: 0,
             unlaned: 0,
             unlaned_refused: 0,
+            quota_shards_down: 0,
         }
     }
 }

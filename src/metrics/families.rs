@@ -416,6 +416,13 @@ pub(super) fn quota(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         "Slice keys this host's pulls created in the store (none while a manager writes them ahead).",
         None,
         each(&|t| t.quota.keys_created),
+    )?;
+    gauge(
+        e,
+        "flowctrl_quota_shards_down",
+        "Shards of a task spread over several whose node this host last found down.",
+        None,
+        each(&|t| t.quota.shards_down.count_ones() as u64),
     )
 }
 

@@ -113,6 +113,11 @@ pub struct QuotaStats {
     /// Slice keys this host's pulls created in the store (Redis): 0 while
     /// a manager writes every slice's key ahead (`flowctrl manage`).
     pub keys_created: u64,
+    /// Of a task spread over `shards` keys: the shards whose node this host
+    /// last found down, bit i for shard i (0: every shard answers). While
+    /// any is set the task reports failed, pulls the live shards and grants
+    /// itself its fallback share of the down ones' parts.
+    pub shards_down: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and

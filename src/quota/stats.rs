@@ -54,5 +54,6 @@ pub(crate) fn read(slot: &TaskSlot, g: Option<Global>, skew_us: i64) -> QuotaSta
         host_conflicts: q.host_conflicts.load(Ordering::Relaxed),
         config_conflicts: q.config_conflicts.load(Ordering::Relaxed),
         keys_created: slot.keys_created.load(Ordering::Relaxed),
+        shards_down: super::down::down(slot),
     }
 }

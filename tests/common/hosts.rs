@@ -43,6 +43,9 @@ pub struct Run {
     /// How often host 0's task went from "failed" back to "open" (as seen
     /// every 5 ms): once per outage, unless it flips.
     pub reopened: u32,
+    /// Every shard host 0's task reported down (`QuotaStats::shards_down`)
+    /// in those samples, or'ed.
+    pub shards_down_seen: u64,
 }
 
 fn worker(
@@ -130,12 +133,15 @@ pub fn run(
         }));
     }
     let (mut failed_at, mut open_again_at, mut reopened) = (None, None, 0);
+    let mut shards_down_seen = 0;
     std::thread::scope(|scope| {
         scope.spawn(|| during(start));
         sleep_until(start);
         let mut last = None;
         while monotonic() < start + Duration::from_secs_f64(secs) {
-            let state = watched.quota_stats().state;
+            let stats = watched.quota_stats();
+            let state = stats.state;
+            shards_down_seen |= stats.shards_down;
             let at = monotonic().saturating_sub(start);
             if last == Some(QuotaState::Failed) && state == Some(QuotaState::Open) {
                 reopened += 1;
@@ -168,6 +174,7 @@ pub fn run(
         failed_at,
         open_again_at,
         reopened,
+        shards_down_seen,
     };
     for (i, out) in outs.into_iter().enumerate() {
         for line in std::fs::read_to_string(out).unwrap().lines() {

@@ -75,6 +75,7 @@ pub(crate) fn quota_json(t: &TaskSnapshot) -> Value {
         "host_conflicts": q.host_conflicts,
         "config_conflicts": q.config_conflicts,
         "keys_created": q.keys_created,
+        "shards_down": q.shards_down,
     })
 }
 

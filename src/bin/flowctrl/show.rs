@@ -371,6 +371,13 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
         let pulls =
             format!("{pulls}  failed {failed}  mean {mean}  max {max}  keys created {created}");
         line("pulls", pulls);
+        if q.shards_down != 0 {
+            let down: Vec<String> = (0..64)
+                .filter(|i| q.shards_down >> i & 1 == 1)
+                .map(|i| i.to_string())
+                .collect();
+            line("shards down", down.join(" "));
+        }
         line(
             "time",
             format!(

@@ -49,6 +49,7 @@ class Stats(Counters):
     host_conflicts: int
     config_conflicts: int
     keys_created: int
+    quota_shards_down: int
     clock_offset_us: int
 
 
