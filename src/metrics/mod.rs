@@ -20,6 +20,7 @@
 
 mod families;
 mod manager;
+mod quota;
 
 pub use manager::render_manager;
 
@@ -68,7 +69,7 @@ impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         families::table(self, &mut encoder)?;
         families::tasks(&self.tasks, &mut encoder)?;
-        families::quota(&self.tasks, &mut encoder)?;
+        quota::quota(&self.tasks, &mut encoder)?;
         families::balancers(&self.balancers, &mut encoder)
     }
 }
