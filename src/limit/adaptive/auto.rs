@@ -12,8 +12,10 @@
 //!
 //! - **Hold**: once per RTT, if the RTT is more than 10 % off the target
 //!   (or `(tolerance − 1) / 2`, if less), `L ← X × target` (at least one
-//!   permit). Until the first window with a queue (RTT 5 % over `R0`) or
-//!   a limit the demand did not fill: twice the permits in use (slow start).
+//!   permit, and down at most to half: a window whose releases stalled
+//!   reads a throughput far below the permits in use). Until the first
+//!   window with a queue (RTT 5 % over `R0`) or a limit the demand did
+//!   not fill: twice the permits in use (slow start).
 //!   The window after a change is skipped: it was admitted under the old
 //!   limit (acting on it would oscillate). Growth needs a refusal.
 //! - **Drain** (measures `R0`): every `probe_interval` unless nothing moved
@@ -30,10 +32,11 @@
 //!   slots fell): drain again. If it rose over either, the capacity fell
 //!   meanwhile: measure again at this limit.
 //! - **Skip**: a due drain waits while the law holds the limit the last
-//!   drain started from (within less than the band): the law moves the
-//!   limit whenever the RTT leaves its band, so nothing it sees moved, and
-//!   a drain would measure what the last one did. As soon as the limit
-//!   moves the drain runs; after four intervals it runs anyway.
+//!   drain started from, or the one it set (within less than the band;
+//!   either is where the law held with the `R0` it measured): the law
+//!   moves the limit whenever the RTT leaves its band, so nothing it sees
+//!   moved, and a drain would measure what the last one did. As soon as
+//!   the limit moves the drain runs; after four intervals it runs anyway.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
 //! Defaults: initial 4, min 1, max 1000, `probe_interval` 5000 ms,
