@@ -12,8 +12,10 @@
 //!
 //! - **Hold**: once per RTT, if the RTT is more than 10 % off the target
 //!   (or `(tolerance − 1) / 2`, if less), `L ← X × target` (at least one
-//!   permit). Until the first window with a queue (RTT 5 % over `R0`) or
-//!   a limit the demand did not fill: twice the permits in use (slow start).
+//!   permit, and down at most to half: a window whose releases stalled
+//!   reads a throughput far below the permits in use). Until the first
+//!   window with a queue (RTT 5 % over `R0`) or a limit the demand did
+//!   not fill: twice the permits in use (slow start).
 //!   The window after a change is skipped: it was admitted under the old
 //!   limit (acting on it would oscillate). Growth needs a refusal.
 //! - **Drain** (measures `R0`): every `probe_interval` unless nothing moved
@@ -30,10 +32,11 @@
 //!   slots fell): drain again. If it rose over either, the capacity fell
 //!   meanwhile: measure again at this limit.
 //! - **Skip**: a due drain waits while the law holds the limit the last
-//!   drain started from (within less than the band): the law moves the
-//!   limit whenever the RTT leaves its band, so nothing it sees moved, and
-//!   a drain would measure what the last one did. As soon as the limit
-//!   moves the drain runs; after four intervals it runs anyway.
+//!   drain started from, or the one it set (within less than the band;
+//!   either is where the law held with the `R0` it measured): the law
+//!   moves the limit whenever the RTT leaves its band, so nothing it sees
+//!   moved, and a drain would measure what the last one did. As soon as
+//!   the limit moves the drain runs; after four intervals it runs anyway.
 //! - A window with drops multiplies `L` by `backoff` (at least one less).
 //!
 //! Defaults: initial 4, min 1, max 1000, `probe_interval` 5000 ms,
@@ -85,6 +88,9 @@ const REF_X: usize = 5;
 /// The limit the last completed drain started from (0: none); during a
 /// drain, the RTT of its settling window (0: none yet).
 const HELD: usize = 6;
+/// After a drain, the limit it set (during one, the limit it started
+/// from: [`REF_LIMIT`], the same word).
+const SET: usize = REF_LIMIT;
 
 // Phases.
 const HOLD: f64 = 0.0;
@@ -148,7 +154,9 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
     // whenever the RTT leaves its band, holds the limit it held then. A
     // drain would measure the same `R0`. (A window's RTT or throughput is
     // a mean of a few dozen samples, as noisy as the band: not compared.)
-    let unmoved = (0.0..TRUSTED * probe_ms).contains(&since) && near(l, s.aux[HELD], band);
+    // Or the limit that drain set: where the law would have come back to.
+    let held = near(l, s.aux[HELD], band) || (positive(s.aux[HELD]) && near(l, s.aux[SET], band));
+    let unmoved = (0.0..TRUSTED * probe_ms).contains(&since) && held;
     let due = !(0.0..probe_ms).contains(&since) && !unmoved;
     // A queue, a slower service, or a faster one: a drain tells which.
     let off = rtt > EXCESS * target || rtt < (1.0 - band) * s.baseline_ns;
@@ -188,7 +196,10 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
             l
         }
     } else {
-        want.max(l / 4.0).floor().min(l - 1.0)
+        // Not below half in one step (as a drain): a window whose releases
+        // stalled (the service slowed: none ended for a service time) has
+        // `X × RTT` far below the permits in use, and would empty the pipe.
+        want.max(l / 2.0).floor().min(l - 1.0)
     };
     s.limit = spec.clamp(next);
     if s.limit != l {
@@ -245,6 +256,7 @@ fn measured(
     // still above it is what the hold law and its drains come down from.
     s.limit = spec.clamp((ref_x * tol * s.baseline_ns).round().max(l));
     s.aux[HELD] = ref_limit;
+    s.aux[SET] = s.limit;
     one_rtt
 }
 

@@ -268,3 +268,45 @@ fn a_service_slowing_through_a_drain_is_measured_again() {
     within("baseline", s.baseline_ns, 99e6, 101e6);
     within("mean limit", mean, 9.0, 11.0);
 }
+
+#[test]
+fn the_skip_trusts_the_limit_the_last_drain_set() {
+    // 32 × 200 ms, callers holding 5 ms: the start overshoots to 64, the
+    // drains chain 64 → 32 → 25 and set 40. The last drain started from
+    // 32, and the law holds 40: the limit that drain set, where nothing
+    // moved since. Without the skip on it: a drain 5 s later.
+    let service = |_| (32.0, 200.0, 5.0);
+    let (s, n) = drive(&spec(), initial(&spec()), 0, 3_000, service);
+    assert!(n >= 1, "no drain at the start");
+    assert!(
+        !near(s.limit, s.aux[HELD], 0.1),
+        "{} {}",
+        s.limit,
+        s.aux[HELD]
+    );
+    let (s, n) = drive(&spec(), s, 3_000, 16_000, service);
+    assert_eq!(n, 0, "drains while the law held the limit the drain set");
+    within("limit", s.limit, 39.0, 42.0);
+}
+
+#[test]
+fn a_window_whose_releases_stalled_cuts_at_most_half() {
+    // 24 × 150 ms at 34; the service slows to 300 ms. In the window after
+    // the change few requests end (3 in 100 ms: those begun at 300 ms have
+    // not), so `X × target` is 6 permits: a cut to a quarter, 8, and from
+    // below the pipe the limit regrows by `tolerance` steps.
+    let spec = spec().with_bounds(1, 1000, 34);
+    let mut s = initial(&spec);
+    s.baseline_ns = 150e6;
+    (s.aux[LAST_DRAIN], s.aux[FOUND]) = (101_000.0, 1.0);
+    let stalled = Window {
+        rtt_ns: 225e6,
+        samples: 3,
+        ..overloaded(102_000, 34.0, 24.0, 150.0)
+    };
+    update(&spec, &mut s, &stalled);
+    assert_eq!(s.limit, 17.0, "half, not a quarter");
+    // The drains measure 300 ms and the limit goes back to 1.25 × 24.
+    let (_, mean) = run(&spec, s, 2_100, 4_000, 24.0, 300.0);
+    within("mean limit", mean, 27.0, 32.0);
+}
