@@ -54,6 +54,9 @@ pub(crate) fn read(slot: &TaskSlot, g: Option<Global>, skew_us: i64) -> QuotaSta
         host_conflicts: q.host_conflicts.load(Ordering::Relaxed),
         config_conflicts: q.config_conflicts.load(Ordering::Relaxed),
         keys_created: slot.keys_created.load(Ordering::Relaxed),
-        shards_down: super::down::down(slot),
+        // Only the task's own shards: the word is the file's.
+        shards_down: g
+            .filter(|g| g.shards > 1)
+            .map_or(0, |g| super::down::down(slot) & super::down::all(g.shards)),
     }
 }
