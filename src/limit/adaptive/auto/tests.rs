@@ -136,15 +136,15 @@ fn a_capacity_fall_during_a_drain_is_measured_again_not_chased_down() {
     s.baseline_ns = 50e6;
     s.aux[LAST_DRAIN] = 100_000.0;
     s.aux[FOUND] = 1.0;
-    // Due: drain from 12 (8 slots × 50 ms: pipe 8, to 0.8 × 8 = 6).
+    // Due: drain from 12 (8 slots × 50 ms: pipe 8, to 0.9 × 8 = 7).
     update(&spec, &mut s, &overloaded(106_000, 12.0, 8.0, 50.0));
-    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 6.0));
-    update(&spec, &mut s, &overloaded(106_100, 6.0, 8.0, 50.0));
+    assert_eq!((s.aux[PHASE], s.limit), (SETTLE, 7.0));
+    update(&spec, &mut s, &overloaded(106_100, 7.0, 8.0, 50.0));
     // The service slows to 200 ms meanwhile: the RTT rose, not fell.
-    update(&spec, &mut s, &overloaded(106_200, 6.0, 8.0, 200.0));
-    assert_eq!((s.aux[PHASE], s.limit), (MEASURE, 6.0), "measured again");
+    update(&spec, &mut s, &overloaded(106_200, 7.0, 8.0, 200.0));
+    assert_eq!((s.aux[PHASE], s.limit), (MEASURE, 7.0), "measured again");
     // Steady now: 200 ms is the no-load RTT, and the limit grows again.
-    update(&spec, &mut s, &overloaded(106_400, 6.0, 8.0, 200.0));
+    update(&spec, &mut s, &overloaded(106_400, 7.0, 8.0, 200.0));
     within("baseline", s.baseline_ns, 199e6, 201e6);
     let (_, mean) = run(&spec, s, 6_500, 6_000, 8.0, 200.0);
     within("mean limit", mean, 9.0, 11.0);
@@ -309,4 +309,22 @@ fn a_window_whose_releases_stalled_cuts_at_most_half() {
     // The drains measure 300 ms and the limit goes back to 1.25 × 24.
     let (_, mean) = run(&spec, s, 2_100, 4_000, 24.0, 300.0);
     within("mean limit", mean, 27.0, 32.0);
+}
+
+#[test]
+fn the_law_reaches_the_target_from_below_inside_its_band() {
+    // 16 × 50 ms: the target is 20. At 19 the RTT (59.4 ms) is 5 % under
+    // it, inside the band: the law alone stays there, a permit short.
+    let spec = spec().with_bounds(1, 1000, 19);
+    let mut s = initial(&spec);
+    s.baseline_ns = 50e6;
+    (s.aux[LAST_DRAIN], s.aux[FOUND]) = (100_000.0, 1.0);
+    (s.aux[HELD], s.aux[SET]) = (19.0, 19.0);
+    let (s, n) = drive(&spec, s, 0, 15_000, |_| (16.0, 50.0, 0.0));
+    assert_eq!(s.limit, 20.0);
+    // The approach is not a change to re-measure: the skip follows it.
+    assert_eq!(n, 0, "drains");
+    // At the target it stays: one more would pass it.
+    let (s, _) = drive(&spec, s, 15_000, 3_000, |_| (16.0, 50.0, 0.0));
+    assert_eq!(s.limit, 20.0);
 }
