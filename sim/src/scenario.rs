@@ -220,11 +220,15 @@ pub fn run(s: &Scenario) -> Result<Run> {
         slice.hosts = asking.len();
         slice.worst_share = f64::INFINITY;
         let mut smallest = (u64::MAX, 0.0);
+        let mut worst_host = 0;
         for (j, &i) in asking.iter().enumerate() {
             if moved[i] {
                 continue;
             }
             let ratio = tally[i].admitted as f64 / fair[j].max(1.0);
+            if ratio < slice.worst_share {
+                worst_host = i;
+            }
             slice.worst_share = slice.worst_share.min(ratio);
             if demands[j] < smallest.0 {
                 smallest = (demands[j], ratio);
@@ -233,7 +237,7 @@ pub fn run(s: &Scenario) -> Result<Run> {
         slice.smallest_share = smallest.1;
         if std::env::var_os("FLOWCTRL_SIM_PROGRESS").is_some() {
             eprintln!(
-                "{} slice {k}: admitted/quota {:.4}, {} store ops (whole, part, held, used up: {:?}; left {}), stranded {} (the hosts' count so far {})",
+                "{} slice {k}: admitted/quota {:.4}, {} store ops (whole, part, held, used up: {:?}; left {}), stranded {} (the hosts' count so far {}); worst host h{worst_host:04}: {} of {} asked",
                 s.name,
                 slice.admitted as f64 / quota as f64,
                 slice.ops,
@@ -246,6 +250,8 @@ pub fn run(s: &Scenario) -> Result<Run> {
                 store.last_left.load(Ordering::Relaxed),
                 slice.stranded,
                 hosts.iter().map(|h| h.stats().stranded).sum::<u64>(),
+                tally[worst_host].admitted,
+                tally[worst_host].asked,
             );
         }
         out.push(slice);

@@ -49,7 +49,13 @@ pub(crate) struct TaskSlot {
     /// most, so sharing `tat`'s line costs the request path nothing
     /// (0.3.0 left this word zero: no shard down).
     pub shards_down: AtomicU64,
-    _pad2: [AtomicU64; 6],
+    /// A grant the store made ahead of the slice's release (see
+    /// `quota::reserve`): slice (high 32 bits) | permits, spendable once
+    /// `quota.paced_until` has passed. Written by pulls only, under the
+    /// pull lock, a few times a slice at most (0.3.0 left this word zero:
+    /// none).
+    pub reserved: AtomicU64,
+    _pad2: [AtomicU64; 5],
     /// Permits counted against the cap, with the tag of the last op
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,

@@ -90,9 +90,20 @@ pub(super) fn pace(me: &Quota, q: &QuotaSlot, g: Global) -> Pace {
         g.quota as u64,
         q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20),
     );
+    let many = quota / hosts / PULLS_PER_SLICE < quota / 100;
+    // Past 100 hosts, a host refused more than it spent (it joined the
+    // fleet, or came back) sizes by what it is asked, up to an equal share:
+    // by its spending alone it ramps up from one permit in chunks each a
+    // round trip apart, while the slice's release goes to the others.
+    let asked = if many {
+        let rate = super::fair::asked_in(q, slice) * 1_000_000 / elapsed.max(slice_us / 20);
+        rate.min(quota * 1000 / g.slice_ms as u64 / hosts)
+    } else {
+        0
+    };
     Pace {
-        many: quota / hosts / PULLS_PER_SLICE < quota / 100,
-        rate: rate_now.max(rate_before),
+        many,
+        rate: rate_now.max(rate_before).max(asked),
         slice_us,
         left_us: slice_us - elapsed,
         held,

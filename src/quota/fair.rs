@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use super::pull::tagged;
-use super::{Global, Quota, taken_in};
+use super::{Global, Quota, received_in};
 use crate::format::QuotaSlot;
 
 /// Counts `n` requests refused as global in `slice` (cold: the host's
@@ -26,10 +26,10 @@ pub(super) fn refused(q: &QuotaSlot, slice: u32, n: u32) {
         });
 }
 
-/// What the host was asked for in `slice`: admitted (taken, less what it
-/// holds unspent) and refused as global.
+/// What the host was asked for in `slice`: admitted (received, less what
+/// it holds unspent) and refused as global.
 pub(super) fn asked_in(q: &QuotaSlot, slice: u32) -> u64 {
-    taken_in(q, slice).saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
+    received_in(q, slice).saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
         + tagged(q.refused.load(Ordering::Relaxed), slice)
 }
 

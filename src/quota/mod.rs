@@ -36,6 +36,7 @@ mod notes;
 mod pull;
 mod record;
 mod redis;
+mod reserve;
 mod shard;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -305,9 +306,10 @@ impl Quota {
                 }
             } else if !probing
                 && (q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
+                    && reserve::none(t.slot)
                     || pulls >= 3
                     || pull::paced(t.shm, q)
-                    || share_left(q, t.g, slice).is_some_and(|left| left < need.n as u64))
+                    || share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64))
             {
                 fair::refused(q, slice, need.n);
                 return Ok(Err(Refused::Exhausted));
@@ -364,7 +366,7 @@ impl Quota {
                 // slice's allowance at this rate: a host that falls back
                 // mid-slice does not admit on top of its grants.
                 let allowance = allowance(rate, t.g);
-                let taken = taken_in(q, slice);
+                let taken = taken_in(t.slot, slice);
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
@@ -430,8 +432,14 @@ fn allowance(rate: f64, g: Global) -> u64 {
     (rate * g.slice_ms as f64 / 1000.0).ceil() as u64
 }
 
-/// What the host took of `slice`: store grants and fallback admissions.
-pub(super) fn taken_in(q: &QuotaSlot, slice: u32) -> u64 {
+/// What the host took of `slice`: store grants (a reservation not yet
+/// moved into its quota included) and fallback admissions.
+pub(super) fn taken_in(slot: &TaskSlot, slice: u32) -> u64 {
+    received_in(&slot.quota, slice) + reserve::held(slot, slice)
+}
+
+/// What reached the host's quota of `slice`, and its fallback admissions.
+pub(super) fn received_in(q: &QuotaSlot, slice: u32) -> u64 {
     pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice)
         + pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice)
 }
@@ -442,11 +450,12 @@ pub(super) fn taken_in(q: &QuotaSlot, slice: u32) -> u64 {
 /// the store again: until then a key created anew cannot know it, so each
 /// such host keeps to its own allowance, and the sum stays near the quota
 /// instead of the first host back taking everyone's remainder.
-pub(super) fn share_left(q: &QuotaSlot, g: Global, slice: u32) -> Option<u64> {
+pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
+    let q = &slot.quota;
     if pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice) == 0 {
         return None;
     }
-    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(taken_in(q, slice)))
+    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(taken_in(slot, slice)))
 }
 
 /// The fallback rate's burst: 50 ms of it (at least the task's own): a

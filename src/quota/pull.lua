@@ -7,22 +7,22 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 -- A version that is no whole number up to 2^53 is no record.
 local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
-if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0, 0} end
+if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0, 0, 0} end
 local mismatch, keeps_shape = 0, false
 if ARGV[13] ~= '1' then
   local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
   if shape == nil then
-    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0, 0} end
+    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0, 0, 0} end
     redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
   elseif shape ~= slice_ms then
-    return {-3, shape, sec, usec, 0, 0, 0, 0, 0}
+    return {-3, shape, sec, usec, 0, 0, 0, 0, 0, 0}
   elseif shape == own then
     keeps_shape = true
   else
     mismatch = 1
   end
 end
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0} end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 -- A census record: accounted asked granted claimed offset_us demand.
 local function fields(rec)
@@ -124,12 +124,12 @@ local owed_cut, shared_out = false, false
 local hosts = redis.call('HLEN', key) - 3
 if cache then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
-local mine = 0
+local mine, fair_share = 0, 0
 local c = {}
 if cache then c = fields(cache) end
 if demands > quota and hosts > 1 then
   local share = quota / hosts
-  shared_out = true
+  shared_out, fair_share = true, share
   local now = elapsed / slice_ms
   local ahead = math.min(1, now + 0.25)
   local function part(d)
@@ -191,9 +191,32 @@ end
 -- when its own demand will have used another half ask: the slice's release
 -- is every host's to share, and a thousand hosts each told when the slice
 -- will have released their ask (a millisecond) would each ask then. A host
--- that reports no demand yet (it just started) is not held so.
+-- that reports no demand yet (it just started) is not held so, and none
+-- longer than a quarter slice: a host that joined at the end of the last
+-- slice reports the few requests it had there, and half an ask at that
+-- pace was a wait of a whole slice, or many.
 if shared_out and demand > 0 and grant < want and left > grant then
-  wait = math.max(wait, math.ceil(want / 2 / demand * slice_ms))
+  wait = math.max(wait, math.min(math.ceil(want / 2 / demand * slice_ms), math.ceil(slice_ms / 4)))
+end
+-- A new slice releases anew: no wait runs past this one's end.
+wait = math.min(wait, slice_ms - elapsed)
+-- A reservation: past 100 hosts, an ask held back (by the release or the
+-- fair tails) is granted now, to be spent only after the wait, when asking
+-- again would have been granted; the host keeps it aside meanwhile (ARGV
+-- 19 = '1' says it can). One round trip where a refusal and the ask after
+-- it were two: the key, the release and every host's due count it from now.
+-- While the slice is shared out, no more than the host will be owed by then
+-- (as `owed` reckons it, at that time): asking early must not queue it ahead
+-- of hosts owed more. At least half an ask, as a grant, and only what the
+-- host spends by the slice's end at its demand: a reservation it cannot
+-- use is quota stranded.
+local usable = 0
+if ARGV[19] == '1' and hosts > 100 and grant == 0 and wait > 0 and demand > 0 and left > 0 then
+  local at = elapsed + wait
+  local r = math.min(want, left)
+  if 2 * r >= want and at + math.ceil(r * slice_ms / demand) <= slice_ms then
+    grant, usable = r, wait
+  end
 end
 -- The record: accounted asked granted claimed offset_us demand, then what
 -- the host's releases reported in the slice so far: success dropped
@@ -210,4 +233,4 @@ redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
   string.format('%d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
     claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17), count(18),
     own_numbers), unpack(fair))
-return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created}
+return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created, usable}

@@ -122,7 +122,9 @@ impl Quota {
         // While a shard is down the task pulls on, and a due probe of the
         // shard is not held back by the others being used up or paced.
         let partial = failed(q) && super::down::partial(t.slot, t.g);
-        let idle = q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || paced(t.shm, q);
+        let idle = (q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1
+            && super::reserve::none(t.slot))
+            || paced(t.shm, q);
         if (failed(q) && !partial) || (idle && !(partial && probe_time(t.shm, q))) {
             return;
         }
@@ -180,13 +182,26 @@ impl Quota {
         // when a probe is due); while only some shards are down, one pull
         // per probe interval asks the down ones too.
         let probe = failed(q) && (!super::down::partial(slot, g) || self.probe_due(shm, q));
+        // A reservation comes first: it is usable once the pacing it came
+        // with is over, and the host asks for no more before.
+        if slot.reserved.load(Ordering::Acquire) != 0 {
+            if paced(shm, q) {
+                return Ok(0);
+            }
+            let failing = failed(q);
+            let moved =
+                super::reserve::redeem(slot, |s| failing || super::down::granted_self_in(slot, s));
+            if super::pull::tagged(q.host.load(Ordering::Acquire), slice) > 0 {
+                return Ok(moved);
+            }
+        }
         // Two answers from another slice, two refreshes of the numbers.
         for _ in 0..4 {
             // Back from a fallback in this slice: no more than its share. A
             // probe asks for nothing then, but still asks: skipped, it left
             // the host failed for another probe interval (1.1 s after the
             // promotion in a run, while the other host took the keys).
-            let want = match super::share_left(q, g, slice) {
+            let want = match super::share_left(slot, g, slice) {
                 Some(left) if left < want => {
                     if left == 0 && !probe {
                         return Ok(0);
@@ -195,7 +210,7 @@ impl Quota {
                 }
                 _ => want,
             };
-            let claimed = super::taken_in(q, slice);
+            let claimed = super::taken_in(slot, slice);
             let redeem = q.redeem.load(Ordering::Acquire) == 1;
             let (record_version, spends_record) = record::seen(q);
             let sent = wall_us() + self.skew_us;
@@ -221,6 +236,7 @@ impl Quota {
                     demand: self.demand(q, g, slice),
                     health: super::health::of_slice(shm, index, slot, slice),
                     embedded: &q.embedded,
+                    reserve: true,
                 },
                 probe,
             );
@@ -280,9 +296,14 @@ impl Quota {
             // add up to the quota (hosts notice a shard's or the cluster's
             // failure in different slices, and their split moves).
             let failing = failed(q);
-            deposit(q, slice, reply.granted, |s| {
-                failing || super::down::granted_self_in(slot, s)
-            });
+            let kept = reply.usable_ms > 0 && reply.granted > 0;
+            if kept {
+                super::reserve::keep(slot, slice, reply.granted);
+            } else {
+                deposit(q, slice, reply.granted, |s| {
+                    failing || super::down::granted_self_in(slot, s)
+                });
+            }
             // Nothing more released yet: no pull until it will have been.
             let paced = match reply.wait_ms {
                 0 => 0,
@@ -315,7 +336,7 @@ impl Quota {
                         .store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
                 }
                 enter(q, FAILED);
-            } else if reply.left == 0 {
+            } else if reply.left == 0 && !kept {
                 enter(q, LIMITED);
             } else {
                 enter(q, OPEN);
@@ -390,7 +411,7 @@ pub(super) fn just_before(a: u32, b: u32) -> bool {
 /// a slice already over is stranded whole.
 /// `touched(s)`: slice `s` was spent with a shard down (see `down`): like
 /// one an outage cut short, its figure is not the host's share.
-fn deposit(q: &QuotaSlot, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
+pub(super) fn deposit(q: &QuotaSlot, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
     q.granted.fetch_add(granted, Ordering::Relaxed);
     let mut word = q.host.load(Ordering::Acquire);
     loop {

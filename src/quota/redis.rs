@@ -45,7 +45,9 @@ pub(crate) struct RedisSettings {
 /// last saw, 12 the host's own slice_ms (ARGV 3 may be another host's), 13
 /// "1" when the numbers sent are the record's, 14 the host's demand, 15–18
 /// what its releases reported in the slice so far (success, dropped, mean
-/// µs, p99 µs), kept in its census record for a manager. A key a manager
+/// µs, p99 µs), kept in its census record for a manager, 19 "1" when the
+/// host can keep a reservation (a grant usable only after the wait: see the
+/// script). A key a manager
 /// wrote ahead holds `left` and `quota` only: its first pull carries the
 /// census in as a host's creation does, and only a creation is reported
 /// (the 9th answer) and given a TTL.
@@ -65,7 +67,8 @@ pub(crate) struct RedisSettings {
 /// grant the host never got (less admitted, never more): neither can deduct
 /// twice. A claim smaller than the host's last one in the key is another
 /// table using the same host id: reported as a conflict. Returns {granted,
-/// left, server seconds, server µs, hosts, conflict, wait ms, mismatch}:
+/// left, server seconds, server µs, hosts, conflict, wait ms, mismatch,
+/// created, usable ms}:
 /// mismatch = 1 when the key was created with another quota than this
 /// host's, or the host spends by another's slicing (it spends by the key's).
 /// granted = -1 when the server is in another slice (nothing taken), -2 and
@@ -80,8 +83,9 @@ if #ARGV > 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
 "#;
 
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
-/// host-id conflict, wait ms, threshold mismatch, key created.
-pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
+/// host-id conflict, wait ms, threshold mismatch, key created, ms until a
+/// reserved grant is usable (0: at once).
+pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
 /// The KEYS and ARGV of one pull (see [`PULL`]); the simulator's store
 /// (`sim`) sends the same to the same script.
@@ -113,13 +117,14 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         ask.health.dropped.to_string(),
         ask.health.mean_us.to_string(),
         ask.health.p99_us.to_string(),
+        flag(ask.reserve),
     ];
     (keys, args)
 }
 
 /// What the host reads of the script's reply.
 pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
-    let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created) = reply;
+    let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created, usable) = reply;
     let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
     let refresh = match granted {
         -2 => Some(Refresh::Record(left.max(0) as u64)),
@@ -137,6 +142,7 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
         config_conflict: mismatch != 0,
         refresh,
         created: created == 1,
+        usable_ms: usable.max(0) as u64,
     }
 }
 

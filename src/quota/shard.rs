@@ -168,6 +168,8 @@ impl Quota {
                 want,
                 claimed: claim,
                 demand,
+                // One reservation per host word: not over several keys.
+                reserve: false,
                 ..ask
             });
             let reply = match answer {
@@ -268,6 +270,7 @@ impl Quota {
             config_conflict: false,
             refresh: None,
             created: false,
+            usable_ms: 0,
         }
     }
 }

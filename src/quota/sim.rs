@@ -53,15 +53,15 @@ impl QuotaStore for SimStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
         let (keys, args) = pull_call(&self.prefix, ask);
         let r = self.script.eval(&keys, &args)?;
-        let Ok(r) = <[i64; 9]>::try_from(r) else {
+        let Ok(r) = <[i64; 10]>::try_from(r) else {
             return Err(Error::new(
                 ErrorKind::Store,
-                "the simulated store: the pull script answered no 9 integers",
+                "the simulated store: the pull script answered no 10 integers",
             ));
         };
         Ok(pull_reply(
             ask,
-            (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]),
+            (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]),
         ))
     }
 

@@ -52,6 +52,9 @@ pub(crate) struct Ask<'a> {
     pub health: super::health::Health,
     /// The embedded store's key in the task's slot.
     pub embedded: &'a AtomicU64,
+    /// The host can keep a reservation (see `reserve`): one key, not a
+    /// task spread over shards.
+    pub reserve: bool,
 }
 
 /// What a store answered.
@@ -80,6 +83,9 @@ pub(crate) struct Reply {
     pub refresh: Option<Refresh>,
     /// This pull created the slice's key (no manager wrote it ahead).
     pub created: bool,
+    /// The grant is a reservation: usable only this many ms from now, when
+    /// the slice will have released it (0: at once). See `reserve`.
+    pub usable_ms: u64,
 }
 
 /// What a slice has released `elapsed_ms` into it: the burst at once, the
@@ -186,6 +192,7 @@ impl QuotaStore for Embedded {
                 config_conflict: false,
                 refresh: None,
                 created: false,
+                usable_ms: 0,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -242,6 +249,7 @@ impl QuotaStore for Embedded {
                         config_conflict: false,
                         refresh: None,
                         created: false,
+                        usable_ms: 0,
                     });
                 }
                 Err(now) => word = now,
@@ -298,6 +306,7 @@ mod tests {
             demand: 0,
             health: Default::default(),
             embedded: &word,
+            reserve: false,
         };
         let mut total = 0;
         loop {
