@@ -663,6 +663,13 @@ struct fc_task_stats {
    * last found down, bit i for shard i; 0 while every shard answers.
    */
   uint64_t quota_shards_down;
+  /**
+   * Permits the store granted as reservations: past 100 hosts, an ask
+   * the slice's release held back is granted at once and spent after
+   * its wait (one round trip instead of two). Counted when received;
+   * `quota_granted` counts them once moved into the host's quota.
+   */
+  uint64_t quota_reserved;
 };
 
 /**

@@ -171,6 +171,10 @@ fn assert_task_counters(samples: &BTreeMap<Series, f64>, task: &Task) {
             q.granted as f64
         );
         assert_eq!(
+            count("flowctrl_quota_reserved_total", None),
+            q.reserved as f64
+        );
+        assert_eq!(
             count("flowctrl_quota_stranded_total", None),
             q.stranded as f64
         );

@@ -338,6 +338,11 @@ pub struct fc_task_stats {
     /// Of a task spread over `shards` keys: the shards whose node this host
     /// last found down, bit i for shard i; 0 while every shard answers.
     pub quota_shards_down: u64,
+    /// Permits the store granted as reservations: past 100 hosts, an ask
+    /// the slice's release held back is granted at once and spent after
+    /// its wait (one round trip instead of two). Counted when received;
+    /// `quota_granted` counts them once moved into the host's quota.
+    pub quota_reserved: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -353,7 +358,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 88);
     assert!(size_of::<fc_task_config>() == 224);
-    assert!(size_of::<fc_task_stats>() == 288);
+    assert!(size_of::<fc_task_stats>() == 296);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -467,6 +472,7 @@ unsafe impl SizedStruct for fc_task_stats {
             unlaned: 0,
             unlaned_refused: 0,
             quota_shards_down: 0,
+            quota_reserved: 0,
         }
     }
 }

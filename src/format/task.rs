@@ -55,7 +55,10 @@ pub(crate) struct TaskSlot {
     /// pull lock, a few times a slice at most (0.3.0 left this word zero:
     /// none).
     pub reserved: AtomicU64,
-    _pad2: [AtomicU64; 5],
+    /// Permits received as reservations, since the task was registered
+    /// (0.3.0 left this word zero).
+    pub reserved_total: AtomicU64,
+    _pad2: [AtomicU64; 4],
     /// Permits counted against the cap, with the tag of the last op
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,

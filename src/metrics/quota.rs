@@ -87,6 +87,13 @@ pub(super) fn quota(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
     )?;
     counter(
         e,
+        "flowctrl_quota_reserved",
+        "Permits the store granted ahead of the slice's release, spendable after a wait.",
+        None,
+        each(&|t| t.quota.reserved),
+    )?;
+    counter(
+        e,
         "flowctrl_quota_stranded",
         "Permits pulled but left unspent when their slice ended.",
         None,

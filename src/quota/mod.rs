@@ -119,6 +119,11 @@ pub struct QuotaStats {
     /// any is set the task reports failed, pulls the live shards and grants
     /// itself its fallback share of the down ones' parts.
     pub shards_down: u64,
+    /// Permits the store granted as reservations (past 100 hosts, an ask
+    /// the slice's release held back, granted at once and spendable after
+    /// its wait): counted when received; `granted` counts them once moved
+    /// into the host's quota.
+    pub reserved: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and

@@ -171,6 +171,11 @@ if demands > quota and hosts > 1 then
     end
   end
 end
+-- Past 100 hosts the release may be given out ahead (reservations, below):
+-- a host owed its whole ask by the fair tails is not queued behind them.
+if ARGV[19] == '1' and hosts > 100 and shared_out and grant <= mine then
+  room = math.max(room, grant)
+end
 -- Less than the grant released: what is, if at least half, else none.
 if grant > room then
   if 2 * room < grant then grant = 0 else grant = room end

@@ -45,6 +45,7 @@ pub(super) fn keep(slot: &TaskSlot, slice: u32, granted: u64) {
     let before = tagged(word, slice);
     strand(slot, word, slice);
     let permits = (before + granted).min(u32::MAX as u64);
+    slot.reserved_total.fetch_add(granted, Ordering::Relaxed);
     slot.reserved
         .store((slice as u64) << 32 | permits, Ordering::Release);
 }
@@ -58,6 +59,11 @@ pub(super) fn redeem(slot: &TaskSlot, touched: impl Fn(u32) -> bool) -> u64 {
     }
     let permits = word & 0xffff_ffff;
     // A kill here leaves the claim short of the key's charge: redeemed.
+    if std::env::var_os("FLOWCTRL_TEST_DIE_IN_MOVE").is_some() {
+        // Tests of the lost reservation: die between the two, as a
+        // SIGKILL there would.
+        std::process::abort();
+    }
     deposit(&slot.quota, (word >> 32) as u32, permits, touched);
     permits
 }

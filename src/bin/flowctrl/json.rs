@@ -76,6 +76,7 @@ pub(crate) fn quota_json(t: &TaskSnapshot) -> Value {
         "config_conflicts": q.config_conflicts,
         "keys_created": q.keys_created,
         "shards_down": q.shards_down,
+        "reserved": q.reserved,
     })
 }
 

@@ -357,9 +357,10 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
         line(
             "quota",
             format!(
-                "{}  granted {}  stranded {}  hosts {}  clock offset {}",
+                "{}  granted {}  reserved {}  stranded {}  hosts {}  clock offset {}",
                 state_name(state),
                 q.granted,
+                q.reserved,
                 q.stranded,
                 q.hosts_seen,
                 offset_us(q.clock_offset_us)

@@ -50,6 +50,7 @@ class Stats(Counters):
     config_conflicts: int
     keys_created: int
     quota_shards_down: int
+    quota_reserved: int
     clock_offset_us: int
 
 

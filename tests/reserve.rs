@@ -1,0 +1,213 @@
+//! Reservations against a real Redis: past 100 hosts, an ask the slice's
+//! release holds back is granted at once and spent only after its wait;
+//! the key charges the host with exactly what reaches its table, also when
+//! the process moving a reservation into the table dies in the middle.
+//!
+//! The crowd: 150 census records written into the slice's key (hosts that
+//! ask for much and never pull), so the script sees a fleet of 151.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::{Table, TableOptions, Task, TaskConfig};
+
+const SLICE_MS: u64 = 4000;
+const RATE: f64 = 5000.0;
+/// The slice's quota, and what it releases at once (the rest evenly).
+const QUOTA: u64 = 20_000;
+const BURST: u64 = 500;
+
+fn options(url: &str) -> TableOptions {
+    let mut o = TableOptions::default();
+    o.store.url = Some(url.to_string());
+    o.store.timeout = Duration::from_millis(500);
+    o.store.host_id = Some("real".into());
+    o
+}
+
+fn config() -> TaskConfig {
+    TaskConfig::new()
+        .global_rate(RATE)
+        .slice_ms(SLICE_MS as u32)
+        .global_burst(BURST as u32)
+}
+
+fn slice_now() -> (u64, u64) {
+    let ms = (wall_us() / 1000) as u64;
+    (ms / SLICE_MS, ms % SLICE_MS)
+}
+
+/// Waits for the start of a slice (with `at_most` ms of it gone) and
+/// writes the crowd into its key and the next one's.
+fn crowded_slice(redis: &RedisServer, task: &str) -> u64 {
+    let slice = loop {
+        let (slice, into) = slice_now();
+        if into < 150 {
+            break slice;
+        }
+        std::thread::sleep(Duration::from_millis((SLICE_MS - into).min(100)));
+    };
+    for s in [slice, slice + 1] {
+        let key = format!("flowctrl:{{{task}}}:{s}");
+        let mut args = vec![
+            "HSET".to_string(),
+            key.clone(),
+            "left".into(),
+            QUOTA.to_string(),
+            "quota".into(),
+            QUOTA.to_string(),
+            "demand".into(),
+            (150 * QUOTA).to_string(),
+        ];
+        for h in 0..150 {
+            args.push(format!("crowd{h:03}"));
+            args.push(format!("0 0 0 0 0 {QUOTA}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let _: i64 = redis.command(&args);
+        let _: i64 = redis.command(&["PEXPIRE", &key, "20000"]);
+    }
+    slice
+}
+
+/// What the key of `slice` charged this host with (its census record's
+/// first field).
+fn charged(redis: &RedisServer, task: &str, slice: u64) -> u64 {
+    let rec: Option<String> =
+        redis.command(&["HGET", &format!("flowctrl:{{{task}}}:{slice}"), "real"]);
+    rec.map_or(0, |r| r.split(' ').next().unwrap().parse().unwrap())
+}
+
+/// Acquires on `task` from `threads` threads until `stop`; counts the
+/// admissions per 50 ms of the slice.
+fn hammer(task: Arc<Task>, threads: usize, stop: Arc<AtomicBool>, slice: u64) -> Vec<u64> {
+    let bins: Arc<Vec<AtomicU64>> =
+        Arc::new((0..SLICE_MS / 50).map(|_| AtomicU64::new(0)).collect());
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (task, stop, bins) = (task.clone(), stop.clone(), bins.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(Ok(mut permit)) = task.acquire_raw(1) {
+                        let (s, into) = slice_now();
+                        if s == slice {
+                            bins[(into / 50) as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                        let _ = task.release_raw(&mut permit, flowctrl::Outcome::Success);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    bins.iter().map(|b| b.load(Ordering::Relaxed)).collect()
+}
+
+#[test]
+fn a_held_ask_is_reserved_and_spent_only_after_its_wait() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("reserve");
+    let table = Table::open(scratch.path("t"), &options(&redis.url())).unwrap();
+    let task = Arc::new(table.task("crowded", &config()).unwrap());
+    let slice = crowded_slice(&redis, "crowded");
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (task, stop) = (task.clone(), stop.clone());
+        std::thread::spawn(move || hammer(task, 2, stop, slice))
+    };
+    std::thread::sleep(Duration::from_millis(SLICE_MS - slice_now().1 - 100));
+    stop.store(true, Ordering::Relaxed);
+    let bins = worker.join().unwrap();
+    let q = task.quota_stats();
+    assert!(q.reserved > 0, "no reservation: {q:?}");
+    // Spent no faster than the slice released: what was admitted by the
+    // end of each 50 ms is within two asks (at most the burst each) of the
+    // release then. Spending a reservation at once would run ahead by one
+    // more ask at every pull.
+    let mut admitted = 0;
+    for (i, n) in bins.iter().enumerate() {
+        admitted += n;
+        let t = (i as u64 + 1) * 50;
+        let released = (BURST + QUOTA * t / SLICE_MS).min(QUOTA);
+        assert!(
+            admitted <= released + 2 * BURST,
+            "{admitted} admitted by {t} ms, {released} released: {bins:?}"
+        );
+    }
+    assert!(admitted > QUOTA / 2, "{admitted} admitted: {bins:?}");
+    // The key charged the host with what reached its table, once the last
+    // reservation is moved (a pull in the next slice does it).
+    while slice_now().0 == slice {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = task.pull_quota(1);
+    let q = task.quota_stats();
+    let charged = charged(&redis, "crowded", slice) + charged(&redis, "crowded", slice + 1);
+    assert_eq!(charged, q.granted, "{q:?}");
+}
+
+/// Processes that die moving a reservation into the table (a test hook
+/// aborts them between emptying the reservation's word and the deposit,
+/// where a SIGKILL loses it) while another keeps spending: whoever breaks
+/// a dead mover's lock redeems, and the key charges the host with exactly
+/// what reached its table.
+#[test]
+fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("reserve-storm");
+    let path = scratch.path("t");
+    let opts = options(&redis.url());
+    let table = Table::open(&path, &opts).unwrap();
+    let task = Arc::new(table.task("storm", &config()).unwrap());
+    let slice = crowded_slice(&redis, "storm");
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (task, stop) = (task.clone(), stop.clone());
+        std::thread::spawn(move || hammer(task, 1, stop, slice))
+    };
+    let mut pids = KillOnDrop::default();
+    let mut died = 0;
+    while slice_now().1 < SLICE_MS - 600 {
+        let (path, opts) = (path.clone(), opts.clone());
+        let pid = fork_guarded(move || {
+            // SAFETY: a forked child runs one thread.
+            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_IN_MOVE", "1") };
+            let table = Table::open(&path, &opts).unwrap();
+            let task = table.task("storm", &config()).unwrap();
+            let until = monotonic() + Duration::from_millis(300);
+            while monotonic() < until {
+                if let Ok(Ok(mut permit)) = task.acquire_raw(1) {
+                    let _ = task.release_raw(&mut permit, flowctrl::Outcome::Success);
+                }
+            }
+            0
+        });
+        pids.add(pid);
+        if wait(pid) < 0 {
+            died += 1;
+        }
+        pids.forget(pid);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    assert!(died >= 3, "{died} movers died");
+    assert_eq!(slice_now().0, slice, "the storm outlived its slice");
+    let q = task.quota_stats();
+    assert!(q.reserved > 0, "{q:?}");
+    // The last reservation moves in the next slice (stranded then).
+    while slice_now().0 == slice {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = task.pull_quota(1);
+    let q = task.quota_stats();
+    let charged = charged(&redis, "storm", slice) + charged(&redis, "storm", slice + 1);
+    assert_eq!(charged, q.granted, "{died} deaths: {q:?}");
+}
