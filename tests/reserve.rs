@@ -83,6 +83,14 @@ fn charged(redis: &RedisServer, task: &str, slice: u64) -> u64 {
     rec.map_or(0, |r| r.split(' ').next().unwrap().parse().unwrap())
 }
 
+/// Waits for the slice after `slice`, and 100 ms into it.
+fn next_slice(slice: u64) {
+    while slice_now().0 == slice {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+}
+
 /// Acquires on `task` from `threads` threads until `stop`; counts the
 /// admissions per 50 ms of the slice.
 fn hammer(task: Arc<Task>, threads: usize, stop: Arc<AtomicBool>, slice: u64) -> Vec<u64> {
@@ -128,25 +136,25 @@ fn a_held_ask_is_reserved_and_spent_only_after_its_wait() {
     let q = task.quota_stats();
     assert!(q.reserved > 0, "no reservation: {q:?}");
     // Spent no faster than the slice released: what was admitted by the
-    // end of each 50 ms is within two asks (at most the burst each) of the
-    // release then. Spending a reservation at once would run ahead by one
-    // more ask at every pull.
+    // end of each 50 ms is within a fifth of an ask (asks are at most the
+    // burst) of the release then. Spending a reservation at once would run
+    // an ask ahead.
     let mut admitted = 0;
     for (i, n) in bins.iter().enumerate() {
         admitted += n;
         let t = (i as u64 + 1) * 50;
         let released = (BURST + QUOTA * t / SLICE_MS).min(QUOTA);
         assert!(
-            admitted <= released + 2 * BURST,
+            admitted <= released + BURST / 5,
             "{admitted} admitted by {t} ms, {released} released: {bins:?}"
         );
     }
     assert!(admitted > QUOTA / 2, "{admitted} admitted: {bins:?}");
     // The key charged the host with what reached its table, once the last
-    // reservation is moved (a pull in the next slice does it).
-    while slice_now().0 == slice {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // reservation is moved (a pull in the next slice does it: it was
+    // usable before the slice's end, by the host's clock a round trip
+    // later).
+    next_slice(slice);
     let _ = task.pull_quota(1);
     let q = task.quota_stats();
     let charged = charged(&redis, "crowded", slice) + charged(&redis, "crowded", slice + 1);
@@ -174,7 +182,9 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     };
     let mut pids = KillOnDrop::default();
     let mut died = 0;
-    while slice_now().1 < SLICE_MS - 600 {
+    // The last mover ends by ~3.2 s (300 ms, a fork and an open): the
+    // survivor redeems it within the slice.
+    while slice_now().1 < SLICE_MS - 1200 {
         let (path, opts) = (path.clone(), opts.clone());
         let pid = fork_guarded(move || {
             // SAFETY: a forked child runs one thread.
@@ -203,9 +213,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     let q = task.quota_stats();
     assert!(q.reserved > 0, "{q:?}");
     // The last reservation moves in the next slice (stranded then).
-    while slice_now().0 == slice {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    next_slice(slice);
     let _ = task.pull_quota(1);
     let q = task.quota_stats();
     let charged = charged(&redis, "storm", slice) + charged(&redis, "storm", slice + 1);

@@ -314,7 +314,8 @@ impl Quota {
                     && reserve::none(t.slot)
                     || pulls >= 3
                     || pull::paced(t.shm, q)
-                    || share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64))
+                    || (reserve::none(t.slot)
+                        && share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64)))
             {
                 fair::refused(q, slice, need.n);
                 return Ok(Err(Refused::Exhausted));

@@ -210,11 +210,14 @@ wait = math.min(wait, slice_ms - elapsed)
 -- again would have been granted; the host keeps it aside meanwhile (ARGV
 -- 19 = '1' says it can). One round trip where a refusal and the ask after
 -- it were two: the key, the release and every host's due count it from now.
--- While the slice is shared out, no more than the host will be owed by then
--- (as `owed` reckons it, at that time): asking early must not queue it ahead
--- of hosts owed more. At least half an ask, as a grant, and only what the
--- host spends by the slice's end at its demand: a reservation it cannot
--- use is quota stranded.
+-- At least half an ask, as a grant, and only what the host spends by the
+-- slice's end at its demand: a reservation it cannot use is quota stranded.
+-- A host held by the fair tails is reserved its ask too: it queues behind
+-- the release like the others, and a host owed its whole ask is served at
+-- once (above). What that costs the smallest hosts is measured (the
+-- README's simulation): capping reservations at what a host is owed, or at
+-- what leaves the small hosts' rest, gave back the round trips or left
+-- the slice unspent.
 local usable = 0
 if ARGV[19] == '1' and hosts > 100 and grant == 0 and wait > 0 and demand > 0 and left > 0 then
   local at = elapsed + wait

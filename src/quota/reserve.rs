@@ -40,14 +40,16 @@ pub(super) fn held(slot: &TaskSlot, slice: u32) -> u64 {
 /// Keeps a reservation of `granted` permits of `slice` (under the pull
 /// lock). A host asks only once its last one was moved, so the word is
 /// empty; one of an older slice left unmoved is stranded.
+/// A compare-and-swap, not a store: a holder only stuck past the lock's
+/// bound may still be finishing its pull while the breaker moves the word.
 pub(super) fn keep(slot: &TaskSlot, slice: u32, granted: u64) {
-    let word = slot.reserved.load(Ordering::Acquire);
-    let before = tagged(word, slice);
+    let add =
+        |word: u64| (slice as u64) << 32 | (tagged(word, slice) + granted).min(u32::MAX as u64);
+    let (Ok(word) | Err(word)) =
+        slot.reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| Some(add(w)));
     strand(slot, word, slice);
-    let permits = (before + granted).min(u32::MAX as u64);
     slot.reserved_total.fetch_add(granted, Ordering::Relaxed);
-    slot.reserved
-        .store((slice as u64) << 32 | permits, Ordering::Release);
 }
 
 /// Moves the reservation into the host's quota (under the pull lock, once

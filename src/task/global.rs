@@ -11,7 +11,10 @@ impl Task {
     /// the host's quota now — to warm up before a known spike; admissions
     /// pull by themselves. Waits for another process's pull in flight, then
     /// for at most one store command. `Ok(Ok(granted))`, or
-    /// `Ok(Err(Limited::Global))` when the slice is exhausted; an
+    /// `Ok(Err(Limited::Global))` when the slice is exhausted (or has
+    /// released nothing more for this host yet). Past 100 hosts the grant
+    /// may be a reservation: counted here, spendable after the wait the
+    /// store named (see the README, "Reservations"). An
     /// [`ErrorKind::Store`] error when the store failed (the task then
     /// decides by its fallback until a probe succeeds).
     pub fn pull_quota(&self, want: u64) -> Result<Result<u64, Limited>> {
