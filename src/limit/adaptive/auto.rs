@@ -15,13 +15,15 @@
 //!   permit, and down at most to half: a window whose releases stalled
 //!   reads a throughput far below the permits in use). Until the first
 //!   window with a queue (RTT 5 % over `R0`) or a limit the demand did
-//!   not fill: twice the permits in use (slow start).
+//!   not fill: twice the permits in use (slow start). Inside the band,
+//!   under the target: one more permit while the target is nearer it.
 //!   The window after a change is skipped: it was admitted under the old
 //!   limit (acting on it would oscillate). Growth needs a refusal.
 //! - **Drain** (measures `R0`): every `probe_interval` unless nothing moved
 //!   since the last one (below), or at once (at most once per four RTTs)
-//!   when the RTT passes 1.5 × the target or falls 10 % below `R0`: lower
-//!   `L` to 0.8 × the pipe (not below `L/2`) for one
+//!   when the RTT passes 1.5 × the target or falls 10 % below `R0`, and
+//!   when slow start ends on a queue: lower `L` to 0.9 × the pipe (not
+//!   below `L/2`) for one
 //!   settling and one measuring window. Below the pipe no queue stands, so
 //!   the measured RTT *is* `R0`: it replaces the old one, higher or lower
 //!   (a baseline cannot get stuck), and `L` goes to `X × tolerance × R0`
@@ -59,8 +61,11 @@ pub const MAX_TOLERANCE: f64 = 4.0;
 
 /// The longest window, whatever the RTT.
 const MAX_WINDOW_NS: u64 = 10_000_000_000;
-/// A drain goes to this share of the pipe: far enough below it that no
-/// queue stands even if `R0` is a little stale high.
+/// A drain goes to this share of the pipe: below it, so no queue stands,
+/// and no further: the pipe left unfilled for the drain's two windows is
+/// what a drain costs (0.8 cost 32 × 200 ms about 27 admissions of its
+/// 800 in a 5 s span). A stale-high `R0` shows as an RTT that fell in
+/// proportion to the limit, and the drain steps on.
 const DRAIN_TO: f64 = 0.9;
 /// RTT over the target that starts a drain at once.
 const EXCESS: f64 = 1.5;
