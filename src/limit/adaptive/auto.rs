@@ -197,21 +197,9 @@ pub fn update(spec: &Spec, s: &mut State, w: &Window) -> u64 {
         return one_rtt;
     }
     let used = x * rtt;
-    let queue = rtt > (1.0 + band / 2.0) * s.baseline_ns;
-    if s.aux[FOUND] != 1.0 && (queue || used < 0.75 * l) {
+    if rtt > (1.0 + band / 2.0) * s.baseline_ns || used < 0.75 * l {
         // A queue, or the last doubling was not filled: the pipe is here.
         s.aux[FOUND] = 1.0;
-        if queue {
-            // Slow start overshot into a queue: drain it now (as BBR
-            // does), which measures `R0` under the load the callers make
-            // and sets the limit in one step. The law would come down
-            // from the overshoot with the first window's `R0`, and the
-            // first periodic drain, 5 s later with nothing to trust, cost
-            // most of what 32 × 200 ms missed (measured: 44 → 25 for half
-            // a second, back over 1.5 s).
-            drain(spec, s, l, rtt, x);
-            return one_rtt;
-        }
     }
     let want = x * target;
     let next = if s.aux[FOUND] != 1.0 {
