@@ -21,9 +21,8 @@
 //!   limit (acting on it would oscillate). Growth needs a refusal.
 //! - **Drain** (measures `R0`): every `probe_interval` unless nothing moved
 //!   since the last one (below), or at once (at most once per four RTTs)
-//!   when the RTT passes 1.5 × the target or falls 10 % below `R0`, and
-//!   when slow start ends on a queue: lower `L` to 0.9 × the pipe (not
-//!   below `L/2`) for one
+//!   when the RTT passes 1.5 × the target or falls 10 % below `R0`: lower
+//!   `L` to 0.9 × the pipe (not below `L/2`) for one
 //!   settling and one measuring window. Below the pipe no queue stands, so
 //!   the measured RTT *is* `R0`: it replaces the old one, higher or lower
 //!   (a baseline cannot get stuck), and `L` goes to `X × tolerance × R0`
