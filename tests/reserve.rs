@@ -42,8 +42,8 @@ fn slice_now() -> (u64, u64) {
     (ms / SLICE_MS, ms % SLICE_MS)
 }
 
-/// Waits for the start of a slice (with `at_most` ms of it gone) and
-/// writes the crowd into its key and the next one's.
+/// Waits for the start of a slice (at most 150 ms of it gone) and writes
+/// the crowd into its key and the next one's.
 fn crowded_slice(redis: &RedisServer, task: &str) -> u64 {
     let slice = loop {
         let (slice, into) = slice_now();
@@ -91,6 +91,28 @@ fn next_slice(slice: u64) {
     std::thread::sleep(Duration::from_millis(100));
 }
 
+/// Acquires on `task` from `threads` threads of a thread of its own until
+/// [`Hammer::stop`].
+struct Hammer {
+    stop: Arc<AtomicBool>,
+    worker: std::thread::JoinHandle<Vec<u64>>,
+}
+
+impl Hammer {
+    fn start(task: &Arc<Task>, threads: usize, slice: u64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (task, flag) = (task.clone(), stop.clone());
+        let worker = std::thread::spawn(move || hammer(task, threads, flag, slice));
+        Self { stop, worker }
+    }
+
+    /// Stops it: the admissions per 50 ms of the slice.
+    fn stop(self) -> Vec<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.worker.join().unwrap()
+    }
+}
+
 /// Acquires on `task` from `threads` threads until `stop`; counts the
 /// admissions per 50 ms of the slice.
 fn hammer(task: Arc<Task>, threads: usize, stop: Arc<AtomicBool>, slice: u64) -> Vec<u64> {
@@ -125,14 +147,9 @@ fn a_held_ask_is_reserved_and_spent_only_after_its_wait() {
     let table = Table::open(scratch.path("t"), &options(&redis.url())).unwrap();
     let task = Arc::new(table.task("crowded", &config()).unwrap());
     let slice = crowded_slice(&redis, "crowded");
-    let stop = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let (task, stop) = (task.clone(), stop.clone());
-        std::thread::spawn(move || hammer(task, 2, stop, slice))
-    };
+    let hammer = Hammer::start(&task, 2, slice);
     std::thread::sleep(Duration::from_millis(SLICE_MS - slice_now().1 - 100));
-    stop.store(true, Ordering::Relaxed);
-    let bins = worker.join().unwrap();
+    let bins = hammer.stop();
     let q = task.quota_stats();
     assert!(q.reserved > 0, "no reservation: {q:?}");
     // Spent no faster than the slice released: what was admitted by the
@@ -175,11 +192,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     let table = Table::open(&path, &opts).unwrap();
     let task = Arc::new(table.task("storm", &config()).unwrap());
     let slice = crowded_slice(&redis, "storm");
-    let stop = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let (task, stop) = (task.clone(), stop.clone());
-        std::thread::spawn(move || hammer(task, 1, stop, slice))
-    };
+    let hammer = Hammer::start(&task, 1, slice);
     let mut pids = KillOnDrop::default();
     let mut died = 0;
     // The last mover ends by ~3.2 s (300 ms, a fork and an open): the
@@ -206,8 +219,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
         pids.forget(pid);
     }
     std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    worker.join().unwrap();
+    hammer.stop();
     assert!(died >= 3, "{died} movers died");
     assert_eq!(slice_now().0, slice, "the storm outlived its slice");
     let q = task.quota_stats();

@@ -184,14 +184,14 @@ impl Quota {
         let probe = failed(q) && (!super::down::partial(slot, g) || self.probe_due(shm, q));
         // A reservation comes first: it is usable once the pacing it came
         // with is over, and the host asks for no more before.
-        if slot.reserved.load(Ordering::Acquire) != 0 {
+        if !super::reserve::none(slot) {
             if paced(shm, q) {
                 return Ok(0);
             }
             let failing = failed(q);
             let moved =
-                super::reserve::redeem(slot, |s| failing || super::down::granted_self_in(slot, s));
-            if super::pull::tagged(q.host.load(Ordering::Acquire), slice) > 0 {
+                super::reserve::move_in(slot, |s| failing || super::down::granted_self_in(slot, s));
+            if tagged(q.host.load(Ordering::Acquire), slice) > 0 {
                 return Ok(moved);
             }
         }
@@ -304,8 +304,9 @@ impl Quota {
                     failing || super::down::granted_self_in(slot, s)
                 });
             }
-            // Nothing more released yet: no pull until it will have been.
-            let paced = match reply.wait_ms {
+            // Nothing more released yet: no pull until it will have been (a
+            // reservation: until it is usable).
+            let paced = match reply.wait_ms.max(reply.usable_ms) {
                 0 => 0,
                 ms => shm.clock.now().saturating_add(
                     shm.clock

@@ -26,8 +26,8 @@ use std::sync::atomic::Ordering;
 use super::pull::{deposit, tagged};
 use crate::format::TaskSlot;
 
-/// Whether the host holds no reservation (of any slice): a key found used
-/// up leaves nothing to do until the slice changes only then.
+/// Whether the host holds no reservation (of any slice). Only then does a
+/// used-up key or a spent fallback share leave a pull nothing to do.
 pub(super) fn none(slot: &TaskSlot) -> bool {
     slot.reserved.load(Ordering::Acquire) == 0
 }
@@ -54,7 +54,7 @@ pub(super) fn keep(slot: &TaskSlot, slice: u32, granted: u64) {
 
 /// Moves the reservation into the host's quota (under the pull lock, once
 /// it is usable); `touched` as [`deposit`]'s. Returns the permits moved.
-pub(super) fn redeem(slot: &TaskSlot, touched: impl Fn(u32) -> bool) -> u64 {
+pub(super) fn move_in(slot: &TaskSlot, touched: impl Fn(u32) -> bool) -> u64 {
     let word = slot.reserved.swap(0, Ordering::AcqRel);
     if word == 0 {
         return 0;

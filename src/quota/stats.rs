@@ -31,7 +31,7 @@ pub(crate) fn read(slot: &TaskSlot, g: Option<Global>, skew_us: i64) -> QuotaSta
             QuotaState::Failed
         } else if load_acquire(&q.exhausted) == slice as u64 + 1
             && tagged(q.host.load(Ordering::Relaxed), slice) == 0
-            && slot.reserved.load(Ordering::Relaxed) == 0
+            && super::reserve::none(slot)
         {
             QuotaState::Limited
         } else {
