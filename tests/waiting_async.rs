@@ -70,8 +70,11 @@ fn a_future_waits_its_turn_and_is_woken_by_the_hand_over() {
                 .unwrap()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(20));
+            // Read before the release: the hand-over may run the future
+            // before this thread is scheduled again.
+            let releasing = Instant::now();
             p.release(Outcome::Success).unwrap();
-            Instant::now()
+            releasing
         })
     };
     until("the thread waits", || task.stats().waiting == 1);
