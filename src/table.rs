@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::config_file::{self, ConfigFile, Live};
 use crate::error::{Error, Result};
 use crate::format::{MAX_ATTACH_CAPACITY, MAX_TASK_CAPACITY};
-use crate::quota::{Quota, StoreOptions};
+use crate::quota::{Keeper, Quota, StoreOptions};
 use crate::shm::Reclaim;
 use crate::shm::{OpenSpec, Region, Shm};
 use crate::task::{self, Task, TaskConfig, TaskReclaim, TaskSettings, WaitRoom};
@@ -165,6 +165,8 @@ pub struct Table {
     waits: Arc<WaitRoom>,
     /// The config file, if the table was opened with one.
     file: Option<Arc<Live>>,
+    /// Gives back the idle quota of this handle's tasks (see `quota`).
+    keeper: Arc<Keeper>,
 }
 
 /// What [`Table::check`] found.
@@ -224,6 +226,7 @@ impl Table {
             quota,
             waits: Arc::default(),
             file,
+            keeper: Arc::default(),
         })
     }
 
@@ -277,6 +280,8 @@ impl Table {
 
     /// A handle of the task in slot `index`, sharing this table's waiters.
     fn handle(&self, index: u32, name: &str) -> Task {
+        // Every task: one may gain a global limit by an update.
+        self.keeper.watch(&self.shm, &self.quota, index, name);
         Task::new(
             self.shm.clone(),
             self.quota.clone(),

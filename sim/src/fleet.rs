@@ -12,6 +12,11 @@ use flowctrl::{Outcome, QuotaStats, StoreOptions, Table, TableOptions, Task, Tas
 
 use crate::Result;
 
+/// How long a host's quota stays unspent before it is given back.
+pub const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+/// How often each host's keeper looks, µs of simulated time.
+pub const KEEP_EVERY_US: i64 = 10_000;
+
 /// The task every host spends from.
 pub const TASK: &str = "sim";
 
@@ -65,6 +70,12 @@ impl Host {
             self.task.release_raw(&mut permit, Outcome::Success)?;
         }
         Ok(())
+    }
+
+    /// The keeper thread's call: gives back what the host holds when it
+    /// has been idle for `IDLE`.
+    pub fn keep(&self) -> u64 {
+        self.task.return_idle_quota(IDLE)
     }
 
     pub fn stats(&self) -> QuotaStats {

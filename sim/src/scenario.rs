@@ -158,7 +158,12 @@ pub fn run(s: &Scenario) -> Result<Run> {
     let mut acc = vec![0.0f64; n];
     let mut order: Vec<usize> = (0..n).collect();
     let mut out = Vec::new();
-    let mut before: Vec<u64> = hosts.iter().map(|h| h.stats().granted).collect();
+    // Granted and not given back (see `Host::keep`).
+    let kept = |h: &Host| {
+        let s = h.stats();
+        s.granted - s.returned
+    };
+    let mut before: Vec<u64> = hosts.iter().map(kept).collect();
     for k in 0..=s.slices as i64 {
         let start = BASE_US + k * slice_us;
         if s.demand == Demand::Churn && k > 0 {
@@ -200,9 +205,16 @@ pub fn run(s: &Scenario) -> Result<Run> {
                     hosts[i].request(&mut tally[i])?;
                 }
             }
+            if (t - BASE_US) % crate::fleet::KEEP_EVERY_US == 0
+                && std::env::var_os("FLOWCTRL_SIM_NO_KEEP").is_none()
+            {
+                for h in &hosts {
+                    h.keep();
+                }
+            }
             t += TICK_US;
         }
-        let granted: Vec<u64> = hosts.iter().map(|h| h.stats().granted).collect();
+        let granted: Vec<u64> = hosts.iter().map(kept).collect();
         let mut slice = Slice {
             quota,
             ops: store.evals.load(Ordering::Relaxed) - ops_before,

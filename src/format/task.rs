@@ -58,7 +58,17 @@ pub(crate) struct TaskSlot {
     /// Permits received as reservations, since the task was registered
     /// (0.3.0 left this word zero).
     pub reserved_total: AtomicU64,
-    _pad2: [AtomicU64; 4],
+    /// Permits of the current slice this host gave back to the store while
+    /// idle (see `quota::give_back`): slice (high 32 bits) | permits. The
+    /// host's claim is what it took less this (0.3.0 left this word zero).
+    pub given: AtomicU64,
+    /// A give-back under way: slice (high 32 bits) | what `given` will hold
+    /// once it is done; 0 = none. Written under the pull lock only.
+    pub giving: AtomicU64,
+    /// Permits given back while idle, since the task was registered (0.3.0
+    /// left this word zero).
+    pub given_total: AtomicU64,
+    _pad2: [AtomicU64; 1],
     /// Permits counted against the cap, with the tag of the last op
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,

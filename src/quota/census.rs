@@ -132,7 +132,7 @@ impl Store {
                     "quota" => {
                         *quotas.entry(slice).or_default() += value.parse::<u64>().unwrap_or(0);
                     }
-                    "left" | "demand" | "fair" => {}
+                    "left" | "demand" | "fair" | "back" => {}
                     host => match parse_record(host, slice, &value) {
                         // Carried from the slice before, never pulled in
                         // this one: not a sign of life.
@@ -230,7 +230,7 @@ pub(crate) fn merge(hosts: &mut Vec<HostRecord>, record: HostRecord) {
 /// demand; before the health figures: none of them).
 pub(crate) fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
     let fields: Vec<&str> = value.split(' ').collect();
-    if ![5, 6, 10, 11].contains(&fields.len()) {
+    if ![5, 6, 10, 11, 12].contains(&fields.len()) {
         return None;
     }
     let number = |i: usize| fields.get(i).map_or(Some(0), |v| v.parse::<i64>().ok());
@@ -240,7 +240,8 @@ pub(crate) fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRe
         slice,
         asked: count(1)?,
         granted: count(2)?,
-        claimed: count(3)?,
+        // What it holds: its claim less what it gave back while idle.
+        claimed: count(3)?.saturating_sub(count(11)?),
         offset_us: number(4)?,
         demand: count(5)?,
         health: HostHealth {

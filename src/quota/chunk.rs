@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::pull::tagged;
 use super::store::slice_of;
 use super::{Global, Quota};
-use crate::format::QuotaSlot;
+use crate::format::TaskSlot;
 
 /// Chunks the adaptive rule aims for per slice at steady demand.
 const PULLS_PER_SLICE: u64 = 3;
@@ -18,7 +18,7 @@ impl Quota {
     /// by the slice's end less what it holds (the slice's last chunk: no
     /// pull for a sliver after it). At most 25 % of the slice's quota and
     /// its burst, at least the floor below.
-    pub(in crate::quota) fn want(&self, q: &QuotaSlot, g: Global, n: u32) -> u64 {
+    pub(in crate::quota) fn want(&self, slot: &TaskSlot, g: Global, n: u32) -> u64 {
         if g.chunk != 0 {
             return g.chunk.max(n) as u64;
         }
@@ -33,7 +33,7 @@ impl Quota {
         // spends by then cost the few hosts a pull more a slice). A host
         // with no history asks for one: until the store has answered it
         // does not know how many others there are.
-        let pace = pace(self, q, g);
+        let pace = pace(self, slot, g);
         let want = if pace.last() {
             pace.to_end().saturating_sub(pace.held)
         } else {
@@ -60,13 +60,15 @@ impl Quota {
 
 /// The host's pace in the current slice: its rate, the time left, and
 /// what it holds.
-pub(super) fn pace(me: &Quota, q: &QuotaSlot, g: Global) -> Pace {
+pub(super) fn pace(me: &Quota, slot: &TaskSlot, g: Global) -> Pace {
+    let q = &slot.quota;
     let slice_us = g.slice_ms as u64 * 1000;
     let now = me.store_now_us(q).max(0) as u64;
     let slice = slice_of(now as i64, g.slice_ms);
     let elapsed = now % slice_us;
     let (granted, held) = (
-        tagged(q.slice_granted.load(Ordering::Relaxed), slice),
+        tagged(q.slice_granted.load(Ordering::Relaxed), slice)
+            .saturating_sub(super::idle::given_in(slot, slice)),
         tagged(q.host.load(Ordering::Relaxed), slice),
     );
     let spent = granted.saturating_sub(held);
@@ -79,7 +81,9 @@ pub(super) fn pace(me: &Quota, q: &QuotaSlot, g: Global) -> Pace {
     let word = q.host.load(Ordering::Relaxed);
     let last = (word >> 32) as u32;
     let prev = if word != 0 && last == slice.wrapping_sub(1) {
-        tagged(q.slice_granted.load(Ordering::Relaxed), last).saturating_sub(word & 0xffff_ffff)
+        tagged(q.slice_granted.load(Ordering::Relaxed), last)
+            .saturating_sub(super::idle::given_in(slot, last))
+            .saturating_sub(word & 0xffff_ffff)
             + tagged(q.fallback_admitted.load(Ordering::Relaxed), last)
     } else {
         q.prev_spent.load(Ordering::Relaxed)
@@ -96,7 +100,7 @@ pub(super) fn pace(me: &Quota, q: &QuotaSlot, g: Global) -> Pace {
     // by its spending alone it ramps up from one permit in chunks each a
     // round trip apart, while the slice's release goes to the others.
     let asked = if many {
-        let rate = super::fair::asked_in(q, slice) * 1_000_000 / elapsed.max(slice_us / 20);
+        let rate = super::fair::asked_in(slot, slice) * 1_000_000 / elapsed.max(slice_us / 20);
         rate.min(quota * 1000 / g.slice_ms as u64 / hosts)
     } else {
         0

@@ -9,8 +9,8 @@
 use std::sync::atomic::Ordering;
 
 use super::pull::tagged;
-use super::{Global, Quota, received_in};
-use crate::format::QuotaSlot;
+use super::{Global, Quota, kept_in};
+use crate::format::{QuotaSlot, TaskSlot};
 
 /// Counts `n` requests refused as global in `slice` (cold: the host's
 /// quota is out).
@@ -26,10 +26,11 @@ pub(super) fn refused(q: &QuotaSlot, slice: u32, n: u32) {
         });
 }
 
-/// What the host was asked for in `slice`: admitted (received, less what
-/// it holds unspent) and refused as global.
-pub(super) fn asked_in(q: &QuotaSlot, slice: u32) -> u64 {
-    received_in(q, slice).saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
+/// What the host was asked for in `slice`: admitted (kept, less what it
+/// holds unspent) and refused as global.
+pub(super) fn asked_in(slot: &TaskSlot, slice: u32) -> u64 {
+    let q = &slot.quota;
+    kept_in(slot, slice).saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
         + tagged(q.refused.load(Ordering::Relaxed), slice)
 }
 
@@ -37,19 +38,20 @@ impl Quota {
     /// Requests per slice this host is asked for: its last full slice's, or
     /// this slice's so far at its pace if more (after a tenth of it, so the
     /// first requests of a slice do not read as a flood).
-    pub(super) fn demand(&self, q: &QuotaSlot, g: Global, slice: u32) -> u64 {
+    pub(super) fn demand(&self, slot: &TaskSlot, g: Global, slice: u32) -> u64 {
+        let q = &slot.quota;
         // At a slice's first pull the host word still holds the slice just
         // over, whose demand `prev_demand` will only get at the deposit.
         let last = (q.host.load(Ordering::Relaxed) >> 32) as u32;
         let prev = if last == slice.wrapping_sub(1) {
-            asked_in(q, last)
+            asked_in(slot, last)
         } else {
             q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64)
         };
         let slice_us = g.slice_ms as u64 * 1000;
         let elapsed = self.store_now_us(q).max(0) as u64 % slice_us;
         let pace = if elapsed >= slice_us / 10 {
-            asked_in(q, slice).saturating_mul(slice_us) / elapsed
+            asked_in(slot, slice).saturating_mul(slice_us) / elapsed
         } else {
             0
         };

@@ -32,6 +32,8 @@ mod down;
 mod fair;
 pub(crate) mod health;
 mod hints;
+mod idle;
+mod keeper;
 mod notes;
 mod pull;
 mod record;
@@ -57,6 +59,7 @@ use crate::shm::Shm;
 pub use census::{Fleet, HostHealth, HostRecord, Store};
 pub(crate) use census::{merge as merge_record, parse_record};
 pub use config::{GlobalConfig, GlobalSettings};
+pub(crate) use keeper::Keeper;
 pub(crate) use pull::reclaim_pull_lock;
 pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
@@ -124,6 +127,9 @@ pub struct QuotaStats {
     /// its wait): counted when received; `granted` counts them once moved
     /// into the host's quota.
     pub reserved: u64,
+    /// Permits given back to the store while the host was idle (see
+    /// `Task::return_idle_quota`): counted in `granted`, never in `stranded`.
+    pub returned: u64,
 }
 
 /// The task a quota operation is for: the table, the task's slot and
@@ -178,6 +184,8 @@ pub(crate) struct Quota {
     wall_base_us: AtomicI64,
     /// The table clock when `wall_base_us` was measured.
     based_at: AtomicU64,
+    /// The host words this handle saw, for giving back idle quota.
+    idle: idle::Seen,
 }
 
 /// Checks a host id given in the options.
@@ -237,6 +245,7 @@ impl Quota {
             skew_us: options.clock_skew_ms.saturating_mul(1000),
             wall_base_us: AtomicI64::new(0),
             based_at: AtomicU64::new(0),
+            idle: idle::Seen::default(),
         })
     }
 
@@ -323,7 +332,7 @@ impl Quota {
             match self.try_lock(t.shm, q)? {
                 Some(lock) => {
                     pulls += 1;
-                    let want = self.want(q, t.g, need.n);
+                    let want = self.want(t.slot, t.g, need.n);
                     let _ = self.pull_locked(t, want, &lock);
                 }
                 None if Instant::now() >= until => {
@@ -442,6 +451,12 @@ fn allowance(rate: f64, g: Global) -> u64 {
 /// moved into its quota included) and fallback admissions.
 pub(super) fn taken_in(slot: &TaskSlot, slice: u32) -> u64 {
     received_in(&slot.quota, slice) + reserve::held(slot, slice)
+}
+
+/// What the host kept of `slice`: [`received_in`] less what it gave back
+/// while idle (see `idle`).
+pub(super) fn kept_in(slot: &TaskSlot, slice: u32) -> u64 {
+    received_in(&slot.quota, slice).saturating_sub(idle::given_in(slot, slice))
 }
 
 /// What reached the host's quota of `slice`, and its fallback admissions.

@@ -32,9 +32,12 @@ local function fields(rec)
 end
 local function is_host(field)
   return field ~= 'left' and field ~= 'quota' and field ~= 'demand' and field ~= 'fair'
+    and field ~= 'back'
 end
-local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host, 'fair')
+local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host, 'fair', 'back')
 local left, quota, demands, rec, cache = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4], got[5]
+-- What hosts gave back of the slice while idle (see below).
+local back_total = tonumber(got[6]) or 0
 -- A key no host has pulled from: created here, or written ahead by a
 -- manager (`left` and `quota` only, its TTL set).
 local created = 0
@@ -72,16 +75,20 @@ else
   end
 end
 if left < 0 then left = 0 end
-local acc, asked, granted, before, had = 0, 0, 0, 0, 0
+local acc, asked, granted, before, had, was_given = 0, 0, 0, 0, 0, 0
 if rec then
   local f = fields(rec)
   acc, asked, granted, before, had = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0, f[6] or 0
+  was_given = f[12] or 0
 end
 -- The shape's TTL is renewed by its hosts' first pull in each slice.
 if keeps_shape and asked == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
 local demand = math.max(tonumber(ARGV[14]) or 0, 0)
 demands = demands + demand - had
 local claimed = tonumber(ARGV[7]) or 0
+-- What the host gave back while idle, of its claim (an older host sends
+-- nothing: 0). The claim it holds is the rest.
+local given = math.min(math.max(tonumber(ARGV[20]) or 0, 0), math.max(claimed, 0))
 quota = quota or tonumber(ARGV[1])
 -- A host whose threshold differs from the key's creator's: counted there,
 -- while every host spends by the key's numbers. Not so for the record's:
@@ -91,16 +98,30 @@ if ARGV[13] ~= '1' and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
 -- using the same host id.
 local conflict = 0
 if claimed < before then conflict = 1 end
-if claimed > acc then
-  left = math.max(left - (claimed - acc), 0)
-  acc = claimed
+local holds = claimed - given
+if holds > acc then
+  left = math.max(left - (holds - acc), 0)
+  acc = holds
+end
+-- A give-back the key was not told of: back into the key, and the host is
+-- owed it again by the fair tails. Never more than the key charges beyond
+-- what the host holds: a key created anew never charged it.
+if conflict == 0 and given > was_given then
+  local back = math.min(given - was_given, math.max(acc - holds, 0))
+  left = math.min(left + back, quota)
+  acc, granted, was_given = acc - back, math.max(granted - back, 0), given
+  if back > 0 then
+    back_total = back_total + back
+    redis.call('HSET', key, 'back', back_total)
+  end
 end
 -- A grant the host never received (its puller died before the deposit):
 -- charged already, handed back once, not taken from the slice again.
 local credit = 0
-if ARGV[9] == '1' and conflict == 0 and acc > claimed then credit = acc - claimed end
+if ARGV[9] == '1' and conflict == 0 and acc > holds then credit = acc - holds end
 local want = tonumber(ARGV[2])
 local grant = math.min(want, left)
+local giving_back = ARGV[20] ~= nil
 -- Smooth within the slice: the burst at once, the rest evenly over it,
 -- cluster-wide (`store::released`); ms until the ask will have been released.
 local burst = tonumber(ARGV[10]) or quota
@@ -123,6 +144,7 @@ local room = math.max(released - (quota - left), 0)
 local owed_cut, shared_out = false, false
 local hosts = redis.call('HLEN', key) - 3
 if cache then hosts = hosts - 1 end
+if back_total > 0 then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
 local mine, fair_share = 0, 0
 local c = {}
@@ -199,12 +221,25 @@ end
 -- that reports no demand yet (it just started) is not held so, and none
 -- longer than a quarter slice: a host that joined at the end of the last
 -- slice reports the few requests it had there, and half an ask at that
--- pace was a wait of a whole slice, or many.
+-- pace was a wait of a whole slice, or many. A host that gave quota back
+-- while idle in this slice asks in bursts, at many times the pace its
+-- demand says: no longer than an eighth (a quarter held a burst of a
+-- tenth of a slice back whole, measured in the simulation).
 if shared_out and demand > 0 and grant < want and left > grant then
-  wait = math.max(wait, math.min(math.ceil(want / 2 / demand * slice_ms), math.ceil(slice_ms / 4)))
+  local most = slice_ms / 4
+  if given > 0 then most = slice_ms / 8 end
+  wait = math.max(wait, math.min(math.ceil(want / 2 / demand * slice_ms), math.ceil(most)))
 end
 -- A new slice releases anew: no wait runs past this one's end.
 wait = math.min(wait, slice_ms - elapsed)
+-- A pull for nothing (a give-back's own) is not paced.
+if want == 0 then wait = 0 end
+-- Used up past 100 hosts after hosts gave quota back (to a host that can
+-- give back too: it sends ARGV 20): more may come back, so the host asks
+-- again in a tenth of a slice rather than never in this one.
+if giving_back and back_total > 0 and hosts > 100 and want > 0 and left == grant then
+  wait = math.max(math.min(math.ceil(slice_ms / 10), slice_ms - elapsed), 0)
+end
 -- A reservation: past 100 hosts, an ask held back (by the release or the
 -- fair tails) is granted now, to be spent only after the wait, when asking
 -- again would have been granted; the host keeps it aside meanwhile (ARGV
@@ -238,7 +273,7 @@ if shared_out and c[5] ~= nil then
   fair = {'fair', string.format('%d,%d,%d,%d,%d', c[1], c[2], c[3], c[4] + math.min(grant, mine), c[5])}
 end
 redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
-  string.format('%d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
+  string.format('%d %d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
     claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17), count(18),
-    own_numbers), unpack(fair))
+    own_numbers, was_given), unpack(fair))
 return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created, usable}

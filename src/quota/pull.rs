@@ -129,7 +129,7 @@ impl Quota {
             return;
         }
         if let Ok(Some(lock)) = self.try_lock(t.shm, q) {
-            let want = self.want(q, t.g, 1);
+            let want = self.want(t.slot, t.g, 1);
             let _ = self.pull_locked(t, want, &lock);
         }
     }
@@ -177,6 +177,8 @@ impl Quota {
             mut g,
         } = t;
         let q = &slot.quota;
+        // A give-back its mover left half done comes first (see `idle`).
+        super::idle::finish(slot);
         let mut slice = slice_of(self.store_now_us(q), g.slice_ms);
         // While failed every pull probes (the request path pulls then only
         // when a probe is due); while only some shards are down, one pull
@@ -211,6 +213,7 @@ impl Quota {
                 _ => want,
             };
             let claimed = super::taken_in(slot, slice);
+            let given = super::idle::given_in(slot, slice);
             let redeem = q.redeem.load(Ordering::Acquire) == 1;
             let (record_version, spends_record) = record::seen(q);
             let sent = wall_us() + self.skew_us;
@@ -228,12 +231,13 @@ impl Quota {
                     want: want.min(g.quota as u64),
                     host: &self.host,
                     claimed,
+                    given,
                     redeem,
                     offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
                     record_version,
                     spends_record,
                     own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
-                    demand: self.demand(q, g, slice),
+                    demand: self.demand(slot, g, slice),
                     health: super::health::of_slice(shm, index, slot, slice),
                     embedded: &q.embedded,
                     reserve: true,
@@ -300,7 +304,7 @@ impl Quota {
             if kept {
                 super::reserve::keep(slot, slice, reply.granted);
             } else {
-                deposit(q, slice, reply.granted, |s| {
+                deposit(slot, slice, reply.granted, |s| {
                     failing || super::down::granted_self_in(slot, s)
                 });
             }
@@ -316,7 +320,7 @@ impl Quota {
             q.paced_until.store(paced, Ordering::Release);
             // The next chunk is pulled when a quarter of this one is left,
             // unless what the host holds lasts it to the slice's end.
-            let pace = super::chunk::pace(self, q, g);
+            let pace = super::chunk::pace(self, slot, g);
             let covered = pace.last() && pace.held >= pace.to_end().max(1);
             q.low_water
                 .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
@@ -328,7 +332,9 @@ impl Quota {
                 failed(q) && !partial,
                 format_args!("task {task:?}: the quota store answers again"),
             );
-            if reply.left == 0 {
+            // Used up with a wait: what idle hosts give back is asked for
+            // then (see `idle`).
+            if reply.left == 0 && reply.wait_ms == 0 {
                 q.exhausted.store(slice as u64 + 1, Ordering::Release);
             }
             if partial {
@@ -412,7 +418,8 @@ pub(super) fn just_before(a: u32, b: u32) -> bool {
 /// a slice already over is stranded whole.
 /// `touched(s)`: slice `s` was spent with a shard down (see `down`): like
 /// one an outage cut short, its figure is not the host's share.
-pub(super) fn deposit(q: &QuotaSlot, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
+pub(super) fn deposit(slot: &TaskSlot, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
+    let q = &slot.quota;
     q.granted.fetch_add(granted, Ordering::Relaxed);
     let mut word = q.host.load(Ordering::Acquire);
     loop {
@@ -443,7 +450,8 @@ pub(super) fn deposit(q: &QuotaSlot, slice: u32, granted: u64, touched: impl Fn(
                     q.stranded.fetch_add(left, Ordering::Relaxed);
                     // What the host admitted in the slice it leaves: the
                     // share fallback's rate if the store fails next.
-                    let old = tagged(q.slice_granted.load(Ordering::Relaxed), current);
+                    let old = tagged(q.slice_granted.load(Ordering::Relaxed), current)
+                        .saturating_sub(super::idle::given_in(slot, current));
                     let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), current);
                     q.prev_spent
                         .store(old.saturating_sub(left) + fell_back, Ordering::Relaxed);

@@ -66,7 +66,7 @@ pub(super) fn move_in(slot: &TaskSlot, touched: impl Fn(u32) -> bool) -> u64 {
         // SIGKILL there would.
         std::process::abort();
     }
-    deposit(&slot.quota, (word >> 32) as u32, permits, touched);
+    deposit(slot, (word >> 32) as u32, permits, touched);
     permits
 }
 

@@ -167,6 +167,8 @@ impl Quota {
                 burst: part(ask.burst, shards, i).max(1),
                 want,
                 claimed: claim,
+                // Nor a give-back (see `idle`).
+                given: 0,
                 demand,
                 // One reservation per host word: not over several keys.
                 reserve: false,

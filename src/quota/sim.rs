@@ -65,6 +65,12 @@ impl QuotaStore for SimStore {
         ))
     }
 
+    /// The simulator calls `Task::return_idle_quota` on its own clock: a
+    /// keeper thread on the real one would race it.
+    fn keeper(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         "the simulated store".into()
     }

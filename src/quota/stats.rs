@@ -60,5 +60,6 @@ pub(crate) fn read(slot: &TaskSlot, g: Option<Global>, skew_us: i64) -> QuotaSta
             .filter(|g| g.shards > 1)
             .map_or(0, |g| super::down::down(slot) & super::down::all(g.shards)),
         reserved: slot.reserved_total.load(Ordering::Relaxed),
+        returned: slot.given_total.load(Ordering::Relaxed),
     }
 }

@@ -31,6 +31,9 @@ pub(crate) struct Ask<'a> {
     /// permit its fallback admitted. A key that does not know this much of
     /// the host deducts the difference once.
     pub claimed: u64,
+    /// Of `claimed`, what the host gave back while idle (see `idle`): the
+    /// key puts back what it was not told of before.
+    pub given: u64,
     /// A pull lock was taken from a dead holder: hand back what the key
     /// charged the host with beyond its claim (a grant that never arrived).
     pub redeem: bool,
@@ -120,6 +123,11 @@ pub(crate) trait QuotaStore: Send + Sync {
     /// measurement could only add the noise of a descheduled puller).
     fn shares_host_clock(&self) -> bool {
         false
+    }
+    /// Whether a table handle runs a keeper thread for this store (see
+    /// `keeper`): the embedded store has no other host to give to.
+    fn keeper(&self) -> bool {
+        self.spreads()
     }
     /// For messages: which store this is (never with a password).
     fn describe(&self) -> String;
@@ -298,6 +306,7 @@ mod tests {
             want,
             host: "h",
             claimed: 0,
+            given: 0,
             redeem: false,
             offset_us: 0,
             record_version: 0,

@@ -39,6 +39,21 @@ impl Task {
         })
     }
 
+    /// Gives back to the store what this host holds of the current slice
+    /// when no admission has spent any of it for `idle` (as seen by this
+    /// handle's earlier calls: the first call only looks), so the other
+    /// hosts can spend it; the store puts it back into the slice's key. The
+    /// table's keeper thread calls it (see the README, "Idle quota");
+    /// returns the permits given back (0: not idle, nothing held, the
+    /// embedded store, a task spread over shards, or the store failing).
+    pub fn return_idle_quota(&self, idle: std::time::Duration) -> u64 {
+        let slot = self.shm.task_slot(self.index);
+        match config::read(slot).global {
+            Some(g) => self.quota.return_idle(self.quota_ref(slot, g), idle),
+            None => 0,
+        }
+    }
+
     pub(super) fn quota_ref<'a>(&'a self, slot: &'a TaskSlot, g: Global) -> TaskRef<'a> {
         TaskRef {
             shm: &self.shm,

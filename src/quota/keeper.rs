@@ -1,0 +1,111 @@
+//! The keeper thread: gives back the quota of a table handle's idle tasks.
+//!
+//! Pulls run on the callers' threads, but a host that has gone quiet makes
+//! no call, and what it holds of the slice would stay stranded until the
+//! slice ends (see `idle`). So a table handle whose store is Redis starts,
+//! with its first task, one thread that looks at its tasks with a global
+//! limit every [`EVERY`] and gives back what one holds when no admission
+//! spent any of it for a twentieth of a slice. Every process's
+//! keeper looks; the pull lock and the host word's compare-and-swap let
+//! only one give back, and only what nobody spent meanwhile.
+//!
+//! It holds weak references: it ends when the handle is dropped. After a
+//! `fork` the child has no thread; its next task registration starts one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::{Quota, TaskRef};
+use crate::shm::{Shm, fork_generation};
+
+/// How often the keeper looks.
+pub(crate) const EVERY: Duration = Duration::from_millis(10);
+
+/// How long a task's quota must go unspent before it is given back: a
+/// twentieth of its slice (50 ms of a 1 s slice), at least two looks.
+pub(crate) fn idle_after(slice_ms: u32) -> Duration {
+    (Duration::from_millis(slice_ms as u64) / 20).max(2 * EVERY)
+}
+
+/// The tasks a table handle registered, and its keeper thread.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    tasks: parking_lot::Mutex<Vec<(u32, String)>>,
+    /// The fork generation the thread runs in, plus one; 0: none started.
+    started: AtomicU64,
+}
+
+impl Keeper {
+    /// Adds task `index` to those the keeper looks at, and starts the
+    /// thread if this process has none (only for a store with other hosts:
+    /// the embedded store has nobody to give to).
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        shm: &Arc<Shm>,
+        quota: &Arc<Quota>,
+        index: u32,
+        name: &str,
+    ) {
+        if !quota.store.keeper() {
+            return;
+        }
+        {
+            let mut tasks = self.tasks.lock();
+            if !tasks.iter().any(|t| t.0 == index) {
+                tasks.push((index, name.to_string()));
+            }
+        }
+        let generation = fork_generation() + 1;
+        let seen = self.started.load(Ordering::Acquire);
+        if seen == generation
+            || self
+                .started
+                .compare_exchange(seen, generation, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let (me, shm, quota) = (
+            Arc::downgrade(self),
+            Arc::downgrade(shm),
+            Arc::downgrade(quota),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("flowctrl-keep".into())
+            .spawn(move || run(&me, &shm, &quota, generation));
+        if spawned.is_err() {
+            // No thread to be had: idle quota stays until the slice ends,
+            // as it did before keepers; the next registration tries again.
+            self.started.store(0, Ordering::Release);
+        }
+    }
+}
+
+fn run(keeper: &Weak<Keeper>, shm: &Weak<Shm>, quota: &Weak<Quota>, generation: u64) {
+    loop {
+        std::thread::sleep(EVERY);
+        let (Some(keeper), Some(shm), Some(quota)) =
+            (keeper.upgrade(), shm.upgrade(), quota.upgrade())
+        else {
+            return;
+        };
+        if keeper.started.load(Ordering::Acquire) != generation {
+            return;
+        }
+        let tasks = keeper.tasks.lock().clone();
+        for (index, name) in &tasks {
+            let slot = shm.task_slot(*index);
+            if let Some(g) = slot.global() {
+                let t = TaskRef {
+                    shm: &shm,
+                    index: *index,
+                    slot,
+                    task: name,
+                    g,
+                };
+                quota.return_idle(t, idle_after(g.slice_ms));
+            }
+        }
+    }
+}
