@@ -670,6 +670,12 @@ struct fc_task_stats {
    * `quota_granted` counts them once moved into the host's quota.
    */
   uint64_t quota_reserved;
+  /**
+   * Permits given back to the store while the host was idle (its
+   * keeper thread: others spend them); counted in `quota_granted`,
+   * never in `quota_stranded`.
+   */
+  uint64_t quota_returned;
 };
 
 /**

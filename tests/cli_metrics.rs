@@ -175,6 +175,10 @@ fn assert_task_counters(samples: &BTreeMap<Series, f64>, task: &Task) {
             q.reserved as f64
         );
         assert_eq!(
+            count("flowctrl_quota_returned_total", None),
+            q.returned as f64
+        );
+        assert_eq!(
             count("flowctrl_quota_stranded_total", None),
             q.stranded as f64
         );

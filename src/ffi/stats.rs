@@ -73,6 +73,7 @@ pub unsafe extern "C" fn fc_task_stats(task: *const fc_task, out: *mut fc_task_s
             unlaned_refused: s.unlaned_refused,
             quota_shards_down: q.shards_down,
             quota_reserved: q.reserved,
+            quota_returned: q.returned,
         });
         Ok(fc_status::FC_OK)
     })

@@ -343,6 +343,10 @@ pub struct fc_task_stats {
     /// its wait (one round trip instead of two). Counted when received;
     /// `quota_granted` counts them once moved into the host's quota.
     pub quota_reserved: u64,
+    /// Permits given back to the store while the host was idle (its
+    /// keeper thread: others spend them); counted in `quota_granted`,
+    /// never in `quota_stranded`.
+    pub quota_returned: u64,
 }
 
 /// `fc_task_stats.quota_state`: the task has no global limit.
@@ -358,7 +362,7 @@ pub const FC_QUOTA_FAILED: u32 = 3;
 const _: () = {
     assert!(size_of::<fc_table_options>() == 88);
     assert!(size_of::<fc_task_config>() == 224);
-    assert!(size_of::<fc_task_stats>() == 296);
+    assert!(size_of::<fc_task_stats>() == 304);
     assert!(size_of::<fc_permit>() == 64);
 };
 
@@ -473,6 +477,7 @@ unsafe impl SizedStruct for fc_task_stats {
             unlaned_refused: 0,
             quota_shards_down: 0,
             quota_reserved: 0,
+            quota_returned: 0,
         }
     }
 }

@@ -94,6 +94,13 @@ pub(super) fn quota(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
     )?;
     counter(
         e,
+        "flowctrl_quota_returned",
+        "Permits given back to the store while this host was idle.",
+        None,
+        each(&|t| t.quota.returned),
+    )?;
+    counter(
+        e,
         "flowctrl_quota_stranded",
         "Permits pulled but left unspent when their slice ended.",
         None,

@@ -183,3 +183,110 @@ impl super::Quota {
         back
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> Box<TaskSlot> {
+        // SAFETY: a task slot is atomics only, and all-zero is its state
+        // in a new file.
+        unsafe { Box::new_zeroed().assume_init() }
+    }
+
+    const S: u32 = 77;
+
+    fn word(slice: u32, n: u64) -> u64 {
+        (slice as u64) << 32 | n
+    }
+
+    #[test]
+    fn a_give_back_moves_every_permit_to_given() {
+        let slot = slot();
+        slot.quota.host.store(word(S, 40), Ordering::Relaxed);
+        slot.given.store(word(S, 5), Ordering::Relaxed);
+        assert_eq!(take_out(&slot, word(S, 40), S), 40);
+        assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 0));
+        assert_eq!(given_in(&slot, S), 45);
+        assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_word_that_moved_is_not_idle() {
+        let slot = slot();
+        slot.quota.host.store(word(S, 39), Ordering::Relaxed);
+        assert_eq!(take_out(&slot, word(S, 40), S), 0);
+        assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 39));
+        assert_eq!(given_in(&slot, S), 0);
+        assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
+        // Nor one of another slice, nor an empty one.
+        assert_eq!(take_out(&slot, word(S - 1, 39), S), 0);
+        slot.quota.host.store(word(S, 0), Ordering::Relaxed);
+        assert_eq!(take_out(&slot, word(S, 0), S), 0);
+    }
+
+    /// A mover killed after each of its steps: the next lock holder's
+    /// `finish` leaves the permits in exactly one place.
+    #[test]
+    fn a_move_cut_after_any_step_is_finished_once() {
+        for cut in 0..4 {
+            let slot = slot();
+            slot.quota.host.store(word(S, 40), Ordering::Relaxed);
+            slot.given.store(word(S, 5), Ordering::Relaxed);
+            let journal = word(S, 45);
+            let marked = word(S, 40) ^ MARK;
+            if cut >= 1 {
+                slot.giving.store(journal, Ordering::Relaxed);
+            }
+            if cut >= 2 {
+                slot.quota.host.store(marked, Ordering::Relaxed);
+            }
+            if cut >= 3 {
+                slot.given.store(journal, Ordering::Relaxed);
+            }
+            finish(&slot);
+            finish(&slot);
+            let (host, given) = (
+                tagged(slot.quota.host.load(Ordering::Relaxed), S),
+                given_in(&slot, S),
+            );
+            assert_eq!(host + given, 45, "cut after step {cut}");
+            assert_eq!(given, if cut >= 2 { 45 } else { 5 }, "cut after step {cut}");
+            assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    /// A mover that stalled past the lock's bound finishes after the lock's
+    /// breaker did, and after the breaker gave back more: its late writes
+    /// undo nothing.
+    #[test]
+    fn a_stalled_movers_late_writes_undo_nothing() {
+        let slot = slot();
+        slot.quota.host.store(word(S, 40), Ordering::Relaxed);
+        let journal = word(S, 40);
+        let marked = word(S, 40) ^ MARK;
+        slot.giving.store(journal, Ordering::Relaxed);
+        slot.quota.host.store(marked, Ordering::Relaxed);
+        // The breaker finishes it, a deposit brings 10, and it gives them
+        // back too.
+        finish(&slot);
+        slot.quota.host.store(word(S, 10), Ordering::Relaxed);
+        assert_eq!(take_out(&slot, word(S, 10), S), 10);
+        assert_eq!(given_in(&slot, S), 50);
+        // The stalled mover wakes up and completes its own move.
+        complete(&slot, marked, journal);
+        assert_eq!(given_in(&slot, S), 50);
+        assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 0));
+        assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_new_slice_starts_given_anew() {
+        let slot = slot();
+        slot.given.store(word(S, 45), Ordering::Relaxed);
+        slot.quota.host.store(word(S + 1, 7), Ordering::Relaxed);
+        assert_eq!(take_out(&slot, word(S + 1, 7), S + 1), 7);
+        assert_eq!(given_in(&slot, S + 1), 7);
+        assert_eq!(given_in(&slot, S), 0);
+    }
+}

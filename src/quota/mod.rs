@@ -22,7 +22,8 @@
 //! Pulls run on the thread that needs them, not on a helper thread: nothing
 //! to restart after `fork`, no thread in processes that never pull, and a
 //! pull is one round trip per chunk. See `pull.rs` for the lock, the chunk
-//! size and the transitions.
+//! size and the transitions. Only giving back an idle host's quota needs a
+//! thread (`keeper`): an idle host makes no call.
 
 mod census;
 mod chunk;

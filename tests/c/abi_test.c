@@ -385,7 +385,7 @@ static void test_version_and_status_strings(void)
     CHECK_EQ(sizeof(fc_task_config), 224, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
     CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
-    CHECK_EQ(sizeof(struct fc_task_stats), 296, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(sizeof(struct fc_task_stats), 304, "sizeof(struct fc_task_stats)");
     CHECK_EQ(offsetof(struct fc_task_stats, size), 0, "fc_task_stats.size comes first");
     CHECK(FC_RATE_UNSET < 0 && 1.0-FC_RATE_UNSET == 2.0,
           "FC_RATE_UNSET is negative and safe in an expression");

@@ -281,6 +281,7 @@ fn quota_items(d: &Bound<'_, PyDict>, q: &QuotaStats) -> PyResult<()> {
     d.set_item("keys_created", q.keys_created)?;
     d.set_item("quota_shards_down", q.shards_down)?;
     d.set_item("quota_reserved", q.reserved)?;
+    d.set_item("quota_returned", q.returned)?;
     d.set_item("clock_offset_us", q.clock_offset_us)
 }
 

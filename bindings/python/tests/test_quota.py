@@ -183,6 +183,8 @@ def test_pull_quota_and_bad_input(tmp_path, redis):
     assert task.stats()["quota_granted"] == 100
     assert task.stats()["quota_shards_down"] == 0  # one key: never spread
     assert task.stats()["quota_reserved"] == 0  # one host: nothing reserved
+    # The embedded store: nobody to give idle quota to.
+    assert task.stats()["quota_returned"] == 0
     assert task.settings["global_rate"] == 1000 and task.settings["slice_ms"] == 60_000
     with pytest.raises(flowctrl.InvalidArgumentError):
         task.pull_quota(0)

@@ -77,6 +77,7 @@ pub(crate) fn quota_json(t: &TaskSnapshot) -> Value {
         "keys_created": q.keys_created,
         "shards_down": q.shards_down,
         "reserved": q.reserved,
+        "returned": q.returned,
     })
 }
 

@@ -357,10 +357,11 @@ fn task_text(out: &mut String, t: &TaskSnapshot) {
         line(
             "quota",
             format!(
-                "{}  granted {}  reserved {}  stranded {}  hosts {}  clock offset {}",
+                "{}  granted {}  reserved {}  returned {}  stranded {}  hosts {}  clock offset {}",
                 state_name(state),
                 q.granted,
                 q.reserved,
+                q.returned,
                 q.stranded,
                 q.hosts_seen,
                 offset_us(q.clock_offset_us)

@@ -51,6 +51,7 @@ class Stats(Counters):
     keys_created: int
     quota_shards_down: int
     quota_reserved: int
+    quota_returned: int
     clock_offset_us: int
 
 

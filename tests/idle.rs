@@ -1,0 +1,273 @@
+//! Idle quota against a real Redis: a host that stops admitting gives what
+//! it holds of the slice back to the store (its table's keeper does), and
+//! another host spends it; a busy host gives nothing back; and a give-back
+//! cut by the mover's death is finished by the next pull, exactly.
+//!
+//! Every test keeps its run inside one slice, so the slice's key is the
+//! oracle: what the hosts admitted in it adds up to its quota, no more (a
+//! give-back counted twice) and no less (one lost).
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::{Outcome, Table, TableOptions, Task, TaskConfig};
+
+/// 4 s slices: the keeper gives back after a twentieth of one (200 ms).
+const SLICE_MS: u64 = 4000;
+const IDLE_AFTER: Duration = Duration::from_millis(SLICE_MS / 20);
+
+fn options(url: &str, host: &str) -> TableOptions {
+    let mut o = TableOptions::default();
+    o.store.url = Some(url.to_string());
+    o.store.timeout = Duration::from_millis(500);
+    o.store.host_id = Some(host.into());
+    o
+}
+
+/// A slice of `quota`, released whole at its start (no pacing to wait
+/// for), pulled in chunks of `chunk`.
+fn config(quota: u64, chunk: u32) -> TaskConfig {
+    TaskConfig::new()
+        .global_rate((quota * 1000 / SLICE_MS) as f64)
+        .slice_ms(SLICE_MS as u32)
+        .global_burst(quota as u32)
+        .chunk(chunk)
+}
+
+fn slice_now() -> (u64, u64) {
+    let ms = (wall_us() / 1000) as u64;
+    (ms / SLICE_MS, ms % SLICE_MS)
+}
+
+/// A slice at most `into_ms` in (waiting for the next one's start if
+/// this one is further along).
+fn slice_within(into_ms: u64) -> u64 {
+    loop {
+        let (slice, into) = slice_now();
+        if into <= into_ms {
+            return slice;
+        }
+        std::thread::sleep(Duration::from_millis(SLICE_MS - into + 2));
+    }
+}
+
+/// The census record of `host` in the key of `slice`: accounted (what the
+/// key charges the host with) is field 0, given (what the store was told
+/// the host gave back) field 11.
+fn record(redis: &RedisServer, task: &str, slice: u64, host: &str) -> Vec<i64> {
+    let rec: Option<String> =
+        redis.command(&["HGET", &format!("flowctrl:{{{task}}}:{slice}"), host]);
+    let rec = rec.unwrap_or_else(|| panic!("no record of {host} in slice {slice}"));
+    rec.split(' ').map(|f| f.parse().unwrap()).collect()
+}
+
+/// What the key of `slice` has left to grant.
+fn left(redis: &RedisServer, task: &str, slice: u64) -> i64 {
+    let left: Option<String> =
+        redis.command(&["HGET", &format!("flowctrl:{{{task}}}:{slice}"), "left"]);
+    left.expect("the slice's key").parse().unwrap()
+}
+
+/// Admits one permit at a time until `n` are admitted or one is refused;
+/// returns the admissions.
+fn admit(task: &Task, n: u64) -> u64 {
+    for admitted in 0..n {
+        match task.acquire_raw(1).unwrap() {
+            Ok(mut permit) => task.release_raw(&mut permit, Outcome::Success).unwrap(),
+            Err(_) => return admitted,
+        }
+    }
+    n
+}
+
+/// Admits until the first refusal (at most `cap`).
+fn admit_until_refused(task: &Task, cap: u64) -> u64 {
+    let admitted = admit(task, cap);
+    assert!(admitted < cap, "{cap} admitted and never refused");
+    admitted
+}
+
+/// Polls until `task` has given back something, at most `within`; returns
+/// the permits given back and how long it took.
+fn await_give_back(task: &Task, within: Duration) -> (u64, Duration) {
+    let began = monotonic();
+    loop {
+        let returned = task.quota_stats().returned;
+        if returned > 0 || monotonic() - began >= within {
+            return (returned, monotonic() - began);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Host A pulls a chunk, admits a few and goes quiet; its keeper gives the
+/// rest back and host B, on another table, spends the whole rest of the
+/// slice. Without the give-back B would be refused with A's chunk
+/// stranded.
+#[test]
+fn an_idle_host_gives_back_and_another_spends_it() {
+    const QUOTA: u64 = 4000;
+    const CHUNK: u32 = 1000;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("idle");
+    let table_a = Table::open(scratch.path("a"), &options(&redis.url(), "a")).unwrap();
+    let table_b = Table::open(scratch.path("b"), &options(&redis.url(), "b")).unwrap();
+    let a = table_a.task("idle", &config(QUOTA, CHUNK)).unwrap();
+    let b = table_b.task("idle", &config(QUOTA, CHUNK)).unwrap();
+    // A does its part at the slice's start: a host's demand is reported
+    // from a tenth of the slice on, and A's (its admissions at its pace)
+    // would hold a fair tail of the slice for it away from B.
+    let slice = slice_within(30);
+    assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(n)) if n == CHUNK as u64));
+    let a_admitted = admit(&a, 10);
+    assert_eq!(a_admitted, 10);
+    let (returned, after) = await_give_back(&a, Duration::from_secs(1));
+    let qa = a.quota_stats();
+    assert_eq!(qa.granted, CHUNK as u64, "{qa:?}");
+    assert_eq!(
+        returned,
+        qa.granted - a_admitted,
+        "A did not give back what it held within 1 s: {qa:?}"
+    );
+    // Not before it was idle for the keeper's while.
+    assert!(
+        after >= IDLE_AFTER - Duration::from_millis(10),
+        "given back after {after:?} of idleness"
+    );
+    // The give-back's own round trip told the store: the key charges A with
+    // what it admitted alone, and has the rest to grant.
+    let rec = record(&redis, "idle", slice, "a");
+    assert_eq!(rec[0], a_admitted as i64, "A's record {rec:?}");
+    assert_eq!(rec[11], returned as i64, "A's record {rec:?}");
+    assert_eq!(left(&redis, "idle", slice), (QUOTA - a_admitted) as i64);
+
+    let b_admitted = admit_until_refused(&b, 2 * QUOTA);
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    let into = slice_now().1;
+    assert_eq!(
+        a_admitted + b_admitted,
+        QUOTA,
+        "A {a_admitted} + B {b_admitted} admitted, by {into} ms: {:?}",
+        b.quota_stats()
+    );
+    assert_eq!(left(&redis, "idle", slice), 0);
+    assert_eq!(record(&redis, "idle", slice, "b")[0], b_admitted as i64);
+    assert_eq!(record(&redis, "idle", slice, "a")[0], a_admitted as i64);
+    assert_eq!(a.quota_stats().returned, returned, "A gave back twice");
+}
+
+/// A host admitting every millisecond gives nothing back; once it stops,
+/// its keeper does (so the 0 is the keeper's judgement, not its absence).
+#[test]
+fn a_busy_host_gives_nothing_back() {
+    const QUOTA: u64 = 40_000;
+    const CHUNK: u32 = 20_000;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("idle-busy");
+    let table = Table::open(scratch.path("t"), &options(&redis.url(), "busy")).unwrap();
+    let task = table.task("busy", &config(QUOTA, CHUNK)).unwrap();
+    // Busy for 1 s, idle for at most another: both in the slice (a new one
+    // would leave the host holding nothing of it to give).
+    let slice = slice_within(SLICE_MS - 2500);
+    let until = monotonic() + Duration::from_secs(1);
+    let mut admitted = 0;
+    while monotonic() < until {
+        admitted += admit(&task, 1);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let q = task.quota_stats();
+    assert!(admitted > 300, "{admitted} admitted: {q:?}");
+    assert_eq!(q.returned, 0, "a busy host gave back: {q:?}");
+    assert_eq!(q.granted, CHUNK as u64, "{q:?}");
+
+    let (returned, _) = await_give_back(&task, Duration::from_secs(1));
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    assert_eq!(returned, CHUNK as u64 - admitted, "{:?}", task.quota_stats());
+}
+
+/// Children that die in the middle of a give-back (a test hook aborts them
+/// between marking the host word and completing the move, where a SIGKILL
+/// would leave it), each after admitting a few permits of the chunk the
+/// host holds. The parent's next pull finishes the move and tells the
+/// store; at the end, what the parent and the children admitted in the
+/// slice is its quota exactly.
+#[test]
+fn a_give_back_cut_by_a_kill_is_finished_exactly() {
+    const QUOTA: u64 = 4000;
+    const CHUNK: u32 = 1000;
+    const TASK: &str = "storm";
+    const HOST: &str = "storm-host";
+    const CHILDREN: usize = 15;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("idle-storm");
+    let path = scratch.path("t");
+    let opts = options(&redis.url(), HOST);
+    let table = Table::open(&path, &opts).unwrap();
+    let task = table.task(TASK, &config(QUOTA, CHUNK)).unwrap();
+    let slice = slice_within(SLICE_MS - 3000);
+    let pipe = Pipe::new();
+    let mut pids = KillOnDrop::default();
+    let mut parent = admit(&task, 20);
+    let (mut children, mut died) = (0, 0);
+    for child in 0..CHILDREN {
+        let told = record(&redis, TASK, slice, HOST)[11];
+        let (path, opts) = (path.clone(), opts.clone());
+        let pid = fork_guarded(move || {
+            // SAFETY: a forked child runs one thread.
+            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_IN_GIVE_BACK", "1") };
+            let table = Table::open(&path, &opts).unwrap();
+            let task = table.task(TASK, &config(QUOTA, CHUNK)).unwrap();
+            let admitted = admit(&task, 5);
+            pipe.send(admitted as u8);
+            // The first call looks; the second, the word unmoved, gives
+            // back (and dies in the middle).
+            task.return_idle_quota(Duration::from_millis(30));
+            std::thread::sleep(Duration::from_millis(50));
+            match task.return_idle_quota(Duration::from_millis(30)) {
+                0 => 2,
+                _ => 3,
+            }
+        });
+        pids.add(pid);
+        let exit = wait_timeout(pid, Duration::from_secs(10));
+        pids.forget(pid);
+        children += pipe
+            .recv_timeout(Duration::from_secs(1))
+            .unwrap_or_else(|| panic!("child {child} ({exit:?}) reported nothing"))
+            as u64;
+        let cut = exit.killed_by(libc::SIGABRT);
+        if cut {
+            died += 1;
+            assert_eq!(
+                record(&redis, TASK, slice, HOST)[11],
+                told,
+                "the store heard of a give-back whose mover died first"
+            );
+        }
+        // The parent's first admission pulls: it finishes the move and
+        // tells the store.
+        parent += admit(&task, 20);
+        if cut {
+            let now = record(&redis, TASK, slice, HOST)[11];
+            assert!(now > told, "child {child}'s give-back unfinished: {now}");
+        }
+    }
+    parent += admit_until_refused(&task, 2 * QUOTA);
+    assert_eq!(slice_now().0, slice, "the storm outlived its slice");
+    assert!(died >= CHILDREN * 2 / 3, "{died} of {CHILDREN} died mid-move");
+    let q = task.quota_stats();
+    let rec = record(&redis, TASK, slice, HOST);
+    assert_eq!(
+        parent + children,
+        QUOTA,
+        "parent {parent} + children {children} admitted, {died} died mid-move: {q:?}, record {rec:?}"
+    );
+    assert_eq!(left(&redis, TASK, slice), 0);
+    // The key charges the host with what it admitted, and granted it that
+    // plus everything the store was told it gave back.
+    assert_eq!(rec[0], QUOTA as i64, "record {rec:?}");
+    assert_eq!(q.granted, QUOTA + rec[11] as u64, "{q:?}, record {rec:?}");
+}
