@@ -106,12 +106,22 @@ fn complete(slot: &TaskSlot, marked: u64, journal: u64) {
                 None
             }
         });
-    let _ = slot.quota.host.compare_exchange(
-        marked,
-        (slice as u64) << 32,
-        Ordering::AcqRel,
-        Ordering::Relaxed,
-    );
+    // Counted by whoever empties the word: once, by the mover or by the
+    // one who finished its move.
+    if slot
+        .quota
+        .host
+        .compare_exchange(
+            marked,
+            (slice as u64) << 32,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+    {
+        slot.given_total
+            .fetch_add(marked & 0xffff_ffff, Ordering::Relaxed);
+    }
     let _ = slot
         .giving
         .compare_exchange(journal, 0, Ordering::AcqRel, Ordering::Relaxed);
@@ -176,7 +186,6 @@ impl super::Quota {
         };
         let back = take_out(t.slot, word, slice);
         if back > 0 {
-            t.slot.given_total.fetch_add(back, Ordering::Relaxed);
             // Tells the store now; if this fails, the next pull does.
             let _ = self.pull_locked(t, 0, &lock);
         }
@@ -209,6 +218,7 @@ mod tests {
         assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 0));
         assert_eq!(given_in(&slot, S), 45);
         assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
+        assert_eq!(slot.given_total.load(Ordering::Relaxed), 40);
     }
 
     #[test]
@@ -252,6 +262,12 @@ mod tests {
             );
             assert_eq!(host + given, 45, "cut after step {cut}");
             assert_eq!(given, if cut >= 2 { 45 } else { 5 }, "cut after step {cut}");
+            let counted = slot.given_total.load(Ordering::Relaxed);
+            assert_eq!(
+                counted,
+                if cut >= 2 { 40 } else { 0 },
+                "cut after step {cut}"
+            );
             assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
         }
     }
@@ -276,6 +292,7 @@ mod tests {
         // The stalled mover wakes up and completes its own move.
         complete(&slot, marked, journal);
         assert_eq!(given_in(&slot, S), 50);
+        assert_eq!(slot.given_total.load(Ordering::Relaxed), 50);
         assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 0));
         assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
     }
