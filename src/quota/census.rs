@@ -289,6 +289,9 @@ mod tests {
             }
         );
         assert_eq!(parse_record("h", 7, "10 12 10 10 -35").unwrap().demand, 0);
+        // A host that gave quota back while idle: its claim less that.
+        let given = parse_record("h", 7, "10 12 40 40 -35 400 0 0 0 0 0 30").unwrap();
+        assert_eq!(given.claimed, 10);
         for bad in [
             "",
             "garbage",
@@ -298,7 +301,8 @@ mod tests {
             "1 2 3 4 5 -6",
             "1 2 3 4 5 6 7",
             "1 2 3 4 5 6 7 8 9 -1",
-            "1 2 3 4 5 6 7 8 9 10 11 12",
+            "1 2 3 4 5 6 7 8 9 10 11 -12",
+            "1 2 3 4 5 6 7 8 9 10 11 12 13",
         ] {
             assert_eq!(parse_record("h", 7, bad), None, "{bad:?}");
         }
