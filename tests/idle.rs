@@ -111,9 +111,7 @@ fn an_idle_host_gives_back_and_another_spends_it() {
     let table_b = Table::open(scratch.path("b"), &options(&redis.url(), "b")).unwrap();
     let a = table_a.task("idle", &config(QUOTA, CHUNK)).unwrap();
     let b = table_b.task("idle", &config(QUOTA, CHUNK)).unwrap();
-    // A does its part at the slice's start: a host's demand is reported
-    // from a tenth of the slice on, and A's (its admissions at its pace)
-    // would hold a fair tail of the slice for it away from B.
+    // At the slice's start, so the run fits in it.
     let slice = slice_within(30);
     assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(n)) if n == CHUNK as u64));
     let a_admitted = admit(&a, 10);
@@ -275,4 +273,42 @@ fn a_give_back_cut_by_a_kill_is_finished_exactly() {
         died >= CHILDREN * 2 / 3,
         "{died} of {CHILDREN} died mid-move"
     );
+}
+
+/// Host B finds the key used up while host A still holds a chunk; A goes
+/// quiet and gives it back late in the slice, and B, told to ask again
+/// rather than to wait for the next slice, spends it. A's demand reported
+/// from a tenth of the slice on holds no fair tail for it once it gave back.
+#[test]
+fn a_host_refused_before_a_give_back_is_served_after_it() {
+    const QUOTA: u64 = 2000;
+    const CHUNK: u32 = 1000;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("idle-late");
+    let table_a = Table::open(scratch.path("a"), &options(&redis.url(), "a")).unwrap();
+    let table_b = Table::open(scratch.path("b"), &options(&redis.url(), "b")).unwrap();
+    let a = table_a.task("late", &config(QUOTA, CHUNK)).unwrap();
+    let b = table_b.task("late", &config(QUOTA, CHUNK)).unwrap();
+    let slice = slice_within(30);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));
+    let a_admitted = admit(&a, 10);
+    let mut b_admitted = admit(&b, 10 * QUOTA);
+    assert_eq!(b_admitted, QUOTA - CHUNK as u64, "{:?}", b.quota_stats());
+    // B keeps being asked for more, as a service would be.
+    let began = monotonic();
+    while a_admitted + b_admitted < QUOTA && monotonic() - began < Duration::from_secs(2) {
+        b_admitted += admit(&b, 10 * QUOTA);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    let qa = a.quota_stats();
+    assert_eq!(qa.returned, CHUNK as u64 - a_admitted, "{qa:?}");
+    assert_eq!(
+        a_admitted + b_admitted,
+        QUOTA,
+        "A {a_admitted} + B {b_admitted}: {qa:?}, {:?}",
+        b.quota_stats()
+    );
+    assert_eq!(left(&redis, "late", slice), 0);
 }

@@ -210,7 +210,9 @@ pub(crate) struct QuotaSlot {
     pub shard_granted: [AtomicU64; 5],
     /// The phase (open, limited, failed) and when it began (see `quota::pull`).
     pub phase: AtomicU64,
-    /// slice + 1 whose store key is known to be exhausted; 0 = none.
+    /// slice + 1 whose store key is known to be exhausted; 0 = none. The
+    /// top bit: quota may still come back in it (`quota::idle`), so pulls
+    /// go on once the pacing allows.
     pub exhausted: AtomicU64,
     /// Store clock minus this host's wall clock, in µs (i64 bits).
     pub offset_us: AtomicU64,

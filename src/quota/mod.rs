@@ -27,6 +27,7 @@
 
 mod census;
 mod chunk;
+mod claim;
 mod config;
 mod connect;
 mod down;
@@ -59,6 +60,7 @@ use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
 pub use census::{Fleet, HostHealth, HostRecord, Store};
 pub(crate) use census::{merge as merge_record, parse_record};
+use claim::{kept_in, taken_in};
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use keeper::Keeper;
 pub(crate) use pull::reclaim_pull_lock;
@@ -316,6 +318,12 @@ impl Quota {
             let partial = pull::failed(q) && down::partial(t.slot, t.g);
             let probing = partial && pulls < 3 && pull::probe_time(t.shm, q);
             if pull::failed(q) && !partial {
+                // Used up before the store failed (its hosts were asking
+                // again for quota given back): nothing to fall back on.
+                if q.exhausted.load(Ordering::Acquire) & !pull::MAY_COME_BACK == slice as u64 + 1 {
+                    fair::refused(q, slice, need.n);
+                    return Ok(Err(Refused::Exhausted));
+                }
                 if !self.probe_due(t.shm, q) {
                     return Ok(self.fallback(t, need, slice));
                 }
@@ -446,24 +454,6 @@ fn fallback_rate(q: &QuotaSlot, g: Global) -> Option<f64> {
 /// A slice's worth of `rate`.
 fn allowance(rate: f64, g: Global) -> u64 {
     (rate * g.slice_ms as f64 / 1000.0).ceil() as u64
-}
-
-/// What the host took of `slice`: store grants (a reservation not yet
-/// moved into its quota included) and fallback admissions.
-pub(super) fn taken_in(slot: &TaskSlot, slice: u32) -> u64 {
-    received_in(&slot.quota, slice) + reserve::held(slot, slice)
-}
-
-/// What the host kept of `slice`: [`received_in`] less what it gave back
-/// while idle (see `idle`).
-pub(super) fn kept_in(slot: &TaskSlot, slice: u32) -> u64 {
-    received_in(&slot.quota, slice).saturating_sub(idle::given_in(slot, slice))
-}
-
-/// What reached the host's quota of `slice`, and its fallback admissions.
-pub(super) fn received_in(q: &QuotaSlot, slice: u32) -> u64 {
-    pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice)
-        + pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice)
 }
 
 /// In a slice this host spent partly in fallback, what its fallback rate

@@ -103,13 +103,16 @@ if holds > acc then
   left = math.max(left - (holds - acc), 0)
   acc = holds
 end
--- A give-back the key was not told of: back into the key, and the host is
--- owed it again by the fair tails. Never more than the key charges beyond
--- what the host holds: a key created anew never charged it.
+-- A give-back the key was not told of: back into the key. Never more than
+-- the key charges beyond what the host holds: a key created anew never
+-- charged it. The fair tails still count it as granted to the host: it had
+-- its turn, and a host gone idle owed it again would keep it from the
+-- others (measured: bursty 0.990-0.994 admitted with 0.9 % stranded, 0.989-
+-- 0.994 with 1.0 % when owed again).
 if conflict == 0 and given > was_given then
   local back = math.min(given - was_given, math.max(acc - holds, 0))
   left = math.min(left + back, quota)
-  acc, granted, was_given = acc - back, math.max(granted - back, 0), given
+  acc, was_given = acc - back, given
   if back > 0 then
     back_total = back_total + back
     redis.call('HSET', key, 'back', back_total)
@@ -234,10 +237,11 @@ end
 wait = math.min(wait, slice_ms - elapsed)
 -- A pull for nothing (a give-back's own) is not paced.
 if want == 0 then wait = 0 end
--- Used up past 100 hosts after hosts gave quota back (to a host that can
--- give back too: it sends ARGV 20): more may come back, so the host asks
--- again in a tenth of a slice rather than never in this one.
-if giving_back and back_total > 0 and hosts > 100 and want > 0 and left == grant then
+-- Used up, to a host that can give back too (it sends ARGV 20): an idle
+-- host may give quota back, so the host asks again in a tenth of a slice
+-- rather than never in this one. Past 100 hosts only once some did (a
+-- thousand hosts asking ten times more each slice for nothing).
+if giving_back and (back_total > 0 or hosts <= 100) and want > 0 and left == grant then
   wait = math.max(math.min(math.ceil(slice_ms / 10), slice_ms - elapsed), 0)
 end
 -- A reservation: past 100 hosts, an ask held back (by the release or the

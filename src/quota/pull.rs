@@ -40,6 +40,9 @@ const OPEN: u64 = 0;
 const LIMITED: u64 = 1;
 pub(super) const FAILED: u64 = 2;
 pub(super) const SINCE: u64 = (1 << 62) - 1;
+/// In [`QuotaSlot::exhausted`]: the key is used up, but idle hosts may give
+/// quota back, so the host asks again when its pacing ends (see `idle`).
+pub(super) const MAY_COME_BACK: u64 = 1 << 63;
 
 pub(super) fn failed(q: &QuotaSlot) -> bool {
     q.phase.load(Ordering::Acquire) >> 62 == FAILED
@@ -333,9 +336,12 @@ impl Quota {
                 format_args!("task {task:?}: the quota store answers again"),
             );
             // Used up with a wait: what idle hosts give back is asked for
-            // then (see `idle`).
-            if reply.left == 0 && reply.wait_ms == 0 {
-                q.exhausted.store(slice as u64 + 1, Ordering::Release);
+            // then (see `idle`); the pacing holds the host back meanwhile,
+            // and the statistics still say limited.
+            if reply.left == 0 {
+                let back = if reply.wait_ms > 0 { MAY_COME_BACK } else { 0 };
+                q.exhausted
+                    .store(slice as u64 + 1 | back, Ordering::Release);
             }
             if partial {
                 if !failed(q) {

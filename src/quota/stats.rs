@@ -29,7 +29,7 @@ pub(crate) fn read(slot: &TaskSlot, g: Option<Global>, skew_us: i64) -> QuotaSta
         let slice = slice_of(store_now_us, g.slice_ms);
         if kind as u64 == FAILED {
             QuotaState::Failed
-        } else if load_acquire(&q.exhausted) == slice as u64 + 1
+        } else if load_acquire(&q.exhausted) & !super::pull::MAY_COME_BACK == slice as u64 + 1
             && tagged(q.host.load(Ordering::Relaxed), slice) == 0
             && super::reserve::none(slot)
         {
