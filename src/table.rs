@@ -165,8 +165,6 @@ pub struct Table {
     waits: Arc<WaitRoom>,
     /// The config file, if the table was opened with one.
     file: Option<Arc<Live>>,
-    /// Gives back the idle quota of this handle's tasks (see `quota`).
-    keeper: Arc<Keeper>,
 }
 
 /// What [`Table::check`] found.
@@ -226,7 +224,6 @@ impl Table {
             quota,
             waits: Arc::default(),
             file,
-            keeper: Arc::default(),
         })
     }
 
@@ -281,7 +278,7 @@ impl Table {
     /// A handle of the task in slot `index`, sharing this table's waiters.
     fn handle(&self, index: u32, name: &str) -> Task {
         // Every task: one may gain a global limit by an update.
-        self.keeper.watch(&self.shm, &self.quota, index, name);
+        Keeper::watch(&self.shm, &self.quota, index, name);
         Task::new(
             self.shm.clone(),
             self.quota.clone(),

@@ -97,6 +97,20 @@ fn await_give_back(task: &Task, within: Duration) -> (u64, Duration) {
     }
 }
 
+/// Hosts `a` and `b` (a table each) on one Redis, with task `task`. The
+/// table handles are dropped: a task handle keeps its table's mapping and
+/// its keeper thread (it stopped with the table handle once).
+fn two_hosts(task: &str, quota: u64, chunk: u32) -> (RedisServer, Scratch, Task, Task) {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new(task);
+    let host = |id: &str| {
+        let table = Table::open(scratch.path(id), &options(&redis.url(), id)).unwrap();
+        table.task(task, &config(quota, chunk)).unwrap()
+    };
+    let (a, b) = (host("a"), host("b"));
+    (redis, scratch, a, b)
+}
+
 /// Host A pulls a chunk, admits a few and goes quiet; its keeper gives the
 /// rest back and host B, on another table, spends the whole rest of the
 /// slice. Without the give-back B would be refused with A's chunk
@@ -105,12 +119,7 @@ fn await_give_back(task: &Task, within: Duration) -> (u64, Duration) {
 fn an_idle_host_gives_back_and_another_spends_it() {
     const QUOTA: u64 = 4000;
     const CHUNK: u32 = 1000;
-    let redis = RedisServer::start();
-    let scratch = Scratch::new("idle");
-    let table_a = Table::open(scratch.path("a"), &options(&redis.url(), "a")).unwrap();
-    let table_b = Table::open(scratch.path("b"), &options(&redis.url(), "b")).unwrap();
-    let a = table_a.task("idle", &config(QUOTA, CHUNK)).unwrap();
-    let b = table_b.task("idle", &config(QUOTA, CHUNK)).unwrap();
+    let (redis, _scratch, a, b) = two_hosts("idle", QUOTA, CHUNK);
     // At the slice's start, so the run fits in it.
     let slice = slice_within(30);
     assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(n)) if n == CHUNK as u64));
@@ -283,12 +292,7 @@ fn a_give_back_cut_by_a_kill_is_finished_exactly() {
 fn a_host_refused_before_a_give_back_is_served_after_it() {
     const QUOTA: u64 = 2000;
     const CHUNK: u32 = 1000;
-    let redis = RedisServer::start();
-    let scratch = Scratch::new("idle-late");
-    let table_a = Table::open(scratch.path("a"), &options(&redis.url(), "a")).unwrap();
-    let table_b = Table::open(scratch.path("b"), &options(&redis.url(), "b")).unwrap();
-    let a = table_a.task("late", &config(QUOTA, CHUNK)).unwrap();
-    let b = table_b.task("late", &config(QUOTA, CHUNK)).unwrap();
+    let (redis, _scratch, a, b) = two_hosts("late", QUOTA, CHUNK);
     let slice = slice_within(30);
     std::thread::sleep(Duration::from_millis(600));
     assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));

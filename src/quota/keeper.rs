@@ -9,8 +9,9 @@
 //! keeper looks; the pull lock and the host word's compare-and-swap let
 //! only one give back, and only what nobody spent meanwhile.
 //!
-//! It holds weak references: it ends when the handle is dropped. After a
-//! `fork` the child has no thread; its next task registration starts one.
+//! It holds weak references: it ends when the table handle and every task
+//! handle from it are dropped. After a `fork` the child has no thread; its
+//! next task registration starts one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -28,7 +29,8 @@ pub(crate) fn idle_after(slice_ms: u32) -> Duration {
     (Duration::from_millis(slice_ms as u64) / 20).max(2 * EVERY)
 }
 
-/// The tasks a table handle registered, and its keeper thread.
+/// The tasks a table handle registered, and its keeper thread (a field of
+/// the handle's [`Quota`], which its task handles share).
 #[derive(Default)]
 pub(crate) struct Keeper {
     tasks: parking_lot::Mutex<Vec<(u32, String)>>,
@@ -37,63 +39,52 @@ pub(crate) struct Keeper {
 }
 
 impl Keeper {
-    /// Adds task `index` to those the keeper looks at, and starts the
+    /// Adds task `index` to those `quota`'s keeper looks at, and starts the
     /// thread if this process has none (only for a store with other hosts:
     /// the embedded store has nobody to give to).
-    pub(crate) fn watch(
-        self: &Arc<Self>,
-        shm: &Arc<Shm>,
-        quota: &Arc<Quota>,
-        index: u32,
-        name: &str,
-    ) {
+    pub(crate) fn watch(shm: &Arc<Shm>, quota: &Arc<Quota>, index: u32, name: &str) {
         if !quota.store.keeper() {
             return;
         }
+        let me = &quota.keeper;
         {
-            let mut tasks = self.tasks.lock();
+            let mut tasks = me.tasks.lock();
             if !tasks.iter().any(|t| t.0 == index) {
                 tasks.push((index, name.to_string()));
             }
         }
         let generation = fork_generation() + 1;
-        let seen = self.started.load(Ordering::Acquire);
+        let seen = me.started.load(Ordering::Acquire);
         if seen == generation
-            || self
+            || me
                 .started
                 .compare_exchange(seen, generation, Ordering::AcqRel, Ordering::Relaxed)
                 .is_err()
         {
             return;
         }
-        let (me, shm, quota) = (
-            Arc::downgrade(self),
-            Arc::downgrade(shm),
-            Arc::downgrade(quota),
-        );
+        let (shm, weak) = (Arc::downgrade(shm), Arc::downgrade(quota));
         let spawned = std::thread::Builder::new()
             .name("flowctrl-keep".into())
-            .spawn(move || run(&me, &shm, &quota, generation));
+            .spawn(move || run(&shm, &weak, generation));
         if spawned.is_err() {
             // No thread to be had: idle quota stays until the slice ends,
             // as it did before keepers; the next registration tries again.
-            self.started.store(0, Ordering::Release);
+            me.started.store(0, Ordering::Release);
         }
     }
 }
 
-fn run(keeper: &Weak<Keeper>, shm: &Weak<Shm>, quota: &Weak<Quota>, generation: u64) {
+fn run(shm: &Weak<Shm>, quota: &Weak<Quota>, generation: u64) {
     loop {
         std::thread::sleep(EVERY);
-        let (Some(keeper), Some(shm), Some(quota)) =
-            (keeper.upgrade(), shm.upgrade(), quota.upgrade())
-        else {
+        let (Some(shm), Some(quota)) = (shm.upgrade(), quota.upgrade()) else {
             return;
         };
-        if keeper.started.load(Ordering::Acquire) != generation {
+        if quota.keeper.started.load(Ordering::Acquire) != generation {
             return;
         }
-        let tasks = keeper.tasks.lock().clone();
+        let tasks = quota.keeper.tasks.lock().clone();
         for (index, name) in &tasks {
             let slot = shm.task_slot(*index);
             if let Some(g) = slot.global() {

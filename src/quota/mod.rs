@@ -189,6 +189,8 @@ pub(crate) struct Quota {
     based_at: AtomicU64,
     /// The host words this handle saw, for giving back idle quota.
     idle: idle::Seen,
+    /// The tasks whose idle quota this handle's keeper thread gives back.
+    keeper: Keeper,
 }
 
 /// Checks a host id given in the options.
@@ -249,6 +251,7 @@ impl Quota {
             wall_base_us: AtomicI64::new(0),
             based_at: AtomicU64::new(0),
             idle: idle::Seen::default(),
+            keeper: Keeper::default(),
         })
     }
 

@@ -341,7 +341,7 @@ impl Quota {
             if reply.left == 0 {
                 let back = if reply.wait_ms > 0 { MAY_COME_BACK } else { 0 };
                 q.exhausted
-                    .store(slice as u64 + 1 | back, Ordering::Release);
+                    .store((slice as u64 + 1) | back, Ordering::Release);
             }
             if partial {
                 if !failed(q) {
