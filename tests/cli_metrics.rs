@@ -344,6 +344,20 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
         field(&stats, "quota").starts_with("open  granted "),
         "{stats}"
     );
+    // The embedded store: nothing reserved nor given back, said in both forms.
+    let q = global.quota_stats();
+    assert!(
+        field(&stats, "quota").contains(&format!(
+            "reserved {}  returned {}  stranded ",
+            q.reserved, q.returned
+        )),
+        "{stats}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&ok(&path, &["stats", "global", "--json"])).unwrap();
+    let quota = &doc["tasks"][0]["quota"];
+    assert_eq!(quota["reserved"], q.reserved, "{doc}");
+    assert_eq!(quota["returned"], q.returned, "{doc}");
     let top = ok(&path, &["top", "--once", "--interval", "0.2"]);
     eprintln!("$ flowctrl top --once\n{top}");
     ok(&path, &["tasks"]);

@@ -21,7 +21,9 @@ impl Quota {
         if pull::failed(q) {
             return now >= q.probe_at.load(Ordering::Relaxed);
         }
-        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1 || pull::paced(t.shm, q) {
+        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1
+            || pull::paced_in(t.shm, q, slice)
+        {
             return false;
         }
         (word >> 32) as u32 != slice

@@ -334,7 +334,7 @@ impl Quota {
                 && (q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
                     && reserve::none(t.slot)
                     || pulls >= 3
-                    || pull::paced(t.shm, q)
+                    || pull::paced_in(t.shm, q, slice)
                     || (reserve::none(t.slot)
                         && share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64)))
             {

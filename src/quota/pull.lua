@@ -241,7 +241,7 @@ if want == 0 then wait = 0 end
 -- host may give quota back, so the host asks again in a tenth of a slice
 -- rather than never in this one. Past 100 hosts only once some did (a
 -- thousand hosts asking ten times more each slice for nothing).
-if giving_back and (back_total > 0 or hosts <= 100) and want > 0 and left == grant then
+if giving_back and (back_total > 0 or hosts <= 100) and want > 0 and left == 0 and grant == 0 then
   wait = math.max(math.min(math.ceil(slice_ms / 10), slice_ms - elapsed), 0)
 end
 -- A reservation: past 100 hosts, an ask held back (by the release or the

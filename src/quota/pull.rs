@@ -77,6 +77,16 @@ pub(super) fn paced(shm: &Shm, q: &QuotaSlot) -> bool {
     until != 0 && shm.clock.now() < until
 }
 
+/// [`paced`] in `slice`: a wait a used-up key of an earlier slice set (the
+/// last reply's, marked so in `exhausted`) is over when that slice is (it ends with the slice by the store's clock,
+/// and this host's rounding may carry it a millisecond past: a refusal
+/// then counted in the new slice erased the old one's, and the host's
+/// demand read as what it admitted alone).
+pub(super) fn paced_in(shm: &Shm, q: &QuotaSlot, slice: u32) -> bool {
+    let used_up = q.exhausted.load(Ordering::Acquire);
+    paced(shm, q) && !(used_up & MAY_COME_BACK != 0 && used_up & !MAY_COME_BACK != slice as u64 + 1)
+}
+
 fn now_ms(shm: &Shm) -> u32 {
     (shm.clock.ticks_to_ns(shm.clock.now()) / 1_000_000) as u32
 }
@@ -127,7 +137,7 @@ impl Quota {
         let partial = failed(q) && super::down::partial(t.slot, t.g);
         let idle = (q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1
             && super::reserve::none(t.slot))
-            || paced(t.shm, q);
+            || paced_in(t.shm, q, slice);
         if (failed(q) && !partial) || (idle && !(partial && probe_time(t.shm, q))) {
             return;
         }
@@ -235,6 +245,7 @@ impl Quota {
                     host: &self.host,
                     claimed,
                     given,
+                    gives_back: self.store.spreads() && g.shards <= 1,
                     redeem,
                     offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
                     record_version,
@@ -337,11 +348,17 @@ impl Quota {
             );
             // Used up with a wait: what idle hosts give back is asked for
             // then (see `idle`); the pacing holds the host back meanwhile,
-            // and the statistics still say limited.
-            if reply.left == 0 {
+            // and the statistics still say limited. A host granted the last
+            // permits asks once more when it has spent them: the store
+            // tells it then whether any may come back.
+            let gives_back = self.store.spreads() && g.shards <= 1;
+            if reply.left == 0 && (reply.granted == 0 || !gives_back) {
                 let back = if reply.wait_ms > 0 { MAY_COME_BACK } else { 0 };
                 q.exhausted
                     .store((slice as u64 + 1) | back, Ordering::Release);
+            } else if q.exhausted.load(Ordering::Relaxed) & MAY_COME_BACK != 0 {
+                // The pacing this reply set is not a used-up key's.
+                q.exhausted.store(0, Ordering::Release);
             }
             if partial {
                 if !failed(q) {

@@ -47,8 +47,9 @@ pub(crate) struct RedisSettings {
 /// what its releases reported in the slice so far (success, dropped, mean
 /// µs, p99 µs), kept in its census record for a manager, 19 "1" when the
 /// host can keep a reservation (a grant usable only after the wait: see the
-/// script), 20 what the host gave back of the slice while idle (of its
-/// claim: the key puts back what it was not told of). A key a manager
+/// script), 20 (only from a host that gives back idle quota) what the host
+/// gave back of the slice while idle (of its claim: the key puts back what
+/// it was not told of). A key a manager
 /// wrote ahead holds `left` and `quota` only: its first pull carries the
 /// census in as a host's creation does, and only a creation is reported
 /// (the 9th answer) and given a TTL.
@@ -99,7 +100,7 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         slice_key(prefix, task, shard, ask.slice.wrapping_sub(1)),
     ];
     let flag = |on: bool| if on { "1" } else { "0" }.to_string();
-    let args = vec![
+    let mut args = vec![
         ask.quota.to_string(),
         ask.want.to_string(),
         ask.slice_ms.to_string(),
@@ -119,8 +120,10 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         ask.health.mean_us.to_string(),
         ask.health.p99_us.to_string(),
         flag(ask.reserve),
-        ask.given.to_string(),
     ];
+    if ask.gives_back {
+        args.push(ask.given.to_string());
+    }
     (keys, args)
 }
 

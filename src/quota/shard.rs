@@ -169,6 +169,7 @@ impl Quota {
                 claimed: claim,
                 // Nor a give-back (see `idle`).
                 given: 0,
+                gives_back: false,
                 demand,
                 // One reservation per host word: not over several keys.
                 reserve: false,

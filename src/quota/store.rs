@@ -34,6 +34,9 @@ pub(crate) struct Ask<'a> {
     /// Of `claimed`, what the host gave back while idle (see `idle`): the
     /// key puts back what it was not told of before.
     pub given: u64,
+    /// The host gives back idle quota (a single key on a store with other
+    /// hosts): `given` is sent, and a used-up key may tell it to ask again.
+    pub gives_back: bool,
     /// A pull lock was taken from a dead holder: hand back what the key
     /// charged the host with beyond its claim (a grant that never arrived).
     pub redeem: bool,
@@ -307,6 +310,7 @@ mod tests {
             host: "h",
             claimed: 0,
             given: 0,
+            gives_back: false,
             redeem: false,
             offset_us: 0,
             record_version: 0,
