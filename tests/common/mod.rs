@@ -16,6 +16,21 @@ pub fn wall_us() -> i64 {
         .as_micros() as i64
 }
 
+/// Reads `pair` until its two sides agree, for at most 2 s, and returns
+/// the last reading: a store's record against a table's statistics, while
+/// the table's keeper thread may be giving idle quota back (its move and
+/// the store's hearing of it are a round trip apart).
+pub fn settled<T: PartialEq>(mut pair: impl FnMut() -> (T, T)) -> (T, T) {
+    let until = monotonic() + Duration::from_secs(2);
+    loop {
+        let (a, b) = pair();
+        if a == b || monotonic() >= until {
+            return (a, b);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A directory removed when dropped.
 pub struct Scratch(PathBuf);
 
