@@ -127,30 +127,6 @@ fn complete(slot: &TaskSlot, marked: u64, journal: u64) {
         .compare_exchange(journal, 0, Ordering::AcqRel, Ordering::Relaxed);
 }
 
-/// What a table handle saw of a task's host word: the word, and the table
-/// clock when it last changed (process-local: the keeper's own view).
-#[derive(Default)]
-pub(super) struct Seen(parking_lot::Mutex<Vec<(u32, u64, u64)>>);
-
-impl Seen {
-    /// Whether `word` is what the task's host word has held for `idle_ticks`
-    /// (as seen by this handle's earlier calls).
-    fn unmoved(&self, index: u32, word: u64, now: u64, idle_ticks: u64) -> bool {
-        let mut seen = self.0.lock();
-        match seen.iter_mut().find(|s| s.0 == index) {
-            Some(s) if s.1 == word => now.saturating_sub(s.2) >= idle_ticks,
-            Some(s) => {
-                (s.1, s.2) = (word, now);
-                false
-            }
-            None => {
-                seen.push((index, word, now));
-                false
-            }
-        }
-    }
-}
-
 impl super::Quota {
     /// [`crate::Task::return_idle_quota`]: gives back what the host holds
     /// of the current slice if no admission spent any for `idle`.
@@ -169,7 +145,7 @@ impl super::Quota {
         let word = q.host.load(Ordering::Acquire);
         let now = t.shm.clock.now();
         let idle_ticks = t.shm.clock.duration_to_ticks(idle);
-        if !self.idle.unmoved(t.index, word, now, idle_ticks) {
+        if !self.keeper.unmoved(t.index, word, now, idle_ticks) {
             return 0;
         }
         let slice = super::slice_of(self.store_now_us(q), g.slice_ms);

@@ -13,12 +13,13 @@
 //! handle from it are dropped. After a `fork` the child has no thread; its
 //! next task registration starts one.
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{Quota, TaskRef};
-use crate::shm::{Shm, fork_generation};
+use crate::shm::{ForkSafeLock, Shm, fork_generation};
 
 /// How often the keeper looks.
 pub(crate) const EVERY: Duration = Duration::from_millis(10);
@@ -29,16 +30,63 @@ pub(crate) fn idle_after(slice_ms: u32) -> Duration {
     (Duration::from_millis(slice_ms as u64) / 20).max(2 * EVERY)
 }
 
-/// The tasks a table handle registered, and its keeper thread (a field of
-/// the handle's [`Quota`], which its task handles share).
-#[derive(Default)]
+/// The tasks a table handle registered, what its keeper saw of their host
+/// words, and its thread (a field of the handle's [`Quota`], which its task
+/// handles share).
 pub(crate) struct Keeper {
-    tasks: parking_lot::Mutex<Vec<(u32, String)>>,
+    /// A lock a fork cannot leave held: the thread may hold it when another
+    /// thread forks, and the child then registers its tasks under it.
+    lock: ForkSafeLock,
+    inner: UnsafeCell<Inner>,
     /// The fork generation the thread runs in, plus one; 0: none started.
     started: AtomicU64,
 }
 
+#[derive(Default)]
+struct Inner {
+    /// (task index, name).
+    tasks: Vec<(u32, String)>,
+    /// (task index, its host word, the table clock when it last changed).
+    seen: Vec<(u32, u64, u64)>,
+}
+
+// SAFETY: `inner` is only reached through `with`, under `lock`.
+unsafe impl Sync for Keeper {}
+unsafe impl Send for Keeper {}
+
+impl Default for Keeper {
+    fn default() -> Self {
+        Self {
+            lock: ForkSafeLock::new(),
+            inner: UnsafeCell::new(Inner::default()),
+            started: AtomicU64::new(0),
+        }
+    }
+}
+
 impl Keeper {
+    fn with<T>(&self, body: impl FnOnce(&mut Inner) -> T) -> T {
+        let _guard = self.lock.lock();
+        // SAFETY: the lock is held; no reference into `inner` outlives `body`.
+        body(unsafe { &mut *self.inner.get() })
+    }
+
+    /// Whether `word` is what task `index`'s host word has held for
+    /// `idle_ticks` (as seen by this handle's earlier looks).
+    pub(super) fn unmoved(&self, index: u32, word: u64, now: u64, idle_ticks: u64) -> bool {
+        self.with(|inner| match inner.seen.iter_mut().find(|s| s.0 == index) {
+            Some(s) if s.1 == word => now.saturating_sub(s.2) >= idle_ticks,
+            Some(s) => {
+                (s.1, s.2) = (word, now);
+                false
+            }
+            None => {
+                inner.seen.push((index, word, now));
+                false
+            }
+        })
+    }
+
     /// Adds task `index` to those `quota`'s keeper looks at, and starts the
     /// thread if this process has none (only for a store with other hosts:
     /// the embedded store has nobody to give to).
@@ -47,12 +95,11 @@ impl Keeper {
             return;
         }
         let me = &quota.keeper;
-        {
-            let mut tasks = me.tasks.lock();
-            if !tasks.iter().any(|t| t.0 == index) {
-                tasks.push((index, name.to_string()));
+        me.with(|inner| {
+            if !inner.tasks.iter().any(|t| t.0 == index) {
+                inner.tasks.push((index, name.to_string()));
             }
-        }
+        });
         let generation = fork_generation() + 1;
         let seen = me.started.load(Ordering::Acquire);
         if seen == generation
@@ -84,7 +131,7 @@ fn run(shm: &Weak<Shm>, quota: &Weak<Quota>, generation: u64) {
         if quota.keeper.started.load(Ordering::Acquire) != generation {
             return;
         }
-        let tasks = quota.keeper.tasks.lock().clone();
+        let tasks = quota.keeper.with(|inner| inner.tasks.clone());
         for (index, name) in &tasks {
             let slot = shm.task_slot(*index);
             if let Some(g) = slot.global() {

@@ -30,6 +30,7 @@ mod chunk;
 mod claim;
 mod config;
 mod connect;
+mod deposit;
 mod down;
 mod fair;
 pub(crate) mod health;
@@ -187,9 +188,8 @@ pub(crate) struct Quota {
     wall_base_us: AtomicI64,
     /// The table clock when `wall_base_us` was measured.
     based_at: AtomicU64,
-    /// The host words this handle saw, for giving back idle quota.
-    idle: idle::Seen,
-    /// The tasks whose idle quota this handle's keeper thread gives back.
+    /// The tasks whose idle quota this handle's keeper thread gives back,
+    /// and what it saw of them.
     keeper: Keeper,
 }
 
@@ -250,7 +250,6 @@ impl Quota {
             skew_us: options.clock_skew_ms.saturating_mul(1000),
             wall_base_us: AtomicI64::new(0),
             based_at: AtomicU64::new(0),
-            idle: idle::Seen::default(),
             keeper: Keeper::default(),
         })
     }
