@@ -392,7 +392,8 @@ impl Quota {
                 // slice's allowance at this rate: a host that falls back
                 // mid-slice does not admit on top of its grants.
                 let allowance = allowance(rate, t.g);
-                let taken = taken_in(t.slot, slice);
+                // What it holds of the slice: not what it gave back.
+                let taken = taken_in(t.slot, slice).saturating_sub(idle::given_in(t.slot, slice));
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
@@ -469,7 +470,8 @@ pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> 
     if pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice) == 0 {
         return None;
     }
-    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(taken_in(slot, slice)))
+    let taken = taken_in(slot, slice).saturating_sub(idle::given_in(slot, slice));
+    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(taken))
 }
 
 /// The fallback rate's burst: 50 ms of it (at least the task's own): a

@@ -323,6 +323,9 @@ impl Quota {
                     failing || super::down::granted_self_in(slot, s)
                 });
             }
+            // A give-back's pull for nothing only tells the store: the
+            // host's pacing and low water stay the last ask's.
+            let telling = want == 0;
             // Nothing more released yet: no pull until it will have been (a
             // reservation: until it is usable).
             let paced = match reply.wait_ms.max(reply.usable_ms) {
@@ -332,13 +335,16 @@ impl Quota {
                         .duration_to_ticks(Duration::from_millis(ms.min(60_000))),
                 ),
             };
-            q.paced_until.store(paced, Ordering::Release);
-            // The next chunk is pulled when a quarter of this one is left,
-            // unless what the host holds lasts it to the slice's end.
-            let pace = super::chunk::pace(self, slot, g);
-            let covered = pace.last() && pace.held >= pace.to_end().max(1);
-            q.low_water
-                .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
+            if !telling {
+                q.paced_until.store(paced, Ordering::Release);
+                // The next chunk is pulled when a quarter of this one is
+                // left, unless what the host holds lasts it to the slice's
+                // end.
+                let pace = super::chunk::pace(self, slot, g);
+                let covered = pace.last() && pace.held >= pace.to_end().max(1);
+                q.low_water
+                    .store(if covered { 0 } else { want / 4 }, Ordering::Relaxed);
+            }
             // Before the state leaves "failed": whether this pull ended it.
             // A shard still down keeps it failed (see `down`).
             let partial = super::down::partial(slot, g);
@@ -353,12 +359,16 @@ impl Quota {
             // permits asks once more when it has spent them: the store
             // tells it then whether any may come back.
             let gives_back = self.store.spreads() && g.shards <= 1;
-            if reply.left == 0 && (reply.granted == 0 || !gives_back) {
+            if reply.left == 0 && telling {
+                // Says nothing of what the host may ask for.
+            } else if reply.left == 0 && (reply.granted == 0 || !gives_back) {
                 let back = if reply.wait_ms > 0 { MAY_COME_BACK } else { 0 };
                 q.exhausted
                     .store((slice as u64 + 1) | back, Ordering::Release);
-            } else if q.exhausted.load(Ordering::Relaxed) & MAY_COME_BACK != 0 {
-                // The pacing this reply set is not a used-up key's.
+            } else if q.exhausted.load(Ordering::Relaxed) != 0 {
+                // The key holds quota again (given back), or the host took
+                // its last and asks once more; the pacing this reply set is
+                // not a used-up key's.
                 q.exhausted.store(0, Ordering::Release);
             }
             if partial {
@@ -367,7 +377,7 @@ impl Quota {
                         .store(self.next_probe(shm, shm.clock.now()), Ordering::Release);
                 }
                 enter(q, FAILED);
-            } else if reply.left == 0 && !kept {
+            } else if reply.left == 0 && !kept && !telling {
                 enter(q, LIMITED);
             } else {
                 enter(q, OPEN);
