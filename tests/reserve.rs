@@ -241,3 +241,58 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     });
     assert_eq!(kept.0, kept.1, "{died} deaths: {:?}", task.quota_stats());
 }
+
+/// Past 100 hosts through a restart: Redis is killed while the host spends
+/// its grants and reservations, and comes back empty (the crowd and the
+/// key lost). The key created anew deducts all the host took of the slice
+/// (reservations included once moved), so the slice admits no more than
+/// its quota, and charges the host with exactly what reached its table.
+#[test]
+fn a_restart_with_reservations_in_flight_hands_nothing_out_twice() {
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("reserve-restart");
+    let mut opts = options(&redis.url());
+    opts.store.probe_interval = Duration::from_millis(100);
+    let table = Table::open(scratch.path("t"), &opts).unwrap();
+    let task = Arc::new(table.task("restart", &config()).unwrap());
+    let slice = crowded_slice(&redis, "restart");
+    let hammer = Hammer::start(&task, 2, slice);
+    // Killed just after a reservation arrived: it is held or being moved.
+    let before = task.quota_stats().reserved;
+    while task.quota_stats().reserved == before && slice_now().1 < 1500 {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert!(
+        task.quota_stats().reserved > before,
+        "no reservation by 1.5 s"
+    );
+    redis.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    redis.restart();
+    std::thread::sleep(Duration::from_millis(SLICE_MS - slice_now().1 - 60));
+    let bins = hammer.stop();
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    let admitted: u64 = bins.iter().sum();
+    let q = task.quota_stats();
+    assert!(q.failed_pulls > 0, "the outage was not seen: {q:?}");
+    assert!(
+        admitted <= QUOTA + QUOTA / 100,
+        "{admitted} admitted of {QUOTA}: {bins:?} {q:?}"
+    );
+    // The new key spent most of the slice (not a slice lost to the outage).
+    assert!(
+        admitted >= QUOTA * 3 / 4,
+        "{admitted} admitted: {bins:?} {q:?}"
+    );
+    next_slice(slice);
+    let _ = task.pull_quota(1);
+    let kept = settled(|| {
+        let q = task.quota_stats();
+        let charged = charged(&redis, "restart", slice) + charged(&redis, "restart", slice + 1);
+        (charged, q.granted - q.returned)
+    });
+    assert!(
+        kept.0 >= kept.1,
+        "the key charged less than the host received: {kept:?}"
+    );
+}
