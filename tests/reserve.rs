@@ -83,6 +83,17 @@ fn charged(redis: &RedisServer, task: &str, slice: u64) -> u64 {
     rec.map_or(0, |r| r.split(' ').next().unwrap().parse().unwrap())
 }
 
+/// What the keys of `slice` and the next charge the host with, and what it
+/// kept of what it was granted (the keeper's give-backs the keys no longer
+/// charge), read until the two agree or for 2 s.
+fn charged_and_kept(redis: &RedisServer, task: &Task, name: &str, slice: u64) -> (u64, u64) {
+    settled(|| {
+        let q = task.quota_stats();
+        let charged = charged(redis, name, slice) + charged(redis, name, slice + 1);
+        (charged, q.granted - q.returned)
+    })
+}
+
 /// Waits for the slice after `slice`, and 100 ms into it.
 fn next_slice(slice: u64) {
     while slice_now().0 == slice {
@@ -175,11 +186,7 @@ fn a_held_ask_is_reserved_and_spent_only_after_its_wait() {
     let _ = task.pull_quota(1);
     // What the table's keeper gave back (idle for a twentieth of a slice
     // once the spending stopped) the key no longer charges.
-    let kept = settled(|| {
-        let q = task.quota_stats();
-        let charged = charged(&redis, "crowded", slice) + charged(&redis, "crowded", slice + 1);
-        (charged, q.granted - q.returned)
-    });
+    let kept = charged_and_kept(&redis, &task, "crowded", slice);
     assert_eq!(kept.0, kept.1, "{:?}", task.quota_stats());
 }
 
@@ -234,11 +241,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     let _ = task.pull_quota(1);
     // What the table's keeper gave back once the spending stopped (idle for
     // a twentieth of a slice) the key no longer charges.
-    let kept = settled(|| {
-        let q = task.quota_stats();
-        let charged = charged(&redis, "storm", slice) + charged(&redis, "storm", slice + 1);
-        (charged, q.granted - q.returned)
-    });
+    let kept = charged_and_kept(&redis, &task, "storm", slice);
     assert_eq!(kept.0, kept.1, "{died} deaths: {:?}", task.quota_stats());
 }
 
@@ -286,11 +289,7 @@ fn a_restart_with_reservations_in_flight_hands_nothing_out_twice() {
     );
     next_slice(slice);
     let _ = task.pull_quota(1);
-    let kept = settled(|| {
-        let q = task.quota_stats();
-        let charged = charged(&redis, "restart", slice) + charged(&redis, "restart", slice + 1);
-        (charged, q.granted - q.returned)
-    });
+    let kept = charged_and_kept(&redis, &task, "restart", slice);
     assert!(
         kept.0 >= kept.1,
         "the key charged less than the host received: {kept:?}"

@@ -12,6 +12,12 @@ pub(super) fn taken_in(slot: &TaskSlot, slice: u32) -> u64 {
     received_in(&slot.quota, slice) + super::reserve::held(slot, slice)
 }
 
+/// What the host holds of `slice`: [`taken_in`] less what it gave back
+/// while idle (the claim a key deducts; the fallback's allowance counts it).
+pub(super) fn holds_in(slot: &TaskSlot, slice: u32) -> u64 {
+    taken_in(slot, slice).saturating_sub(super::idle::given_in(slot, slice))
+}
+
 /// What the host kept of `slice`: [`received_in`] less what it gave back
 /// while idle (see `idle`).
 pub(super) fn kept_in(slot: &TaskSlot, slice: u32) -> u64 {

@@ -131,18 +131,19 @@ fn complete(slot: &TaskSlot, marked: u64, journal: u64) {
 }
 
 impl super::Quota {
+    /// Whether this host gives back `g`'s idle quota: not to the embedded
+    /// store (one host: nobody to give to), nor from a task spread over
+    /// shards (its grants came from several keys).
+    pub(super) fn gives_back(&self, g: super::Global) -> bool {
+        self.store.spreads() && g.shards <= 1
+    }
+
     /// [`crate::Task::return_idle_quota`]: gives back what the host holds
     /// of the current slice if no admission spent any for `idle`.
     pub(crate) fn return_idle(&self, t: super::TaskRef<'_>, idle: std::time::Duration) -> u64 {
         let (q, g) = (&t.slot.quota, t.g);
-        // Not from the embedded store (one host: nobody to give to), nor a
-        // task spread over shards (its grants came from several keys), nor
-        // while the store fails or a reservation waits.
-        if !self.store.spreads()
-            || g.shards > 1
-            || super::pull::failed(q)
-            || !super::reserve::none(t.slot)
-        {
+        // Nor while the store fails or a reservation waits.
+        if !self.gives_back(g) || super::pull::failed(q) || !super::reserve::none(t.slot) {
             return 0;
         }
         let word = q.host.load(Ordering::Acquire);

@@ -13,13 +13,12 @@
 //! handle from it are dropped. After a `fork` the child has no thread; its
 //! next task registration starts one.
 
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{Quota, TaskRef};
-use crate::shm::{ForkSafeLock, Shm, fork_generation};
+use crate::shm::{ForkLocked, Shm, fork_generation};
 
 /// How often the keeper looks.
 pub(crate) const EVERY: Duration = Duration::from_millis(10);
@@ -33,11 +32,11 @@ pub(crate) fn idle_after(slice_ms: u32) -> Duration {
 /// The tasks a table handle registered, what its keeper saw of their host
 /// words, and its thread (a field of the handle's [`Quota`], which its task
 /// handles share).
+#[derive(Default)]
 pub(crate) struct Keeper {
-    /// A lock a fork cannot leave held: the thread may hold it when another
-    /// thread forks, and the child then registers its tasks under it.
-    lock: ForkSafeLock,
-    inner: UnsafeCell<Inner>,
+    /// Under a lock a fork cannot leave held: the thread may hold it when
+    /// another thread forks, and the child then registers its tasks.
+    inner: ForkLocked<Inner>,
     /// The fork generation the thread runs in, plus one; 0: none started.
     started: AtomicU64,
 }
@@ -50,41 +49,22 @@ struct Inner {
     seen: Vec<(u32, u64, u64)>,
 }
 
-// SAFETY: `inner` is only reached through `with`, under `lock`.
-unsafe impl Sync for Keeper {}
-unsafe impl Send for Keeper {}
-
-impl Default for Keeper {
-    fn default() -> Self {
-        Self {
-            lock: ForkSafeLock::new(),
-            inner: UnsafeCell::new(Inner::default()),
-            started: AtomicU64::new(0),
-        }
-    }
-}
-
 impl Keeper {
-    fn with<T>(&self, body: impl FnOnce(&mut Inner) -> T) -> T {
-        let _guard = self.lock.lock();
-        // SAFETY: the lock is held; no reference into `inner` outlives `body`.
-        body(unsafe { &mut *self.inner.get() })
-    }
-
     /// Whether `word` is what task `index`'s host word has held for
     /// `idle_ticks` (as seen by this handle's earlier looks).
     pub(super) fn unmoved(&self, index: u32, word: u64, now: u64, idle_ticks: u64) -> bool {
-        self.with(|inner| match inner.seen.iter_mut().find(|s| s.0 == index) {
-            Some(s) if s.1 == word => now.saturating_sub(s.2) >= idle_ticks,
-            Some(s) => {
-                (s.1, s.2) = (word, now);
-                false
-            }
-            None => {
-                inner.seen.push((index, word, now));
-                false
-            }
-        })
+        self.inner
+            .with(|inner| match inner.seen.iter_mut().find(|s| s.0 == index) {
+                Some(s) if s.1 == word => now.saturating_sub(s.2) >= idle_ticks,
+                Some(s) => {
+                    (s.1, s.2) = (word, now);
+                    false
+                }
+                None => {
+                    inner.seen.push((index, word, now));
+                    false
+                }
+            })
     }
 
     /// Adds task `index` to those `quota`'s keeper looks at, and starts the
@@ -95,7 +75,7 @@ impl Keeper {
             return;
         }
         let me = &quota.keeper;
-        me.with(|inner| {
+        me.inner.with(|inner| {
             if !inner.tasks.iter().any(|t| t.0 == index) {
                 inner.tasks.push((index, name.to_string()));
             }
@@ -131,7 +111,7 @@ fn run(shm: &Weak<Shm>, quota: &Weak<Quota>, generation: u64) {
         if quota.keeper.started.load(Ordering::Acquire) != generation {
             return;
         }
-        let tasks = quota.keeper.with(|inner| inner.tasks.clone());
+        let tasks = quota.keeper.inner.with(|inner| inner.tasks.clone());
         for (index, name) in &tasks {
             let slot = shm.task_slot(*index);
             if let Some(g) = slot.global() {

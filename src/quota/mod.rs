@@ -61,7 +61,7 @@ use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
 pub use census::{Fleet, HostHealth, HostRecord, Store};
 pub(crate) use census::{merge as merge_record, parse_record};
-use claim::{kept_in, taken_in};
+use claim::{holds_in, kept_in, taken_in};
 pub use config::{GlobalConfig, GlobalSettings};
 pub(crate) use keeper::Keeper;
 pub(crate) use pull::reclaim_pull_lock;
@@ -392,8 +392,7 @@ impl Quota {
                 // slice's allowance at this rate: a host that falls back
                 // mid-slice does not admit on top of its grants.
                 let allowance = allowance(rate, t.g);
-                // What it holds of the slice: not what it gave back.
-                let taken = taken_in(t.slot, slice).saturating_sub(idle::given_in(t.slot, slice));
+                let taken = holds_in(t.slot, slice);
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
@@ -470,8 +469,7 @@ pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> 
     if pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice) == 0 {
         return None;
     }
-    let taken = taken_in(slot, slice).saturating_sub(idle::given_in(slot, slice));
-    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(taken))
+    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(holds_in(slot, slice)))
 }
 
 /// The fallback rate's burst: 50 ms of it (at least the task's own): a

@@ -84,8 +84,10 @@ pub(super) fn paced(shm: &Shm, q: &QuotaSlot) -> bool {
 /// then counted in the new slice erased the old one's, and the host's
 /// demand read as what it admitted alone).
 pub(super) fn paced_in(shm: &Shm, q: &QuotaSlot, slice: u32) -> bool {
-    let used_up = q.exhausted.load(Ordering::Acquire);
-    paced(shm, q) && !(used_up & MAY_COME_BACK != 0 && used_up & !MAY_COME_BACK != slice as u64 + 1)
+    paced(shm, q) && {
+        let used_up = q.exhausted.load(Ordering::Acquire);
+        !(used_up & MAY_COME_BACK != 0 && used_up & !MAY_COME_BACK != slice as u64 + 1)
+    }
 }
 
 fn now_ms(shm: &Shm) -> u32 {
@@ -246,7 +248,7 @@ impl Quota {
                     host: &self.host,
                     claimed,
                     given,
-                    gives_back: self.store.spreads() && g.shards <= 1,
+                    gives_back: self.gives_back(g),
                     redeem,
                     offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
                     record_version,
@@ -358,10 +360,9 @@ impl Quota {
             // and the statistics still say limited. A host granted the last
             // permits asks once more when it has spent them: the store
             // tells it then whether any may come back.
-            let gives_back = self.store.spreads() && g.shards <= 1;
             if reply.left == 0 && telling {
                 // Says nothing of what the host may ask for.
-            } else if reply.left == 0 && (reply.granted == 0 || !gives_back) {
+            } else if reply.left == 0 && (reply.granted == 0 || !self.gives_back(g)) {
                 let back = if reply.wait_ms > 0 { MAY_COME_BACK } else { 0 };
                 q.exhausted
                     .store((slice as u64 + 1) | back, Ordering::Release);

@@ -180,3 +180,32 @@ impl Drop for ForkSafeGuard<'_> {
         self.0.word.store(0, Ordering::Release);
     }
 }
+
+/// A value reached only under a [`ForkSafeLock`]: process-local state a
+/// thread may be changing when another thread forks.
+pub(crate) struct ForkLocked<T> {
+    lock: ForkSafeLock,
+    value: std::cell::UnsafeCell<T>,
+}
+
+// SAFETY: `value` is only reached through `with`, under `lock`.
+unsafe impl<T: Send> Sync for ForkLocked<T> {}
+unsafe impl<T: Send> Send for ForkLocked<T> {}
+
+impl<T: Default> Default for ForkLocked<T> {
+    fn default() -> Self {
+        Self {
+            lock: ForkSafeLock::new(),
+            value: std::cell::UnsafeCell::new(T::default()),
+        }
+    }
+}
+
+impl<T> ForkLocked<T> {
+    /// Runs `body` on the value under the lock.
+    pub fn with<R>(&self, body: impl FnOnce(&mut T) -> R) -> R {
+        let _guard = self.lock.lock();
+        // SAFETY: the lock is held; no reference into `value` outlives `body`.
+        body(unsafe { &mut *self.value.get() })
+    }
+}

@@ -24,7 +24,7 @@ use attach::Attachment;
 pub(crate) use attach::Owner;
 pub(crate) use file::random_u64;
 use fork::TrackedFd;
-pub(crate) use fork::{ForkSafeLock, generation as fork_generation};
+pub(crate) use fork::{ForkLocked, ForkSafeLock, generation as fork_generation};
 pub(crate) use read_only::ReadOnly;
 pub(crate) use region::Region;
 

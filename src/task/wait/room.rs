@@ -5,7 +5,6 @@
 //! before a `fork` does not exist in the child, and its waiters do not
 //! either: a room from another generation starts empty).
 
-use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,7 +13,7 @@ use std::time::Instant;
 
 use super::queue;
 use crate::error::Result;
-use crate::shm::{ForkSafeLock, Shm, fork_generation};
+use crate::shm::{ForkLocked, Shm, fork_generation};
 use crate::task::{RawPermit, Task};
 use crate::words::{Limited, WaitOrder};
 
@@ -118,38 +117,24 @@ struct Inner {
 }
 
 /// The waiters of one table handle.
+#[derive(Default)]
 pub(crate) struct Room {
-    lock: ForkSafeLock,
-    inner: UnsafeCell<Inner>,
-}
-
-// SAFETY: `inner` is only reached through `with`, under `lock`.
-unsafe impl Sync for Room {}
-unsafe impl Send for Room {}
-
-impl Default for Room {
-    fn default() -> Self {
-        Self {
-            lock: ForkSafeLock::new(),
-            inner: UnsafeCell::new(Inner::default()),
-        }
-    }
+    inner: ForkLocked<Inner>,
 }
 
 impl Room {
     fn with<T>(&self, body: impl FnOnce(&mut Inner) -> T) -> T {
-        let _guard = self.lock.lock();
-        // SAFETY: the lock is held; no reference into `inner` outlives `body`.
-        let inner = unsafe { &mut *self.inner.get() };
-        let generation = fork_generation();
-        if inner.generation != generation {
-            // A room copied by fork: its waiters are the parent's threads.
-            *inner = Inner {
-                generation,
-                ..Inner::default()
-            };
-        }
-        body(inner)
+        self.inner.with(|inner| {
+            let generation = fork_generation();
+            if inner.generation != generation {
+                // A room copied by fork: its waiters are the parent's threads.
+                *inner = Inner {
+                    generation,
+                    ..Inner::default()
+                };
+            }
+            body(inner)
+        })
     }
 
     /// Queues a waiter for `n` of `task` and publishes this handle's head;
