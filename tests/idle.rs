@@ -316,3 +316,109 @@ fn a_host_refused_before_a_give_back_is_served_after_it() {
     );
     assert_eq!(left(&redis, "late", slice), 0);
 }
+
+/// Less than an eighth of an equal share (the quota over the hosts the
+/// store counted) is not given back: its round trip, and the others'
+/// asking for it, cost more than it is worth. At the floor it is.
+#[test]
+fn a_host_holding_less_than_the_floor_keeps_it() {
+    const QUOTA: u64 = 8000;
+    const CHUNK: u32 = 1000;
+    // Two hosts: the floor is 8000 / 2 / 8 = 500 (and the low water a
+    // quarter chunk, 250: holding 499 pulls nothing ahead).
+    const FLOOR: u64 = 500;
+    let (redis, _scratch, a, b) = two_hosts("floor", QUOTA, CHUNK);
+    let slice = slice_within(30);
+    assert!(matches!(b.pull_quota(1), Ok(Ok(_))));
+    assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));
+    assert_eq!(a.quota_stats().hosts_seen, 2);
+    assert_eq!(
+        admit(&a, CHUNK as u64 - FLOOR + 1),
+        CHUNK as u64 - FLOOR + 1
+    );
+    // Idle for twice the keeper's while: it looked and kept the rest.
+    std::thread::sleep(2 * IDLE_AFTER + Duration::from_millis(50));
+    assert_eq!(a.return_idle_quota(Duration::from_millis(1)), 0);
+    assert_eq!(a.quota_stats().returned, 0, "{:?}", a.quota_stats());
+    assert_eq!(record(&redis, "floor", slice, "a")[11], 0);
+    // One more chunk: what it holds is past the floor, and goes back whole.
+    assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));
+    let (returned, _) = await_give_back(&a, Duration::from_secs(1));
+    assert_eq!(returned, CHUNK as u64 + FLOOR - 1, "{:?}", a.quota_stats());
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    assert_eq!(record(&redis, "floor", slice, "a")[11], returned as i64);
+}
+
+/// A task spread over shards pulled from several keys; which key a permit
+/// came from is not kept, so it gives nothing back (and is charged what it
+/// took, as before give-backs).
+#[test]
+fn a_task_spread_over_shards_gives_nothing_back() {
+    const QUOTA: u64 = 4000;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("idle-shards");
+    let table = Table::open(scratch.path("t"), &options(&redis.url(), "sharded")).unwrap();
+    let task = table
+        .task("sharded", &config(QUOTA, 1000).shards(3))
+        .unwrap();
+    let slice = slice_within(SLICE_MS - 2000);
+    assert_eq!(admit(&task, 10), 10);
+    let held = task.quota_stats().granted - 10;
+    assert!(held >= 500, "{:?}", task.quota_stats());
+    std::thread::sleep(2 * IDLE_AFTER + Duration::from_millis(50));
+    assert_eq!(task.return_idle_quota(Duration::from_millis(1)), 0);
+    assert_eq!(task.quota_stats().returned, 0, "{:?}", task.quota_stats());
+    // Still held: the host spends it (down to its low water, a quarter
+    // chunk) without another pull.
+    let pulls = task.quota_stats().pulls;
+    assert_eq!(admit(&task, held - 250), held - 250);
+    assert_eq!(task.quota_stats().pulls, pulls);
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+}
+
+/// Redis restarts empty right after a give-back. The key created anew
+/// deducts what the host kept (its claim less what it gave back), so the
+/// two hosts together admit the slice's quota exactly: deducting the whole
+/// claim would strand the give-back, deducting nothing would hand out what
+/// the host spent twice.
+#[test]
+fn a_restart_after_a_give_back_deducts_what_the_host_kept() {
+    const QUOTA: u64 = 4000;
+    const CHUNK: u32 = 1000;
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("idle-restart");
+    let host = |id: &str| {
+        let mut o = options(&redis.url(), id);
+        o.store.probe_interval = Duration::from_millis(100);
+        let table = Table::open(scratch.path(id), &o).unwrap();
+        table.task("restart", &config(QUOTA, CHUNK)).unwrap()
+    };
+    let (a, b) = (host("a"), host("b"));
+    let slice = slice_within(30);
+    assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));
+    let mut a_admitted = admit(&a, 10);
+    let (returned, _) = await_give_back(&a, Duration::from_secs(1));
+    assert_eq!(returned, CHUNK as u64 - 10);
+    assert_eq!(record(&redis, "restart", slice, "a")[11], returned as i64);
+    redis.kill();
+    redis.restart();
+    // Both hosts ask until the new key is used up; a host that finds the
+    // store gone falls back to its share meanwhile (the key deducts that
+    // too), and probes every 100 ms.
+    let mut b_admitted = 0;
+    let began = monotonic();
+    while monotonic() - began < Duration::from_millis(1500) {
+        a_admitted += admit(&a, 50);
+        b_admitted += admit(&b, 10 * QUOTA);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    let (qa, qb) = (a.quota_stats(), b.quota_stats());
+    assert_eq!(
+        a_admitted + b_admitted,
+        QUOTA,
+        "A {a_admitted} + B {b_admitted}: {qa:?}, {qb:?}"
+    );
+    assert_eq!(left(&redis, "restart", slice), 0);
+    assert_eq!(record(&redis, "restart", slice, "a")[0], a_admitted as i64);
+}
