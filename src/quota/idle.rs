@@ -68,7 +68,9 @@ pub(super) fn take_out(slot: &TaskSlot, seen: u64, slice: u32) -> u64 {
         return 0;
     }
     let journal = (slice as u64) << 32 | (given_in(slot, slice) + permits).min(u32::MAX as u64);
-    slot.giving.store(journal, Ordering::Release);
+    if !begin(slot, journal) {
+        return 0;
+    }
     let marked = seen ^ MARK;
     if slot
         .quota
@@ -88,6 +90,19 @@ pub(super) fn take_out(slot: &TaskSlot, seen: u64, slice: u32) -> u64 {
     }
     complete(slot, marked, journal);
     permits
+}
+
+/// Step 1: records `journal` unless a journal is there. Under the lock,
+/// after [`finish`], none is; one there is a mover's whose lock was broken
+/// while it stalled (past the store's timeouts), and it may be marking the
+/// word now. Overwritten, the next [`finish`] would pair that mover's mark
+/// with this journal: `given` would count permits the word never held
+/// (over-admission by the difference). So this give-back waits for the
+/// next look.
+fn begin(slot: &TaskSlot, journal: u64) -> bool {
+    slot.giving
+        .compare_exchange(0, journal, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
 }
 
 /// Step 3: `given` takes the journal's value (never moved back: a stalled
@@ -280,6 +295,36 @@ mod tests {
         assert_eq!(given_in(&slot, S), 50);
         assert_eq!(slot.given_total.load(Ordering::Relaxed), 50);
         assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 0));
+        assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
+    }
+
+    /// A mover stalled between reading the word and writing its journal
+    /// resumes after the lock's breaker began a move of its own and was
+    /// killed after marking: the late journal must not take the place of
+    /// the breaker's, or the next holder would count as given what the
+    /// stalled mover saw (60), not what the mark holds (40): 20 permits
+    /// the store would put back while the host spent them.
+    #[test]
+    fn a_stalled_movers_journal_takes_no_other_moves_place() {
+        let slot = slot();
+        slot.given.store(word(S, 5), Ordering::Relaxed);
+        // The stalled mover saw 60 and computed its journal; admissions
+        // then spent 20.
+        let stale = word(S, 65);
+        slot.quota.host.store(word(S, 40), Ordering::Relaxed);
+        // The breaker: journal and mark, then killed.
+        assert!(begin(&slot, word(S, 45)));
+        slot.quota.host.store(word(S, 40) ^ MARK, Ordering::Relaxed);
+        // The stalled mover wakes and writes its journal; the next holder
+        // finishes what it finds before the stalled mover's mark (of a
+        // word of 60) fails.
+        if begin(&slot, stale) {
+            finish(&slot);
+        }
+        finish(&slot);
+        assert_eq!(given_in(&slot, S), 45);
+        assert_eq!(slot.quota.host.load(Ordering::Relaxed), word(S, 0));
+        assert_eq!(slot.given_total.load(Ordering::Relaxed), 40);
         assert_eq!(slot.giving.load(Ordering::Relaxed), 0);
     }
 
