@@ -683,6 +683,91 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
     );
 }
 
+/// Pullers killed inside the deposit, between the claim (what the host
+/// tells the store it took) and the host word: each chunk is lost to the
+/// host, the key keeps charging it, and it is never handed out a second
+/// time. The host then admits the slice's quota less the lost chunks,
+/// exactly. (With the claim written after the host word, each redeem
+/// handed back every chunk the table held and the claim did not count:
+/// 6,100 of 4,000 admitted.)
+#[test]
+fn a_puller_killed_inside_the_deposit_never_hands_its_chunk_out_twice() {
+    const SLICE_MS: u64 = 4000;
+    const QUOTA: u64 = 4000;
+    const CHUNK: u32 = 10;
+    const DEATHS: u64 = 20;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("fleet-deposit");
+    let path = scratch.path("t");
+    let opts = options(&redis.url(), Some("dep"));
+    let config = TaskConfig::new()
+        .global_rate((QUOTA * 1000 / SLICE_MS) as f64)
+        .slice_ms(SLICE_MS as u32)
+        .global_burst(QUOTA as u32)
+        .chunk(CHUNK);
+    let slice_now = || {
+        let ms = (wall_us() / 1000) as u64;
+        (ms / SLICE_MS, ms % SLICE_MS)
+    };
+    while slice_now().1 > 500 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let slice = slice_now().0;
+    let table = Table::open(&path, &opts).unwrap();
+    let task = table.task("dep", &config).unwrap();
+    let mut died = 0;
+    for _ in 0..DEATHS {
+        let (path, opts) = (path.clone(), opts.clone());
+        let pid = fork_guarded(move || {
+            // SAFETY: a forked child runs one thread.
+            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_IN_DEPOSIT", "1") };
+            let table = Table::open(&path, &opts).unwrap();
+            let task = table.task("dep", &config).unwrap();
+            let _ = task.pull_quota(CHUNK as u64);
+            0 // not reached when the store granted anything
+        });
+        if wait(pid) < 0 {
+            died += 1;
+        }
+    }
+    assert_eq!(died, DEATHS, "every puller died in its deposit");
+    // The parent spends the rest of the slice, a permit at a time.
+    let mut admitted = 0;
+    let began = Instant::now();
+    loop {
+        match task.acquire_raw(1).unwrap() {
+            Ok(mut p) => {
+                task.release_raw(&mut p, flowctrl::Outcome::Success)
+                    .unwrap();
+                admitted += 1;
+            }
+            // Refused with the key used up: the host holds nothing either.
+            Err(_) if left(&redis, "dep", slice) == 0 => break,
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "{admitted} admitted"
+        );
+    }
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+    let q = task.quota_stats();
+    assert_eq!(
+        admitted,
+        QUOTA - DEATHS * CHUNK as u64,
+        "the lost chunks admitted again: {q:?}"
+    );
+    let charged = || -> u64 {
+        let rec: String = redis.command(&["HGET", &format!("flowctrl:{{dep}}:{slice}"), "dep"]);
+        rec.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (charged, kept) = settled(|| {
+        let q = task.quota_stats();
+        (charged(), q.granted - q.returned)
+    });
+    assert_eq!(charged, kept, "{q:?}");
+}
+
 /// Admission instants (µs of the store's clock) of saturating workers on
 /// `hosts` tables, three processes each, for `secs`.
 fn admission_times(
