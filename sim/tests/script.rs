@@ -21,10 +21,60 @@ fn store_at(ms: i64) -> LuaStore {
 }
 
 /// One pull: `host` asks `want` having taken `claimed` of the slice, at
-/// `demand` requests a slice; `reserve` says it can keep a reservation.
-/// The slice releases a burst of 1,000 at once and the rest evenly.
-/// Returns {granted, left, sec, usec, hosts, conflict, wait ms, mismatch,
-/// created, usable ms}.
+/// `demand` requests a slice; `reserve`: it can keep a reservation;
+/// `given`: what it gave back while idle (a host that gives back sends
+/// it); `redeem`: a puller of the host died. The slice releases a burst
+/// of 1,000 at once and the rest evenly.
+#[derive(Default)]
+struct Ask<'a> {
+    host: &'a str,
+    want: i64,
+    claimed: i64,
+    demand: i64,
+    reserve: bool,
+    given: Option<i64>,
+    redeem: bool,
+}
+
+/// Runs `ask`: {granted, left, sec, usec, hosts, conflict, wait ms,
+/// mismatch, created, usable ms}.
+fn ask(store: &LuaStore, ask: Ask) -> Vec<i64> {
+    let keys: Vec<String> = [
+        format!("k:{SLICE}"),
+        "cfg".into(),
+        "shape".into(),
+        format!("k:{}", SLICE - 1),
+    ]
+    .into();
+    let flag = |on: bool| if on { "1" } else { "0" }.to_string();
+    let args: Vec<String> = [
+        QUOTA.to_string(),
+        ask.want.to_string(),
+        "1000".into(),
+        SLICE.to_string(),
+        "4000".into(),
+        ask.host.into(),
+        ask.claimed.to_string(),
+        "0".into(),
+        flag(ask.redeem),
+        "1000".into(),
+        "0".into(),
+        "1000".into(),
+        "0".into(),
+        ask.demand.to_string(),
+        "0".into(),
+        "0".into(),
+        "0".into(),
+        "0".into(),
+        flag(ask.reserve),
+    ]
+    .into_iter()
+    .chain(ask.given.map(|g| g.to_string()))
+    .collect();
+    store.eval(&keys, &args).unwrap()
+}
+
+/// The common ask: [`Ask`] without a give-back or a redeem.
 fn pull(
     store: &LuaStore,
     host: &str,
@@ -33,36 +83,21 @@ fn pull(
     demand: i64,
     reserve: bool,
 ) -> Vec<i64> {
-    let keys: Vec<String> = [
-        format!("k:{SLICE}"),
-        "cfg".into(),
-        "shape".into(),
-        format!("k:{}", SLICE - 1),
-    ]
-    .into();
-    let args: Vec<String> = [
-        QUOTA.to_string(),
-        want.to_string(),
-        "1000".into(),
-        SLICE.to_string(),
-        "4000".into(),
-        host.into(),
-        claimed.to_string(),
-        "0".into(),
-        "0".into(),
-        "1000".into(),
-        "0".into(),
-        "1000".into(),
-        "0".into(),
-        demand.to_string(),
-        "0".into(),
-        "0".into(),
-        "0".into(),
-        "0".into(),
-        if reserve { "1" } else { "0" }.into(),
-    ]
-    .into();
-    store.eval(&keys, &args).unwrap()
+    let a = Ask {
+        host,
+        want,
+        claimed,
+        demand,
+        reserve,
+        ..Ask::default()
+    };
+    ask(store, a)
+}
+
+/// A Redis command on the model.
+fn command(store: &LuaStore, args: &[&str]) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    store.model.lock().unwrap().call(&args).unwrap();
 }
 
 /// 100 ms in, `big` took all the slice had released (11,000: the burst and
@@ -118,4 +153,47 @@ fn only_what_the_host_spends_by_the_slice_end_is_reserved() {
     let slow = pull(&store, "slow", 60, 100, 100, true);
     assert_eq!(slow[0], 0, "{slow:?}");
     assert!(slow[6] > 0, "told when to ask again: {slow:?}");
+}
+
+/// A process of an older build on the host's table (the layout is the
+/// same) pulls with a script that knows no give-backs: its claim counts
+/// what the host gave back, its charge for it stops at an empty key, and
+/// it rewrites the host's record without what the store was told. The
+/// host's next pull must not put that give-back into the key again: the
+/// key would hand out what the old charge never took (490 here).
+#[test]
+fn a_give_back_is_not_put_back_twice_after_an_older_script() {
+    let store = store_at(990);
+    // A takes 1,000, admits 10 and gives 990 back; B takes all but 500.
+    assert_eq!(pull(&store, "a", 1_000, 0, 0, false)[0], 1_000);
+    let gives = |want, redeem| Ask {
+        host: "a",
+        want,
+        claimed: 1_000,
+        given: Some(990),
+        redeem,
+        ..Ask::default()
+    };
+    let r = ask(&store, gives(0, false));
+    assert_eq!(r[1], 99_990, "{r:?}");
+    assert_eq!(pull(&store, "b", 99_490, 0, 0, false)[0], 99_490);
+    // The older script's pull of A: claimed 1,000 against a charge of 10
+    // takes what is left (500 of 990) and writes an 11-field record.
+    let key = format!("k:{SLICE}");
+    command(&store, &["HSET", &key, "left", "0"]);
+    command(
+        &store,
+        &["HSET", &key, "a", "1000 1000 1000 1000 0 0 0 0 0 0 0"],
+    );
+    // A's next pull (a redeem too, as after a dead puller): nothing is
+    // left to grant, and nothing comes back.
+    let r = ask(&store, gives(100, false));
+    assert_eq!(&r[..2], &[0, 0], "{r:?}");
+    // Nor through the redeem's credit.
+    command(
+        &store,
+        &["HSET", &key, "a", "1000 1000 1000 1000 0 0 0 0 0 0 0"],
+    );
+    let r = ask(&store, gives(100, true));
+    assert_eq!(&r[..2], &[0, 0], "{r:?}");
 }

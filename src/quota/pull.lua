@@ -79,7 +79,7 @@ local acc, asked, granted, before, had, was_given = 0, 0, 0, 0, 0, 0
 if rec then
   local f = fields(rec)
   acc, asked, granted, before, had = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0, f[6] or 0
-  was_given = f[12] or 0
+  was_given = f[12]
 end
 -- The shape's TTL is renewed by its hosts' first pull in each slice.
 if keeps_shape and asked == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
@@ -89,6 +89,14 @@ local claimed = tonumber(ARGV[7]) or 0
 -- What the host gave back while idle, of its claim (an older host sends
 -- nothing: 0). The claim it holds is the rest.
 local given = math.min(math.max(tonumber(ARGV[20]) or 0, 0), math.max(claimed, 0))
+-- A record without it was last written by a script that knows no
+-- give-backs (a process of an older build on this host's table): it may
+-- have charged the host's give-back again, or only part of it (its charge
+-- stops at an empty key). Counted as told: never put back twice, lost at
+-- worst. Nor is what the key charges beyond the host's hold then handed
+-- back as a lost grant (below): part of it may be that give-back.
+local told_before = was_given == nil and given > 0
+if was_given == nil then was_given = given end
 quota = quota or tonumber(ARGV[1])
 -- A host whose threshold differs from the key's creator's: counted there,
 -- while every host spends by the key's numbers. Not so for the record's:
@@ -121,7 +129,7 @@ end
 -- A grant the host never received (its puller died before the deposit):
 -- charged already, handed back once, not taken from the slice again.
 local credit = 0
-if ARGV[9] == '1' and conflict == 0 and acc > holds then credit = acc - holds end
+if ARGV[9] == '1' and conflict == 0 and not told_before and acc > holds then credit = acc - holds end
 local want = tonumber(ARGV[2])
 local grant = math.min(want, left)
 local giving_back = ARGV[20] ~= nil
