@@ -226,11 +226,16 @@ pub(crate) fn merge(hosts: &mut Vec<HostRecord>, record: HostRecord) {
 }
 
 /// "accounted asked granted claimed offset_us demand success dropped
-/// mean_us p99_us own_quota" → a record (written before fair tails: no
-/// demand; before the health figures: none of them).
+/// mean_us p99_us own_quota given" → a record (written before fair tails:
+/// no demand; before the health figures: none of them). Fields a later
+/// build appends (numbers, a dozen at most) are read past: its hosts stay
+/// in this build's census.
 pub(crate) fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
     let fields: Vec<&str> = value.split(' ').collect();
-    if ![5, 6, 10, 11, 12].contains(&fields.len()) {
+    let known = [5, 6, 10, 11].contains(&fields.len())
+        || (12..=24).contains(&fields.len())
+            && fields[12..].iter().all(|f| f.parse::<i64>().is_ok());
+    if !known {
         return None;
     }
     let number = |i: usize| fields.get(i).map_or(Some(0), |v| v.parse::<i64>().ok());
@@ -292,6 +297,9 @@ mod tests {
         // A host that gave quota back while idle: its claim less that.
         let given = parse_record("h", 7, "10 12 40 40 -35 400 0 0 0 0 0 30").unwrap();
         assert_eq!(given.claimed, 10);
+        // A later build's record, with a field this one does not know.
+        let later = parse_record("h", 7, "10 12 40 40 -35 400 0 0 0 0 0 30 7").unwrap();
+        assert_eq!((later.claimed, later.demand), (10, 400));
         for bad in [
             "",
             "garbage",
@@ -302,7 +310,8 @@ mod tests {
             "1 2 3 4 5 6 7",
             "1 2 3 4 5 6 7 8 9 -1",
             "1 2 3 4 5 6 7 8 9 10 11 -12",
-            "1 2 3 4 5 6 7 8 9 10 11 12 13",
+            "1 2 3 4 5 6 7 8 9 10 11 12 x",
+            &["1"; 25].join(" "),
         ] {
             assert_eq!(parse_record("h", 7, bad), None, "{bad:?}");
         }
