@@ -68,7 +68,11 @@ pub(crate) struct TaskSlot {
     /// Permits given back while idle, since the task was registered (0.3.0
     /// left this word zero).
     pub given_total: AtomicU64,
-    _pad2: [AtomicU64; 1],
+    /// The host's busy spells (see `quota::spell`): when its
+    /// keeper last found it idle, what it was asked for by then, and what
+    /// its last busy spell was asked for. Written by keepers only, a few
+    /// times a slice at most (0.3.0 left this word zero: none known).
+    pub spell: AtomicU64,
     /// Permits counted against the cap, with the tag of the last op
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,

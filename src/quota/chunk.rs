@@ -16,8 +16,9 @@ impl Quota {
     /// recent admission rate times a third of a slice, never past the
     /// slice's end; past 100 hosts, in a slice's second half, what it spends
     /// by the slice's end less what it holds (the slice's last chunk: no
-    /// pull for a sliver after it). At most 25 % of the slice's quota and
-    /// its burst, at least the floor below.
+    /// pull for a sliver after it). A host whose demand comes in busy
+    /// spells: no more than the rest of one like its last. At most 25 % of
+    /// the slice's quota and its burst, at least the floor below.
     pub(in crate::quota) fn want(&self, slot: &TaskSlot, g: Global, n: u32) -> u64 {
         if g.chunk != 0 {
             return g.chunk.max(n) as u64;
@@ -51,6 +52,24 @@ impl Quota {
             }
         }
         .max(1);
+        // A host whose demand comes in busy spells with quiet between (see
+        // `spell`): the rest of its spell beyond what it holds, expected to
+        // be what its last spell was asked for. No more: the rest would be
+        // given back once the host goes quiet, a round trip more, and the
+        // fair tails still count it as the host's. And in one chunk when
+        // that is at most two: the chunk after it would be a sliver, for
+        // another round trip.
+        let want = match super::spell::rest(slot, g, pace.slice) {
+            Some(rest) => {
+                let rest = rest.saturating_sub(pace.held).max(1);
+                if rest <= want.saturating_mul(2) {
+                    rest
+                } else {
+                    want
+                }
+            }
+            None => want,
+        };
         // No more than a slice releases at once: a bigger ask would wait.
         want.clamp(floor, (quota / 4).max(floor))
             .min(g.burst() as u64)
@@ -111,6 +130,7 @@ pub(super) fn pace(me: &Quota, slot: &TaskSlot, g: Global) -> Pace {
         slice_us,
         left_us: slice_us - elapsed,
         held,
+        slice,
     }
 }
 
@@ -125,6 +145,8 @@ pub(super) struct Pace {
     pub(super) left_us: u64,
     /// Permits of the slice the host holds.
     pub(super) held: u64,
+    /// The slice, by the store's clock as this host has it.
+    pub(super) slice: u32,
 }
 
 impl Pace {

@@ -145,6 +145,16 @@ fn complete(slot: &TaskSlot, marked: u64, journal: u64) {
         .compare_exchange(journal, 0, Ordering::AcqRel, Ordering::Relaxed);
 }
 
+/// The least a give-back is worth: an eighth of an equal share (the quota
+/// over the hosts the store last counted). Less is not worth its round
+/// trip, nor the others' asking for it: measured in the simulation, a
+/// give-back of every sliver cost 0.0136 store operations per admission
+/// for 0.9 % of the slice.
+pub(super) fn floor(q: &crate::format::QuotaSlot, g: super::Global) -> u64 {
+    let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
+    (g.quota as u64 / hosts / 8).max(1)
+}
+
 impl super::Quota {
     /// Whether this host gives back `g`'s idle quota: not to the embedded
     /// store (one host: nobody to give to), nor from a task spread over
@@ -164,16 +174,18 @@ impl super::Quota {
         let word = q.host.load(Ordering::Acquire);
         let now = t.shm.clock.now();
         let idle_ticks = t.shm.clock.duration_to_ticks(idle);
-        if !self.keeper.unmoved(t.index, word, now, idle_ticks) {
+        // Idle: nothing spent, nothing refused (a host refused is busy; it
+        // holds less than it asked for, so there is nothing to give back).
+        let refused = q.refused.load(Ordering::Acquire);
+        if !self
+            .keeper
+            .unmoved(t.index, [word, refused], now, idle_ticks)
+        {
             return 0;
         }
         let slice = super::slice_of(self.store_now_us(q), g.slice_ms);
-        // Less than an eighth of an equal share is not worth its round
-        // trip (nor the others' asking for it): measured in the simulation,
-        // a give-back of every sliver cost 0.0136 store operations per
-        // admission for 0.9 % of the slice.
-        let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
-        if tagged(word, slice) < (g.quota as u64 / hosts / 8).max(1) {
+        super::spell::mark_quiet(t.slot, slice);
+        if tagged(word, slice) < floor(q, g) {
             return 0;
         }
         let Ok(Some(lock)) = self.try_lock(t.shm, q) else {

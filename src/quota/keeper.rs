@@ -45,23 +45,24 @@ pub(crate) struct Keeper {
 struct Inner {
     /// (task index, name).
     tasks: Vec<(u32, String)>,
-    /// (task index, its host word, the table clock when it last changed).
-    seen: Vec<(u32, u64, u64)>,
+    /// (task index, its host and refused words, the table clock when
+    /// either last changed).
+    seen: Vec<(u32, [u64; 2], u64)>,
 }
 
 impl Keeper {
-    /// Whether `word` is what task `index`'s host word has held for
-    /// `idle_ticks` (as seen by this handle's earlier looks).
-    pub(super) fn unmoved(&self, index: u32, word: u64, now: u64, idle_ticks: u64) -> bool {
+    /// Whether `words` are what task `index`'s host and refused words have
+    /// held for `idle_ticks` (as seen by this handle's earlier looks).
+    pub(super) fn unmoved(&self, index: u32, words: [u64; 2], now: u64, idle_ticks: u64) -> bool {
         self.inner
             .with(|inner| match inner.seen.iter_mut().find(|s| s.0 == index) {
-                Some(s) if s.1 == word => now.saturating_sub(s.2) >= idle_ticks,
+                Some(s) if s.1 == words => now.saturating_sub(s.2) >= idle_ticks,
                 Some(s) => {
-                    (s.1, s.2) = (word, now);
+                    (s.1, s.2) = (words, now);
                     false
                 }
                 None => {
-                    inner.seen.push((index, word, now));
+                    inner.seen.push((index, words, now));
                     false
                 }
             })

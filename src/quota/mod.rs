@@ -45,6 +45,7 @@ mod reserve;
 mod shard;
 #[cfg(feature = "sim")]
 pub mod sim;
+mod spell;
 mod stats;
 mod store;
 mod store_options;
