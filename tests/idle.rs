@@ -422,3 +422,51 @@ fn a_restart_after_a_give_back_deducts_what_the_host_kept() {
     assert_eq!(left(&redis, "restart", slice), 0);
     assert_eq!(record(&redis, "restart", slice, "a")[0], a_admitted as i64);
 }
+
+/// A host whose demand comes in bursts learns them: once its keeper has
+/// seen it quiet before and after a burst, the next burst like it pulls
+/// the burst's need in one chunk, does not pull ahead, and leaves nothing
+/// to give back (sized by its pace, that chunk was 2,000 and half went
+/// back); a longer burst pulls again when the host runs dry, and every
+/// request of it is admitted.
+#[test]
+fn a_bursty_host_pulls_its_burst_whole_and_gives_nothing_back() {
+    const QUOTA: u64 = 8000;
+    const BURST: u64 = 1000;
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("idle-spell");
+    let config = TaskConfig::new()
+        .global_rate((QUOTA * 1000 / SLICE_MS) as f64)
+        .slice_ms(SLICE_MS as u32)
+        .global_burst(QUOTA as u32);
+    let host = |id: &str| {
+        let table = Table::open(scratch.path(id), &options(&redis.url(), id)).unwrap();
+        table.task("spell", &config).unwrap()
+    };
+    let (a, b) = (host("a"), host("b"));
+    let slice = slice_within(30);
+    // Two hosts: the give-back floor is 500, under a burst.
+    assert!(matches!(b.pull_quota(1), Ok(Ok(_))));
+    let quiet = || std::thread::sleep(2 * IDLE_AFTER + Duration::from_millis(50));
+    for _ in 0..2 {
+        assert_eq!(admit(&a, BURST), BURST, "{:?}", a.quota_stats());
+        quiet();
+    }
+    let before = a.quota_stats();
+    assert_eq!(admit(&a, BURST), BURST, "{:?}", a.quota_stats());
+    let during = a.quota_stats();
+    quiet();
+    let after = a.quota_stats();
+    assert_eq!(during.pulls - before.pulls, 1, "{before:?} {during:?}");
+    assert_eq!(during.granted - before.granted, BURST, "{during:?}");
+    assert_eq!(after.returned, before.returned, "{after:?}");
+    // Half as long again: the host runs dry, pulls, and admits it all.
+    assert_eq!(
+        admit(&a, BURST * 3 / 2),
+        BURST * 3 / 2,
+        "{:?}",
+        a.quota_stats()
+    );
+    assert_eq!(a.quota_stats().pulls - after.pulls, 2);
+    assert_eq!(slice_now().0, slice, "the run outlived its slice");
+}
