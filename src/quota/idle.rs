@@ -164,7 +164,8 @@ impl super::Quota {
     }
 
     /// [`crate::Task::return_idle_quota`]: gives back what the host holds
-    /// of the current slice if no admission spent any for `idle`.
+    /// of the current slice if no admission spent any, and none was
+    /// refused, for `idle`.
     pub(crate) fn return_idle(&self, t: super::TaskRef<'_>, idle: std::time::Duration) -> u64 {
         let (q, g) = (&t.slot.quota, t.g);
         // Nor while the store fails or a reservation waits.

@@ -5,7 +5,8 @@
 //! slice ends (see `idle`). So a table handle whose store is Redis starts,
 //! with its first task, one thread that looks at its tasks with a global
 //! limit every [`EVERY`] and gives back what one holds when no admission
-//! spent any of it for a twentieth of a slice. Every process's
+//! spent any of it, and none was refused, for a twentieth of a slice (the
+//! same look notes the host's busy spells: see `spell`). Every process's
 //! keeper looks; the pull lock and the host word's compare-and-swap let
 //! only one give back, and only what nobody spent meanwhile.
 //!

@@ -40,7 +40,8 @@ impl Task {
     }
 
     /// Gives back to the store what this host holds of the current slice
-    /// when no admission has spent any of it for `idle` (as seen by this
+    /// when no admission has spent any of it, and none was refused as
+    /// global, for `idle` (as seen by this
     /// handle's earlier calls: the first call only looks), so the other
     /// hosts can spend it; the store puts it back into the slice's key. The
     /// table's keeper thread calls it (see the README, "Idle quota");
