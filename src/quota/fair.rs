@@ -34,20 +34,29 @@ pub(super) fn asked_in(slot: &TaskSlot, slice: u32) -> u64 {
         + tagged(q.refused.load(Ordering::Relaxed), slice)
 }
 
+/// What the host was asked for in the slice before `slice` (or, if it
+/// did not pull in that one, in the last it pulled in before it).
+pub(super) fn asked_before(slot: &TaskSlot, slice: u32) -> u64 {
+    let q = &slot.quota;
+    // At a slice's first pull the host word still holds the slice just
+    // over, whose demand `prev_demand` will only get at the deposit.
+    // Capped: the word comes from a file anyone with write access may
+    // have scribbled on.
+    let last = (q.host.load(Ordering::Relaxed) >> 32) as u32;
+    if last == slice.wrapping_sub(1) {
+        asked_in(slot, last)
+    } else {
+        q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64)
+    }
+}
+
 impl Quota {
     /// Requests per slice this host is asked for: its last full slice's, or
     /// this slice's so far at its pace if more (after a tenth of it, so the
     /// first requests of a slice do not read as a flood).
     pub(super) fn demand(&self, slot: &TaskSlot, g: Global, slice: u32) -> u64 {
         let q = &slot.quota;
-        // At a slice's first pull the host word still holds the slice just
-        // over, whose demand `prev_demand` will only get at the deposit.
-        let last = (q.host.load(Ordering::Relaxed) >> 32) as u32;
-        let prev = if last == slice.wrapping_sub(1) {
-            asked_in(slot, last)
-        } else {
-            q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64)
-        };
+        let prev = asked_before(slot, slice);
         let slice_us = g.slice_ms as u64 * 1000;
         let elapsed = self.store_now_us(q).max(0) as u64 % slice_us;
         let pace = if elapsed >= slice_us / 10 {

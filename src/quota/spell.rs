@@ -23,14 +23,10 @@ use crate::format::TaskSlot;
 /// What the host was asked for in `slice` (see `fair`), and in the slice
 /// before it.
 fn asked_around(slot: &TaskSlot, slice: u32) -> (u64, u64) {
-    let q = &slot.quota;
-    let before = slice.wrapping_sub(1);
-    let prev = if (q.host.load(Ordering::Relaxed) >> 32) as u32 == before {
-        super::fair::asked_in(slot, before)
-    } else {
-        q.prev_demand.load(Ordering::Relaxed)
-    };
-    (super::fair::asked_in(slot, slice), prev)
+    (
+        super::fair::asked_in(slot, slice),
+        super::fair::asked_before(slot, slice),
+    )
 }
 
 /// The `spell` word: the slice of the mark (its low 16 bits) | what the
