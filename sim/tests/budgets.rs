@@ -1,8 +1,8 @@
 //! The simulation's budgets at 1,000 hosts over three full slices (the
 //! report, `scripts/simulate.sh`, runs ten; hosts whose demand comes in
-//! bursts learn their bursts in the first): admitted within [0.98, 1.01] × quota
-//! in every full slice, at most 0.01 store operations per admitted request
-//! at 500 k/s, at most 2 % of the quota stranded. Each scenario runs in a
+//! bursts learn their bursts in the first): admitted within [0.98, 1.01] ×
+//! quota in every full slice, at most 0.01 store operations per admitted
+//! request at 500 k/s, at most 2 % of the quota stranded. Each scenario runs in a
 //! process of its own (the simulated clock and store are a process's), all
 //! at once.
 

@@ -235,18 +235,14 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::StoreOptions;
     use crate::quota::shard::count_grant;
     use crate::quota::store::slice_of;
 
     fn setup(fallback: Fallback) -> (Quota, Box<TaskSlot>, Global) {
-        let options = StoreOptions {
-            url: Some("redis://127.0.0.1:1/0".into()),
-            ..StoreOptions::default()
-        };
-        let quota = Quota::new(&options, std::path::Path::new("/t")).unwrap();
-        // SAFETY: a task slot is atomics only, for which zero is valid.
-        let slot: Box<TaskSlot> = unsafe { Box::new_zeroed().assume_init() };
+        let (quota, slot) = (
+            crate::quota::testing::quota(),
+            crate::quota::testing::slot(),
+        );
         slot.quota.prev_spent.store(30_000, Ordering::Relaxed);
         let g = Global {
             rate: 1000.0,

@@ -80,20 +80,17 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quota::Fallback;
     use crate::quota::store::slice_of;
-    use crate::quota::{Fallback, StoreOptions};
 
     /// Back from a fallback with 37 of its 787 left, a host asked for
     /// 3,000 reports 787: what it will take.
     #[test]
     fn a_host_back_from_a_fallback_reports_no_more_than_its_share() {
-        let options = StoreOptions {
-            url: Some("redis://127.0.0.1:1/0".into()),
-            ..StoreOptions::default()
-        };
-        let me = Quota::new(&options, std::path::Path::new("/t")).unwrap();
-        // SAFETY: a task slot is atomics only, for which zero is valid.
-        let slot: Box<TaskSlot> = unsafe { Box::new_zeroed().assume_init() };
+        let (me, slot) = (
+            crate::quota::testing::quota(),
+            crate::quota::testing::slot(),
+        );
         let g = Global {
             rate: 2000.0,
             quota: 2000,

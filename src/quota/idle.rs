@@ -210,12 +210,7 @@ impl super::Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn slot() -> Box<TaskSlot> {
-        // SAFETY: a task slot is atomics only, and all-zero is its state
-        // in a new file.
-        unsafe { Box::new_zeroed().assume_init() }
-    }
+    use crate::quota::testing::slot;
 
     const S: u32 = 77;
 

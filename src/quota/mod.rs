@@ -49,6 +49,8 @@ mod spell;
 mod stats;
 mod store;
 mod store_options;
+#[cfg(test)]
+mod testing;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

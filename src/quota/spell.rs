@@ -106,8 +106,7 @@ mod tests {
     const S: u32 = 1000;
 
     fn slot() -> Box<TaskSlot> {
-        // SAFETY: a task slot is atomics only, for which zero is valid.
-        let slot: Box<TaskSlot> = unsafe { Box::new_zeroed().assume_init() };
+        let slot = crate::quota::testing::slot();
         // 1,000 hosts on 500,000 a slice: the give-back floor is 62.
         slot.quota.hosts_seen.store(1000, Ordering::Relaxed);
         slot
