@@ -100,12 +100,12 @@ fn await_give_back(task: &Task, within: Duration) -> (u64, Duration) {
 /// Hosts `a` and `b` (a table each) on one Redis, with task `task`. The
 /// table handles are dropped: a task handle keeps its table's mapping and
 /// its keeper thread (it stopped with the table handle once).
-fn two_hosts(task: &str, quota: u64, chunk: u32) -> (RedisServer, Scratch, Task, Task) {
+fn two_hosts(task: &str, config: &TaskConfig) -> (RedisServer, Scratch, Task, Task) {
     let redis = RedisServer::start();
     let scratch = Scratch::new(task);
     let host = |id: &str| {
         let table = Table::open(scratch.path(id), &options(&redis.url(), id)).unwrap();
-        table.task(task, &config(quota, chunk)).unwrap()
+        table.task(task, config).unwrap()
     };
     let (a, b) = (host("a"), host("b"));
     (redis, scratch, a, b)
@@ -119,7 +119,7 @@ fn two_hosts(task: &str, quota: u64, chunk: u32) -> (RedisServer, Scratch, Task,
 fn an_idle_host_gives_back_and_another_spends_it() {
     const QUOTA: u64 = 4000;
     const CHUNK: u32 = 1000;
-    let (redis, _scratch, a, b) = two_hosts("idle", QUOTA, CHUNK);
+    let (redis, _scratch, a, b) = two_hosts("idle", &config(QUOTA, CHUNK));
     // At the slice's start, so the run fits in it.
     let slice = slice_within(30);
     assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(n)) if n == CHUNK as u64));
@@ -292,7 +292,7 @@ fn a_give_back_cut_by_a_kill_is_finished_exactly() {
 fn a_host_refused_before_a_give_back_is_served_after_it() {
     const QUOTA: u64 = 2000;
     const CHUNK: u32 = 1000;
-    let (redis, _scratch, a, b) = two_hosts("late", QUOTA, CHUNK);
+    let (redis, _scratch, a, b) = two_hosts("late", &config(QUOTA, CHUNK));
     let slice = slice_within(30);
     std::thread::sleep(Duration::from_millis(600));
     assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));
@@ -327,7 +327,7 @@ fn a_host_holding_less_than_the_floor_keeps_it() {
     // Two hosts: the floor is 8000 / 2 / 8 = 500 (and the low water a
     // quarter chunk, 250: holding 499 pulls nothing ahead).
     const FLOOR: u64 = 500;
-    let (redis, _scratch, a, b) = two_hosts("floor", QUOTA, CHUNK);
+    let (redis, _scratch, a, b) = two_hosts("floor", &config(QUOTA, CHUNK));
     let slice = slice_within(30);
     assert!(matches!(b.pull_quota(1), Ok(Ok(_))));
     assert!(matches!(a.pull_quota(CHUNK as u64), Ok(Ok(_))));
@@ -433,17 +433,12 @@ fn a_restart_after_a_give_back_deducts_what_the_host_kept() {
 fn a_bursty_host_pulls_its_burst_whole_and_gives_nothing_back() {
     const QUOTA: u64 = 8000;
     const BURST: u64 = 1000;
-    let redis = RedisServer::start();
-    let scratch = Scratch::new("idle-spell");
+    // Chunks sized by the host (no `chunk`).
     let config = TaskConfig::new()
         .global_rate((QUOTA * 1000 / SLICE_MS) as f64)
         .slice_ms(SLICE_MS as u32)
         .global_burst(QUOTA as u32);
-    let host = |id: &str| {
-        let table = Table::open(scratch.path(id), &options(&redis.url(), id)).unwrap();
-        table.task("spell", &config).unwrap()
-    };
-    let (a, b) = (host("a"), host("b"));
+    let (_redis, _scratch, a, b) = two_hosts("spell", &config);
     let slice = slice_within(30);
     // Two hosts: the give-back floor is 500, under a burst.
     assert!(matches!(b.pull_quota(1), Ok(Ok(_))));
