@@ -197,3 +197,34 @@ fn a_give_back_is_not_put_back_twice_after_an_older_script() {
     let r = ask(&store, gives(100, true));
     assert_eq!(&r[..2], &[0, 0], "{r:?}");
 }
+
+/// A host back from a fallback claims what it admitted meanwhile, and
+/// keeps to its share for the rest of the slice. The fair tails count that
+/// claim as what it has had: were it owed its share again, what it cannot
+/// take would be held for it to the slice's end, and the busy host, past
+/// its own due, could not take it either (the recovery slice came out
+/// short).
+#[test]
+fn a_claim_counts_as_had_for_the_fair_tails() {
+    let store = store_at(100);
+    let at = |ms: i64| {
+        store
+            .model
+            .lock()
+            .unwrap()
+            .set_now_us(SLICE * 1_000_000 + ms * 1000)
+    };
+    assert_eq!(pull(&store, "busy", 11_000, 0, 300_000, false)[0], 11_000);
+    at(500);
+    assert_eq!(pull(&store, "busy", 40_000, 11_000, 300_000, false)[0], 40_000);
+    // Back from its fallback: 40,000 admitted meanwhile, 43,000 its share.
+    at(900);
+    let back = pull(&store, "returning", 1_000, 40_000, 43_000, false);
+    assert_eq!(back[1], 9_000, "its claim deducted: {back:?}");
+    // The slice has released 96,000 by 950 ms, 91,000 of it taken: the
+    // back host is owed 3,000 more at most, and the busy host may take
+    // the rest (nothing, were the back host owed its 43,000 again).
+    at(950);
+    let busy = pull(&store, "busy", 1_500, 51_000, 300_000, false);
+    assert_eq!(busy[0], 1_500, "{busy:?}");
+}

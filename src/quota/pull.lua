@@ -173,7 +173,10 @@ if demands > quota and hosts > 1 then
     local e, f = part(d)
     return math.max(math.floor(e * f) - g, 0)
   end
-  mine = owed(demand, granted)
+  -- What a host has had of the slice: its grants, or its own claim when
+  -- more (a host back from a fallback claimed what it admitted meanwhile;
+  -- owed that again, it could not take it and nobody else could either).
+  mine = owed(demand, math.max(granted, claimed))
   if grant > mine then
     if hosts <= 64 or c[5] == nil or elapsed < c[1] or elapsed - c[1] >= slice_ms / 10 then
       local e, f = part(demand)
@@ -186,7 +189,7 @@ if demands > quota and hosts > 1 then
       for i = 1, #all, 2 do
         if is_host(all[i]) and all[i] ~= host then
           local r = fields(all[i + 1])
-          local d, g = r[6] or 0, r[3] or 0
+          local d, g = r[6] or 0, math.max(r[3] or 0, r[4] or 0)
           e, f = part(d)
           local o = math.max(math.floor(e * f) - g, 0)
           c[2] = c[2] + o
