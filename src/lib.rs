@@ -41,6 +41,7 @@ mod error;
 mod events;
 pub mod ffi;
 mod format;
+mod keyed;
 mod limit;
 pub mod manage;
 #[cfg(feature = "metrics")]
@@ -59,6 +60,10 @@ pub use balance::{
 };
 pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
+pub use keyed::{
+    DEFAULT_KEY_CAPACITY, KeyConfig, KeyInfo, KeyLimits, KeyOverflow, KeyRate, KeyRefusal, KeyRefused,
+    KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN,
+};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
 /// The simulator's seam (feature `sim`, the `sim/` crate): its store.
 #[cfg(feature = "sim")]
@@ -72,7 +77,7 @@ pub use table::{Table, TableCheck, TableOptions};
 #[cfg(feature = "async")]
 pub use task::Acquire;
 pub use task::{
-    Consistency, Decision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,
+    Consistency, Decision, KeyDecision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,
     ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
 pub use token::{Finish, Guard, Issuer};

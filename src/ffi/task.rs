@@ -216,7 +216,7 @@ impl From<RawPermit> for fc_permit {
             task: r.task,
             n: r.n,
             flags: r.flags,
-            reserved0: 0,
+            key_record: r.key_record,
             check: r.check,
             reserved: [0; 3],
         }
@@ -227,13 +227,14 @@ impl From<fc_permit> for RawPermit {
     /// Reserved words written to make the permit read as altered: the
     /// core's check refuses it.
     fn from(p: fc_permit) -> Self {
-        let written = p.reserved0 != 0 || p.reserved != [0; 3];
+        let written = p.reserved != [0; 3];
         Self {
             acquired_at: p.acquired_at,
             owner: p.owner,
             task: p.task,
             n: p.n,
             flags: p.flags | if written { PERMIT_ALTERED } else { 0 },
+            key_record: p.key_record,
             check: p.check,
         }
     }

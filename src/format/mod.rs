@@ -30,6 +30,7 @@ mod adaptive;
 mod balance;
 mod geometry;
 mod header;
+mod keys;
 mod lane;
 mod quota;
 mod task;
@@ -42,6 +43,7 @@ pub(crate) use geometry::{
     MAX_ATTACH_CAPACITY, MAX_BACKEND_CAPACITY, MAX_BALANCER_CAPACITY, MAX_TASK_CAPACITY,
 };
 pub(crate) use header::*;
+pub(crate) use keys::*;
 pub(crate) use lane::*;
 pub use quota::Fallback;
 pub(crate) use quota::*;

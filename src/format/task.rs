@@ -76,7 +76,10 @@ pub(crate) struct TaskSlot {
     /// Permits counted against the cap, with the tag of the last op
     /// (see `limit::ledger`).
     pub in_flight: AtomicU64,
-    _pad3: [AtomicU64; 7],
+    /// 1 once the task has key limits (a key file beside the table, see
+    /// `keyed`); 0.3.0 left this word zero: none.
+    pub keyed: AtomicU64,
+    _pad3: [AtomicU64; 6],
     /// The global quota (see `quota`).
     pub quota: QuotaSlot,
     /// The host-wide adaptive concurrency limit (see `task::adaptive`).

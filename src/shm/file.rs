@@ -95,7 +95,7 @@ pub(super) fn c_path(path: &Path) -> Result<CString> {
         .map_err(|_| Error::invalid(format!("path {} contains a NUL byte", path.display())))
 }
 
-fn open_nofollow(path: &Path) -> io::Result<File> {
+pub(super) fn open_nofollow(path: &Path) -> io::Result<File> {
     let c = c_path(path)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))?;
     // SAFETY: a valid C string; the descriptor is owned by the File below.
@@ -174,7 +174,7 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
 
 /// An `O_TMPFILE` in the directory of `path`; where the filesystem has none,
 /// a named temporary beside it (returned with its path, to be removed).
-fn unnamed_file(path: &Path) -> Result<(File, Option<std::path::PathBuf>)> {
+pub(super) fn unnamed_file(path: &Path) -> Result<(File, Option<std::path::PathBuf>)> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -216,7 +216,7 @@ fn unnamed_file(path: &Path) -> Result<(File, Option<std::path::PathBuf>)> {
 
 /// Gives an `O_TMPFILE` its name. Through /proc where it is mounted, else
 /// with `AT_EMPTY_PATH` (which needs CAP_DAC_READ_SEARCH).
-fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
+pub(super) fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
     let target = c_path(path)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))?;
     let proc_path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap_or_default();
@@ -256,7 +256,7 @@ fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
 
 /// Reserves `size` bytes of backing store, so a full /dev/shm is an error
 /// now and never a SIGBUS at the first touch of a page later.
-fn reserve(file: &File, size: usize, path: &Path) -> Result<()> {
+pub(super) fn reserve(file: &File, size: usize, path: &Path) -> Result<()> {
     // SAFETY: plain posix_fallocate on our descriptor.
     let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
     match r {
@@ -277,7 +277,7 @@ fn reserve(file: &File, size: usize, path: &Path) -> Result<()> {
 }
 
 /// Checks who owns the file and who may write it.
-fn check_trust(path: &Path, meta: &std::fs::Metadata, trust: Trust) -> Result<()> {
+pub(super) fn check_trust(path: &Path, meta: &std::fs::Metadata, trust: Trust) -> Result<()> {
     let shown = path.display();
     if !meta.file_type().is_file() {
         return Err(Error::new(
@@ -431,7 +431,7 @@ pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, 
     }
 }
 
-fn map_file(file: &File, len: usize, path: &Path) -> Result<MmapRaw> {
+pub(super) fn map_file(file: &File, len: usize, path: &Path) -> Result<MmapRaw> {
     MmapOptions::new()
         .len(len)
         .map_raw(file)
@@ -445,7 +445,7 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
-struct RemoveOnDrop<'a>(&'a Path);
+pub(super) struct RemoveOnDrop<'a>(pub(super) &'a Path);
 
 impl Drop for RemoveOnDrop<'_> {
     fn drop(&mut self) {

@@ -14,6 +14,7 @@ pub(crate) mod named;
 pub(crate) mod pool;
 mod read_only;
 mod region;
+pub(crate) mod side;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,6 +117,20 @@ impl Shm {
     }
 
     /// Sets the job the reaper thread runs every 250 ms for this handle.
+    /// The table's own file: who owns it and its mode, which a file
+    /// beside it (a key file) must match to be trusted.
+    pub(crate) fn file_owner_mode(&self) -> Result<(u32, u32)> {
+        // SAFETY: fstat into a zeroed struct, on our own descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.fd.get(), &mut st) } != 0 {
+            return Err(Error::io(
+                format!("cannot stat table {}", self.path.display()),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok((st.st_uid, st.st_mode & 0o7777))
+    }
+
     pub fn set_watch(&self, watch: Watch) {
         *self.watch.lock() = Some(watch);
     }

@@ -3,6 +3,7 @@
 mod adaptive;
 mod config;
 mod global;
+mod keyed;
 mod lanes;
 mod permit;
 mod reclaim;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 pub(crate) use config::settings;
 pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
+pub use keyed::KeyDecision;
 pub(crate) use global::quota_stats;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
@@ -62,6 +64,8 @@ pub struct Task {
     waits: Arc<WaitRoom>,
     index: u32,
     name: Arc<str>,
+    /// The task's key file, mapped on first use by this handle's clones.
+    keys: Arc<std::sync::OnceLock<Arc<crate::keyed::Keys>>>,
 }
 
 impl Task {
@@ -78,6 +82,7 @@ impl Task {
             waits,
             index,
             name: name.into(),
+            keys: Arc::default(),
         }
     }
 
@@ -342,6 +347,15 @@ impl Task {
         let lane = preferred_lane();
         let slot = shm.task_slot(self.index);
         let n = permit.n;
+        let keys = if permit.key_record != 0 {
+            let keys = self.keys_in_use()?;
+            if !keys.can_release(attach, permit.key_record, n) {
+                return Err(self.released_twice(n));
+            }
+            Some(keys)
+        } else {
+            None
+        };
         if permit.flags & COUNTED != 0 {
             if self.held_by(attach) < n as i64 {
                 return Err(self.released_twice(n));
@@ -379,6 +393,9 @@ impl Task {
             }
         }
         count(counters, counter, n as u64);
+        if let Some(keys) = keys {
+            keys.release(attach, permit.key_record, n)?;
+        }
         token::spend(permit);
         if adaptive {
             self.window_due(now);

@@ -35,6 +35,10 @@ pub struct RawPermit {
     /// Bit 0: it holds concurrency; bit 1: it was released (see
     /// [`PERMIT_ALTERED`] too).
     pub flags: u32,
+    /// A keyed permit holding the key's concurrency: the record of its
+    /// process that holds it, + 1 (see `keyed::hold`); 0: none. In the
+    /// padding before `check`, so the permit stays 40 bytes.
+    pub key_record: u32,
     /// A keyed check of the fields above (see `token`).
     pub check: u64,
 }
@@ -57,7 +61,7 @@ impl Token for RawPermit {
             owner: self.owner,
             subject: self.task,
             item: self.n,
-            extra: (self.flags & COUNTED) as u64,
+            extra: (self.flags & COUNTED) as u64 | (self.key_record as u64) << 32,
         }
     }
 
@@ -91,10 +95,18 @@ impl RawPermit {
             task,
             n,
             flags,
+            key_record: 0,
             check: 0,
         };
         token::seal(&mut p, shm.permit_key);
         p
+    }
+
+    /// The permit, naming the key record that holds its key's permits.
+    pub(crate) fn with_key_record(mut self, shm: &Shm, record: u32) -> Self {
+        self.key_record = record;
+        token::seal(&mut self, shm.permit_key);
+        self
     }
 
     /// Whether it was released already.

@@ -24,6 +24,9 @@ impl Reclaim for TaskReclaim {
                 continue;
             }
             crate::quota::reclaim_pull_lock(slot, attach);
+            if slot.keyed.load(Ordering::Acquire) != 0 {
+                reclaim_keys(shm, task, attach);
+            }
             let word = &slot.in_flight;
             let resolve = |id| shm.lane(task, id).map(|lane| ledger_view(id, lane));
             let mut lanes: Vec<(u32, &Lane)> = lane_ids(attach)
@@ -99,4 +102,24 @@ fn report_reclaimed(shm: &Shm, slot: &TaskSlot, attach: u32, permits: i64) {
              (attachment {attach})"
         ),
     );
+}
+
+/// Gives back the per-key permits a dead attachment held of a keyed task.
+fn reclaim_keys(shm: &Shm, task: u32, attach: u32) {
+    match crate::keyed::Keys::open(shm, task, crate::keyed::DEFAULT_KEY_CAPACITY) {
+        Ok(keys) => {
+            let given = keys.reclaim(attach);
+            if given > 0 {
+                log::info!(
+                    target: crate::events::TABLE,
+                    "gave back {given} per-key permits a dead process held (task slot {task})"
+                );
+            }
+        }
+        Err(e) => log::warn!(
+            target: crate::events::TABLE,
+            "cannot open the key file of task slot {task} to give back a dead process's \
+             per-key permits: {e}"
+        ),
+    }
 }

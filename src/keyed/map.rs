@@ -1,0 +1,243 @@
+//! Finding a key's entry, and giving a new key one.
+//!
+//! A key hashes (SipHash-1-3, keyed per file) to an identity and two
+//! buckets; it lives in one of their sixteen entries. A lookup compares
+//! identities only: one line per bucket.
+//!
+//! A key moves into an entry under a lock held in the entry's identity
+//! word (the mover's attachment): an empty entry, or one whose key's state
+//! carries nothing (every rate's bucket full again, no permit held). The
+//! protocol, which a survivor finishes when a mover dies:
+//!
+//! 1. **lock**: identity `old → LOCK(me)` (a compare-and-swap);
+//! 2. **empty the old state**: each arrival time `t ≤ now → 0`; any `t >
+//!    now`, or a permit held, means the old key came back: put `old` back;
+//! 3. **check**: no other lock and no copy of the key in its buckets (a
+//!    racing mover of the same key), else put `old` back and retry;
+//! 4. **publish**: `entry.key = new`, then identity `LOCK → new`.
+//!
+//! A decision on a key that found its entry spends first and checks the
+//! identity after (both sequentially consistent): a mover that locked in
+//! between sees the spend in step 2, or the decision sees the lock and
+//! gives its spend back. A lookup that does not find its key waits for
+//! the locks in its buckets (one may be moving it); a lock whose mover is
+//! dead is undone by putting back `entry.key`: the old key (its state was
+//! only emptied where it carried nothing) or, past step 4's first write,
+//! the new one with an empty state. Either is exact. Nothing waits past
+//! [`WAIT`]: a key that cannot be placed in time is decided on the shared
+//! overflow state.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::time::Duration;
+
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use super::region::KeyRegion;
+use crate::format::{BUCKET_KEYS, IDENT_LOCK, KeyCounter, KeyEntry};
+use crate::limit::ledger::word_count;
+
+/// How long placing a key waits for movers in its buckets.
+const WAIT: Duration = Duration::from_millis(2);
+
+/// A key's identity and its two buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Hashed {
+    pub ident: u64,
+    pub buckets: [u32; 2],
+}
+
+/// Where a key's state is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    Entry(u32),
+    /// No entry could be had: the shared overflow state.
+    Overflow,
+}
+
+pub(crate) fn hash(region: &KeyRegion, key: &[u8]) -> Hashed {
+    let (k0, k1) = region.hash_key;
+    let mut h = SipHasher13::new_with_keys(k0, k1);
+    std::hash::Hasher::write(&mut h, key);
+    let h = h.finish128();
+    let ident = (h.h1 & !IDENT_LOCK).max(1);
+    let n = region.geometry.buckets as u128;
+    let b1 = ((h.h2 as u128 * n) >> 64) as u32;
+    let mut b2 = ((h.h2.rotate_left(32) as u128 * n) >> 64) as u32;
+    if b2 == b1 && n > 1 {
+        b2 = (b1 + 1) % n as u32;
+    }
+    Hashed {
+        ident,
+        buckets: [b1, b2],
+    }
+}
+
+/// The entry holding the key, if any.
+#[inline(always)]
+pub(crate) fn find(region: &KeyRegion, h: Hashed) -> Option<u32> {
+    for b in h.buckets {
+        let bucket = region.bucket(b);
+        for (i, ident) in bucket.ident.iter().enumerate() {
+            if ident.load(Acquire) == h.ident {
+                return Some(b * BUCKET_KEYS as u32 + i as u32);
+            }
+        }
+    }
+    None
+}
+
+/// Whether an entry's state carries nothing at `now`.
+fn idle(entry: &KeyEntry, now: u64) -> bool {
+    entry.tat.iter().all(|t| t.load(SeqCst) <= now) && word_count(entry.held.load(SeqCst)) == 0
+}
+
+/// Step 2: empties an idle entry's arrival times; false if its key is
+/// back (a time past `now`, or a permit held).
+fn empty_old_state(entry: &KeyEntry, now: u64) -> bool {
+    for t in &entry.tat {
+        let mut seen = t.load(SeqCst);
+        loop {
+            if seen > now {
+                return false;
+            }
+            if seen == 0 {
+                break;
+            }
+            match t.compare_exchange(seen, 0, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(actual) => seen = actual,
+            }
+        }
+    }
+    word_count(entry.held.load(SeqCst)) == 0
+}
+
+/// Finds the key's entry or gives it one. `me` is this process's compact
+/// owner; `alive` tells whether a compact owner lives.
+pub(crate) fn place(
+    region: &KeyRegion,
+    h: Hashed,
+    now: impl Fn() -> u64,
+    me: u32,
+    alive: impl Fn(u32) -> bool,
+) -> Place {
+    let started = std::time::Instant::now();
+    let mut round = 0u32;
+    loop {
+        round += 1;
+        if round > 1 && started.elapsed() > WAIT {
+            return Place::Overflow;
+        }
+        if let Some(e) = find(region, h) {
+            return Place::Entry(e);
+        }
+        // A lock in the key's buckets may be a mover of this very key.
+        if let Some((index, lock)) = locks(region, h).next() {
+            wait_for(region, index, lock, &alive);
+            continue;
+        }
+        let now = now();
+        let Some((index, old)) = choose(region, h, now) else {
+            return Place::Overflow;
+        };
+        let ident = region.ident_of(index).expect("chosen in range");
+        let entry = region.entry(index).expect("chosen in range");
+        let locked = IDENT_LOCK | me as u64;
+        if ident.compare_exchange(old, locked, SeqCst, Relaxed).is_err() {
+            continue;
+        }
+        let undo = || ident.store(old, Release);
+        if old != 0 && !empty_old_state(entry, now) {
+            undo();
+            continue;
+        }
+        if locks(region, h).any(|(i, _)| i != index) || find(region, h).is_some() {
+            undo();
+            backoff(round);
+            continue;
+        }
+        entry.admitted.store(0, Relaxed);
+        entry.refused.store(0, Relaxed);
+        entry.key.store(h.ident, Release);
+        ident.store(h.ident, SeqCst);
+        region.count(
+            if old == 0 {
+                KeyCounter::Inserted
+            } else {
+                KeyCounter::Reused
+            },
+            1,
+        );
+        return Place::Entry(index);
+    }
+}
+
+/// Locked entries of the key's buckets: (index, lock word).
+fn locks(region: &KeyRegion, h: Hashed) -> impl Iterator<Item = (u32, u64)> + '_ {
+    h.buckets.into_iter().flat_map(move |b| {
+        region
+            .bucket(b)
+            .ident
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, w)| {
+                let v = w.load(Acquire);
+                (v & IDENT_LOCK != 0).then_some((b * BUCKET_KEYS as u32 + i as u32, v))
+            })
+    })
+}
+
+/// An empty entry of the key's buckets, else the idle one whose state
+/// went idle first (the least recently limited); `None`: every entry is
+/// live.
+fn choose(region: &KeyRegion, h: Hashed, now: u64) -> Option<(u32, u64)> {
+    let mut best: Option<(u32, u64, u64)> = None;
+    for b in h.buckets {
+        let bucket = region.bucket(b);
+        for i in 0..BUCKET_KEYS {
+            let index = b * BUCKET_KEYS as u32 + i as u32;
+            let id = bucket.ident[i].load(Acquire);
+            if id == 0 {
+                return Some((index, 0));
+            }
+            if id & IDENT_LOCK != 0 {
+                continue;
+            }
+            let entry = &bucket.entries[i];
+            if !idle(entry, now) {
+                continue;
+            }
+            let last = entry.tat.iter().map(|t| t.load(Relaxed)).max().unwrap_or(0);
+            if best.is_none_or(|(_, _, l)| last < l) {
+                best = Some((index, id, last));
+            }
+        }
+    }
+    best.map(|(index, id, _)| (index, id))
+}
+
+/// Waits a little for a mover; undoes its lock if it is dead.
+fn wait_for(region: &KeyRegion, index: u32, lock: u64, alive: &impl Fn(u32) -> bool) {
+    let ident = region.ident_of(index).expect("found in range");
+    for _ in 0..64 {
+        if ident.load(Acquire) != lock {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    if !alive(lock as u32) {
+        let entry = region.entry(index).expect("found in range");
+        let _ = ident.compare_exchange(lock, entry.key.load(Acquire), SeqCst, Relaxed);
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+fn backoff(round: u32) {
+    let spins = 1u32 << round.min(10);
+    let spins = spins / 2 + (crate::clock::monotonic_ns() as u32 % spins.max(1));
+    for _ in 0..spins {
+        std::hint::spin_loop();
+    }
+}
+

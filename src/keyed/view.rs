@@ -1,0 +1,116 @@
+//! What the views show of a keyed task: its counters, and its keys ranked
+//! by what they were admitted and refused, by name where one is kept.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::region::KeyRegion;
+use crate::format::{BUCKET_KEYS, IDENT_LOCK, KeyCounter};
+use crate::limit::ledger::word_count;
+
+/// A keyed task's key file in numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyStats {
+    /// Keys the file holds at most, and those holding an entry now.
+    pub capacity: u32,
+    pub keys: u32,
+    /// Keys whose state carries something now (limited or holding permits).
+    pub live: u32,
+    pub inserted: u64,
+    /// Entries given to a new key from a key whose state carried nothing.
+    pub reused: u64,
+    /// Decisions on the shared overflow state (every entry live).
+    pub overflowed: u64,
+    /// Requests a limit in shadow mode would have refused.
+    pub shadow_refused: u64,
+    pub refused_rate: u64,
+    pub refused_concurrency: u64,
+    /// Refused for want of a record (distinct keys held by one process).
+    pub records_full: u64,
+    /// Records per process.
+    pub records: u32,
+}
+
+/// One key, for `flowctrl keys`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// Its first bytes as kept for display (`None`: not kept), and whether
+    /// they are all of it.
+    pub name: Option<Vec<u8>>,
+    pub whole: bool,
+    pub ident: u64,
+    pub admitted: u64,
+    pub refused: u64,
+    pub in_flight: u64,
+    /// Whether its state carries something now.
+    pub live: bool,
+}
+
+pub(crate) fn key_stats(region: &KeyRegion, now: u64) -> KeyStats {
+    let mut s = KeyStats {
+        capacity: region.entries(),
+        inserted: region.counter(KeyCounter::Inserted),
+        reused: region.counter(KeyCounter::Reused),
+        overflowed: region.counter(KeyCounter::Overflowed),
+        shadow_refused: region.counter(KeyCounter::ShadowRefused),
+        refused_rate: region.counter(KeyCounter::RefusedRate),
+        refused_concurrency: region.counter(KeyCounter::RefusedConcurrency),
+        records_full: region.counter(KeyCounter::RecordsFull),
+        records: region.geometry.records,
+        ..KeyStats::default()
+    };
+    for b in 0..region.geometry.buckets {
+        let bucket = region.bucket(b);
+        for i in 0..BUCKET_KEYS {
+            let id = bucket.ident[i].load(Relaxed);
+            if id == 0 || id & IDENT_LOCK != 0 {
+                continue;
+            }
+            s.keys += 1;
+            let e = &bucket.entries[i];
+            if e.tat.iter().any(|t| t.load(Relaxed) > now) || word_count(e.held.load(Relaxed)) != 0
+            {
+                s.live += 1;
+            }
+        }
+    }
+    s
+}
+
+/// The `top` keys by `rank` (admitted or refused), most first.
+pub(crate) fn key_infos(
+    region: &KeyRegion,
+    now: u64,
+    top: usize,
+    by_refused: bool,
+) -> Vec<KeyInfo> {
+    let mut all = Vec::new();
+    for b in 0..region.geometry.buckets {
+        let bucket = region.bucket(b);
+        for i in 0..BUCKET_KEYS {
+            let id = bucket.ident[i].load(Relaxed);
+            if id == 0 || id & IDENT_LOCK != 0 {
+                continue;
+            }
+            let e = &bucket.entries[i];
+            let (admitted, refused) = (e.admitted.load(Relaxed), e.refused.load(Relaxed));
+            all.push((if by_refused { refused } else { admitted }, id, admitted, refused, e));
+        }
+    }
+    all.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    all.truncate(top);
+    all.into_iter()
+        .map(|(_, ident, admitted, refused, e)| {
+            let name = super::names::name_of(region, ident);
+            KeyInfo {
+                whole: name.as_ref().is_some_and(|n| n.1),
+                name: name.map(|n| n.0),
+                ident,
+                admitted,
+                refused,
+                in_flight: word_count(e.held.load(Relaxed)),
+                live: e.tat.iter().any(|t| t.load(Relaxed) > now)
+                    || word_count(e.held.load(Relaxed)) != 0,
+            }
+        })
+        .collect()
+}

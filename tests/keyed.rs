@@ -1,0 +1,382 @@
+//! Limits per caller: keyed tasks through the Rust API, in one process and
+//! across real processes (forked workers, some SIGKILLed while they hold
+//! per-key permits).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use flowctrl::{
+    KeyConfig, KeyDecision, KeyLimits, KeyOverflow, KeyRate, KeyRefused, Limited, Outcome,
+    RawPermit, Table, TableOptions, Task, TaskConfig,
+};
+
+fn table(scratch: &Scratch) -> Table {
+    Table::open(scratch.path("t"), &TableOptions::default()).unwrap()
+}
+
+fn keyed(table: &Table, name: &str, config: TaskConfig, keys: KeyConfig) -> Task {
+    let task = table.task(name, &config).unwrap();
+    task.set_keys(&keys).unwrap();
+    task
+}
+
+fn admitted(task: &Task, key: &str) -> bool {
+    matches!(
+        task.acquire_key(key.as_bytes(), 1).unwrap(),
+        KeyDecision::Admitted(_)
+    )
+}
+
+fn refusal(task: &Task, key: &str) -> flowctrl::KeyRefusal {
+    match task.acquire_key(key.as_bytes(), 1).unwrap() {
+        KeyDecision::Admitted(_) => panic!("{key} admitted"),
+        KeyDecision::Limited(r) => r,
+    }
+}
+
+#[test]
+fn each_key_has_its_own_rate_and_the_refusal_says_when_to_retry() {
+    let scratch = Scratch::new("keyed-rate");
+    let t = table(&scratch);
+    let limits = KeyLimits::new().rate(KeyRate::per_second(5.0));
+    let task = keyed(&t, "api", TaskConfig::new(), KeyConfig::new(limits));
+    for key in ["alice", "bob"] {
+        for i in 0..5 {
+            assert!(admitted(&task, key), "{key} #{i}");
+        }
+    }
+    let r = refusal(&task, "alice");
+    assert_eq!(r.by, KeyRefused::Rate(0));
+    let wait = r.retry_after.unwrap();
+    assert!(
+        wait > Duration::from_millis(150) && wait <= Duration::from_millis(200),
+        "{wait:?}"
+    );
+    let s = task.key_state(b"alice").unwrap();
+    assert_eq!((s.limit, s.remaining), (5, 0));
+    assert!(s.reset_after > Duration::from_millis(900), "{s:?}");
+    let fresh = task.key_state(b"carol").unwrap();
+    assert_eq!((fresh.limit, fresh.remaining, fresh.present), (5, 5, false));
+    std::thread::sleep(wait + Duration::from_millis(5));
+    assert!(admitted(&task, "alice"), "admitted once the wait it was told is over");
+    assert!(!admitted(&task, "alice"));
+    assert!(
+        task.acquire_key(&vec![b'k'; flowctrl::MAX_KEY_LEN + 1], 1)
+            .is_err(),
+        "a key past the longest is an error"
+    );
+}
+
+#[test]
+fn a_refused_request_spends_none_of_the_limits() {
+    let scratch = Scratch::new("keyed-all-or-none");
+    let t = table(&scratch);
+    // 10/s, and 4 per 10 s: the second refuses the fifth request.
+    let limits = KeyLimits::parse_rates("10/s;4/10s").unwrap();
+    let task = keyed(&t, "two", TaskConfig::new(), KeyConfig::new(limits));
+    for _ in 0..4 {
+        assert!(admitted(&task, "k"));
+    }
+    assert_eq!(refusal(&task, "k").by, KeyRefused::Rate(1));
+    // The 10/s rate was not spent by the refusals: another key's test.
+    let task2 = keyed(
+        &t,
+        "task-first",
+        TaskConfig::new().local_rate(1.0).burst(1),
+        KeyConfig::new(KeyLimits::new().rate(KeyRate::per_second(2.0))),
+    );
+    assert!(admitted(&task2, "a"));
+    // The task's own rate refuses now: the key's second permit is not spent.
+    assert_eq!(
+        refusal(&task2, "a").by,
+        KeyRefused::Task(Limited::Local),
+        "the task's own limit applies on top"
+    );
+    assert_eq!(task2.key_state(b"a").unwrap().remaining, 1);
+}
+
+#[test]
+fn a_key_cap_holds_permits_in_flight_and_releases_give_them_back() {
+    let scratch = Scratch::new("keyed-cap");
+    let t = table(&scratch);
+    let task = keyed(
+        &t,
+        "cap",
+        TaskConfig::new(),
+        KeyConfig::new(KeyLimits::new().max_concurrency(2)),
+    );
+    let a = task.acquire_key(b"tenant", 1).unwrap().permit().unwrap();
+    let b = task.acquire_key(b"tenant", 1).unwrap().permit().unwrap();
+    assert_eq!(refusal(&task, "tenant").by, KeyRefused::Concurrency);
+    assert!(admitted(&task, "other"));
+    assert_eq!(task.key_state(b"tenant").unwrap().in_flight, 2);
+    a.release(Outcome::Success).unwrap();
+    let c = task.acquire_key(b"tenant", 1).unwrap().permit().unwrap();
+    drop((b, c));
+    assert_eq!(task.key_state(b"tenant").unwrap().in_flight, 0);
+    assert!(task.key_drift().unwrap().is_empty());
+    // A raw permit released twice is refused the second time.
+    let mut raw: RawPermit = task.acquire_key_raw(b"tenant", 1).unwrap().unwrap();
+    let copy = raw;
+    task.release_raw(&mut raw, Outcome::Success).unwrap();
+    let mut copy = copy;
+    assert!(task.release_raw(&mut copy, Outcome::Success).is_err());
+    assert_eq!(task.key_state(b"tenant").unwrap().in_flight, 0);
+}
+
+#[test]
+fn overrides_give_a_key_its_own_limits_live() {
+    let scratch = Scratch::new("keyed-overrides");
+    let t = table(&scratch);
+    let task = keyed(
+        &t,
+        "ov",
+        TaskConfig::new(),
+        KeyConfig::new(KeyLimits::new().rate(KeyRate::per_second(1.0))),
+    );
+    let premium = KeyLimits::new().rate(KeyRate::per_second(100.0));
+    task.set_key_override(b"vip", Some(&premium)).unwrap();
+    task.set_key_override(b"internal", Some(&KeyLimits::unlimited()))
+        .unwrap();
+    task.set_key_override(b"abuser", Some(&KeyLimits::blocked()))
+        .unwrap();
+    assert_eq!((0..100).filter(|_| admitted(&task, "vip")).count(), 100);
+    assert_eq!((0..1000).filter(|_| admitted(&task, "internal")).count(), 1000);
+    let r = refusal(&task, "abuser");
+    assert_eq!((r.by, r.retry_after), (KeyRefused::Blocked, None));
+    assert_eq!((0..5).filter(|_| admitted(&task, "plain")).count(), 1);
+    assert!(task.key_limits(b"vip").unwrap().1);
+    // Taken away: the default applies to its next request.
+    task.set_key_override(b"abuser", None).unwrap();
+    assert!(admitted(&task, "abuser"));
+    assert!(!task.key_limits(b"abuser").unwrap().1);
+    // Another process's handle sees the same overrides.
+    let other = Table::open(scratch.path("t"), &TableOptions::default()).unwrap();
+    let seen = other.task("ov", &TaskConfig::new()).unwrap();
+    assert!(seen.key_limits(b"vip").unwrap().1);
+}
+
+#[test]
+fn shadow_mode_counts_what_it_would_refuse_and_admits() {
+    let scratch = Scratch::new("keyed-shadow");
+    let t = table(&scratch);
+    let limits = KeyLimits::new()
+        .rate(KeyRate::per_second(2.0))
+        .max_concurrency(1)
+        .shadow(true);
+    let task = keyed(&t, "sh", TaskConfig::new(), KeyConfig::new(limits));
+    let held: Vec<_> = (0..5)
+        .map(|_| task.acquire_key(b"k", 1).unwrap().permit().unwrap())
+        .collect();
+    let stats = task.key_stats().unwrap().unwrap();
+    // Rate: 3 of 5 past the burst of 2; cap: 4 of 5 past 1.
+    assert_eq!(stats.shadow_refused, 7, "{stats:?}");
+    drop(held);
+    assert_eq!(task.key_state(b"k").unwrap().in_flight, 0);
+}
+
+#[test]
+fn a_full_key_file_shares_one_state_and_never_refuses_every_new_caller() {
+    let scratch = Scratch::new("keyed-overflow");
+    let t = table(&scratch);
+    // 16 keys (two buckets: every key's two buckets are these two).
+    let limits = KeyLimits::new().rate(KeyRate::new(1.0, Duration::from_secs(60)));
+    let task = keyed(
+        &t,
+        "small",
+        TaskConfig::new(),
+        KeyConfig::new(limits).capacity(16),
+    );
+    for i in 0..16 {
+        assert!(admitted(&task, &format!("live{i}")));
+    }
+    let stats = task.key_stats().unwrap().unwrap();
+    assert_eq!((stats.keys, stats.live, stats.inserted), (16, 16, 16));
+    // Every entry holds a limited key: the next keys share the overflow
+    // state (one key's limits): the first is admitted, later ones share it.
+    assert!(admitted(&task, "new0"));
+    assert_eq!(refusal(&task, "new1").by, KeyRefused::Rate(0));
+    // A live key is never forgotten: still limited.
+    assert_eq!(refusal(&task, "live3").by, KeyRefused::Rate(0));
+    assert!(task.key_stats().unwrap().unwrap().overflowed >= 2);
+    // With `Admit`, overflowing keys pass the key limits instead.
+    let admit = keyed(
+        &t,
+        "admit",
+        TaskConfig::new(),
+        KeyConfig::new(limits)
+            .capacity(16)
+            .overflow(KeyOverflow::Admit),
+    );
+    for i in 0..16 {
+        assert!(admitted(&admit, &format!("live{i}")));
+    }
+    assert!((0..10).all(|i| admitted(&admit, &format!("new{i}"))));
+}
+
+#[test]
+fn idle_keys_give_their_entries_to_new_keys() {
+    let scratch = Scratch::new("keyed-reuse");
+    let t = table(&scratch);
+    let limits = KeyLimits::new().rate(KeyRate::per_second(1000.0).burst(1));
+    let task = keyed(
+        &t,
+        "reuse",
+        TaskConfig::new(),
+        KeyConfig::new(limits).capacity(16),
+    );
+    for i in 0..1000 {
+        assert!(admitted(&task, &format!("k{i}")), "k{i}");
+        // 1 ms a key: each is whole again before the next needs its entry.
+        std::thread::sleep(Duration::from_micros(1100));
+    }
+    let s = task.key_stats().unwrap().unwrap();
+    assert_eq!(s.overflowed, 0, "{s:?}");
+    assert!(s.reused >= 1000 - 16, "{s:?}");
+}
+
+/// Threads race on a small key file (entries reused under them): no key
+/// is ever admitted past its rate.
+#[test]
+fn threads_racing_on_reused_entries_never_pass_a_keys_rate() {
+    let scratch = Scratch::new("keyed-threads");
+    let t = table(&scratch);
+    // 100/s with a burst of 10, per key, 24 keys on 16 entries.
+    let limits = KeyLimits::new().rate(KeyRate::per_second(100.0).burst(10));
+    let task = keyed(
+        &t,
+        "race",
+        TaskConfig::new(),
+        KeyConfig::new(limits)
+            .capacity(16)
+            .overflow(KeyOverflow::Admit),
+    );
+    let run = Duration::from_millis(500);
+    let counts: Vec<HashMap<u32, u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|th| {
+                let task = &task;
+                s.spawn(move || {
+                    let mut rng = Rng::new(th);
+                    let mut c: HashMap<u32, u64> = HashMap::new();
+                    let start = Instant::now();
+                    while start.elapsed() < run {
+                        let k = rng.below(24) as u32;
+                        if let KeyDecision::Admitted(p) =
+                            task.acquire_key(format!("key{k}").as_bytes(), 1).unwrap()
+                        {
+                            *c.entry(k).or_default() += 1;
+                            drop(p);
+                        }
+                    }
+                    c
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let overflowed = task.key_stats().unwrap().unwrap().overflowed;
+    let mut total: HashMap<u32, u64> = HashMap::new();
+    for c in counts {
+        for (k, n) in c {
+            *total.entry(k).or_default() += n;
+        }
+    }
+    // A key reused away while idle starts whole again: at most its burst
+    // plus the rate over the run, once per time it went idle; overflowed
+    // requests pass the key limits (Admit) and are not counted against it.
+    let bound = 10 + 100 * run.as_millis() as u64 / 1000 + 2;
+    let s = task.key_stats().unwrap().unwrap();
+    eprintln!("{total:?}; {s:?}");
+    if overflowed == 0 {
+        for (k, n) in &total {
+            assert!(*n <= bound, "key{k} admitted {n} > {bound}: {total:?}");
+        }
+    }
+}
+
+/// Workers (real processes) hold per-key permits and are SIGKILLed at
+/// random moments: after the reaper, every key's count is what the live
+/// hold (none), and nothing drifted.
+#[test]
+fn per_key_permits_come_back_exactly_when_their_process_is_killed() {
+    let scratch = Scratch::new("keyed-storm");
+    let path = scratch.path("t");
+    let opts = TableOptions {
+        max_processes: 16,
+        ..TableOptions::default()
+    };
+    let t = Table::open(&path, &opts).unwrap();
+    let limits = KeyLimits::new().max_concurrency(3);
+    let task = keyed(
+        &t,
+        "storm",
+        TaskConfig::new().max_concurrency(50),
+        KeyConfig::new(limits).capacity(64),
+    );
+    let kills = env_number("FLOWCTRL_KEYED_STORM_KILLS", 60);
+    let mut rng = Rng::new(seed_from_env("FLOWCTRL_KEYED_STORM_SEED"));
+    let mut live = KillOnDrop::default();
+    for _ in 0..4 {
+        live.add(spawn_worker(&path, &opts, rng.next_u64()));
+    }
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_micros(2_000 + rng.below(8_000)));
+        let victim = live.0[rng.below(live.0.len() as u64) as usize];
+        kill(victim, libc::SIGKILL);
+        wait(victim);
+        live.forget(victim);
+        live.add(spawn_worker(&path, &opts, rng.next_u64()));
+        // At no moment does any key pass its cap.
+        for k in 0..20 {
+            let s = task.key_state(format!("k{k}").as_bytes()).unwrap();
+            assert!(s.in_flight <= 3, "k{k}: {s:?}");
+        }
+    }
+    for pid in live.0.clone() {
+        kill(pid, libc::SIGKILL);
+        wait(pid);
+        live.forget(pid);
+    }
+    t.reap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let held: u32 = (0..20)
+            .map(|k| task.key_state(format!("k{k}").as_bytes()).unwrap().in_flight)
+            .sum();
+        if held == 0 || Instant::now() > deadline {
+            assert_eq!(held, 0, "per-key permits of dead processes came back");
+            break;
+        }
+        t.reap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(task.key_drift().unwrap(), vec![], "no drift");
+    assert_eq!(task.stats().in_flight, 0, "the task's own permits too");
+}
+
+fn spawn_worker(path: &std::path::Path, opts: &TableOptions, seed: u64) -> libc::pid_t {
+    let (path, opts) = (path.to_path_buf(), opts.clone());
+    fork_guarded(move || {
+        let t = Table::open(&path, &opts).unwrap();
+        let task = t.task("storm", &TaskConfig::new().max_concurrency(50)).unwrap();
+        let mut rng = Rng::new(seed);
+        let mut held = Vec::new();
+        loop {
+            let k = rng.below(20);
+            if let Ok(KeyDecision::Admitted(p)) = task.acquire_key(format!("k{k}").as_bytes(), 1)
+            {
+                held.push(p);
+            }
+            if held.len() > 4 || rng.one_in(3) {
+                if !held.is_empty() {
+                    let i = rng.below(held.len() as u64) as usize;
+                    held.swap_remove(i).release(Outcome::Success).unwrap();
+                }
+            }
+        }
+    })
+}
