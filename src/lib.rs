@@ -61,8 +61,8 @@ pub use balance::{
 pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
 pub use keyed::{
-    DEFAULT_KEY_CAPACITY, KeyConfig, KeyInfo, KeyLimits, KeyOverflow, KeyRate, KeyRefusal, KeyRefused,
-    KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN,
+    DEFAULT_KEY_CAPACITY, KeyConfig, KeyInfo, KeyLimits, KeyOverflow, KeyRate, KeyRefusal,
+    KeyRefused, KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN,
 };
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
 /// The simulator's seam (feature `sim`, the `sim/` crate): its store.
@@ -77,8 +77,8 @@ pub use table::{Table, TableCheck, TableOptions};
 #[cfg(feature = "async")]
 pub use task::Acquire;
 pub use task::{
-    Consistency, Decision, KeyDecision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED, Permit,
-    ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
+    Consistency, Decision, KeyDecision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED,
+    Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
 pub use token::{Finish, Guard, Issuer};
 pub use view::{AttachedProcess, BalancerSnapshot, TaskSnapshot, View};

@@ -216,7 +216,10 @@ fn a_claim_counts_as_had_for_the_fair_tails() {
     };
     assert_eq!(pull(&store, "busy", 11_000, 0, 300_000, false)[0], 11_000);
     at(500);
-    assert_eq!(pull(&store, "busy", 40_000, 11_000, 300_000, false)[0], 40_000);
+    assert_eq!(
+        pull(&store, "busy", 40_000, 11_000, 300_000, false)[0],
+        40_000
+    );
     // Back from its fallback: 40,000 admitted meanwhile, 43,000 its share.
     at(900);
     let back = pull(&store, "returning", 1_000, 40_000, 43_000, false);

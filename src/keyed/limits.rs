@@ -73,7 +73,7 @@ impl KeyRate {
                 self.count
             )));
         }
-        if !(secs >= 0.001 && secs <= 366.0 * 86_400.0) {
+        if !(0.001..=366.0 * 86_400.0).contains(&secs) {
             return Err(Error::invalid(format!(
                 "a key rate's period must be between 1 ms and a year, not {:?}",
                 self.period
@@ -104,7 +104,10 @@ impl KeyRate {
             ))
         };
         let (count, per) = text.trim().split_once('/').ok_or_else(|| bad("no '/'"))?;
-        let count: f64 = count.trim().parse().map_err(|_| bad("the count is not a number"))?;
+        let count: f64 = count
+            .trim()
+            .parse()
+            .map_err(|_| bad("the count is not a number"))?;
         let per = per.trim();
         let split = per
             .find(|c: char| c.is_ascii_alphabetic())
@@ -113,7 +116,9 @@ impl KeyRate {
         let n: f64 = if n.trim().is_empty() {
             1.0
         } else {
-            n.trim().parse().map_err(|_| bad("the period is not a number"))?
+            n.trim()
+                .parse()
+                .map_err(|_| bad("the period is not a number"))?
         };
         let unit_secs = match unit.to_ascii_lowercase().as_str() {
             "ms" | "millisecond" | "milliseconds" => 0.001,
@@ -140,7 +145,7 @@ impl std::fmt::Display for KeyRate {
             60_000 => "m".to_string(),
             3_600_000 => "h".to_string(),
             86_400_000 => "d".to_string(),
-            _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+            _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
             _ => format!("{ms}ms"),
         };
         write!(f, "{}/{period}", self.count)?;
@@ -258,7 +263,8 @@ impl KeyLimits {
                 self.max_concurrency
             )));
         }
-        if self.kind != Kind::Limited && (self.rates().next().is_some() || self.max_concurrency != 0)
+        if self.kind != Kind::Limited
+            && (self.rates().next().is_some() || self.max_concurrency != 0)
         {
             return Err(Error::invalid(
                 "an unlimited or blocked key takes no rate or cap".to_string(),
@@ -269,10 +275,10 @@ impl KeyLimits {
 
     pub(crate) fn store(&self, copy: &LimitsCopy, clock: &Clock, overflow_admit: bool) {
         let mut bursts = [0u32; MAX_KEY_RATES];
-        for i in 0..MAX_KEY_RATES {
+        for (i, burst) in bursts.iter_mut().enumerate() {
             let (interval, rate) = match self.rates[i] {
                 Some(r) => {
-                    bursts[i] = r.burst_in_force();
+                    *burst = r.burst_in_force();
                     let ticks = clock.ticks_per_sec() as f64 / r.rate();
                     ((ticks.round() as u64).max(1), r.rate())
                 }
@@ -290,8 +296,10 @@ impl KeyLimits {
                 ms << (21 * i)
             })
             .fold(0, |a, b| a | b);
-        copy.bursts
-            .store(bursts[0] as u64 | (bursts[1] as u64) << 32, Ordering::Relaxed);
+        copy.bursts.store(
+            bursts[0] as u64 | (bursts[1] as u64) << 32,
+            Ordering::Relaxed,
+        );
         copy.burst2_cap.store(
             bursts[2] as u64 | (self.max_concurrency as u64) << 32,
             Ordering::Relaxed,
@@ -332,7 +340,9 @@ impl KeyLimits {
         };
         for (i, burst) in burst.into_iter().enumerate() {
             let rate = f64::from_bits(copy.rate_bits[i].load(Ordering::Relaxed));
-            if copy.interval[i].load(Ordering::Relaxed) == 0 || !(rate > 0.0) {
+            if copy.interval[i].load(Ordering::Relaxed) == 0
+                || rate.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+            {
                 continue;
             }
             let ms = (periods >> (21 * i)) & 0x1f_ffff;
@@ -389,7 +399,16 @@ mod tests {
             KeyRate::new(5.0, Duration::from_secs(120))
         );
         assert_eq!(KeyRate::parse("1/ms").unwrap().rate(), 1000.0);
-        for bad in ["10", "x/s", "10/parsec", "0/s", "-1/s", "10/0s", "1e300/ms", "10/400d"] {
+        for bad in [
+            "10",
+            "x/s",
+            "10/parsec",
+            "0/s",
+            "-1/s",
+            "10/0s",
+            "1e300/ms",
+            "10/400d",
+        ] {
             assert!(KeyRate::parse(bad).is_err(), "{bad}");
         }
         assert!(KeyLimits::parse_rates("1/s;2/s;3/s;4/s").is_err());

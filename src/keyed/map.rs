@@ -37,7 +37,7 @@ use crate::format::{BUCKET_KEYS, IDENT_LOCK, KeyCounter, KeyEntry};
 use crate::limit::ledger::word_count;
 
 /// How long placing a key waits for movers in its buckets.
-const WAIT: Duration = Duration::from_millis(2);
+const WAIT: Duration = Duration::from_millis(10);
 
 /// A key's identity and its two buckets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +143,10 @@ pub(crate) fn place(
         let ident = region.ident_of(index).expect("chosen in range");
         let entry = region.entry(index).expect("chosen in range");
         let locked = IDENT_LOCK | me as u64;
-        if ident.compare_exchange(old, locked, SeqCst, Relaxed).is_err() {
+        if ident
+            .compare_exchange(old, locked, SeqCst, Relaxed)
+            .is_err()
+        {
             continue;
         }
         let undo = || ident.store(old, Release);
@@ -240,4 +243,3 @@ fn backoff(round: u32) {
         std::hint::spin_loop();
     }
 }
-

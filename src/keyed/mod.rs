@@ -29,8 +29,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::format::{
     KeyConfig as ConfigCopy, KeyCounter, KeyEntry, LIMITS_BLOCKED, LIMITS_OVERFLOW_ADMIT,
-    LIMITS_SHADOW, LIMITS_UNLIMITED, MAX_KEY_RATES, MAX_OVERRIDES, OVERRIDE_INDEX,
-    read_versioned,
+    LIMITS_SHADOW, LIMITS_UNLIMITED, MAX_KEY_RATES, MAX_OVERRIDES, OVERRIDE_INDEX, read_versioned,
 };
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::Update;
@@ -184,11 +183,9 @@ impl Keys {
     /// overrides. The caller validated them.
     pub(crate) fn write_default(&self, shm: &Shm, config: &KeyConfig) -> Result<()> {
         self.write(shm, |c, clock| {
-            config.limits.store(
-                &c.default,
-                clock,
-                config.overflow == KeyOverflow::Admit,
-            );
+            config
+                .limits
+                .store(&c.default, clock, config.overflow == KeyOverflow::Admit);
             Ok(())
         })
     }
@@ -239,11 +236,7 @@ impl Keys {
 
     /// Copies the current limits to the next copy, lets `edit` change it,
     /// and makes it current, under the file's configuration lock.
-    fn write(
-        &self,
-        shm: &Shm,
-        edit: impl FnOnce(&ConfigCopy, &Clock) -> Result<()>,
-    ) -> Result<()> {
+    fn write(&self, shm: &Shm, edit: impl FnOnce(&ConfigCopy, &Clock) -> Result<()>) -> Result<()> {
         let h = self.region.header();
         crate::shm::named::with_owner_lock(shm, &h.config_lock, "the key limits", || {
             let (version, next) = crate::format::next_copy(&h.config_version);
@@ -655,7 +648,9 @@ fn state_of(clock: &Clock, rules: &Rules, overridden: bool, entry: Option<&KeyEn
         } else {
             g.earliest(tat, 1).unwrap_or(u64::MAX).saturating_sub(now)
         };
-        s.retry_after = s.retry_after.max(Duration::from_nanos(clock.ticks_to_ns(retry)));
+        s.retry_after = s
+            .retry_after
+            .max(Duration::from_nanos(clock.ticks_to_ns(retry)));
         let fill = remaining as f64 / burst as f64;
         if tightest.is_none_or(|t| fill < t) {
             tightest = Some(fill);

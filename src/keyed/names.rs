@@ -36,7 +36,10 @@ pub(crate) fn note(region: &KeyRegion, ident: u64, key: &[u8]) {
     let n = key.len().min(NAME_BYTES);
     bytes[..n].copy_from_slice(&key[..n]);
     for (w, chunk) in slot.bytes.iter().zip(bytes.chunks(8)) {
-        w.store(u64::from_le_bytes(chunk.try_into().unwrap_or_default()), Relaxed);
+        w.store(
+            u64::from_le_bytes(chunk.try_into().unwrap_or_default()),
+            Relaxed,
+        );
     }
     slot.len.store(key.len() as u64, Relaxed);
     slot.hash.store(ident, Relaxed);

@@ -39,7 +39,10 @@ pub(crate) struct KeyRegion {
 /// copy read with `pread` for a view (a copy cannot fault when the file is
 /// truncated under it).
 enum Backing {
-    Map(#[allow(dead_code)] MmapRaw, #[allow(dead_code)] std::fs::File),
+    Map(
+        #[allow(dead_code)] MmapRaw,
+        #[allow(dead_code)] std::fs::File,
+    ),
     Copy(#[allow(dead_code)] Vec<Line>),
 }
 
@@ -86,7 +89,10 @@ impl KeyRegion {
             // SAFETY: a fresh mapping of `total_size` bytes nobody else sees.
             let h = unsafe { &*(map.as_ptr() as *const KeysHeader) };
             let set = |w: &AtomicU64, v: u64| w.store(v, Ordering::Relaxed);
-            set(&h.version, KEYS_VERSION as u64 | (KEYS_HEADER_SIZE as u64) << 32);
+            set(
+                &h.version,
+                KEYS_VERSION as u64 | (KEYS_HEADER_SIZE as u64) << 32,
+            );
             set(&h.table_id, table_id);
             set(&h.task, task as u64);
             set(
@@ -99,7 +105,10 @@ impl KeyRegion {
             );
             set(&h.total_size, geometry.total_size() as u64);
             set(&h.hash_key[0], crate::shm::random_u64());
-            set(&h.hash_key[1], crate::shm::random_u64() ^ 0x9e37_79b9_7f4a_7c15);
+            set(
+                &h.hash_key[1],
+                crate::shm::random_u64() ^ 0x9e37_79b9_7f4a_7c15,
+            );
             h.magic.store(KEYS_MAGIC, Ordering::Release);
         };
         let check = |head: &[u8], len: u64| check_header(head, len, table_id, task, processes);
@@ -110,8 +119,13 @@ impl KeyRegion {
             init,
             check,
         )?;
-        let (base, len) = (side.map.as_ptr() as *const u8, side.map.len());
-        Ok(Self::over(base, len, Backing::Map(side.map, side.file), path))
+        let (base, len) = (side.map.as_ptr(), side.map.len());
+        Ok(Self::over(
+            base,
+            len,
+            Backing::Map(side.map, side.file),
+            path,
+        ))
     }
 
     /// A private copy of task `task`'s key file, for a view: `None` when
@@ -142,8 +156,7 @@ impl KeyRegion {
             .collect();
         // SAFETY: `words` is `total` bytes of plain integers, written here
         // before anyone reads them.
-        let bytes =
-            unsafe { std::slice::from_raw_parts_mut(words.as_ptr() as *mut u8, total) };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_ptr() as *mut u8, total) };
         std::os::unix::fs::FileExt::read_exact_at(&file, bytes, 0).map_err(|e| {
             Error::corrupt(format!(
                 "key file {} shrank while being read: {e}",
@@ -273,7 +286,10 @@ fn check_header(head: &[u8], len: u64, table_id: u64, task: u32, processes: u32)
     }
     let version = word(1);
     if version as u32 != KEYS_VERSION || (version >> 32) as usize != KEYS_HEADER_SIZE {
-        return Err(bad(format!("layout version {} is not {KEYS_VERSION}", version as u32)));
+        return Err(bad(format!(
+            "layout version {} is not {KEYS_VERSION}",
+            version as u32
+        )));
     }
     if word(2) != table_id || word(3) != task as u64 {
         return Err(bad(
@@ -293,7 +309,9 @@ fn check_header(head: &[u8], len: u64, table_id: u64, task: u32, processes: u32)
         || geometry.records != records_for(processes)
         || geometry.names != NAMES
     {
-        return Err(bad(format!("geometry {geometry:?} does not fit this table")));
+        return Err(bad(format!(
+            "geometry {geometry:?} does not fit this table"
+        )));
     }
     let total = geometry.total_size();
     if word(6) != total as u64 || len < total as u64 {

@@ -93,7 +93,13 @@ pub(crate) fn key_infos(
             }
             let e = &bucket.entries[i];
             let (admitted, refused) = (e.admitted.load(Relaxed), e.refused.load(Relaxed));
-            all.push((if by_refused { refused } else { admitted }, id, admitted, refused, e));
+            all.push((
+                if by_refused { refused } else { admitted },
+                id,
+                admitted,
+                refused,
+                e,
+            ));
         }
     }
     all.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));

@@ -37,27 +37,20 @@ pub(crate) fn open_or_create(
         owner,
         shared: mode & 0o022 != 0,
     };
-    for _ in 0..3 {
-        match file::open_nofollow(path) {
-            Ok(f) => return open_existing(path, f, trust, &check),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if let Some(side) = create(path, size, mode & 0o777, init)? {
-                    return Ok(side);
-                }
-                // Lost the race: open the winner's (init is spent; a second
-                // loss is the third round's error).
-                return match file::open_nofollow(path) {
-                    Ok(f) => open_existing(path, f, trust, &check),
-                    Err(e) => Err(Error::io(format!("cannot open {}", path.display()), e)),
-                };
+    match file::open_nofollow(path) {
+        Ok(f) => open_existing(path, f, trust, &check),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(side) = create(path, size, mode & 0o777, init)? {
+                return Ok(side);
             }
-            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+            // Lost the race to publish: open the winner's.
+            match file::open_nofollow(path) {
+                Ok(f) => open_existing(path, f, trust, &check),
+                Err(e) => Err(Error::io(format!("cannot open {}", path.display()), e)),
+            }
         }
+        Err(e) => Err(Error::io(format!("cannot open {}", path.display()), e)),
     }
-    Err(Error::new(
-        ErrorKind::Io,
-        format!("{} keeps disappearing while being opened", path.display()),
-    ))
 }
 
 fn create(

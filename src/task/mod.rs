@@ -17,8 +17,8 @@ use std::time::Duration;
 
 pub(crate) use config::settings;
 pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
-pub use keyed::KeyDecision;
 pub(crate) use global::quota_stats;
+pub use keyed::KeyDecision;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
 pub(crate) use register::{find_or_claim, ready};

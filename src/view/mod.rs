@@ -122,6 +122,47 @@ impl View {
         Ok(self.snapshot(index, name.to_string()))
     }
 
+    /// The key file of keyed task `name`, copied (`None`: it has no key
+    /// limits). A copy read with `pread`: a file shrunk under the view is
+    /// an error, never a signal.
+    fn keys_of(&self, name: &str) -> Result<Option<crate::keyed::KeyRegion>> {
+        let index = self.index_of(name)?;
+        let slot = self.table.task_slot(index);
+        if slot.keyed.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return Ok(None);
+        }
+        crate::keyed::KeyRegion::snapshot(
+            &self.table.path,
+            self.table
+                .header()
+                .table_id
+                .load(std::sync::atomic::Ordering::Relaxed),
+            index,
+            self.table.geometry.attach_capacity,
+        )
+    }
+
+    /// Keyed task `name`'s key counters (`None`: it has no key limits).
+    pub fn key_stats(&self, name: &str) -> Result<Option<crate::KeyStats>> {
+        let now = self.table.clock.now();
+        Ok(self
+            .keys_of(name)?
+            .map(|k| crate::keyed::key_stats(&k, now)))
+    }
+
+    /// Keyed task `name`'s `top` keys by admissions (or refusals).
+    pub fn top_keys(
+        &self,
+        name: &str,
+        top: usize,
+        by_refused: bool,
+    ) -> Result<Option<Vec<crate::KeyInfo>>> {
+        let now = self.table.clock.now();
+        Ok(self
+            .keys_of(name)?
+            .map(|k| crate::keyed::key_infos(&k, now, top, by_refused)))
+    }
+
     /// Each live attachment's share of task `name`'s counters since it
     /// attached (as [`crate::Task::stats_by_process`]).
     pub fn processes_of(&self, name: &str) -> Result<Vec<ProcessStats>> {
