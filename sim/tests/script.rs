@@ -231,3 +231,30 @@ fn a_claim_counts_as_had_for_the_fair_tails() {
     let busy = pull(&store, "busy", 1_500, 51_000, 300_000, false);
     assert_eq!(busy[0], 1_500, "{busy:?}");
 }
+
+/// A host back from a fallback spends its last grant and, at its share,
+/// asks no more: its record's claim is from before that grant. The fair
+/// tails count what the key charged it (claim and grants), so nothing is
+/// held for it that it will never take.
+#[test]
+fn a_last_grant_spent_without_asking_again_counts_as_had() {
+    let store = store_at(100);
+    let at = |ms: i64| {
+        store
+            .model
+            .lock()
+            .unwrap()
+            .set_now_us(SLICE * 1_000_000 + ms * 1000)
+    };
+    assert_eq!(pull(&store, "busy", 11_000, 0, 300_000, false)[0], 11_000);
+    at(500);
+    assert_eq!(pull(&store, "busy", 40_000, 11_000, 300_000, false)[0], 40_000);
+    // Back with 20,000 admitted meanwhile; its share of 40,000 is done
+    // with this grant.
+    at(900);
+    let back = pull(&store, "returning", 20_000, 20_000, 40_000, false);
+    assert_eq!(back[0], 20_000, "{back:?}");
+    at(960);
+    let busy = pull(&store, "busy", 5_000, 51_000, 300_000, false);
+    assert_eq!(busy[0], 5_000, "nothing held for the returning host: {busy:?}");
+}

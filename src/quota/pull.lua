@@ -173,10 +173,13 @@ if demands > quota and hosts > 1 then
     local e, f = part(d)
     return math.max(math.floor(e * f) - g, 0)
   end
-  -- What a host has had of the slice: its grants, or its own claim when
-  -- more (a host back from a fallback claimed what it admitted meanwhile;
-  -- owed that again, it could not take it and nobody else could either).
-  mine = owed(demand, math.max(granted, claimed))
+  -- What a host has had of the slice: what the key charged it (its claim
+  -- and every grant since), or its grants when more (a give-back put back
+  -- still counts as had). A host back from a fallback claimed what it
+  -- admitted meanwhile and keeps to its share; owed that again, or owed
+  -- what it spent of its last grant without asking again, it could not
+  -- take it and nobody else could either.
+  mine = owed(demand, math.max(granted, acc))
   if grant > mine then
     if hosts <= 64 or c[5] == nil or elapsed < c[1] or elapsed - c[1] >= slice_ms / 10 then
       local e, f = part(demand)
@@ -189,7 +192,7 @@ if demands > quota and hosts > 1 then
       for i = 1, #all, 2 do
         if is_host(all[i]) and all[i] ~= host then
           local r = fields(all[i + 1])
-          local d, g = r[6] or 0, math.max(r[3] or 0, r[4] or 0)
+          local d, g = r[6] or 0, math.max(r[3] or 0, r[1] or 0)
           e, f = part(d)
           local o = math.max(math.floor(e * f) - g, 0)
           c[2] = c[2] + o
