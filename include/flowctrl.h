@@ -977,6 +977,10 @@ typedef struct fc_permit {
   uint32_t task;
   uint32_t n;
   uint32_t flags;
+  /**
+   * A keyed permit's hold of its key (opaque; 0 in permits of tasks
+   * without key limits, as in every permit before them).
+   */
   uint32_t reserved0;
   uint64_t check;
   uint64_t reserved[3];

@@ -216,7 +216,7 @@ impl From<RawPermit> for fc_permit {
             task: r.task,
             n: r.n,
             flags: r.flags,
-            key_record: r.key_record,
+            reserved0: r.key_record,
             check: r.check,
             reserved: [0; 3],
         }
@@ -234,7 +234,7 @@ impl From<fc_permit> for RawPermit {
             task: p.task,
             n: p.n,
             flags: p.flags | if written { PERMIT_ALTERED } else { 0 },
-            key_record: p.key_record,
+            key_record: p.reserved0,
             check: p.check,
         }
     }

@@ -246,9 +246,9 @@ pub struct fc_permit {
     pub task: u32,
     pub n: u32,
     pub flags: u32,
-    /// A keyed permit's hold of its key (opaque; named `reserved0` before
-    /// keyed tasks, always 0 in permits of tasks without keys).
-    pub key_record: u32,
+    /// A keyed permit's hold of its key (opaque; 0 in permits of tasks
+    /// without key limits, as in every permit before them).
+    pub reserved0: u32,
     pub check: u64,
     pub reserved: [u64; 3],
 }

@@ -774,7 +774,7 @@ static void test_bad_requests_and_permits(void)
             { offsetof(fc_permit, task), "task" },
             { offsetof(fc_permit, n), "n" },
             { offsetof(fc_permit, flags), "flags" },
-            { offsetof(fc_permit, key_record), "key_record" },
+            { offsetof(fc_permit, reserved0), "reserved0" },
             { offsetof(fc_permit, check), "check" },
             { offsetof(fc_permit, check) + 7, "check (its last byte)" },
             { offsetof(fc_permit, reserved), "reserved[0]" },
