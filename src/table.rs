@@ -322,6 +322,11 @@ impl Table {
         } else {
             task.check_matches(config)?;
         }
+        if let Some(keys) = file.keys.get(name)
+            && file.is_applied(&self.shm)
+        {
+            config_file::apply_keys(&task, keys)?;
+        }
         Ok(task)
     }
 

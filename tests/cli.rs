@@ -215,7 +215,7 @@ fn read_only_commands_report_exact_numbers_and_change_no_byte() {
         "{check}"
     );
     assert!(
-        check.ends_with(": ok (2 tasks, 2 compared, 0 drifting)\n"),
+        check.ends_with(": ok (2 tasks, 2 compared, 0 drifting, 0 keys drifting)\n"),
         "{check}"
     );
 

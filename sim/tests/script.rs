@@ -248,7 +248,10 @@ fn a_last_grant_spent_without_asking_again_counts_as_had() {
     };
     assert_eq!(pull(&store, "busy", 11_000, 0, 300_000, false)[0], 11_000);
     at(500);
-    assert_eq!(pull(&store, "busy", 40_000, 11_000, 300_000, false)[0], 40_000);
+    assert_eq!(
+        pull(&store, "busy", 40_000, 11_000, 300_000, false)[0],
+        40_000
+    );
     // Back with 20,000 admitted meanwhile; its share of 40,000 is done
     // with this grant.
     at(900);
@@ -256,5 +259,8 @@ fn a_last_grant_spent_without_asking_again_counts_as_had() {
     assert_eq!(back[0], 20_000, "{back:?}");
     at(960);
     let busy = pull(&store, "busy", 5_000, 51_000, 300_000, false);
-    assert_eq!(busy[0], 5_000, "nothing held for the returning host: {busy:?}");
+    assert_eq!(
+        busy[0], 5_000,
+        "nothing held for the returning host: {busy:?}"
+    );
 }

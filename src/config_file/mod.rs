@@ -11,6 +11,7 @@
 //! the table on a field the file sets is not a mismatch: the file's value
 //! is applied host-wide. `watch` re-reads the file while processes run.
 
+mod keys;
 mod parse;
 mod watch;
 
@@ -20,6 +21,8 @@ use std::path::{Path, PathBuf};
 use crate::balance::BalancerConfig;
 use crate::error::{Error, Result};
 use crate::task::TaskConfig;
+pub use keys::KeySection;
+pub(crate) use keys::apply_keys;
 pub(crate) use watch::{Live, apply, update_if_needed};
 
 /// The environment variable naming a config file when the options do not.
@@ -34,6 +37,8 @@ pub struct ConfigFile {
     pub table: TableSection,
     /// `[tasks."name"]`: each task's fields (unset ones are `None`).
     pub tasks: BTreeMap<String, TaskConfig>,
+    /// Each task's limits per caller (`key_rate`, `key_overrides`, ...).
+    pub keys: BTreeMap<String, KeySection>,
     /// `[balancers."name"]`: options, and the backends with their weights
     /// (`None`: the file does not manage the balancer's membership).
     pub balancers: BTreeMap<String, BalancerSection>,

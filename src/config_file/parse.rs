@@ -70,6 +70,13 @@ struct TaskFields {
     /// the task has a global_rate), and how it moves them.
     managed: Option<bool>,
     policy: Option<Spanned<toml::Table>>,
+    /// Limits per caller (see `keys.rs`).
+    key_rate: Option<String>,
+    key_max_concurrency: Option<u32>,
+    key_capacity: Option<u32>,
+    key_shadow: Option<bool>,
+    key_overflow: Option<String>,
+    key_overrides: Option<BTreeMap<String, super::keys::OverrideField>>,
 }
 
 /// `fallback = "share" | "local" | "deny"` or a number of requests/s.
@@ -138,6 +145,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         ))
     };
     let mut tasks = BTreeMap::new();
+    let mut keys = BTreeMap::new();
     let mut managed = BTreeMap::new();
     for (name, fields) in file.tasks {
         let offset = fields.span().start;
@@ -154,6 +162,21 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
                 policy,
             },
         );
+        let key_fields = super::keys::Fields {
+            rate: fields.key_rate.take(),
+            max_concurrency: fields.key_max_concurrency.take(),
+            capacity: fields.key_capacity.take(),
+            shadow: fields.key_shadow.take(),
+            overflow: fields.key_overflow.take(),
+            overrides: fields.key_overrides.take(),
+        };
+        match super::keys::section(key_fields) {
+            Ok(Some(k)) => {
+                keys.insert(name.clone(), k);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(refuse("tasks", &name, offset, e)),
+        }
         let config = task_config(fields)
             .and_then(|c| {
                 crate::words::validate_name(&name, "task name")?;
@@ -196,6 +219,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
             shared: t.shared,
         },
         tasks,
+        keys,
         balancers,
         manager: file
             .manager

@@ -129,7 +129,11 @@ pub(crate) fn apply(shm: &Arc<Shm>, quota: &Arc<Quota>, file: &ConfigFile) {
         };
         // A handle for updates only: it never waits, so a room of its own.
         let t = Task::new(shm.clone(), quota.clone(), Arc::default(), index, &name);
-        match update_if_needed(&t, fields) {
+        let keys = file
+            .keys
+            .get(&name)
+            .map_or(Ok(false), |k| super::apply_keys(&t, k));
+        match update_if_needed(&t, fields).and_then(|c| Ok(c | keys?)) {
             Ok(true) => changed += 1,
             Ok(false) => {}
             Err(e) => report(

@@ -347,11 +347,12 @@ impl KeyLimits {
             }
             let ms = (periods >> (21 * i)) & 0x1f_ffff;
             let period = Duration::from_millis(ms.max(1));
-            limits.rates[i] = Some(KeyRate {
-                count: rate * period.as_secs_f64(),
-                period,
-                burst,
-            });
+            let mut r = KeyRate::new(rate * period.as_secs_f64(), period);
+            // The default burst reads back as the default.
+            if burst != r.burst_in_force() {
+                r.burst = burst;
+            }
+            limits.rates[i] = Some(r);
         }
         limits
     }

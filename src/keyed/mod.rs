@@ -23,7 +23,7 @@ pub use limits::{KeyLimits, KeyRate};
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub use view::{KeyInfo, KeyStats};
-pub(crate) use view::{key_infos, key_stats};
+pub(crate) use view::{counters_only, key_infos, key_stats};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -215,23 +215,49 @@ impl Keys {
                 }
                 keys.push((ident, *l));
             }
-            for i in 0..MAX_OVERRIDES {
-                c.override_keys[i].store(0, Ordering::Relaxed);
-            }
-            for w in &c.index {
-                w.store(0, Ordering::Relaxed);
-            }
-            for (i, (k, l)) in keys.iter().enumerate() {
-                l.store(&c.overrides[i], clock, false);
-                c.override_keys[i].store(*k, Ordering::Relaxed);
-                let mut slot = *k as usize % OVERRIDE_INDEX;
-                while c.index[slot].load(Ordering::Relaxed) != 0 {
-                    slot = (slot + 1) % OVERRIDE_INDEX;
-                }
-                c.index[slot].store(i as u64 + 1, Ordering::Relaxed);
-            }
+            write_overrides(c, clock, &keys);
             Ok(())
         })
+    }
+
+    /// Makes `overrides` the task's overrides, as a whole; false if they
+    /// were so already.
+    pub(crate) fn replace_overrides(
+        &self,
+        shm: &Shm,
+        overrides: &[(&[u8], KeyLimits)],
+    ) -> Result<bool> {
+        if overrides.len() > MAX_OVERRIDES {
+            return Err(Error::invalid(format!(
+                "a keyed task holds at most {MAX_OVERRIDES} overrides"
+            )));
+        }
+        let clock = &shm.clock;
+        let mut wanted: Vec<(u64, KeyLimits)> = overrides
+            .iter()
+            .map(|(k, l)| Ok((self.hash(k)?.ident, normalized(l, clock))))
+            .collect::<Result<_>>()?;
+        wanted.sort_by_key(|(k, _)| *k);
+        wanted.dedup_by_key(|(k, _)| *k);
+        let h = self.region.header();
+        let mut current: Vec<(u64, KeyLimits)> = read_versioned(&h.config_version, |i| {
+            let c = self.region.config(i);
+            (0..MAX_OVERRIDES)
+                .filter_map(|o| {
+                    let k = c.override_keys[o].load(Ordering::Relaxed);
+                    (k != 0).then(|| (k, KeyLimits::load(&c.overrides[o], clock)))
+                })
+                .collect()
+        });
+        current.sort_by_key(|(k, _)| *k);
+        if current == wanted {
+            return Ok(false);
+        }
+        self.write(shm, |c, clock| {
+            write_overrides(c, clock, &wanted);
+            Ok(())
+        })?;
+        Ok(true)
     }
 
     /// Copies the current limits to the next copy, lets `edit` change it,
@@ -277,6 +303,33 @@ impl Keys {
                 },
             }
         })
+    }
+}
+
+/// `limits` as they read back from the file (bursts in force, rates
+/// rounded to ticks): what a comparison with the file's limits needs.
+pub(crate) fn normalized(limits: &KeyLimits, clock: &Clock) -> KeyLimits {
+    // SAFETY: all atomics: zeroed is a valid value.
+    let copy: crate::format::LimitsCopy = unsafe { std::mem::zeroed() };
+    limits.store(&copy, clock, false);
+    KeyLimits::load(&copy, clock)
+}
+
+fn write_overrides(c: &ConfigCopy, clock: &Clock, keys: &[(u64, KeyLimits)]) {
+    for i in 0..MAX_OVERRIDES {
+        c.override_keys[i].store(0, Ordering::Relaxed);
+    }
+    for w in &c.index {
+        w.store(0, Ordering::Relaxed);
+    }
+    for (i, (k, l)) in keys.iter().enumerate().take(MAX_OVERRIDES) {
+        l.store(&c.overrides[i], clock, false);
+        c.override_keys[i].store(*k, Ordering::Relaxed);
+        let mut slot = *k as usize % OVERRIDE_INDEX;
+        while c.index[slot].load(Ordering::Relaxed) != 0 {
+            slot = (slot + 1) % OVERRIDE_INDEX;
+        }
+        c.index[slot].store(i as u64 + 1, Ordering::Relaxed);
     }
 }
 
@@ -616,6 +669,11 @@ impl Keys {
     pub(crate) fn drift(&self) -> Vec<(u32, u64, i64)> {
         hold::drift(&self.region)
     }
+}
+
+/// [`Keys::drift`] of a key file a view copied.
+pub(crate) fn drift_of(region: &KeyRegion) -> Vec<(u32, u64, i64)> {
+    hold::drift(region)
 }
 
 fn state_of(clock: &Clock, rules: &Rules, overridden: bool, entry: Option<&KeyEntry>) -> KeyState {

@@ -169,6 +169,45 @@ impl KeyRegion {
         Ok(Some(Self::over(base, total, Backing::Copy(words), path)))
     }
 
+    /// The counters of task `task`'s key file and its capacity, read with
+    /// `pread` from its header alone (what a scrape needs: a copy of the
+    /// whole file would be 64 bytes a key). `None`: no key file.
+    pub(crate) fn counters(
+        table: &Path,
+        table_id: u64,
+        task: u32,
+        processes: u32,
+    ) -> Result<Option<([u64; crate::format::KEY_COUNTERS], u32)>> {
+        let path = path_of(table, task);
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?
+            .len();
+        let mut head = vec![0u8; KEYS_HEADER_SIZE];
+        let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        head.truncate(n);
+        check_header(&head, len, table_id, task, processes)?;
+        let at = std::mem::offset_of!(KeysHeader, counters);
+        let word = |i: usize| {
+            u64::from_le_bytes(
+                head[at + i * 8..at + i * 8 + 8]
+                    .try_into()
+                    .unwrap_or_default(),
+            )
+        };
+        let buckets = u64::from_le_bytes(head[32..40].try_into().unwrap_or_default()) as u32;
+        Ok(Some((
+            std::array::from_fn(word),
+            buckets.saturating_mul(BUCKET_KEYS as u32),
+        )))
+    }
+
     fn over(base: *const u8, len: usize, backing: Backing, path: PathBuf) -> Self {
         // SAFETY: `check_header` (or our own init) vouched for the header
         // and the size.

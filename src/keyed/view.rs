@@ -45,6 +45,28 @@ pub struct KeyInfo {
     pub live: bool,
 }
 
+/// The counters alone, as [`KeyRegion::counters`] read them: `keys` from
+/// the inserts (an entry, once given, always holds a key), `live` left 0
+/// (counting it reads every entry).
+pub(crate) fn counters_only(
+    counters: [u64; crate::format::KEY_COUNTERS],
+    capacity: u32,
+) -> KeyStats {
+    let c = |k: KeyCounter| counters[k as usize];
+    KeyStats {
+        capacity,
+        keys: c(KeyCounter::Inserted).min(capacity as u64) as u32,
+        inserted: c(KeyCounter::Inserted),
+        reused: c(KeyCounter::Reused),
+        overflowed: c(KeyCounter::Overflowed),
+        shadow_refused: c(KeyCounter::ShadowRefused),
+        refused_rate: c(KeyCounter::RefusedRate),
+        refused_concurrency: c(KeyCounter::RefusedConcurrency),
+        records_full: c(KeyCounter::RecordsFull),
+        ..KeyStats::default()
+    }
+}
+
 pub(crate) fn key_stats(region: &KeyRegion, now: u64) -> KeyStats {
     let mut s = KeyStats {
         capacity: region.entries(),

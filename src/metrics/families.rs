@@ -394,3 +394,67 @@ pub(super) fn balancers(balancers: &[BalancerSnapshot], e: &mut DescriptorEncode
         budget(&|b| b.stats.recent_retries),
     )
 }
+
+/// Keyed tasks: their key files' counters. Per-key series are left out:
+/// a million callers would be a million series (`flowctrl keys` lists the
+/// hottest).
+pub(super) fn keys(keys: &[(String, crate::KeyStats)], e: &mut DescriptorEncoder) -> fmt::Result {
+    let each = |f: &dyn Fn(&crate::KeyStats) -> u64| -> Vec<(Labels, u64)> {
+        keys.iter()
+            .map(|(name, s)| (vec![("task", name.clone())], f(s)))
+            .collect()
+    };
+    gauge(
+        e,
+        "flowctrl_key_capacity",
+        "Keys the keyed task's key file holds.",
+        None,
+        each(&|s| s.capacity as u64),
+    )?;
+    counter(
+        e,
+        "flowctrl_keys_inserted",
+        "Keys given an empty entry of the key file.",
+        None,
+        each(&|s| s.inserted),
+    )?;
+    counter(
+        e,
+        "flowctrl_keys_reused",
+        "Keys given the entry of a key whose state carried nothing.",
+        None,
+        each(&|s| s.reused),
+    )?;
+    counter(
+        e,
+        "flowctrl_keys_overflowed",
+        "Keyed decisions taken on the shared overflow state (every entry live).",
+        None,
+        each(&|s| s.overflowed),
+    )?;
+    counter(
+        e,
+        "flowctrl_keys_shadow_refused",
+        "Keyed requests a limit in shadow mode would have refused (admitted).",
+        None,
+        each(&|s| s.shadow_refused),
+    )?;
+    let mut refused = Vec::new();
+    for (name, s) in keys {
+        for (reason, n) in [
+            ("rate", s.refused_rate),
+            ("concurrency", s.refused_concurrency),
+            ("records", s.records_full),
+        ] {
+            refused.push((with(vec![("task", name.clone())], "reason", reason), n));
+        }
+    }
+    counter(
+        e,
+        "flowctrl_keys_refused",
+        "Keyed requests refused by a key's limit, by the limit (records: the process held \
+         permits of as many keys as it has records).",
+        None,
+        refused,
+    )
+}

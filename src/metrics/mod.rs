@@ -37,8 +37,14 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// read now.
 pub fn render(view: &View) -> String {
     let processes = view.processes();
+    let tasks = view.tasks();
+    let keys = tasks
+        .iter()
+        .filter_map(|t| Some((t.name.clone(), view.key_counters(&t.name).ok()??)))
+        .collect();
     let snapshot = Snapshot {
-        tasks: view.tasks(),
+        keys,
+        tasks,
         balancers: view.balancers(),
         task_slots: view.capacity(),
         process_slots: view.max_processes(),
@@ -57,6 +63,8 @@ pub fn render(view: &View) -> String {
 #[derive(Debug)]
 struct Snapshot {
     tasks: Vec<TaskSnapshot>,
+    /// Each keyed task's key counters.
+    keys: Vec<(String, crate::KeyStats)>,
     balancers: Vec<BalancerSnapshot>,
     task_slots: u32,
     process_slots: u32,
@@ -70,6 +78,7 @@ impl Collector for Snapshot {
         families::table(self, &mut encoder)?;
         families::tasks(&self.tasks, &mut encoder)?;
         quota::quota(&self.tasks, &mut encoder)?;
+        families::keys(&self.keys, &mut encoder)?;
         families::balancers(&self.balancers, &mut encoder)
     }
 }

@@ -397,7 +397,10 @@ impl Shm {
         let me = self.me.clone();
         let spawned = std::thread::Builder::new()
             .name("flowctrl-reaper".into())
-            .stack_size(64 * 1024)
+            // It also parses the config file (serde's frames are large in
+            // a debug build: 64 KiB overflowed on a file of keyed tasks);
+            // untouched pages of the stack cost nothing.
+            .stack_size(512 * 1024)
             .spawn(move || {
                 let mut watched = std::time::Instant::now();
                 let mut polled = watched;

@@ -74,6 +74,20 @@ impl Task {
         self.keys_in_use()?.write_override(&self.shm, key, limits)
     }
 
+    /// Makes `overrides` the task's overrides as a whole (what a config
+    /// file lists); false if they were so already.
+    pub fn replace_key_overrides(&self, overrides: &[(&[u8], KeyLimits)]) -> Result<bool> {
+        for (_, l) in overrides {
+            l.validate()?;
+        }
+        self.keys_in_use()?.replace_overrides(&self.shm, overrides)
+    }
+
+    /// `limits` as the key file would hold them (for comparisons).
+    pub(crate) fn normalized_key_limits(&self, limits: &KeyLimits) -> KeyLimits {
+        crate::keyed::normalized(limits, &self.shm.clock)
+    }
+
     /// The task's key limits, if it has any.
     pub fn key_config(&self) -> Result<Option<KeyConfig>> {
         Ok(self

@@ -142,12 +142,46 @@ impl View {
         )
     }
 
+    /// Keyed task `name`'s key counters read from its key file's header
+    /// alone (`keys` and `live` are 0: see [`View::key_stats`]).
+    pub fn key_counters(&self, name: &str) -> Result<Option<crate::KeyStats>> {
+        let index = self.index_of(name)?;
+        if self
+            .table
+            .task_slot(index)
+            .keyed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            return Ok(None);
+        }
+        let id = self
+            .table
+            .header()
+            .table_id
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Ok(crate::keyed::KeyRegion::counters(
+            &self.table.path,
+            id,
+            index,
+            self.table.geometry.attach_capacity,
+        )?
+        .map(|(c, capacity)| crate::keyed::counters_only(c, capacity)))
+    }
+
     /// Keyed task `name`'s key counters (`None`: it has no key limits).
     pub fn key_stats(&self, name: &str) -> Result<Option<crate::KeyStats>> {
         let now = self.table.clock.now();
         Ok(self
             .keys_of(name)?
             .map(|k| crate::keyed::key_stats(&k, now)))
+    }
+
+    /// Keyed task `name`'s keys whose count of permits in flight differs
+    /// from what the processes' records hold (entry, counted, recorded):
+    /// empty when exact. From a copy: a view changes nothing.
+    pub fn key_drift(&self, name: &str) -> Result<Option<Vec<(u32, u64, i64)>>> {
+        Ok(self.keys_of(name)?.map(|k| crate::keyed::drift_of(&k)))
     }
 
     /// Keyed task `name`'s `top` keys by admissions (or refusals).

@@ -9,6 +9,7 @@
 mod config;
 mod fleet;
 mod json;
+mod keys;
 mod manage;
 mod metrics;
 mod set;
@@ -96,6 +97,20 @@ enum Command {
         #[arg(required = true, value_name = "KEY=VALUE")]
         fields: Vec<String>,
     },
+    /// A keyed task's keys: its key file's counters and its hottest keys.
+    Keys {
+        /// The task's name.
+        task: String,
+        /// How many keys to list.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Rank by `admitted` or `refused`.
+        #[arg(long, default_value = "admitted")]
+        by: String,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check that the path names the table mapped and that every task's
     /// concurrency count equals what the processes' ledgers hold.
     Check,
@@ -164,6 +179,12 @@ fn run(cli: Cli) -> Result<()> {
         } => show::stats(table, task.as_deref(), json, processes),
         Command::Top { once, interval } => top::run(table, once, interval),
         Command::Set { task, fields } => set::run(table, &task, &fields),
+        Command::Keys {
+            task,
+            top,
+            by,
+            json,
+        } => keys::run(table, &task, top, &by, json),
         Command::Check => show::check(table),
         Command::Reap => set::reap(table),
         Command::Fleet {

@@ -6,7 +6,10 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use flowctrl::{Fallback, LimiterSpec, Table, TableOptions, TaskConfig, TaskSettings, View};
+use flowctrl::{
+    Fallback, KeyLimits, KeyOverflow, LimiterSpec, Table, TableOptions, TaskConfig, TaskSettings,
+    View,
+};
 
 use crate::{Result, invalid};
 
@@ -31,6 +34,15 @@ const KEYS: [&str; 13] = [
 /// host ([`flowctrl::Task::update`]), checked whole before anything is
 /// written.
 pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
+    let (key_fields, fields): (Vec<String>, Vec<String>) =
+        fields.iter().cloned().partition(|f| f.starts_with("key_"));
+    if !key_fields.is_empty() {
+        set_keys(path, name, &key_fields)?;
+        if fields.is_empty() {
+            return Ok(());
+        }
+    }
+    let fields = &fields[..];
     let config = parse(fields)?;
     let before = View::open(path)?.task(name)?.settings;
     let table = attach(path)?;
@@ -55,6 +67,109 @@ pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
              changed, and apply when the record is removed"
         );
     }
+    Ok(())
+}
+
+/// The key fields of `set`: `key_rate="10/s;1000/h"`,
+/// `key_max_concurrency=N`, `key_shadow=true|false`,
+/// `key_overflow=shared|admit`, `key_capacity=N` (a new key file only), and
+/// `key_override.NAME=RATES|unlimited|blocked|none` (none: removed).
+fn set_keys(path: &Path, name: &str, fields: &[String]) -> Result {
+    let table = attach(path)?;
+    let task = table.task(name, &TaskConfig::new())?;
+    let current = task.key_config()?;
+    let mut config = current.unwrap_or_default();
+    let mut overrides = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for field in fields {
+        let Some((key, value)) = field.split_once('=') else {
+            return Err(invalid(format!("{field:?} is not KEY=VALUE")));
+        };
+        if seen.contains(&key) {
+            return Err(invalid(format!("{key} is given twice")));
+        }
+        seen.push(key);
+        let value = value.trim();
+        match key {
+            "key_rate" => {
+                let rates = KeyLimits::parse_rates(value)?;
+                let mut limits = KeyLimits::new()
+                    .max_concurrency(config.limits.max_concurrency)
+                    .shadow(config.limits.shadow);
+                for r in rates.rates() {
+                    limits = limits.rate(*r);
+                }
+                config.limits = limits;
+            }
+            "key_max_concurrency" => config.limits.max_concurrency = count(key, value)?,
+            "key_shadow" => {
+                config.limits.shadow = value
+                    .parse()
+                    .map_err(|_| invalid(format!("{key}={value:?} is not true or false")))?
+            }
+            "key_overflow" => {
+                config.overflow = match value {
+                    "shared" => KeyOverflow::Shared,
+                    "admit" => KeyOverflow::Admit,
+                    _ => return Err(invalid(format!("{key}={value:?}: shared or admit"))),
+                }
+            }
+            "key_capacity" => {
+                let keys = count(key, value)?;
+                if current.is_some_and(|c| c.capacity != keys.div_ceil(8) * 8) {
+                    return Err(invalid(format!(
+                        "task {name:?} holds {} keys: key_capacity is set when its key file \
+                         is made",
+                        current.map_or(0, |c| c.capacity)
+                    )));
+                }
+                config.capacity = keys;
+            }
+            _ => match key.strip_prefix("key_override.") {
+                Some(k) if !k.is_empty() => {
+                    let limits = match value {
+                        "none" => None,
+                        "unlimited" => Some(KeyLimits::unlimited()),
+                        "blocked" => Some(KeyLimits::blocked()),
+                        rates => Some(KeyLimits::parse_rates(rates)?),
+                    };
+                    overrides.push((k.to_string(), limits));
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "unknown key {key:?}; the key fields are key_rate, key_max_concurrency, \
+                         key_shadow, key_overflow, key_capacity, key_override.NAME"
+                    )));
+                }
+            },
+        }
+    }
+    let touches_default = fields.iter().any(|f| !f.starts_with("key_override."));
+    if touches_default || current.is_none() {
+        task.set_keys(&config)?;
+    }
+    for (k, l) in &overrides {
+        task.set_key_override(k.as_bytes(), l.as_ref())?;
+    }
+    let after = task.key_config()?.unwrap_or_default();
+    let rates: Vec<String> = after.limits.rates().map(|r| r.to_string()).collect();
+    println!(
+        "task {name:?}: key_rate {:?}, key_max_concurrency {}, key_shadow {}, key_overflow {}, \
+         {} keys{}",
+        rates.join(";"),
+        after.limits.max_concurrency,
+        after.limits.shadow,
+        match after.overflow {
+            KeyOverflow::Shared => "shared",
+            KeyOverflow::Admit => "admit",
+        },
+        after.capacity,
+        if overrides.is_empty() {
+            String::new()
+        } else {
+            format!("; {} override(s) set", overrides.len())
+        }
+    );
     Ok(())
 }
 

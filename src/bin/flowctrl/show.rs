@@ -180,6 +180,9 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
                     "stats": stats_json(t),
                     "quota": quota_json(t),
                 });
+                if let Ok(Some(k)) = view.key_counters(&t.name) {
+                    v["keys"] = crate::keys::stats_json(&k);
+                }
                 if let Some(p) = p {
                     v["processes"] = p.iter().map(|p| process_json(p, &alive)).collect();
                 }
@@ -204,6 +207,21 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
             out.push('\n');
         }
         task_text(&mut out, t);
+        if let Ok(Some(k)) = view.key_counters(&t.name) {
+            let _ = writeln!(
+                out,
+                "  keys: {} of {}; reused {}, overflowed {}, shadow refusals {}, refused by \
+                 rate {}, by cap {} (flowctrl keys {} lists them)",
+                k.keys,
+                k.capacity,
+                k.reused,
+                k.overflowed,
+                k.shadow_refused,
+                k.refused_rate,
+                k.refused_concurrency,
+                crate::keys::escaped(t.name.as_bytes())
+            );
+        }
         if let Some(p) = p {
             processes_text(&mut out, p, &alive);
         }
@@ -239,22 +257,37 @@ pub(crate) fn check(path: &Path) -> Result {
     for name in &report.unchecked {
         let _ = writeln!(out, "task {name:?}: kept changing, not compared");
     }
+    let mut key_drift = 0;
+    for t in view.tasks() {
+        if let Some(drift) = view.key_drift(&t.name)? {
+            for (entry, counted, recorded) in &drift {
+                let _ = writeln!(
+                    out,
+                    "task {:?}: key entry {entry} counts {counted} in flight, its processes' \
+                     records hold {recorded}",
+                    t.name
+                );
+            }
+            key_drift += drift.len();
+        }
+    }
     if unreaped > 0 {
         let _ = writeln!(
             out,
             "{unreaped} dead process(es) not reaped yet (`flowctrl reap` gives back what they hold)"
         );
     }
-    let verdict = if report.is_ok() { "ok" } else { "FAILED" };
+    let ok = report.is_ok() && key_drift == 0;
+    let verdict = if ok { "ok" } else { "FAILED" };
     let _ = writeln!(
         out,
-        "{}: {verdict} ({tasks} tasks, {} compared, {} drifting)",
+        "{}: {verdict} ({tasks} tasks, {} compared, {} drifting, {key_drift} keys drifting)",
         view.path().display(),
         tasks - report.unchecked.len(),
         report.drift.len()
     );
     print!("{out}");
-    if report.is_ok() {
+    if ok {
         Ok(())
     } else {
         Err(crate::invalid(format!(
