@@ -1,7 +1,7 @@
 //! Finding a key's entry, and giving a new key one.
 //!
-//! A key hashes (SipHash-1-3, keyed per file) to an identity and two
-//! buckets; it lives in one of their sixteen entries. A lookup compares
+//! A key hashes (SipHash-1-3, 64 bits, keyed per file) to an identity and
+//! two buckets; it lives in one of their sixteen entries. A lookup compares
 //! identities only: one line per bucket.
 //!
 //! A key moves into an entry under a lock held in the entry's identity
@@ -30,7 +30,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::time::Duration;
 
-use siphasher::sip128::{Hasher128, SipHasher13};
+use siphasher::sip::SipHasher13;
 
 use super::region::KeyRegion;
 use crate::format::{BUCKET_KEYS, IDENT_LOCK, KeyCounter, KeyEntry};
@@ -56,13 +56,16 @@ pub(crate) enum Place {
 
 pub(crate) fn hash(region: &KeyRegion, key: &[u8]) -> Hashed {
     let (k0, k1) = region.hash_key;
-    let mut h = SipHasher13::new_with_keys(k0, k1);
-    std::hash::Hasher::write(&mut h, key);
-    let h = h.finish128();
-    let ident = (h.h1 & !IDENT_LOCK).max(1);
+    let mut hasher = SipHasher13::new_with_keys(k0, k1);
+    std::hash::Hasher::write(&mut hasher, key);
+    let h = std::hash::Hasher::finish(&hasher);
+    let ident = (h & !IDENT_LOCK).max(1);
+    // The buckets from the same 64 bits, mixed apart (a bijection of the
+    // hash, so keys of one bucket do not share their second bucket).
+    let mixed = (h ^ (h >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let n = region.geometry.buckets as u128;
-    let b1 = ((h.h2 as u128 * n) >> 64) as u32;
-    let mut b2 = ((h.h2.rotate_left(32) as u128 * n) >> 64) as u32;
+    let b1 = ((mixed as u128 * n) >> 64) as u32;
+    let mut b2 = ((mixed.rotate_left(32) as u128 * n) >> 64) as u32;
     if b2 == b1 && n > 1 {
         b2 = (b1 + 1) % n as u32;
     }

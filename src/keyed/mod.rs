@@ -399,11 +399,20 @@ impl Taken<'_> {
         if let Some(u) = &self.using {
             u.update_spin(-(self.n as i32), None);
         }
-        if let Some(e) = self.entry {
-            e.admitted.fetch_sub(1, Ordering::Relaxed);
-        }
         let _ = self.keys;
     }
+}
+
+/// Counts one into a key's statistics word without a locked instruction:
+/// a load and a store, so a count racing another process's may be lost.
+/// The views rank keys by it; an exact count would cost every decision an
+/// atomic read-modify-write on a line other processes write too.
+#[inline(always)]
+fn count_approx(word: &std::sync::atomic::AtomicU64) {
+    word.store(
+        word.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
 }
 
 fn give_back_rates(entry: &KeyEntry, spent: &[u64; MAX_KEY_RATES]) {
@@ -499,10 +508,9 @@ impl Keys {
             if index == region::OVERFLOW
                 || ident.is_some_and(|w| w.load(Ordering::SeqCst) == h.ident)
             {
-                entry.admitted.fetch_add(1, Ordering::Relaxed);
+                count_approx(&entry.admitted);
                 return Ok(Ok(taken));
             }
-            entry.admitted.fetch_add(1, Ordering::Relaxed);
             taken.undo();
         }
     }
