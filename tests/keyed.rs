@@ -318,6 +318,76 @@ fn threads_racing_to_place_one_key_admit_it_exactly_once() {
     );
 }
 
+/// A decision that found its key just before the key's entry was given to
+/// a new key must not spend the new key's state: the mover sets each time
+/// to a value no decision read before (`map`), and a decision checks its
+/// key's identity after spending. Threads decide a few keys that are idle
+/// between their requests while other threads flood new keys into the
+/// same two buckets, taking those idle entries: every new key's first
+/// request must pass its burst of one (34 of 16,000 were refused with
+/// times reset to 0).
+#[test]
+fn a_spend_on_an_entry_reused_under_it_goes_back() {
+    let scratch = Scratch::new("keyed-stale");
+    let t = table(&scratch);
+    let limits = KeyLimits::new().rate(KeyRate::per_second(2000.0).burst(1));
+    let task = keyed(
+        &t,
+        "stale",
+        TaskConfig::new(),
+        KeyConfig::new(limits)
+            .capacity(16)
+            .overflow(KeyOverflow::Admit),
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let refused_new = std::thread::scope(|s| {
+        for th in 0..2u64 {
+            let (task, stop) = (&task, &stop);
+            s.spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Each key asked every 1.2 ms, idle 0.5 ms after.
+                    let _ = task.acquire_key(format!("old{}", th * 2 + i % 2).as_bytes(), 1);
+                    i += 1;
+                    std::thread::sleep(Duration::from_micros(600));
+                }
+            });
+        }
+        let flooders: Vec<_> = (0..2u64)
+            .map(|th| {
+                let task = &task;
+                s.spawn(move || {
+                    let mut refused = Vec::new();
+                    for i in 0..8_000u64 {
+                        let key = format!("new{th}-{i}");
+                        if let KeyDecision::Limited(r) =
+                            task.acquire_key(key.as_bytes(), 1).unwrap()
+                        {
+                            refused.push((key, r));
+                        }
+                        // A few new keys live at once: their entries are
+                        // taken from idle keys, not the overflow state.
+                        let paced = Instant::now();
+                        while paced.elapsed() < Duration::from_micros(150) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    refused
+                })
+            })
+            .collect();
+        let refused: Vec<_> = flooders
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        refused
+    });
+    let s = task.key_stats().unwrap().unwrap();
+    assert!(s.reused > 12_000, "{s:?}");
+    assert_eq!(refused_new, vec![], "{s:?}");
+}
+
 /// Workers (real processes) hold per-key permits and are SIGKILLed at
 /// random moments: after the reaper, every key's count is what the live
 /// hold (none), and nothing drifted.

@@ -95,7 +95,11 @@ fn idle(entry: &KeyEntry, now: u64) -> bool {
 }
 
 /// Step 2: empties an idle entry's arrival times; false if its key is
-/// back (a time past `now`, or a permit held).
+/// back (a time past `now`, or a permit held). Each time becomes `now`
+/// (a full bucket, as 0 is), a value no decision can have read before: a
+/// decision's spend whose compare-and-swap still expects the old key's
+/// time then fails, rather than landing on the new key's (a time of 0
+/// left as it was would take such a spend).
 fn empty_old_state(entry: &KeyEntry, now: u64) -> bool {
     for t in &entry.tat {
         let mut seen = t.load(SeqCst);
@@ -103,10 +107,10 @@ fn empty_old_state(entry: &KeyEntry, now: u64) -> bool {
             if seen > now {
                 return false;
             }
-            if seen == 0 {
+            if seen == now {
                 break;
             }
-            match t.compare_exchange(seen, 0, SeqCst, SeqCst) {
+            match t.compare_exchange(seen, now, SeqCst, SeqCst) {
                 Ok(_) => break,
                 Err(actual) => seen = actual,
             }
