@@ -39,6 +39,8 @@ command -v cmake >/dev/null || apt_install cmake
 command -v pkg-config >/dev/null || apt_install pkg-config
 # ... and readelf, to see the SONAME and what a program links.
 command -v readelf >/dev/null || apt_install binutils
+# tests/keyed_http.rs loads a real HTTP server with wrk.
+command -v wrk >/dev/null || apt_install wrk
 
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
