@@ -45,11 +45,15 @@ pub struct Error {
 }
 
 impl Error {
+    /// An error of `kind`; its message is one line (a line break a
+    /// library's or the store's text holds becomes a space), so every face
+    /// prints it as one line of a log.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
+        let mut message = message.into();
+        if message.contains(['\n', '\r']) {
+            message = message.replace("\r\n", " ").replace(['\n', '\r'], " ");
         }
+        Self { kind, message }
     }
 
     pub fn kind(&self) -> ErrorKind {

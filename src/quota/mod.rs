@@ -196,15 +196,15 @@ pub(crate) struct Quota {
     keeper: Keeper,
 }
 
-/// Checks a host id given in the options.
-fn validate_host_id(id: &str) -> Result<String> {
-    let max = crate::words::NAME_MAX;
-    if id.is_empty() || id.len() > max || id.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(crate::Error::invalid(format!(
-            "host_id must be 1..={max} printable bytes without spaces, not {id:?}"
-        )));
+/// Checks the options' store URL as opening the store would (its scheme,
+/// its query, its hosts), without connecting.
+pub(crate) fn check_url(options: &StoreOptions) -> Result<()> {
+    match &options.url {
+        None => Ok(()),
+        #[cfg(feature = "sim")]
+        Some(url) if url == sim::URL => Ok(()),
+        Some(url) => redis::RedisStore::open(url, options).map(drop),
     }
-    Ok(id.to_string())
 }
 
 /// 16 hex digits from the machine's id and the table's path (FNV-1a: stable
@@ -236,7 +236,10 @@ impl Quota {
     /// the options do not.
     pub fn new(options: &StoreOptions, table: &std::path::Path) -> Result<Self> {
         let host = match &options.host_id {
-            Some(id) => validate_host_id(id)?,
+            Some(id) => {
+                crate::words::validate_host_id(id)?;
+                id.clone()
+            }
             None => default_host_id(table),
         };
         options.check()?;

@@ -361,16 +361,62 @@ pub(crate) fn slice_key(prefix: &str, task: &str, shard: u32, slice: u32) -> Str
     }
 }
 
-/// The URL without its password, for messages.
+/// Query parameters that carry a password (`unix:///path?pass=...`, as the
+/// `redis` crate reads them).
+const SECRET_PARAMS: [&str; 3] = ["pass", "password", "auth"];
+
+/// A store URL as every message, log line and view shows it: the one
+/// redaction, for every form the store accepts. The userinfo's password
+/// (everything from the first `:` after the scheme to the last `@`, so a
+/// password holding `/`, `@` or `:` is masked whole, in a single server's
+/// URL and in a Sentinel or Cluster list alike; without a `:` the whole
+/// userinfo) and the value of a `pass`/`password`/`auth` query parameter
+/// (up to the next parameter that has a `=`) become `***`.
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+    let (head, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let mut out = String::from(head);
+    let rest = match rest.rfind('@') {
+        Some(at) => {
+            match rest[..at].split_once(':') {
+                Some((user, _)) => {
+                    out.push_str(user);
+                    out.push_str(":***@");
+                }
+                None => out.push_str("***@"),
+            }
+            &rest[at + 1..]
         }
-        _ => url.to_string(),
-    }
+        None => rest,
+    };
+    let Some((path, query)) = rest.split_once('?') else {
+        out.push_str(rest);
+        return out;
+    };
+    out.push_str(path);
+    out.push('?');
+    let mut masking = false;
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str()) => {
+                masking = true;
+                format!("{name}=***")
+            }
+            Some(_) => {
+                masking = false;
+                pair.to_string()
+            }
+            // A bare word after a password: the rest of a password that
+            // held `&`.
+            None if masking => "***".to_string(),
+            None => pair.to_string(),
+        })
+        .collect();
+    out.push_str(&pairs.join("&"));
+    out
 }
 
 /// Splits flowctrl's own query parameters off a store URL.
@@ -395,7 +441,10 @@ pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings>
         match name {
             "timeout_ms" => base.timeout = ms()?,
             "connect_timeout_ms" => base.connect_timeout = ms()?,
-            "prefix" => base.prefix = value.to_string(),
+            "prefix" => {
+                crate::words::validate_key_prefix(value)?;
+                base.prefix = value.to_string();
+            }
             _ => rest.push(pair),
         }
     }
@@ -453,6 +502,31 @@ mod tests {
             redact("rediss://user:secret@host:1/0"),
             "rediss://user:***@host:1/0"
         );
+        for (url, shown) in [
+            ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
+            ("redis://secretpw@h:1", "redis://***@h:1"),
+            ("redis://u:a/b@c:d@h:1/0", "redis://u:***@h:1/0"),
+            (
+                "unix:///tmp/no.sock?pass=secretpw",
+                "unix:///tmp/no.sock?pass=***",
+            ),
+            (
+                "redis+unix:///s?db=1&password=se&cret&timeout_ms=5",
+                "redis+unix:///s?db=1&password=***&***&timeout_ms=5",
+            ),
+            (
+                "redis+sentinel://:se/cret@h:1,h:2/master",
+                "redis+sentinel://:***@h:1,h:2/master",
+            ),
+            (
+                "rediss+cluster://user:s@c/r:et@h:1,h:2",
+                "rediss+cluster://user:***@h:1,h:2",
+            ),
+            ("redis://h:1/0", "redis://h:1/0"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+        assert!(parse("redis://x?prefix={app}", base()).is_err());
         for bad in [
             "http://x",
             "redis://x?timeout_ms=0",

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use flowctrl::{ConfigFile, TaskConfig, TaskSettings, View};
+use flowctrl::{ConfigFile, TableOptions, TaskConfig, TaskSettings, View};
 
 use crate::Result;
 
@@ -87,8 +87,17 @@ fn changes(file: &TaskConfig, s: &TaskSettings) -> Vec<String> {
 
 pub(crate) fn check(file: &Path, table: &Path) -> Result {
     let config = ConfigFile::load(file)?;
+    // The checks a table's open runs on `[table]`, and `flowctrl manage`'s
+    // on a file with anything of the manager's: the same functions.
+    TableOptions::from_config(&config)?;
+    let manager = if config.has_manager() {
+        let m = flowctrl::manage::ManagerConfig::from_file(&config)?;
+        format!(", {} managed task(s)", m.tasks.len())
+    } else {
+        String::new()
+    };
     println!(
-        "{}: ok ({} task(s), {} balancer(s))",
+        "{}: ok ({} task(s), {} balancer(s){manager})",
         file.display(),
         config.tasks.len(),
         config.balancers.len()
