@@ -12,10 +12,12 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::connect::{Conn, Target};
+use super::record::MAX_VERSION;
 use super::record::Refresh;
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::MAX_SHARDS;
+use crate::format::{MAX_SHARDS, MAX_SLICE_MS, MIN_SLICE_MS};
+use crate::words::echo;
 
 /// Timeouts and naming, from the table options and the URL's query
 /// (`?timeout_ms=5&connect_timeout_ms=20&prefix=app:`).
@@ -127,16 +129,46 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
     (keys, args)
 }
 
-/// What the host reads of the script's reply.
-pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
+/// What the host reads of the script's reply, range-checked as strictly as
+/// the same numbers from a config file: a slicing from the task's shape key
+/// outside `slice_ms`'s range (a key set by hand, or corrupted), a record
+/// version past what the script compares, or a grant above the ask is
+/// refused as a store error (a redeem's lost grant counts as a slice's
+/// quota at most). The pull then counts as failed and is logged,
+/// and the task decides by its fallback policy, probing the store once per
+/// probe interval: a hostile key never makes the host cut 1 ms slices (and
+/// refuse everything while it pulls for each) nor pull again at once.
+pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
     let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created, usable) = reply;
+    let refused = |why: String| {
+        Err(Error::new(
+            ErrorKind::Store,
+            format!("task {}: the store answered {why}: refused", echo(ask.task)),
+        ))
+    };
     let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
     let refresh = match granted {
-        -2 => Some(Refresh::Record(left.max(0) as u64)),
-        -3 => Some(Refresh::Reslice(left.clamp(1, u32::MAX as i64) as u32)),
+        -2 if !(0..=MAX_VERSION as i64).contains(&left) => {
+            return refused(format!("record version {left}, not 0..={MAX_VERSION}"));
+        }
+        -2 => Some(Refresh::Record(left as u64)),
+        -3 if !(MIN_SLICE_MS as i64..=MAX_SLICE_MS as i64).contains(&left) => {
+            return refused(format!(
+                "slice_ms {left} from its shape key {}, not {MIN_SLICE_MS}..={MAX_SLICE_MS}",
+                echo(&shape_key("", ask.task, ask.shard))
+            ));
+        }
+        -3 => Some(Refresh::Reslice(left as u32)),
+        // A redeem may hand back a lost grant beside the ask: at most a
+        // slice's quota.
+        _ if granted > 0
+            && granted as u64 > ask.want.saturating_add(ask.redeem as u64 * ask.quota) =>
+        {
+            return refused(format!("a grant of {granted} for an ask of {}", ask.want));
+        }
         _ => None,
     };
-    Reply {
+    Ok(Reply {
         slice: super::store::slice_of(store_us, ask.slice_ms),
         granted: granted.max(0) as u64,
         left: left.max(0) as u64,
@@ -148,7 +180,7 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
         refresh,
         created: created == 1,
         usable_ms: usable.max(0) as u64,
-    }
+    })
 }
 
 pub(crate) struct RedisStore {
@@ -310,7 +342,7 @@ impl QuotaStore for RedisStore {
             }
             invocation.invoke(conn)
         };
-        Ok(pull_reply(ask, self.round_trip("pull", call)?))
+        pull_reply(ask, self.round_trip("pull", call)?)
     }
 
     fn describe(&self) -> String {

@@ -96,20 +96,20 @@ pub(crate) fn check(file: &Path, table: &Path) -> Result {
     } else {
         String::new()
     };
-    println!(
+    crate::text::line(format_args!(
         "{}: ok ({} task(s), {} balancer(s){manager})",
         file.display(),
         config.tasks.len(),
         config.balancers.len()
-    );
+    ));
     let table = config.table.path.as_deref().unwrap_or(table);
     let view = match View::open(table) {
         Ok(view) => view,
         Err(e) if e.kind() == flowctrl::ErrorKind::Io && !table.exists() => {
-            println!(
+            crate::text::line(format_args!(
                 "table {}: not created yet; nothing to change",
                 table.display()
-            );
+            ));
             return Ok(());
         }
         Err(e) => return Err(e),
@@ -119,19 +119,19 @@ pub(crate) fn check(file: &Path, table: &Path) -> Result {
             Ok(t) => {
                 let list = changes(fields, &t.settings);
                 if list.is_empty() {
-                    println!("task {name:?}: unchanged");
+                    crate::text::line(format_args!("task {name:?}: unchanged"));
                 } else {
-                    println!("task {name:?}: {}", list.join(", "));
+                    crate::text::line(format_args!("task {name:?}: {}", list.join(", ")));
                 }
                 if t.settings.global_source == flowctrl::GlobalSource::Store {
-                    println!(
+                    crate::text::line(format_args!(
                         "  (its global fields come from the store's record, which wins over the file)"
-                    );
+                    ));
                 }
             }
-            Err(_) => println!(
+            Err(_) => crate::text::line(format_args!(
                 "task {name:?}: not registered yet; registrations will take the file's fields"
-            ),
+            )),
         }
     }
     Ok(())
