@@ -185,6 +185,16 @@ pub(crate) fn echo(value: &str) -> String {
     format!("{head:?}… ({} bytes)", value.len())
 }
 
+/// A message part cut at `max` characters, its length in bytes said when
+/// it was.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max).collect();
+    format!("{head}… ({} bytes)", text.len())
+}
+
 /// A number for a message: as written below 10^15, else in scientific
 /// notation (`1e300`, not 301 digits).
 pub(crate) fn num(v: f64) -> String {

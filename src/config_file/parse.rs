@@ -114,13 +114,14 @@ struct WeightedBackend {
 pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
     let lines = Lines::new(path, text);
     let file: File = toml::from_str(text).map_err(|e| {
-        let message = e.message().trim_end().replace('\n', " ");
+        // toml's message may quote the value whole: cut, like every echo.
+        let message = crate::words::cut(&e.message().trim_end().replace('\n', " "), 200);
         Error::invalid(match e.span() {
             // The line itself names the key a value error is about.
             Some(span) => format!(
-                "{}: {}: {message}",
+                "{}: `{}`: {message}",
                 lines.at(span.start),
-                echo(lines.text_of(span.start).trim())
+                line_echo(lines.text_of(span.start).trim())
             ),
             None => format!("{}: {message}", path.display()),
         })
@@ -186,6 +187,27 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         managed,
         hash: fnv(text.as_bytes()),
     })
+}
+
+/// A line of the file for a message: its first 80 characters (with its
+/// length said when longer), control characters escaped.
+fn line_echo(line: &str) -> String {
+    let mut out: String = line
+        .chars()
+        .take(80)
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    if line.chars().count() > 80 {
+        out.push_str(&format!("… ({} bytes)", line.len()));
+    }
+    out
 }
 
 /// The `[table]` values, and where each set one is ("file:line:column").

@@ -397,7 +397,10 @@ impl Shm {
         let me = self.me.clone();
         let spawned = std::thread::Builder::new()
             .name("flowctrl-reaper".into())
-            .stack_size(64 * 1024)
+            // A live reload parses the config file here (toml and serde,
+            // a deep call chain in a debug build): 256 KiB, reserved
+            // address space more than memory touched.
+            .stack_size(256 * 1024)
             .spawn(move || {
                 let mut watched = std::time::Instant::now();
                 let mut polled = watched;
