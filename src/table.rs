@@ -247,7 +247,7 @@ impl Table {
         let quota = Arc::new(Quota::new(&options.store, &path)?);
         let shm = Shm::open(&path, spec, &TableReclaim)?;
         let file = file.map(|f| {
-            config_file::apply(&shm, &quota, &f);
+            config_file::apply(&shm, &quota, &f, None);
             let live = Arc::new(Live::new(f));
             let (watched, q) = (live.clone(), quota.clone());
             shm.set_watch(Box::new(move |shm| watched.poll(shm, &q)));

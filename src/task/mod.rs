@@ -19,7 +19,7 @@ pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
 pub(crate) use global::quota_stats;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-pub(crate) use register::{find_or_claim, ready};
+pub(crate) use register::{find, find_or_claim, ready};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 pub(crate) use stats::{by_process, consistency, read as read_stats};
 #[cfg(feature = "async")]

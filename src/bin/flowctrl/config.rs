@@ -114,8 +114,14 @@ pub(crate) fn check(file: &Path, table: &Path) -> Result {
         }
         Err(e) => return Err(e),
     };
+    // One pass over the table, not one per task of the file.
+    let registered: std::collections::BTreeMap<String, flowctrl::TaskSnapshot> = view
+        .tasks()
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
     for (name, fields) in &config.tasks {
-        match view.task(name) {
+        match registered.get(name).ok_or(()) {
             Ok(t) => {
                 let list = changes(fields, &t.settings);
                 if list.is_empty() {
