@@ -38,7 +38,9 @@ fn ms(d: Duration) -> String {
 fn main() {
     let dir = std::env::temp_dir().join(format!("flowctrl-bench-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    println!("| tasks | parse and check | open a table holding them, all changed | open, none changed |");
+    println!(
+        "| tasks | parse and check | open a table holding them, all changed | open, none changed |"
+    );
     println!("| ---: | ---: | ---: | ---: |");
     for n in [20_000, 40_000] {
         let path = dir.join(format!("f{n}.toml"));
@@ -74,7 +76,12 @@ fn main() {
         let unchanged = best(3, || {
             drop(Table::open(&table_path, &with_file).unwrap());
         });
-        println!("| {n} | {} | {} | {} |", ms(parse), ms(changed), ms(unchanged));
+        println!(
+            "| {n} | {} | {} | {} |",
+            ms(parse),
+            ms(changed),
+            ms(unchanged)
+        );
         let _ = std::fs::remove_file(&table_path);
     }
     let _ = std::fs::remove_dir_all(&dir);

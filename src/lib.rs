@@ -60,6 +60,9 @@ pub use balance::{
 pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
+/// The fuzzers' seam (`tests/fuzz_store.rs`): the store's reply decoders.
+#[doc(hidden)]
+pub use quota::decode;
 /// The simulator's seam (feature `sim`, the `sim/` crate): its store.
 #[cfg(feature = "sim")]
 #[doc(hidden)]

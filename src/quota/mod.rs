@@ -30,6 +30,8 @@ mod chunk;
 mod claim;
 mod config;
 mod connect;
+#[doc(hidden)]
+pub mod decode;
 mod deposit;
 mod down;
 mod fair;
