@@ -111,7 +111,7 @@ fn fuzz_the_store_reply_decoders() {
             .map(|l| l.as_bytes().to_vec())
             .collect()
     };
-    let own: Vec<Vec<Vec<u8>>> = kinds.iter().map(|k| own(k)).collect();
+    let own = kinds.map(own);
     let mut run = text::Run::new(20_000);
     let mut rng = Rng::new(run.seed);
     let mut hosts = Vec::new();
