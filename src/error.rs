@@ -45,13 +45,23 @@ pub struct Error {
 }
 
 impl Error {
-    /// An error of `kind`; its message is one line (a line break a
-    /// library's or the store's text holds becomes a space), so every face
-    /// prints it as one line of a log.
+    /// An error of `kind`; its message is one line of printable text: a
+    /// line break or tab a library's or the store's text holds becomes a
+    /// space, any other control character its escape (`\u{1b}`), so every
+    /// face prints it as one line of a log, and a terminal showing it runs
+    /// no escape sequence whatever value it echoes.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         let mut message = message.into();
-        if message.contains(['\n', '\r']) {
-            message = message.replace("\r\n", " ").replace(['\n', '\r'], " ");
+        if message.contains(char::is_control) {
+            message = message
+                .replace("\r\n", " ")
+                .chars()
+                .map(|c| match c {
+                    '\n' | '\r' | '\t' => " ".to_string(),
+                    c if c.is_control() => c.escape_unicode().to_string(),
+                    c => c.to_string(),
+                })
+                .collect();
         }
         Self { kind, message }
     }

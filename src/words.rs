@@ -41,7 +41,8 @@ impl Outcome {
             "dropped" => Ok(Self::Dropped),
             "ignored" => Ok(Self::Ignored),
             other => Err(Error::invalid(format!(
-                "outcome must be 'success', 'dropped' or 'ignored', not {other:?}"
+                "outcome must be 'success', 'dropped' or 'ignored', not {}",
+                echo(other)
             ))),
         }
     }
@@ -65,7 +66,8 @@ impl WaitOrder {
             "fifo" => Ok(Self::Fifo),
             "lifo" => Ok(Self::Lifo),
             other => Err(Error::invalid(format!(
-                "wait_order must be 'fifo' or 'lifo', not {other:?}"
+                "wait_order must be 'fifo' or 'lifo', not {}",
+                echo(other)
             ))),
         }
     }

@@ -6,7 +6,7 @@
 //! what flowctrl could have written: a host id a host can have, settings a
 //! config file could set, a slicing in range, a grant no larger than the
 //! ask (a redeem's lost grant: a slice's quota more), a finite threshold.
-//! A seeded loop, 20,000 cases by default (a few seconds);
+//! A seeded loop, 8,000 cases by default (a few seconds);
 //! `FLOWCTRL_FUZZ_CASES`, `FLOWCTRL_FUZZ_MINUTES`, `FLOWCTRL_FUZZ_SEED`.
 
 mod common;
@@ -112,7 +112,7 @@ fn fuzz_the_store_reply_decoders() {
             .collect()
     };
     let own = kinds.map(own);
-    let mut run = text::Run::new(20_000);
+    let mut run = text::Run::new(8_000);
     let mut rng = Rng::new(run.seed);
     let mut hosts = Vec::new();
     while run.more() {

@@ -107,7 +107,8 @@ fn split_hosts<'a>(rest: &'a str, what: &str) -> Result<(String, Vec<&'a str>, &
             .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
     }) {
         return Err(Error::invalid(format!(
-            "{what} needs host:port[,host:port...], not {hosts:?}"
+            "{what} needs host:port[,host:port...], not {}",
+            crate::words::cut(&format!("{hosts:?}"), 120)
         )));
     }
     Ok((escape_auth(auth), hosts, path))

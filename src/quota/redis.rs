@@ -403,7 +403,8 @@ const SECRET_PARAMS: [&str; 3] = ["pass", "password", "auth"];
 /// password holding `/`, `@` or `:` is masked whole, in a single server's
 /// URL and in a Sentinel or Cluster list alike; without a `:` the whole
 /// userinfo) and the value of a `pass`/`password`/`auth` query parameter
-/// (up to the next parameter that has a `=`) become `***`.
+/// (up to the next parameter that has a `=`) become `***`. Cut at 200
+/// characters, like every echo.
 pub(crate) fn redact(url: &str) -> String {
     let (head, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
@@ -425,7 +426,7 @@ pub(crate) fn redact(url: &str) -> String {
     };
     let Some((path, query)) = rest.split_once('?') else {
         out.push_str(rest);
-        return out;
+        return crate::words::cut(&out, 200);
     };
     out.push_str(path);
     out.push('?');
@@ -448,7 +449,7 @@ pub(crate) fn redact(url: &str) -> String {
         })
         .collect();
     out.push_str(&pairs.join("&"));
-    out
+    crate::words::cut(&out, 200)
 }
 
 /// Splits flowctrl's own query parameters off a store URL.
@@ -465,8 +466,10 @@ pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings>
                 .map(Duration::from_millis)
                 .ok_or_else(|| {
                     Error::invalid(format!(
-                        "store URL {}: {name} must be 1..=60000 ms, not {value:?}",
-                        redact(url)
+                        "store URL {}: {} must be 1..=60000 ms, not {}",
+                        redact(url),
+                        echo(name),
+                        echo(value)
                     ))
                 })
         };
