@@ -331,7 +331,7 @@ mod tests {
         }
         // Numbers past what a slice holds add up without overflowing.
         let mut hosts = Vec::new();
-        for _ in 0..2 {
+        for _ in 0..3 {
             let big = format!("0 {m} {m} {m} 0 {m} {m} {m} 0 0", m = u64::MAX >> 1);
             merge(
                 &mut hosts,
