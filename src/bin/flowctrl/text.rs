@@ -171,11 +171,6 @@ mod tests {
         assert_eq!(offset_us(-2000), "-2.000 ms");
         assert!(is_number("1.50 ms") && is_number("-") && !is_number("open"));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     #[test]
     fn escapes_are_written_out() {
