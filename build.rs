@@ -30,8 +30,7 @@ fn main() {
 
 /// `target/<profile>/libflowctrl.so.0 -> libflowctrl.so`: cargo leaves only
 /// `libflowctrl.so`, and a program linked with `-lflowctrl` loads the file
-/// its SONAME names, so without the link `LD_LIBRARY_PATH=target/release`
-/// found nothing to load. The one file written outside OUT_DIR, in the
+/// its SONAME names, which `LD_LIBRARY_PATH=target/release` must find. The one file written outside OUT_DIR, in the
 /// directory cargo puts the library in (three levels above OUT_DIR, for
 /// any profile and target); relative, so it dangles only until the library
 /// is linked, and follows the tree when it is moved.

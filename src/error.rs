@@ -37,6 +37,9 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// The longest message, in characters.
+const MESSAGE_MAX: usize = 1000;
+
 /// An error with its kind and a human-readable reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
@@ -49,9 +52,14 @@ impl Error {
     /// line break or tab a library's or the store's text holds becomes a
     /// space, any other control character its escape (`\u{1b}`), so every
     /// face prints it as one line of a log, and a terminal showing it runs
-    /// no escape sequence whatever value it echoes.
+    /// no escape sequence whatever value it echoes. Past 1,000 characters
+    /// it is cut (its length said): values are echoed cut already, this
+    /// bounds what a message may grow to.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         let mut message = message.into();
+        if message.len() > MESSAGE_MAX {
+            message = crate::words::cut(&message, MESSAGE_MAX);
+        }
         if message.contains(char::is_control) {
             message = message
                 .replace("\r\n", " ")

@@ -154,7 +154,8 @@ impl Spec {
                     .filter(|n| !retired(n))
                     .collect();
                 return Err(Error::invalid(format!(
-                    "limiter {name} has no parameter {key:?} (it has: window{}{})",
+                    "limiter {name} has no parameter {} (it has: window{}{})",
+                    crate::words::echo(key),
                     if known.is_empty() { "" } else { ", " },
                     known.join(", ")
                 )));
