@@ -1,5 +1,5 @@
-//! Names the shared library by its SONAME, and generates the C header into
-//! OUT_DIR (cargo's rule: build scripts write nowhere else).
+//! Names the shared library by its SONAME, puts a link of that name beside
+//! it in the build tree, and generates the C header into OUT_DIR.
 //! `include/flowctrl.h` is the committed copy; tests/header.rs fails when it
 //! differs from this generation.
 
@@ -18,6 +18,7 @@ fn main() {
     // executables get the (unused) entry as well.
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-link-arg=-Wl,-soname,{SONAME}");
+        soname_link();
     }
     // Without it (the header feature off, as for the Python module) cargo
     // would run this again, and rebuild the crate, whenever any file of the
@@ -25,6 +26,29 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "header")]
     generate_header();
+}
+
+/// `target/<profile>/libflowctrl.so.0 -> libflowctrl.so`: cargo leaves only
+/// `libflowctrl.so`, and a program linked with `-lflowctrl` loads the file
+/// its SONAME names, which `LD_LIBRARY_PATH=target/release` must find. The one file written outside OUT_DIR, in the
+/// directory cargo puts the library in (three levels above OUT_DIR, for
+/// any profile and target); relative, so it dangles only until the library
+/// is linked, and follows the tree when it is moved.
+fn soname_link() {
+    let Some(out) = std::env::var_os("OUT_DIR") else {
+        return;
+    };
+    let Some(profile) = std::path::Path::new(&out).ancestors().nth(3) else {
+        return;
+    };
+    let link = profile.join(SONAME);
+    if std::fs::read_link(&link).is_ok_and(|to| to == std::path::Path::new("libflowctrl.so")) {
+        return;
+    }
+    let _ = std::fs::remove_file(&link);
+    if let Err(e) = std::os::unix::fs::symlink("libflowctrl.so", &link) {
+        println!("cargo:warning=cannot make {}: {e}", link.display());
+    }
 }
 
 #[cfg(feature = "header")]

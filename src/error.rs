@@ -37,6 +37,9 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// The longest message, in characters.
+const MESSAGE_MAX: usize = 1000;
+
 /// An error with its kind and a human-readable reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
@@ -45,11 +48,30 @@ pub struct Error {
 }
 
 impl Error {
+    /// An error of `kind`; its message is one line of printable text: a
+    /// line break or tab a library's or the store's text holds becomes a
+    /// space, any other control character its escape (`\u{1b}`), so every
+    /// face prints it as one line of a log, and a terminal showing it runs
+    /// no escape sequence whatever value it echoes. Past 1,000 characters
+    /// it is cut (its length said): values are echoed cut already, this
+    /// bounds what a message may grow to.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
+        let mut message = message.into();
+        if message.len() > MESSAGE_MAX {
+            message = cut(&message, MESSAGE_MAX);
         }
+        if message.contains(char::is_control) {
+            message = message
+                .replace("\r\n", " ")
+                .chars()
+                .map(|c| match c {
+                    '\n' | '\r' | '\t' => " ".to_string(),
+                    c if c.is_control() => c.escape_unicode().to_string(),
+                    c => c.to_string(),
+                })
+                .collect();
+        }
+        Self { kind, message }
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -88,3 +110,13 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A message part cut at `max` characters, its length in bytes said when
+/// it was.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max).collect();
+    format!("{head}… ({} bytes)", text.len())
+}

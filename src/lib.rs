@@ -65,6 +65,16 @@ pub use keyed::{
     KeyRefused, KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN,
 };
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
+/// The fuzzers' seam (`tests/fuzz_store.rs`): the store's reply decoders.
+#[doc(hidden)]
+pub mod decode {
+    pub use crate::quota::decode::*;
+
+    /// A manager's threshold change as the store's change log holds it.
+    pub fn decision(text: &str) -> Option<crate::manage::Decision> {
+        crate::manage::Decision::decode(text)
+    }
+}
 /// The simulator's seam (feature `sim`, the `sim/` crate): its store.
 #[cfg(feature = "sim")]
 #[doc(hidden)]

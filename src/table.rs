@@ -93,40 +93,74 @@ impl TableOptions {
         self
     }
 
-    fn spec(&self) -> Result<OpenSpec> {
+    /// The options with a config file's `[table]` over the defaults, and
+    /// checked as [`Table::open`] checks them: what `flowctrl config check`
+    /// and `flowctrl manage` run, so a file either passes all three or none.
+    /// A refused value is named with its place in the file.
+    pub fn from_config(file: &ConfigFile) -> Result<Self> {
+        options_with(file, &Self::default())
+    }
+
+    /// Refuses what no table can be opened with, naming the option as
+    /// `[table]` spells it (`capacity`, `store`, `store_timeout_ms`, ...).
+    fn check_fields(&self) -> std::result::Result<(), (&'static str, Error)> {
         if !(1..=MAX_TASK_CAPACITY).contains(&self.capacity) {
-            return Err(Error::invalid(format!(
-                "capacity must be 1..={MAX_TASK_CAPACITY}, not {}",
-                self.capacity
-            )));
+            return Err((
+                "capacity",
+                Error::invalid(format!(
+                    "capacity must be 1..={MAX_TASK_CAPACITY}, not {}",
+                    self.capacity
+                )),
+            ));
         }
         if !(1..=MAX_ATTACH_CAPACITY).contains(&self.max_processes) {
-            return Err(Error::invalid(format!(
-                "max_processes must be 1..={MAX_ATTACH_CAPACITY}, not {}",
-                self.max_processes
-            )));
+            return Err((
+                "max_processes",
+                Error::invalid(format!(
+                    "max_processes must be 1..={MAX_ATTACH_CAPACITY}, not {}",
+                    self.max_processes
+                )),
+            ));
         }
         if self.mode & !0o777 != 0 || self.mode & 0o600 != 0o600 {
-            return Err(Error::invalid(format!(
-                "mode {:#o} must be permission bits including owner read and write (0o600)",
-                self.mode
-            )));
+            return Err((
+                "mode",
+                Error::invalid(format!(
+                    "mode {:#o} must be permission bits including owner read and write (0o600)",
+                    self.mode
+                )),
+            ));
         }
         if self.mode & 0o022 != 0 && !self.shared {
-            return Err(Error::invalid(format!(
-                "mode {:#o} lets group or others write the table: ask for a shared table",
-                self.mode
-            )));
+            return Err((
+                "mode",
+                Error::invalid(format!(
+                    "mode {:#o} lets group or others write the table: ask for a shared table",
+                    self.mode
+                )),
+            ));
         }
-        let backends = crate::balance::check_capacity(self.balancers, self.backends_per_balancer)?;
+        crate::balance::check_capacity(self.balancers, 1).map_err(|e| ("balancers", e))?;
+        crate::balance::check_capacity(self.balancers, self.backends_per_balancer)
+            .map_err(|e| ("backends_per_balancer", e))?;
         let pairs = self.capacity as u64 * self.max_processes as u64;
         if self.lanes as u64 > pairs {
-            return Err(Error::invalid(format!(
-                "lanes must be 0 (a set per pair) or at most capacity × max_processes = {pairs}, \
-                 not {}",
-                self.lanes
-            )));
+            return Err((
+                "lanes",
+                Error::invalid(format!(
+                    "lanes must be 0 (a set per pair) or at most capacity × max_processes = \
+                     {pairs}, not {}",
+                    self.lanes
+                )),
+            ));
         }
+        self.store.check_fields()?;
+        crate::quota::check_url(&self.store).map_err(|e| ("store", e))
+    }
+
+    fn spec(&self) -> Result<OpenSpec> {
+        self.check_fields().map_err(|(_, e)| e)?;
+        let backends = crate::balance::check_capacity(self.balancers, self.backends_per_balancer)?;
         Ok(OpenSpec {
             geometry: Geometry {
                 task_capacity: self.capacity,
@@ -204,7 +238,7 @@ impl Table {
         let (path, options) = match &file {
             Some(f) => (
                 f.table.path.clone().unwrap_or(path.as_ref().to_path_buf()),
-                options_with(f, options),
+                options_with(f, options)?,
             ),
             None => (path.as_ref().to_path_buf(), options.clone()),
         };
@@ -213,7 +247,7 @@ impl Table {
         let quota = Arc::new(Quota::new(&options.store, &path)?);
         let shm = Shm::open(&path, spec, &TableReclaim)?;
         let file = file.map(|f| {
-            config_file::apply(&shm, &quota, &f);
+            config_file::apply(&shm, &quota, &f, None);
             let live = Arc::new(Live::new(f));
             let (watched, q) = (live.clone(), quota.clone());
             shm.set_watch(Box::new(move |shm| watched.poll(shm, &q)));
@@ -377,8 +411,9 @@ impl Table {
     }
 }
 
-/// The options with a config file's `[table]` fields over them.
-fn options_with(file: &ConfigFile, code: &TableOptions) -> TableOptions {
+/// The options with a config file's `[table]` fields over them, checked:
+/// a value the file set that is refused is named with its place in it.
+fn options_with(file: &ConfigFile, code: &TableOptions) -> Result<TableOptions> {
     let t = &file.table;
     let mut o = code.clone();
     let ms = |v: Option<u32>, d: &mut std::time::Duration| {
@@ -412,7 +447,12 @@ fn options_with(file: &ConfigFile, code: &TableOptions) -> TableOptions {
     if let Some(shared) = t.shared {
         o.shared = shared;
     }
-    o
+    o.check_fields()
+        .map_err(|(field, e)| match file.table_at(field) {
+            Some(at) => Error::new(e.kind(), format!("{at}: [table] {field}: {}", e.message())),
+            None => e,
+        })?;
+    Ok(o)
 }
 
 /// [`Table::check`] of a mapping (an attached handle's or a view's), whose

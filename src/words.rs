@@ -41,7 +41,8 @@ impl Outcome {
             "dropped" => Ok(Self::Dropped),
             "ignored" => Ok(Self::Ignored),
             other => Err(Error::invalid(format!(
-                "outcome must be 'success', 'dropped' or 'ignored', not {other:?}"
+                "outcome must be 'success', 'dropped' or 'ignored', not {}",
+                echo(other)
             ))),
         }
     }
@@ -65,7 +66,8 @@ impl WaitOrder {
             "fifo" => Ok(Self::Fifo),
             "lifo" => Ok(Self::Lifo),
             other => Err(Error::invalid(format!(
-                "wait_order must be 'fifo' or 'lifo', not {other:?}"
+                "wait_order must be 'fifo' or 'lifo', not {}",
+                echo(other)
             ))),
         }
     }
@@ -81,26 +83,120 @@ impl WaitOrder {
 /// Checks a name (`what` says whose: "task name", "balancer name"): 1–63
 /// bytes of UTF-8, not blank, with no control, format or invisible
 /// characters (bidi overrides, zero-width characters, BOM): two names that
-/// print the same must be the same name.
+/// print the same must be the same name. Nor `{` or `}`: a task's name is
+/// the Redis Cluster hash tag of its keys (`{<task>}`), and a brace in it
+/// ends the tag early or opens another, putting a task's keys in slots
+/// that one script call cannot span (CROSSSLOT on every pull).
 pub fn validate_name(name: &str, what: &str) -> Result<()> {
     let invalid = |why: String| Err(Error::new(ErrorKind::InvalidName, why));
     if name.is_empty() || name.len() > NAME_MAX {
         return invalid(format!(
-            "{what} must be 1..={NAME_MAX} bytes, not {}",
-            name.len()
+            "{what} must be 1..={NAME_MAX} bytes, not {} ({})",
+            name.len(),
+            echo(name)
         ));
     }
     if let Some(c) = name.chars().find(|c| c.is_control() || is_invisible(*c)) {
         return invalid(format!(
-            "{what} must be printable, found U+{:04X} in {:?}",
+            "{what} must be printable, found U+{:04X} in {}",
             c as u32,
-            name.escape_default().to_string()
+            echo(name)
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| matches!(c, '{' | '}')) {
+        return invalid(format!(
+            "{what} must not hold {c:?} (it would break the Redis Cluster hash tag of its \
+             keys): {}",
+            echo(name)
         ));
     }
     if name.chars().all(char::is_whitespace) {
         return invalid(format!("{what} must not be blank"));
     }
     Ok(())
+}
+
+/// The fields of a slice's key that are not a host's census record: a host
+/// id spelt like one would overwrite the key's own.
+pub(crate) const SLICE_FIELDS: [&str; 5] = ["left", "quota", "demand", "fair", "back"];
+
+/// Checks a host id (`StoreOptions::host_id`): 1–63 bytes, printable, no
+/// whitespace, no `{` or `}`, and none of the slice key's own field names
+/// ([`SLICE_FIELDS`]): it is a field of every slice key it pulls from and
+/// a word of the census.
+pub(crate) fn validate_host_id(id: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::invalid(format!(
+            "host_id must be {why}, not {} ({} bytes)",
+            echo(id),
+            id.len()
+        )))
+    };
+    if id.is_empty() || id.len() > NAME_MAX {
+        return bad(&format!("1..={NAME_MAX} bytes"));
+    }
+    if id
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || is_invisible(c) || matches!(c, '{' | '}'))
+    {
+        return bad("printable, without spaces, `{` or `}`");
+    }
+    if SLICE_FIELDS.contains(&id) {
+        return bad(&format!("none of the slice key's fields {SLICE_FIELDS:?}"));
+    }
+    Ok(())
+}
+
+/// The longest key prefix, in bytes.
+pub const PREFIX_MAX: usize = 128;
+
+/// Checks a key prefix (`StoreOptions::key_prefix`): up to 128 bytes,
+/// printable, no whitespace, no `{` or `}`. Every key is
+/// `<prefix>{<task>}...`: Redis Cluster hashes the first `{...}` of a key,
+/// so a brace in the prefix makes the prefix (or part of it) the tag and
+/// puts every task in one slot, or splits one task's keys over slots.
+pub(crate) fn validate_key_prefix(prefix: &str) -> Result<()> {
+    if prefix.len() > PREFIX_MAX
+        || prefix.chars().any(|c| {
+            c.is_control() || c.is_whitespace() || is_invisible(c) || matches!(c, '{' | '}')
+        })
+    {
+        return Err(Error::invalid(format!(
+            "key_prefix must be at most {PREFIX_MAX} printable bytes without spaces, `{{` or \
+             `}}` (a brace breaks the Redis Cluster hash tags of the keys), not {} ({} bytes)",
+            echo(prefix),
+            prefix.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The most of a value an error message echoes, in characters.
+const ECHO_MAX: usize = 40;
+
+/// A value for an error message or a log line: quoted with every control
+/// character escaped (a message is one line, and a terminal showing it
+/// runs no escape sequence), and cut at 40 characters with its length in
+/// bytes said, so a hostile 100,000-character value cannot flood a log.
+pub(crate) fn echo(value: &str) -> String {
+    let chars = value.chars().count();
+    if chars <= ECHO_MAX {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(ECHO_MAX).collect();
+    format!("{head:?}… ({} bytes)", value.len())
+}
+
+pub(crate) use crate::error::cut;
+
+/// A number for a message: as written below 10^15, else in scientific
+/// notation (`1e300`, not 301 digits).
+pub(crate) fn num(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 /// Unicode format (Cf) and other invisible characters that make two
@@ -140,5 +236,21 @@ mod tests {
         }
         assert!(validate_name(&"x".repeat(63), "task name").is_ok());
         assert!(validate_name(&"x".repeat(64), "task name").is_err());
+        for tag in ["}x", "x{", "{app}", "a{b}c"] {
+            let err = validate_name(tag, "task name").unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidName, "{tag:?}");
+            assert!(err.message().contains("hash tag"), "{err}");
+        }
+    }
+
+    #[test]
+    fn echoes_are_short_and_one_line() {
+        let long = "y".repeat(100_000);
+        let err = validate_name(&long, "task name").unwrap_err().to_string();
+        assert!(err.len() < 200, "{err}");
+        assert!(err.contains("100000 bytes"), "{err}");
+        assert_eq!(echo("a\u{1b}[2J\nb"), r#""a\u{1b}[2J\nb""#);
+        assert_eq!(num(1e300), "1e300");
+        assert_eq!(num(1500.5), "1500.5");
     }
 }

@@ -109,3 +109,101 @@ fn config_check_says_what_a_file_would_change_and_changes_nothing() {
     assert!(out.contains("not created yet"), "{out}");
     assert!(!scratch.path("none").exists(), "the check created nothing");
 }
+
+/// `config check` runs the checks the open and `flowctrl manage` run, no
+/// fewer: what it passes they take, what they refuse it refuses, with the
+/// same message, and every refusal names the file, the line and the column
+/// of the key.
+#[test]
+fn config_check_refuses_what_the_open_and_the_manager_refuse() {
+    let scratch = Scratch::new("cli-config-parity");
+    let file = scratch.path("f.toml");
+    let f = file.to_str().unwrap();
+    let managed = "[table]\nstore = \"redis://127.0.0.1:1/0\"\n[tasks.api]\nglobal_rate = 100\n";
+    for (text, at, says, opens) in [
+        ("[table]\ncapacity = 0\n", ":2:12", "capacity", false),
+        (
+            "[table]\nstore = \"nota://\"\n",
+            ":2:9",
+            "must start with redis://",
+            false,
+        ),
+        ("[table]\nmode = 4095\n", ":2:8", "mode", false),
+        ("[table]\nmode = 0o666\n", ":2:8", "shared", false),
+        ("[table]\nlanes = 99999999\n", ":2:9", "lanes", false),
+        (
+            "[table]\nkey_prefix = \"app{\"\n",
+            ":2:14",
+            "key_prefix",
+            false,
+        ),
+        (
+            "[table]\nkey_prefix = \"{app}\"\n",
+            ":2:14",
+            "hash tag",
+            false,
+        ),
+        (
+            "[table]\nkey_prefix = \"a\\nb\"\n",
+            ":2:14",
+            "key_prefix",
+            false,
+        ),
+        ("[table]\nhost_id = \"a{b\"\n", ":2:11", "host_id", false),
+        ("[table]\nstore_timeout_ms = 0\n", ":2:20", "timeout", false),
+        ("[tasks.\"}x\"]\nburst = 1\n", ":1:1", "hash tag", false),
+        (
+            &format!("{managed}[manager]\nbogus = 1\n"),
+            ":6:1",
+            "unknown key \"bogus\"",
+            true,
+        ),
+        (
+            &format!("{managed}[manager]\nlease_ms = 5\n"),
+            ":6:12",
+            "lease_ms",
+            true,
+        ),
+        (
+            &format!(
+                "{managed}[tasks.api.policy]\nmin_rate = 500\nmax_rate = 5\ndropped_ratio = 0.1\n"
+            ),
+            ":5:1",
+            "inverted",
+            true,
+        ),
+        (
+            &format!("{managed}[tasks.api.policy]\nmin_rate = 1\nmax_rate = 500\nfoo = 1\n"),
+            ":8:1",
+            "unknown key \"foo\"",
+            true,
+        ),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let (code, out, err) = flowctrl(&["config", "check", f]);
+        assert_eq!(code, 1, "{text:?}: {out}{err}");
+        let line = err.trim_end();
+        assert_eq!(line.lines().count(), 1, "{text:?}: {err}");
+        assert!(line.contains(&format!("{f}{at}")), "{text:?}: {err}");
+        assert!(line.contains(says), "{text:?}: {err}");
+        // The same refusal from the one that runs it.
+        let theirs = if opens {
+            flowctrl::manage::ManagerConfig::load(&file).unwrap_err()
+        } else {
+            Table::open(scratch.path("t"), &TableOptions::default().config(&file)).unwrap_err()
+        };
+        assert_eq!(line, format!("flowctrl: {theirs}"), "{text:?}");
+    }
+    // A good file for hosts and manager passes all three.
+    std::fs::write(&file, format!("{managed}[manager]\nlease_ms = 3000\n")).unwrap();
+    let (code, out, err) = flowctrl(&[
+        "-t",
+        scratch.path("none").to_str().unwrap(),
+        "config",
+        "check",
+        f,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 managed task(s)"), "{out}");
+    flowctrl::manage::ManagerConfig::load(&file).unwrap();
+}

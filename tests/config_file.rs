@@ -327,3 +327,148 @@ fn the_stores_record_wins_over_the_file_for_global_fields() {
         Decision::Limited(Limited::Concurrency)
     ));
 }
+
+/// What a hostile or broken file gets: a position for bytes that are not
+/// UTF-8, an echo of a huge name cut to 40 characters with its length said,
+/// numbers past 10^15 in scientific notation, one line per refusal.
+#[test]
+fn hostile_files_get_short_one_line_refusals_with_a_position() {
+    let scratch = Scratch::new("config-hostile");
+    let path = scratch.path("f.toml");
+    std::fs::write(&path, b"[tasks.a]\nburst = 2\n# caf\xe9\n").unwrap();
+    let err = ConfigFile::load(&path).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.message()
+            .starts_with(&format!("{}:3:6: not UTF-8", path.display())),
+        "{err}"
+    );
+    let long = "y".repeat(100_000);
+    for text in [
+        format!("[tasks.\"{long}\"]\nburst = 1\n"),
+        format!("[tasks.a]\nburst = \"{long}\"\n"),
+        format!("[table]\nhost_id = \"{long}\"\n"),
+        format!("[table]\nkey_prefix = \"{long}\"\n"),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = match ConfigFile::load(&path) {
+            Err(e) => e,
+            Ok(f) => TableOptions::from_config(&f).unwrap_err(),
+        };
+        assert!(err.message().len() < 400, "{}", &err.message()[..400]);
+        assert!(err.message().contains("bytes"), "{err}");
+        assert!(!err.message().contains('\n'), "{err}");
+    }
+    for (text, says) in [
+        ("[tasks.a]\nlocal_rate = 1e300\n", "not 1e300"),
+        ("[tasks.a]\nglobal_rate = 1e300\n", "1e300"),
+        ("[balancers.b]\nretry_ratio = 1e300\n", "not 1e300"),
+    ] {
+        let err = ConfigFile::parse(&path, text).unwrap_err();
+        assert!(err.message().contains(says), "{err}");
+        assert!(err.message().len() < 300, "{err}");
+    }
+}
+
+/// Names and prefixes that break Redis Cluster hash tags or the protocol
+/// are refused in every face: the library, the C ABI (status and
+/// `fc_last_error`), a config file (file:line:column).
+#[test]
+fn names_prefixes_and_host_ids_that_break_hash_tags_are_refused() {
+    let scratch = Scratch::new("config-tags");
+    let table = Table::open(scratch.path("t"), &TableOptions::default()).unwrap();
+    for name in ["}x", "x{", "{app}", "a\nb"] {
+        let err = table.task(name, &TaskConfig::new()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{name:?}: {err}");
+        assert!(err.message().contains("task name"), "{err}");
+    }
+    let mut ok = 0;
+    for (prefix, host, field) in [
+        ("app{", None, "key_prefix"),
+        ("{app}", None, "key_prefix"),
+        ("a\nb", None, "key_prefix"),
+        ("a b", None, "key_prefix"),
+        ("app:", Some("h{1}"), "host_id"),
+        ("app:", Some("left"), "host_id"),
+        ("app:", Some("quota"), "host_id"),
+        ("app:", Some("h\u{1b}"), "host_id"),
+        ("", Some("h-1"), ""),
+    ] {
+        let mut o = TableOptions::default().store("redis://127.0.0.1:1/0");
+        o.store.key_prefix = prefix.into();
+        o.store.host_id = host.map(Into::into);
+        let opened = Table::open(scratch.path("p"), &o);
+        let store = Store::open(&o.store);
+        if field.is_empty() {
+            assert!(opened.is_ok() && store.is_ok(), "{prefix:?}");
+            ok += 1;
+            continue;
+        }
+        let err = opened.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::InvalidArgument,
+            "{prefix:?} {host:?}: {err}"
+        );
+        assert!(err.message().contains(field), "{err}");
+        assert!(!err.message().contains('\n'), "{err}");
+        if host.is_none() {
+            assert!(store.is_err(), "{prefix:?}");
+        }
+    }
+    assert_eq!(ok, 1);
+    let err = Table::open(
+        scratch.path("q"),
+        &TableOptions::default().store("redis://127.0.0.1:1/0?prefix=a}"),
+    )
+    .unwrap_err();
+    assert!(err.message().contains("key_prefix"), "{err}");
+
+    // The C face: the status and fc_last_error name the field.
+    use flowctrl::ffi::*;
+    use std::ffi::{CStr, CString};
+    let last = || {
+        unsafe { CStr::from_ptr(fc_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let path = CString::new(scratch.path("c").to_str().unwrap()).unwrap();
+    let prefix = CString::new("app{").unwrap();
+    let url = CString::new("redis://127.0.0.1:1/0").unwrap();
+    let mut options = std::mem::MaybeUninit::<fc_table_options>::zeroed();
+    let size = std::mem::size_of::<fc_table_options>();
+    unsafe {
+        assert_eq!(
+            fc_table_options_init(options.as_mut_ptr(), size),
+            fc_status::FC_OK
+        );
+        let mut options = options.assume_init();
+        options.store_url = url.as_ptr();
+        options.key_prefix = prefix.as_ptr();
+        let mut out = std::ptr::null_mut();
+        let status = fc_table_open(path.as_ptr(), &options, &mut out);
+        assert_eq!(status, fc_status::FC_ERR_INVALID_ARGUMENT);
+        assert!(last().contains("key_prefix"), "{}", last());
+        options.key_prefix = std::ptr::null();
+        assert_eq!(
+            fc_table_open(path.as_ptr(), &options, &mut out),
+            fc_status::FC_OK
+        );
+        let name = CString::new("}x").unwrap();
+        let mut task = std::ptr::null_mut();
+        let status = fc_task_register(out, name.as_ptr(), std::ptr::null(), &mut task);
+        assert_eq!(status, fc_status::FC_ERR_INVALID_NAME);
+        assert!(last().contains("hash tag"), "{}", last());
+        fc_table_close(out);
+    }
+
+    // A config file: the file, the line and the column.
+    let file = scratch.path("f.toml");
+    std::fs::write(&file, "[table]\nkey_prefix = \"{app}\"\n").unwrap();
+    let err = Table::open(scratch.path("t"), &TableOptions::default().config(&file)).unwrap_err();
+    assert!(
+        err.message()
+            .starts_with(&format!("{}:2:14: [table] key_prefix", file.display())),
+        "{err}"
+    );
+}

@@ -307,3 +307,40 @@ fn destdir_stages_the_files_naming_the_prefix() {
         assert!(root.join("include/flowctrl.h").is_file());
     }
 }
+
+/// A program linked with `-lflowctrl` against the build tree runs with
+/// `LD_LIBRARY_PATH=target/release`: build.rs leaves the link the SONAME
+/// names (`libflowctrl.so.0 -> libflowctrl.so`) beside the library.
+#[test]
+fn a_program_linked_against_the_build_tree_runs_with_ld_library_path() {
+    installed(); // the release build
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let release = exe.ancestors().nth(3).expect("target").join("release");
+    let library = release.join("libflowctrl.so");
+    let link = release.join(elf::soname(&library));
+    assert_eq!(
+        std::fs::canonicalize(&link).ok(),
+        std::fs::canonicalize(&library).ok(),
+        "{} does not lead to {}",
+        link.display(),
+        library.display()
+    );
+    let dir = work_dir().join("build-tree");
+    std::fs::create_dir_all(&dir).unwrap();
+    let binary = dir.join("consumer");
+    run(Command::new(std::env::var("CC").unwrap_or("cc".into()))
+        .arg(manifest().join("tests/install/consumer.c"))
+        .arg("-I")
+        .arg(manifest().join("include"))
+        .arg("-L")
+        .arg(&release)
+        .arg("-lflowctrl")
+        .arg("-o")
+        .arg(&binary));
+    let scratch = common::Scratch::new("build-tree-consumer");
+    let output = run(Command::new(&binary)
+        .arg(scratch.dir())
+        .env("LD_LIBRARY_PATH", &release));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("decisions ok"), "{stdout}");
+}

@@ -392,3 +392,41 @@ fn bad_records_are_refused_with_their_field_and_never_obeyed() {
         "a refused record's slicing is not read either"
     );
 }
+
+/// A shape key set by hand (or corrupted) to a slicing no host may have is
+/// refused as a store failure: a log line, a failed pull counted, the
+/// fallback deciding, the store probed once per probe interval. Obeyed, it
+/// cut the host's slices to 1 ms: nothing admitted, ~10,000 pulls a second.
+#[test]
+fn an_out_of_range_shape_key_is_refused_and_floods_nothing() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("records-shape");
+    let url = redis.url();
+    for shape in ["1", "0", "-5", "99", "60001", "1e300", "1.5"] {
+        redis.command::<()>(&["SET", "flowctrl:{api}:shape", shape]);
+        let table = Table::open(scratch.path(&format!("t{shape}")), &options(&url, "a")).unwrap();
+        let task = table
+            .task(
+                "api",
+                &TaskConfig::new()
+                    .global_rate(1000.0)
+                    .fallback(Fallback::Rate(200.0)),
+            )
+            .unwrap();
+        let before = redis.pull_round_trips();
+        let counts = saturate(std::slice::from_ref(&task), 1.0, |_| {});
+        let admitted: u64 = counts.values().sum();
+        let pulls = redis.pull_round_trips() - before;
+        let q = task.quota_stats();
+        // One probe per 100 ms interval (±20 %), and the first pull.
+        assert!(pulls <= 20, "shape {shape}: {pulls} pulls in 1 s");
+        assert!(q.failed_pulls >= 1, "shape {shape}: {q:?}");
+        assert!(
+            admitted >= 50,
+            "shape {shape}: the fallback admitted {admitted}"
+        );
+        assert_eq!(task.settings().global.slice_ms, 1000, "shape {shape}");
+        drop(task);
+        drop(table);
+    }
+}

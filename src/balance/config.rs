@@ -96,7 +96,8 @@ impl BalancerConfig {
                 Ok(v)
             } else {
                 Err(Error::invalid(format!(
-                    "{what} must be 0 to {max}, not {v}"
+                    "{what} must be 0 to {max}, not {}",
+                    crate::words::num(v)
                 )))
             }
         };

@@ -38,9 +38,9 @@ pub(crate) fn validate_address(address: &str) -> Result<()> {
         return Err(Error::new(
             ErrorKind::InvalidName,
             format!(
-                "backend address must be 1..={NAME_MAX} bytes, not {} ({:?})",
+                "backend address must be 1..={NAME_MAX} bytes, not {} ({})",
                 address.len(),
-                address
+                crate::words::echo(address)
             ),
         ));
     }

@@ -12,7 +12,9 @@
 //! is applied host-wide. `watch` re-reads the file while processes run.
 
 mod keys;
+mod lines;
 mod parse;
+mod section;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -23,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::task::TaskConfig;
 pub use keys::KeySection;
 pub(crate) use keys::apply_keys;
+pub(crate) use section::Section;
 pub(crate) use watch::{Live, apply, update_if_needed};
 
 /// The environment variable naming a config file when the options do not.
@@ -42,9 +45,11 @@ pub struct ConfigFile {
     /// `[balancers."name"]`: options, and the backends with their weights
     /// (`None`: the file does not manage the balancer's membership).
     pub balancers: BTreeMap<String, BalancerSection>,
-    /// `[manager]`, where it is in the file: `flowctrl manage`'s, which
-    /// hosts do not read.
-    pub(crate) manager: Option<(String, toml::Table)>,
+    /// Where each `[table]` key the file sets is ("file:line:column"), for
+    /// a refusal of its value at open to name it.
+    pub(crate) table_at: BTreeMap<&'static str, String>,
+    /// `[manager]`: `flowctrl manage`'s, which hosts do not read.
+    pub(crate) manager: Option<Section>,
     /// Each task's `managed` and `policy` fields (the manager's).
     pub(crate) managed: BTreeMap<String, Managed>,
     /// FNV-1a of the file's bytes: which version a table applied.
@@ -77,8 +82,8 @@ pub(crate) struct Managed {
     /// Where the task's section is ("file:line:column").
     pub at: String,
     pub managed: Option<bool>,
-    /// `[tasks."name".policy]` and where it is.
-    pub policy: Option<(String, toml::Table)>,
+    /// `[tasks."name".policy]`.
+    pub policy: Option<Section>,
 }
 
 /// A `[balancers."name"]` section.
@@ -93,9 +98,35 @@ impl ConfigFile {
     /// or a bad value is refused with the file, the line and the key.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| Error::io(format!("config file {}", path.display()), e))?;
-        Self::parse(path, &text)
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            // Where the first byte that is not UTF-8 is.
+            let good = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default();
+            Error::invalid(format!(
+                "{}: not UTF-8 (byte {:#04x}): a config file is UTF-8 text",
+                lines::Lines::new(path, good).at(good.len()),
+                bytes[e.valid_up_to()]
+            ))
+        })?;
+        Self::parse(path, text)
+    }
+
+    /// Where the file sets `[table]`'s `field` ("file:line:column"), if it
+    /// does.
+    pub(crate) fn table_at(&self, field: &str) -> Option<&str> {
+        self.table_at.get(field).map(String::as_str)
+    }
+
+    /// Whether the file has anything of `flowctrl manage`'s: a `[manager]`
+    /// section, a task's `policy` or `managed = true`. `flowctrl config
+    /// check` then runs the manager's checks too.
+    pub fn has_manager(&self) -> bool {
+        self.manager.is_some()
+            || self
+                .managed
+                .values()
+                .any(|m| m.policy.is_some() || m.managed == Some(true))
     }
 
     /// Parses and checks `text` as the file at `path` would be.

@@ -8,6 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::lines::Lines;
+use super::section::{Raw, Section};
 use super::{BalancerSection, ConfigFile, TableSection, fnv};
 use crate::balance::BalancerConfig;
 use crate::error::{Error, Result};
@@ -15,6 +17,7 @@ use crate::limit::adaptive::{LimiterConfig, Spec};
 use crate::quota::{Fallback, GlobalConfig};
 use crate::task::{LocalConfig, TaskConfig, TaskSettings};
 use crate::words::WaitOrder;
+use crate::words::echo;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,26 +29,27 @@ struct File {
     #[serde(default)]
     balancers: BTreeMap<String, Spanned<BalancerFields>>,
     /// `flowctrl manage`'s section: kept for it, not read by hosts.
-    manager: Option<Spanned<toml::Table>>,
+    manager: Option<Raw>,
 }
 
+/// `[table]`: every value with its span, for an error at its line.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct TableFields {
-    path: Option<String>,
-    store: Option<String>,
-    key_prefix: Option<String>,
-    store_timeout_ms: Option<u32>,
-    connect_timeout_ms: Option<u32>,
-    probe_interval_ms: Option<u32>,
-    host_id: Option<String>,
-    capacity: Option<u32>,
-    max_processes: Option<u32>,
-    lanes: Option<u32>,
-    balancers: Option<u32>,
-    backends_per_balancer: Option<u32>,
-    mode: Option<u32>,
-    shared: Option<bool>,
+    path: Option<Spanned<String>>,
+    store: Option<Spanned<String>>,
+    key_prefix: Option<Spanned<String>>,
+    store_timeout_ms: Option<Spanned<u32>>,
+    connect_timeout_ms: Option<Spanned<u32>>,
+    probe_interval_ms: Option<Spanned<u32>>,
+    host_id: Option<Spanned<String>>,
+    capacity: Option<Spanned<u32>>,
+    max_processes: Option<Spanned<u32>>,
+    lanes: Option<Spanned<u32>>,
+    balancers: Option<Spanned<u32>>,
+    backends_per_balancer: Option<Spanned<u32>>,
+    mode: Option<Spanned<u32>>,
+    shared: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -69,7 +73,7 @@ struct TaskFields {
     /// The manager's: whether it owns the task's thresholds (default: when
     /// the task has a global_rate), and how it moves them.
     managed: Option<bool>,
-    policy: Option<Spanned<toml::Table>>,
+    policy: Option<Raw>,
     /// Limits per caller (see `keys.rs`).
     key_rate: Option<String>,
     key_max_concurrency: Option<u32>,
@@ -114,50 +118,45 @@ struct WeightedBackend {
     weight: u32,
 }
 
-/// "file:line:column" of a byte offset.
-fn at(path: &Path, text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    format!("{}:{line}:{column}", path.display())
-}
-
 pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
+    let lines = Lines::new(path, text);
     let file: File = toml::from_str(text).map_err(|e| {
-        let message = e.message().trim_end();
+        // toml's message may quote the value whole: cut, like every echo.
+        let message = crate::words::cut(&e.message().trim_end().replace('\n', " "), 200);
         Error::invalid(match e.span() {
             // The line itself names the key a value error is about.
-            Some(span) => {
-                let start = text[..span.start.min(text.len())]
-                    .rfind('\n')
-                    .map_or(0, |i| i + 1);
-                let line = text[start..].lines().next().unwrap_or("").trim();
-                format!("{}: `{line}`: {message}", at(path, text, span.start))
-            }
+            Some(span) => format!(
+                "{}: `{}`: {message}",
+                lines.at(span.start),
+                line_echo(lines.text_of(span.start).trim())
+            ),
             None => format!("{}: {message}", path.display()),
         })
     })?;
     let refuse = |section: &str, name: &str, offset: usize, e: Error| {
         Error::invalid(format!(
-            "{}: {section}.{name:?}: {}",
-            at(path, text, offset),
+            "{}: {section}.{}: {}",
+            lines.at(offset),
+            echo(name),
             e.message()
         ))
     };
+    // One clock for every task's checks (a rate's interval in its ticks).
+    let clock = crate::clock::Clock::monotonic();
     let mut tasks = BTreeMap::new();
     let mut keys = BTreeMap::new();
     let mut managed = BTreeMap::new();
     for (name, fields) in file.tasks {
         let offset = fields.span().start;
         let mut fields = fields.into_inner();
-        let policy = fields.policy.take().map(|p| {
-            let at = at(path, text, p.span().start);
-            (at, p.into_inner())
-        });
+        let policy = fields
+            .policy
+            .take()
+            .map(|p| Section::new(p, format!("tasks.{}.policy", echo(&name)), &lines));
         managed.insert(
             name.clone(),
             super::Managed {
-                at: at(path, text, offset),
+                at: lines.at(offset),
                 managed: fields.managed.take(),
                 policy,
             },
@@ -181,8 +180,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
             .and_then(|c| {
                 crate::words::validate_name(&name, "task name")?;
                 // The checks a registration makes, on the defaults below.
-                c.over(TaskSettings::default())
-                    .limits(&crate::clock::Clock::monotonic())?;
+                c.over(TaskSettings::default()).limits(&clock)?;
                 Ok(c)
             })
             .map_err(|e| refuse("tasks", &name, offset, e))?;
@@ -199,34 +197,74 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
             .map_err(|e| refuse("balancers", &name, offset, e))?;
         balancers.insert(name, section);
     }
-    let t = file.table;
+    let (table, table_at) = table_section(file.table, &lines);
     Ok(ConfigFile {
         path: path.to_path_buf(),
-        table: TableSection {
-            path: t.path.map(Into::into),
-            store: t.store,
-            key_prefix: t.key_prefix,
-            store_timeout_ms: t.store_timeout_ms,
-            connect_timeout_ms: t.connect_timeout_ms,
-            probe_interval_ms: t.probe_interval_ms,
-            host_id: t.host_id,
-            capacity: t.capacity,
-            max_processes: t.max_processes,
-            lanes: t.lanes,
-            balancers: t.balancers,
-            backends_per_balancer: t.backends_per_balancer,
-            mode: t.mode,
-            shared: t.shared,
-        },
+        table,
+        table_at,
         tasks,
         keys,
         balancers,
         manager: file
             .manager
-            .map(|m| (at(path, text, m.span().start), m.into_inner())),
+            .map(|m| Section::new(m, "[manager]".into(), &lines)),
         managed,
         hash: fnv(text.as_bytes()),
     })
+}
+
+/// A line of the file for a message: its first 80 characters (with its
+/// length said when longer), control characters escaped.
+fn line_echo(line: &str) -> String {
+    let mut out: String = line
+        .chars()
+        .take(80)
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    if line.chars().count() > 80 {
+        out.push_str(&format!("… ({} bytes)", line.len()));
+    }
+    out
+}
+
+/// The `[table]` values, and where each set one is ("file:line:column").
+fn table_section(
+    t: TableFields,
+    lines: &Lines<'_>,
+) -> (TableSection, BTreeMap<&'static str, String>) {
+    let mut at = BTreeMap::new();
+    macro_rules! take {
+        ($field:ident) => {
+            t.$field.map(|v| {
+                at.insert(stringify!($field), lines.at(v.span().start));
+                v.into_inner()
+            })
+        };
+    }
+    let section = TableSection {
+        path: take!(path).map(Into::into),
+        store: take!(store),
+        key_prefix: take!(key_prefix),
+        store_timeout_ms: take!(store_timeout_ms),
+        connect_timeout_ms: take!(connect_timeout_ms),
+        probe_interval_ms: take!(probe_interval_ms),
+        host_id: take!(host_id),
+        capacity: take!(capacity),
+        max_processes: take!(max_processes),
+        lanes: take!(lanes),
+        balancers: take!(balancers),
+        backends_per_balancer: take!(backends_per_balancer),
+        mode: take!(mode),
+        shared: take!(shared),
+    };
+    (section, at)
 }
 
 fn task_config(f: TaskFields) -> Result<TaskConfig> {

@@ -42,7 +42,8 @@ impl Fallback {
             "deny" => Ok(Self::Deny),
             other => other.parse::<f64>().map(Self::Rate).map_err(|_| {
                 crate::error::Error::invalid(format!(
-                    "fallback must be 'share', 'local', 'deny' or a number of requests/s, not {other:?}"
+                    "fallback must be 'share', 'local', 'deny' or a number of requests/s, not {}",
+                    crate::words::echo(other)
                 ))
             }),
         }

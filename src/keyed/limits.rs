@@ -437,7 +437,10 @@ mod tests {
         let back = KeyLimits::load(&copy, &clock);
         assert_eq!(back.max_concurrency, 7);
         assert!(back.shadow);
-        let rates: Vec<_> = back.rates().map(|r| (r.rate(), r.burst)).collect();
+        let rates: Vec<_> = back
+            .rates()
+            .map(|r| (r.rate(), r.burst_in_force()))
+            .collect();
         assert_eq!(rates.len(), 2);
         assert!((rates[0].0 - 10.0).abs() < 1e-9 && rates[0].1 == 10);
         assert!((rates[1].0 - 1000.0 / 3600.0).abs() < 1e-9 && rates[1].1 == 1000);

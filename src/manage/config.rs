@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use crate::config_file::ConfigFile;
+use crate::config_file::{ConfigFile, Section};
 use crate::error::{Error, Result};
 use crate::quota::{GlobalSettings, StoreOptions};
 
@@ -57,24 +55,83 @@ pub struct Policy {
     pub backoff: f64,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// `[manager]`'s values, each with where it is.
+#[derive(Default)]
 struct ManagerFields {
-    id: Option<String>,
-    lease_ms: Option<u64>,
-    ahead: Option<u32>,
+    id: Option<(String, String)>,
+    lease_ms: Option<(u64, String)>,
+    ahead: Option<(u32, String)>,
     skew_alarm_ms: Option<u64>,
     silent_alarm_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl ManagerFields {
+    const KEYS: [&str; 5] = [
+        "id",
+        "lease_ms",
+        "ahead",
+        "skew_alarm_ms",
+        "silent_alarm_ms",
+    ];
+
+    fn read(section: &Section) -> Result<Self> {
+        let mut f = Self::default();
+        for e in &section.entries {
+            let at = e.value_at.clone();
+            match e.key.as_str() {
+                "id" => f.id = Some((e.get(section)?, at)),
+                "lease_ms" => f.lease_ms = Some((e.get(section)?, at)),
+                "ahead" => f.ahead = Some((e.get(section)?, at)),
+                "skew_alarm_ms" => f.skew_alarm_ms = Some(e.get(section)?),
+                "silent_alarm_ms" => f.silent_alarm_ms = Some(e.get(section)?),
+                _ => return Err(section.unknown(e, &Self::KEYS)),
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// A task's `policy` section's values.
 struct PolicyFields {
     min_rate: f64,
     max_rate: f64,
     dropped_ratio: Option<f64>,
     p99_ms: Option<f64>,
     backoff: Option<f64>,
+}
+
+impl PolicyFields {
+    const KEYS: [&str; 5] = ["min_rate", "max_rate", "dropped_ratio", "p99_ms", "backoff"];
+
+    fn read(section: &Section) -> Result<Self> {
+        let (mut min, mut max) = (None, None);
+        let mut f = Self {
+            min_rate: 0.0,
+            max_rate: 0.0,
+            dropped_ratio: None,
+            p99_ms: None,
+            backoff: None,
+        };
+        for e in &section.entries {
+            match e.key.as_str() {
+                "min_rate" => min = Some(e.get(section)?),
+                "max_rate" => max = Some(e.get(section)?),
+                "dropped_ratio" => f.dropped_ratio = Some(e.get(section)?),
+                "p99_ms" => f.p99_ms = Some(e.get(section)?),
+                "backoff" => f.backoff = Some(e.get(section)?),
+                _ => return Err(section.unknown(e, &Self::KEYS)),
+            }
+        }
+        let missing = |key: &str| {
+            Error::invalid(format!(
+                "{}: {}: missing key {key}",
+                section.at, section.name
+            ))
+        };
+        f.min_rate = min.ok_or_else(|| missing("min_rate"))?;
+        f.max_rate = max.ok_or_else(|| missing("max_rate"))?;
+        Ok(f)
+    }
 }
 
 impl ManagerConfig {
@@ -88,25 +145,24 @@ impl ManagerConfig {
         Self::from_file(&ConfigFile::parse(path, text)?)
     }
 
-    fn from_file(file: &ConfigFile) -> Result<Self> {
+    /// The manager's configuration in a parsed file, checked as `flowctrl
+    /// manage` checks it: what `flowctrl config check` runs too. The
+    /// `[table]` section is checked as a table's open checks it (the
+    /// store URL, key prefix, timeouts, ...).
+    pub fn from_file(file: &ConfigFile) -> Result<Self> {
         let shown = file.path.display();
-        let (at, fields) = match &file.manager {
-            Some((at, table)) => (
-                at.clone(),
-                section::<ManagerFields>(table, at, "[manager]")?,
-            ),
-            None => (shown.to_string(), ManagerFields::default()),
+        let fields = match &file.manager {
+            Some(section) => ManagerFields::read(section)?,
+            None => ManagerFields::default(),
         };
         let t = &file.table;
-        let defaults = StoreOptions::default();
+        let checked = crate::table::TableOptions::from_config(file)?.store;
         let ms = |v: Option<u32>, d: Duration| v.map_or(d, |ms| Duration::from_millis(ms as u64));
         let store = StoreOptions {
-            url: t.store.clone(),
-            key_prefix: t.key_prefix.clone().unwrap_or(defaults.key_prefix.clone()),
             // The manager is off the request path: a slow store is waited for.
             timeout: ms(t.store_timeout_ms, Duration::from_millis(500)),
             connect_timeout: ms(t.connect_timeout_ms, Duration::from_millis(500)),
-            ..defaults
+            ..checked
         };
         if store.url.is_none() {
             return Err(Error::invalid(format!(
@@ -114,28 +170,48 @@ impl ManagerConfig {
             )));
         }
         store.check()?;
-        let bad = |what: String| Error::invalid(format!("{at}: [manager] {what}"));
-        let lease = Duration::from_millis(fields.lease_ms.unwrap_or(3000));
-        if !(Duration::from_millis(300)..=Duration::from_secs(600)).contains(&lease) {
-            return Err(bad(format!(
-                "lease_ms must be 300..=600000, not {}",
-                lease.as_millis()
-            )));
-        }
-        let ahead = fields.ahead.unwrap_or(2);
-        if !(2..=64).contains(&ahead) {
-            return Err(bad(format!("ahead must be 2..=64 slices, not {ahead}")));
-        }
-        let id = match fields.id {
-            Some(id) => id,
-            None => format!("{}-{}", hostname(), std::process::id()),
+        let section_at = file
+            .manager
+            .as_ref()
+            .map_or_else(|| shown.to_string(), |m| m.at.clone());
+        let bad = |at: &Option<String>, what: String| {
+            Error::invalid(format!(
+                "{}: [manager] {what}",
+                at.as_deref().unwrap_or(&section_at)
+            ))
         };
-        crate::words::validate_name(&id, "manager id").map_err(|e| bad(e.to_string()))?;
+        let (lease_ms, lease_at) = fields
+            .lease_ms
+            .map_or((3000, None), |(v, at)| (v, Some(at)));
+        if !(300..=600_000).contains(&lease_ms) {
+            return Err(bad(
+                &lease_at,
+                format!("lease_ms must be 300..=600000, not {lease_ms}"),
+            ));
+        }
+        let lease = Duration::from_millis(lease_ms);
+        let (ahead, ahead_at) = fields.ahead.map_or((2, None), |(v, at)| (v, Some(at)));
+        if !(2..=64).contains(&ahead) {
+            return Err(bad(
+                &ahead_at,
+                format!("ahead must be 2..=64 slices, not {ahead}"),
+            ));
+        }
+        let (id, id_at) = match fields.id {
+            Some((id, at)) => (id, Some(at)),
+            None => (format!("{}-{}", hostname(), std::process::id()), None),
+        };
+        crate::words::validate_name(&id, "manager id").map_err(|e| bad(&id_at, e.to_string()))?;
         let mut tasks = BTreeMap::new();
         for (name, task) in &file.managed {
             let config = &file.tasks[name];
-            let here =
-                |what: String| Error::invalid(format!("{}: tasks.{name:?}: {what}", task.at));
+            let here = |what: String| {
+                Error::invalid(format!(
+                    "{}: tasks.{}: {what}",
+                    task.at,
+                    crate::words::echo(name)
+                ))
+            };
             let has_rate = config.global.global_rate.is_some_and(|r| r > 0.0);
             let managed = task.managed.unwrap_or(has_rate);
             match (managed, &task.policy, has_rate) {
@@ -154,12 +230,10 @@ impl ManagerConfig {
             }
             let global = config.global.over(GlobalSettings::default());
             let policy = match &task.policy {
-                Some((at, table)) => Some(
-                    policy(
-                        section::<PolicyFields>(table, at, "policy")?,
-                        global.global_rate,
-                    )
-                    .map_err(|e| Error::invalid(format!("{at}: tasks.{name:?}.policy: {e}")))?,
+                Some(section) => Some(
+                    policy(PolicyFields::read(section)?, global.global_rate).map_err(|e| {
+                        Error::invalid(format!("{}: {}: {e}", section.at, section.name))
+                    })?,
                 ),
                 None => None,
             };
@@ -189,12 +263,6 @@ impl ManagerConfig {
     }
 }
 
-/// A section read into its fields; unknown keys and bad types are named.
-fn section<T: for<'de> Deserialize<'de>>(table: &toml::Table, at: &str, what: &str) -> Result<T> {
-    T::deserialize(toml::Value::Table(table.clone()))
-        .map_err(|e| Error::invalid(format!("{at}: {what}: {}", e.message().trim_end())))
-}
-
 fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
     let finite = |v: f64| v.is_finite() && v > 0.0;
     if !finite(f.min_rate) || !finite(f.max_rate) {
@@ -203,13 +271,16 @@ fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
     if f.min_rate > f.max_rate {
         return Err(Error::invalid(format!(
             "the bounds are inverted: min_rate {} > max_rate {}",
-            f.min_rate, f.max_rate
+            crate::words::num(f.min_rate),
+            crate::words::num(f.max_rate)
         )));
     }
     if !(f.min_rate..=f.max_rate).contains(&rate) {
         return Err(Error::invalid(format!(
-            "global_rate {rate} is outside [min_rate {}, max_rate {}]",
-            f.min_rate, f.max_rate
+            "global_rate {} is outside [min_rate {}, max_rate {}]",
+            crate::words::num(rate),
+            crate::words::num(f.min_rate),
+            crate::words::num(f.max_rate)
         )));
     }
     if f.dropped_ratio.is_none() && f.p99_ms.is_none() {
@@ -221,20 +292,23 @@ fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
         && !(r > 0.0 && r < 1.0)
     {
         return Err(Error::invalid(format!(
-            "dropped_ratio must be in (0, 1), not {r}"
+            "dropped_ratio must be in (0, 1), not {}",
+            crate::words::num(r)
         )));
     }
     if let Some(ms) = f.p99_ms
         && !(ms > 0.0 && ms <= 500.0)
     {
         return Err(Error::invalid(format!(
-            "p99_ms must be in (0, 500] (the hosts' sketch tops out near 537 ms), not {ms}"
+            "p99_ms must be in (0, 500] (the hosts' sketch tops out near 537 ms), not {}",
+            crate::words::num(ms)
         )));
     }
     let backoff = f.backoff.unwrap_or(1.0);
     if !(backoff > 0.0 && backoff <= 1.0) {
         return Err(Error::invalid(format!(
-            "backoff must be in (0, 1], not {backoff}"
+            "backoff must be in (0, 1], not {}",
+            crate::words::num(backoff)
         )));
     }
     Ok(Policy {

@@ -76,7 +76,14 @@ impl Decision {
             at_ms: words.next()?.parse().ok()?,
             manager: words.next()?.to_string(),
         };
-        words.next().is_none().then_some(decision)
+        // A hand-written or corrupted entry is no decision: a threshold no
+        // policy sets, or words that are no manager's.
+        let plausible = decision.threshold.is_finite()
+            && decision.threshold > 0.0
+            && crate::words::validate_name(&decision.manager, "manager id").is_ok()
+            && !decision.reason.is_empty()
+            && decision.reason.chars().all(|c| c.is_ascii_graphic());
+        (words.next().is_none() && plausible).then_some(decision)
     }
 }
 
@@ -108,7 +115,17 @@ mod tests {
             manager: "m-1".into(),
         };
         assert_eq!(Decision::decode(&d.encode()), Some(d));
-        for bad in ["", "1 r", "x r 1 m", "1 r 1 m extra"] {
+        for bad in [
+            "",
+            "1 r",
+            "x r 1 m",
+            "1 r 1 m extra",
+            "NaN r 1 m",
+            "inf r 1 m",
+            "-5 r 1 m",
+            "1 r 1 m\u{1b}[2J",
+            "1 r\u{7} 1 m",
+        ] {
             assert_eq!(Decision::decode(bad), None, "{bad}");
         }
     }

@@ -130,7 +130,8 @@ impl Store {
             for (field, value) in fields {
                 match field.as_str() {
                     "quota" => {
-                        *quotas.entry(slice).or_default() += value.parse::<u64>().unwrap_or(0);
+                        let q = quotas.entry(slice).or_default();
+                        *q = q.saturating_add(value.parse::<u64>().unwrap_or(0));
                     }
                     "left" | "demand" | "fair" | "back" => {}
                     host => match parse_record(host, slice, &value) {
@@ -142,8 +143,10 @@ impl Store {
                             Event::CensusSkipped,
                             task,
                             format_args!(
-                                "census of task {task:?}, slice {slice}: record {host:?} = \
-                                 {value:?} is not one flowctrl writes; skipped"
+                                "census of task {task:?}, slice {slice}: record {} = {} is \
+                                 not one flowctrl writes; skipped",
+                                crate::words::echo(host),
+                                crate::words::echo(&value)
                             ),
                         ),
                     },
@@ -210,13 +213,14 @@ pub(crate) fn merge(hosts: &mut Vec<HostRecord>, record: HostRecord) {
         None => hosts.push(record),
         Some(h) if h.slice < record.slice => *h = record,
         Some(h) if h.slice == record.slice => {
-            h.asked += record.asked;
-            h.granted += record.granted;
-            h.claimed += record.claimed;
+            h.asked = h.asked.saturating_add(record.asked);
+            h.granted = h.granted.saturating_add(record.granted);
+            h.claimed = h.claimed.saturating_add(record.claimed);
             h.demand = h.demand.max(record.demand);
             // Each pull reports the host's releases over the slice so far,
             // whichever shard it pulls from: the latest report is the most.
-            if record.health.success + record.health.dropped > h.health.success + h.health.dropped {
+            let samples = |h: &HostHealth| h.success.saturating_add(h.dropped);
+            if samples(&record.health) > samples(&h.health) {
                 h.health = record.health;
             }
             h.own_quota = h.own_quota.max(record.own_quota);
@@ -230,7 +234,10 @@ pub(crate) fn merge(hosts: &mut Vec<HostRecord>, record: HostRecord) {
 /// no demand; before the health figures: none of them). Fields a later
 /// build appends (numbers, a dozen at most) are read past: its hosts stay
 /// in this build's census.
+/// A host id no host can have (see `words::validate_host_id`) is no record:
+/// it was written by hand, and its text could hold terminal escapes.
 pub(crate) fn parse_record(host: &str, slice: u64, value: &str) -> Option<HostRecord> {
+    crate::words::validate_host_id(host).ok()?;
     let fields: Vec<&str> = value.split(' ').collect();
     let known = [5, 6, 10, 11].contains(&fields.len())
         || (12..=24).contains(&fields.len())
@@ -315,5 +322,22 @@ mod tests {
         ] {
             assert_eq!(parse_record("h", 7, bad), None, "{bad:?}");
         }
+        for host in ["", "x\u{1b}[2J", "a b", "{h}", &"h".repeat(64)] {
+            assert_eq!(
+                parse_record(host, 7, "10 12 10 10 -35 400"),
+                None,
+                "{host:?}"
+            );
+        }
+        // Numbers past what a slice holds add up without overflowing.
+        let mut hosts = Vec::new();
+        for _ in 0..3 {
+            let big = format!("0 {m} {m} {m} 0 {m} {m} {m} 0 0", m = u64::MAX >> 1);
+            merge(
+                &mut hosts,
+                parse_record("h", 7, &big).unwrap_or_else(|| panic!("{big}")),
+            );
+        }
+        assert_eq!(hosts[0].asked, u64::MAX);
     }
 }

@@ -119,7 +119,8 @@ impl GlobalSettings {
         ] {
             if !rate.is_finite() || rate < 0.0 {
                 return Err(Error::invalid(format!(
-                    "{name} must be 0 or a positive number of requests/s, not {rate}"
+                    "{name} must be 0 or a positive number of requests/s, not {}",
+                    crate::words::num(rate)
                 )));
             }
         }
@@ -129,9 +130,11 @@ impl GlobalSettings {
         let quota = (self.global_rate * self.slice_ms as f64 / 1000.0).floor();
         if !(1.0..=MAX_SLICE_QUOTA as f64).contains(&quota) {
             return Err(Error::invalid(format!(
-                "global_rate {} × slice_ms {} gives {quota} permits per slice: \
+                "global_rate {} × slice_ms {} gives {} permits per slice: \
                  it must be 1..={MAX_SLICE_QUOTA}",
-                self.global_rate, self.slice_ms
+                crate::words::num(self.global_rate),
+                self.slice_ms,
+                crate::words::num(quota)
             )));
         }
         if self.chunk > quota as u32 {

@@ -94,31 +94,56 @@ impl redis::ConnectionLike for Conn {
 
 /// The hosts of a multi-host URL's authority: `[userinfo@]h1:p1,h2:p2`,
 /// and the path after it.
-fn split_hosts<'a>(rest: &'a str, what: &str) -> Result<(&'a str, Vec<&'a str>, &'a str)> {
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (auth, hosts) = match authority.rfind('@') {
-        Some(at) => (&authority[..=at], &authority[at + 1..]),
-        None => ("", authority),
+fn split_hosts<'a>(rest: &'a str, what: &str) -> Result<(String, Vec<&'a str>, &'a str)> {
+    // The userinfo first, up to the last `@`: a password may hold `/`.
+    let (auth, rest) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
     };
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
     let hosts: Vec<&str> = hosts.split(',').collect();
     if hosts.iter().any(|h| {
         h.rsplit_once(':')
             .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
     }) {
         return Err(Error::invalid(format!(
-            "{what} needs host:port[,host:port...], not {hosts:?}"
+            "{what} needs host:port[,host:port...], not {}",
+            crate::words::cut(&format!("{hosts:?}"), 120)
         )));
     }
-    Ok((auth, hosts, path))
+    Ok((escape_auth(auth), hosts, path))
+}
+
+/// A userinfo (`user:password@`) as a URL of one node can carry it: the
+/// characters that end a URL's authority (`/`, `?`, `#`) and an `@` before
+/// the last are percent-encoded (the `redis` crate decodes them), so a
+/// password holding them is the password, not the start of a path.
+fn escape_auth(auth: &str) -> String {
+    let Some(inner) = auth.strip_suffix('@') else {
+        return auth.to_string();
+    };
+    let mut out = String::with_capacity(auth.len() + 8);
+    for c in inner.chars() {
+        match c {
+            '/' => out.push_str("%2F"),
+            '?' => out.push_str("%3F"),
+            '#' => out.push_str("%23"),
+            '@' => out.push_str("%40"),
+            c => out.push(c),
+        }
+    }
+    out.push('@');
+    out
 }
 
 impl Target {
     /// The target a store URL (without flowctrl's own query) names.
     pub fn open(url: &str) -> Result<Self> {
         let bad = |e: &dyn std::fmt::Display| {
-            Error::invalid(format!("store URL {}: {e}", super::redis::redact(url)))
+            Error::invalid(format!("store URL {}: {e}", super::redact::redact(url)))
         };
-        if url.contains('#') {
+        // A `#` in the password is the password's.
+        if url[url.rfind('@').map_or(0, |at| at + 1)..].contains('#') {
             return Err(bad(
                 &"a URL fragment (`#insecure`: no certificate check) is not supported; trust \
                   the server's CA through SSL_CERT_FILE instead",
@@ -159,7 +184,7 @@ impl Target {
             return Ok(Self::Sentinel {
                 sentinels,
                 master: master.to_string(),
-                auth: auth.to_string(),
+                auth,
                 db,
                 tls: scheme == "rediss",
             });
@@ -186,7 +211,15 @@ impl Target {
                 .map_err(|e| bad(&e))?;
             return Ok(Self::Cluster(client));
         }
-        redis::Client::open(url)
+        let single = match url.split_once("://") {
+            Some((scheme @ ("redis" | "rediss"), rest)) if rest.contains('@') => {
+                let at = rest.rfind('@').unwrap_or(0);
+                let (auth, host) = rest.split_at(at + 1);
+                format!("{scheme}://{}{host}", escape_auth(auth))
+            }
+            _ => url.to_string(),
+        };
+        redis::Client::open(single)
             .map(Self::Single)
             .map_err(|e| bad(&e))
     }
@@ -284,6 +317,17 @@ fn find_master(
     Err(last.unwrap_or_else(|| {
         redis::RedisError::from((redis::ErrorKind::Client, "no sentinel in the URL"))
     }))
+}
+
+/// Checks the options' store URL as opening the store would (its scheme,
+/// its query, its hosts), without connecting.
+pub(crate) fn check_url(options: &super::StoreOptions) -> Result<()> {
+    match &options.url {
+        None => Ok(()),
+        #[cfg(feature = "sim")]
+        Some(url) if url == super::sim::URL => Ok(()),
+        Some(url) => super::redis::RedisStore::open(url, options).map(drop),
+    }
 }
 
 #[cfg(test)]

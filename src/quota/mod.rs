@@ -30,6 +30,9 @@ mod chunk;
 mod claim;
 mod config;
 mod connect;
+pub(crate) use connect::check_url;
+#[doc(hidden)]
+pub mod decode;
 mod deposit;
 mod down;
 mod fair;
@@ -40,6 +43,7 @@ mod keeper;
 mod notes;
 mod pull;
 mod record;
+mod redact;
 mod redis;
 mod reserve;
 mod shard;
@@ -196,17 +200,6 @@ pub(crate) struct Quota {
     keeper: Keeper,
 }
 
-/// Checks a host id given in the options.
-fn validate_host_id(id: &str) -> Result<String> {
-    let max = crate::words::NAME_MAX;
-    if id.is_empty() || id.len() > max || id.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(crate::Error::invalid(format!(
-            "host_id must be 1..={max} printable bytes without spaces, not {id:?}"
-        )));
-    }
-    Ok(id.to_string())
-}
-
 /// 16 hex digits from the machine's id and the table's path (FNV-1a: stable
 /// across builds and languages, unlike the standard library's hasher).
 fn default_host_id(table: &std::path::Path) -> String {
@@ -236,7 +229,10 @@ impl Quota {
     /// the options do not.
     pub fn new(options: &StoreOptions, table: &std::path::Path) -> Result<Self> {
         let host = match &options.host_id {
-            Some(id) => validate_host_id(id)?,
+            Some(id) => {
+                crate::words::validate_host_id(id)?;
+                id.clone()
+            }
             None => default_host_id(table),
         };
         options.check()?;

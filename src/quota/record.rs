@@ -156,7 +156,13 @@ pub(crate) fn version_of(fields: &[(String, String)]) -> Option<u64> {
 pub(crate) fn parse(fields: &[(String, String)]) -> Result<GlobalSettings> {
     let mut config = GlobalConfig::default();
     for (key, value) in fields {
-        let bad = |what: &str| Error::invalid(format!("{key} = {value:?} is not {what}"));
+        let bad = |what: &str| {
+            Error::invalid(format!(
+                "{} = {} is not {what}",
+                crate::words::echo(key),
+                crate::words::echo(value)
+            ))
+        };
         let count = || value.parse::<u32>().map_err(|_| bad("a count"));
         match key.as_str() {
             "global_rate" => config.global_rate = Some(value.parse().map_err(|_| bad("a rate"))?),
@@ -201,7 +207,10 @@ impl super::Store {
         let parsed = version.parse().map_err(|_| {
             Error::new(
                 crate::ErrorKind::Store,
-                format!("the store answered version {version:?} for {key}"),
+                format!(
+                    "the store answered version {} for {key}",
+                    crate::words::echo(&version)
+                ),
             )
         })?;
         // Each shard's pulls read the record in their own slot: copies,

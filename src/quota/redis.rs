@@ -7,15 +7,18 @@
 //! clock is off corrects its offset and asks again, so every host spends
 //! from the key the store's clock names.
 
+use super::redact::redact;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::connect::{Conn, Target};
+use super::record::MAX_VERSION;
 use super::record::Refresh;
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::MAX_SHARDS;
+use crate::format::{MAX_SHARDS, MAX_SLICE_MS, MIN_SLICE_MS};
+use crate::words::echo;
 
 /// Timeouts and naming, from the table options and the URL's query
 /// (`?timeout_ms=5&connect_timeout_ms=20&prefix=app:`).
@@ -127,16 +130,46 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
     (keys, args)
 }
 
-/// What the host reads of the script's reply.
-pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
+/// What the host reads of the script's reply, range-checked as strictly as
+/// the same numbers from a config file: a slicing from the task's shape key
+/// outside `slice_ms`'s range (a key set by hand, or corrupted), a record
+/// version past what the script compares, or a grant above the ask is
+/// refused as a store error (a redeem's lost grant counts as a slice's
+/// quota at most). The pull then counts as failed and is logged,
+/// and the task decides by its fallback policy, probing the store once per
+/// probe interval: a hostile key never makes the host cut 1 ms slices (and
+/// refuse everything while it pulls for each) nor pull again at once.
+pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
     let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created, usable) = reply;
+    let refused = |why: String| {
+        Err(Error::new(
+            ErrorKind::Store,
+            format!("task {}: the store answered {why}: refused", echo(ask.task)),
+        ))
+    };
     let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
     let refresh = match granted {
-        -2 => Some(Refresh::Record(left.max(0) as u64)),
-        -3 => Some(Refresh::Reslice(left.clamp(1, u32::MAX as i64) as u32)),
+        -2 if !(0..=MAX_VERSION as i64).contains(&left) => {
+            return refused(format!("record version {left}, not 0..={MAX_VERSION}"));
+        }
+        -2 => Some(Refresh::Record(left as u64)),
+        -3 if !(MIN_SLICE_MS as i64..=MAX_SLICE_MS as i64).contains(&left) => {
+            return refused(format!(
+                "slice_ms {left} from its shape key {}, not {MIN_SLICE_MS}..={MAX_SLICE_MS}",
+                echo(&shape_key("", ask.task, ask.shard))
+            ));
+        }
+        -3 => Some(Refresh::Reslice(left as u32)),
+        // A redeem may hand back a lost grant beside the ask: at most a
+        // slice's quota.
+        _ if granted > 0
+            && granted as u64 > ask.want.saturating_add(ask.redeem as u64 * ask.quota) =>
+        {
+            return refused(format!("a grant of {granted} for an ask of {}", ask.want));
+        }
         _ => None,
     };
-    Reply {
+    Ok(Reply {
         slice: super::store::slice_of(store_us, ask.slice_ms),
         granted: granted.max(0) as u64,
         left: left.max(0) as u64,
@@ -148,7 +181,7 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Reply {
         refresh,
         created: created == 1,
         usable_ms: usable.max(0) as u64,
-    }
+    })
 }
 
 pub(crate) struct RedisStore {
@@ -310,7 +343,7 @@ impl QuotaStore for RedisStore {
             }
             invocation.invoke(conn)
         };
-        Ok(pull_reply(ask, self.round_trip("pull", call)?))
+        pull_reply(ask, self.round_trip("pull", call)?)
     }
 
     fn describe(&self) -> String {
@@ -361,18 +394,6 @@ pub(crate) fn slice_key(prefix: &str, task: &str, shard: u32, slice: u32) -> Str
     }
 }
 
-/// The URL without its password, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 /// Splits flowctrl's own query parameters off a store URL.
 pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings> {
     let (head, query) = url.split_once('?').unwrap_or((url, ""));
@@ -387,15 +408,20 @@ pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings>
                 .map(Duration::from_millis)
                 .ok_or_else(|| {
                     Error::invalid(format!(
-                        "store URL {}: {name} must be 1..=60000 ms, not {value:?}",
-                        redact(url)
+                        "store URL {}: {} must be 1..=60000 ms, not {}",
+                        redact(url),
+                        echo(name),
+                        echo(value)
                     ))
                 })
         };
         match name {
             "timeout_ms" => base.timeout = ms()?,
             "connect_timeout_ms" => base.connect_timeout = ms()?,
-            "prefix" => base.prefix = value.to_string(),
+            "prefix" => {
+                crate::words::validate_key_prefix(value)?;
+                base.prefix = value.to_string();
+            }
             _ => rest.push(pair),
         }
     }
@@ -453,6 +479,31 @@ mod tests {
             redact("rediss://user:secret@host:1/0"),
             "rediss://user:***@host:1/0"
         );
+        for (url, shown) in [
+            ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
+            ("redis://secretpw@h:1", "redis://***@h:1"),
+            ("redis://u:a/b@c:d@h:1/0", "redis://u:***@h:1/0"),
+            (
+                "unix:///tmp/no.sock?pass=secretpw",
+                "unix:///tmp/no.sock?pass=***",
+            ),
+            (
+                "redis+unix:///s?db=1&password=se&cret&timeout_ms=5",
+                "redis+unix:///s?db=1&password=***&***&timeout_ms=5",
+            ),
+            (
+                "redis+sentinel://:se/cret@h:1,h:2/master",
+                "redis+sentinel://:***@h:1,h:2/master",
+            ),
+            (
+                "rediss+cluster://user:s@c/r:et@h:1,h:2",
+                "rediss+cluster://user:***@h:1,h:2",
+            ),
+            ("redis://h:1/0", "redis://h:1/0"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+        assert!(parse("redis://x?prefix={app}", base()).is_err());
         for bad in [
             "http://x",
             "redis://x?timeout_ms=0",

@@ -16,8 +16,9 @@ pub struct StoreOptions {
     /// table itself: one host, no server). The query may carry
     /// `timeout_ms`, `connect_timeout_ms` and `prefix`.
     pub url: Option<String>,
-    /// Prefix of every store key (default `flowctrl:`); keys are
-    /// `<prefix><task>:<slice>`.
+    /// Prefix of every store key (default `flowctrl:`; at most 128
+    /// printable bytes, no spaces, `{` or `}`); keys are
+    /// `<prefix>{<task>}:<slice>`.
     pub key_prefix: String,
     /// How long one command may take (default 5 ms). A pull that takes
     /// longer fails, and the task falls back to its local limits.
@@ -28,7 +29,8 @@ pub struct StoreOptions {
     /// again (default 3 s, ±20 % jitter so hosts do not probe in step).
     pub probe_interval: Duration,
     /// This host's id in the store's census of each slice (1–63 printable
-    /// bytes, no spaces). `None` (the default): derived from
+    /// bytes, no spaces, `{` or `}`, none of `left`, `quota`, `demand`,
+    /// `fair`, `back`). `None` (the default): derived from
     /// `/etc/machine-id` and the table's path, so every process of a host's
     /// table shares it and two tables on one machine are two hosts.
     pub host_id: Option<String>,
@@ -39,17 +41,35 @@ pub struct StoreOptions {
 }
 
 impl StoreOptions {
-    /// Refuses durations no store can use.
+    /// Refuses durations no store can use, and a key prefix or host id
+    /// that would break the store's keys.
     pub(crate) fn check(&self) -> Result<()> {
-        for (name, d) in [
-            ("timeout", self.timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("probe_interval", self.probe_interval),
+        self.check_fields().map_err(|(_, e)| e)
+    }
+
+    /// [`StoreOptions::check`], naming the option as a config file's
+    /// `[table]` spells it.
+    pub(crate) fn check_fields(&self) -> std::result::Result<(), (&'static str, crate::Error)> {
+        crate::words::validate_key_prefix(&self.key_prefix).map_err(|e| ("key_prefix", e))?;
+        if let Some(id) = &self.host_id {
+            crate::words::validate_host_id(id).map_err(|e| ("host_id", e))?;
+        }
+        for (field, name, d) in [
+            ("store_timeout_ms", "timeout", self.timeout),
+            (
+                "connect_timeout_ms",
+                "connect_timeout",
+                self.connect_timeout,
+            ),
+            ("probe_interval_ms", "probe_interval", self.probe_interval),
         ] {
             if d.is_zero() || d > Duration::from_secs(600) {
-                return Err(crate::Error::invalid(format!(
-                    "store {name} must be between 1 ms and 600 s, not {d:?}"
-                )));
+                return Err((
+                    field,
+                    crate::Error::invalid(format!(
+                        "store {name} must be between 1 ms and 600 s, not {d:?}"
+                    )),
+                ));
             }
         }
         Ok(())

@@ -393,9 +393,10 @@ fn interval_for(rate: f64, clock: &Clock) -> Result<u64> {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
             format!(
-                "local_rate must be 0 (no limit) or between {:.3e} and {:.3e} requests/s, not {rate}",
+                "local_rate must be 0 (no limit) or between {:.3e} and {:.3e} requests/s, not {}",
                 ticks as f64 / (1u64 << 62) as f64,
-                ticks as f64
+                ticks as f64,
+                crate::words::num(rate)
             ),
         ));
     }

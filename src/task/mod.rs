@@ -21,7 +21,7 @@ pub(crate) use global::quota_stats;
 pub use keyed::KeyDecision;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
-pub(crate) use register::{find_or_claim, ready};
+pub(crate) use register::{find, find_or_claim, ready};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 pub(crate) use stats::{by_process, consistency, read as read_stats};
 #[cfg(feature = "async")]

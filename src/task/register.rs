@@ -23,6 +23,13 @@ pub(crate) fn ready(region: &Region) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// The slot of the registered task `name`, if it is one (never claims).
+pub(crate) fn find(region: &Region, name: &str) -> Option<u32> {
+    named::find(region.geometry.task_capacity, name, |index| {
+        named(region.task_slot(index))
+    })
+}
+
 /// The name a slot holds, if it is readable (for reports).
 pub(crate) fn slot_name(slot: &TaskSlot) -> Option<String> {
     named(slot).name()

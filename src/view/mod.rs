@@ -246,20 +246,34 @@ impl View {
         }
     }
 
+    /// The slot of task `name`, found by its hash as a registration finds
+    /// it; the error names the first tasks there are (ten at most).
     fn index_of(&self, name: &str) -> Result<u32> {
-        let tasks = task::ready(&self.table);
-        if let Some((index, _)) = tasks.iter().find(|(_, n)| n == name) {
-            return Ok(*index);
+        if let Some(index) = task::find(&self.table, name) {
+            return Ok(index);
         }
-        let mut names: Vec<_> = tasks.into_iter().map(|(_, n)| n).collect();
+        let mut names: Vec<_> = task::ready(&self.table)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
         names.sort();
+        let more = names.len().saturating_sub(10);
+        let mut shown: Vec<String> = names
+            .iter()
+            .take(10)
+            .map(|n| crate::words::cut(n, 40))
+            .collect();
+        if more > 0 {
+            shown.push(format!("and {more} more"));
+        }
         Err(Error::invalid(format!(
-            "table {} has no task {name:?} (its tasks: {})",
+            "table {} has no task {} (its tasks: {})",
             self.path().display(),
-            if names.is_empty() {
+            crate::words::echo(name),
+            if shown.is_empty() {
                 "none".to_string()
             } else {
-                names.join(", ")
+                shown.join(", ")
             }
         )))
     }

@@ -146,3 +146,35 @@ def test_errors_cross_a_process_pool_intact(tmp_path):
     assert [w.exitcode for w in workers] == [0]
     held.release()
     parent.close()
+
+
+@pytest.mark.parametrize("name", ["}x", "x{", "{app}"])
+def test_names_that_break_redis_cluster_hash_tags_are_refused(tmp_path, name):
+    table = flowctrl.Table(tmp_path / "table")
+    with pytest.raises(flowctrl.InvalidNameError, match="hash tag"):
+        table.task(name)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"key_prefix": "app{"}, "key_prefix"),
+        ({"key_prefix": "{app}"}, "key_prefix"),
+        ({"key_prefix": "a\nb"}, "key_prefix"),
+        ({"host_id": "left"}, "host_id"),
+        ({"host_id": "h{1}"}, "host_id"),
+    ],
+)
+def test_key_prefixes_and_host_ids_that_break_the_store_are_refused(tmp_path, kwargs, field):
+    with pytest.raises(flowctrl.InvalidArgumentError, match=field):
+        flowctrl.Table(tmp_path / "table", store="redis://127.0.0.1:1/0", **kwargs)
+
+
+def test_store_passwords_are_never_in_errors(tmp_path):
+    for url in [
+        "unix:///tmp/no.sock?pass=secretpw&timeout_ms=0",
+        "redis+sentinel://:secret/pw@127.0.0.1:1,127.0.0.1:x/master",
+    ]:
+        with pytest.raises(flowctrl.InvalidArgumentError) as e:
+            flowctrl.Table(tmp_path / "table", store=url)
+        assert "secret" not in str(e.value)

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use flowctrl::{ConfigFile, TaskConfig, TaskSettings, View};
+use flowctrl::{ConfigFile, TableOptions, TaskConfig, TaskSettings, View};
 
 use crate::Result;
 
@@ -87,42 +87,57 @@ fn changes(file: &TaskConfig, s: &TaskSettings) -> Vec<String> {
 
 pub(crate) fn check(file: &Path, table: &Path) -> Result {
     let config = ConfigFile::load(file)?;
-    println!(
-        "{}: ok ({} task(s), {} balancer(s))",
+    // The checks a table's open runs on `[table]`, and `flowctrl manage`'s
+    // on a file with anything of the manager's: the same functions.
+    TableOptions::from_config(&config)?;
+    let manager = if config.has_manager() {
+        let m = flowctrl::manage::ManagerConfig::from_file(&config)?;
+        format!(", {} managed task(s)", m.tasks.len())
+    } else {
+        String::new()
+    };
+    crate::text::line(format_args!(
+        "{}: ok ({} task(s), {} balancer(s){manager})",
         file.display(),
         config.tasks.len(),
         config.balancers.len()
-    );
+    ));
     let table = config.table.path.as_deref().unwrap_or(table);
     let view = match View::open(table) {
         Ok(view) => view,
         Err(e) if e.kind() == flowctrl::ErrorKind::Io && !table.exists() => {
-            println!(
+            crate::text::line(format_args!(
                 "table {}: not created yet; nothing to change",
                 table.display()
-            );
+            ));
             return Ok(());
         }
         Err(e) => return Err(e),
     };
+    // One pass over the table, not one per task of the file.
+    let registered: std::collections::BTreeMap<String, flowctrl::TaskSnapshot> = view
+        .tasks()
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
     for (name, fields) in &config.tasks {
-        match view.task(name) {
+        match registered.get(name).ok_or(()) {
             Ok(t) => {
                 let list = changes(fields, &t.settings);
                 if list.is_empty() {
-                    println!("task {name:?}: unchanged");
+                    crate::text::line(format_args!("task {name:?}: unchanged"));
                 } else {
-                    println!("task {name:?}: {}", list.join(", "));
+                    crate::text::line(format_args!("task {name:?}: {}", list.join(", ")));
                 }
                 if t.settings.global_source == flowctrl::GlobalSource::Store {
-                    println!(
+                    crate::text::line(format_args!(
                         "  (its global fields come from the store's record, which wins over the file)"
-                    );
+                    ));
                 }
             }
-            Err(_) => println!(
+            Err(_) => crate::text::line(format_args!(
                 "task {name:?}: not registered yet; registrations will take the file's fields"
-            ),
+            )),
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! the quota store ([`flowctrl::Store::fleet`]). Reads the store only; no
 //! table is opened.
 
+use std::fmt::Write;
 use std::time::Duration;
 
 use flowctrl::manage::fleet_alarms;
@@ -66,7 +67,9 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
             })).collect::<Vec<_>>(),
         }));
     }
-    println!(
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "task {}: slice {} of {} ms, quota {} per slice, {} live host(s)",
         fleet.task,
         fleet.slice,
@@ -97,12 +100,13 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
     let header = [
         "HOST", "SLICE", "ASKED", "GRANTED", "CLAIMED", "DEMAND", "OFFSET", "OK/DROP", "P99",
     ];
-    print!("{}", table(&header, &rows));
+    out.push_str(&table(&header, &rows));
     for alarm in &alarms {
-        println!("alarm: {alarm}");
+        let _ = writeln!(out, "alarm: {alarm}");
     }
     if let Some(last) = decisions.first() {
-        println!(
+        let _ = writeln!(
+            out,
             "threshold {:.1}/s by manager {} ({}); {} change(s) logged",
             last.threshold,
             last.manager,
@@ -110,8 +114,13 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
             decisions.len()
         );
         for d in decisions.iter().take(5) {
-            println!("  at {} ms: {:.1}/s, {}", d.at_ms, d.threshold, d.reason);
+            let _ = writeln!(
+                out,
+                "  at {} ms: {:.1}/s, {}",
+                d.at_ms, d.threshold, d.reason
+            );
         }
     }
+    crate::text::print(&out);
     Ok(())
 }

@@ -216,7 +216,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("flowctrl: {e}");
+            eprintln!("flowctrl: {}", text::printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }

@@ -56,16 +56,16 @@ pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
         .filter(|(_, key)| fields.iter().any(|f| f.split('=').next() == Some(**key)))
         .map(|(i, key)| format!("{key} {} -> {}", old[i], new[i]))
         .collect();
-    println!("task {name:?}: {}", changes.join(", "));
+    crate::text::line(format_args!("task {name:?}: {}", changes.join(", ")));
     let global = fields.iter().any(|f| {
         let key = f.split('=').next().unwrap_or("");
         KEYS[3..9].contains(&key)
     });
     if global && after.global_source == flowctrl::GlobalSource::Store {
-        println!(
+        crate::text::line(format_args!(
             "the store's record of {name:?} is in force: this host's own global numbers \
              changed, and apply when the record is removed"
-        );
+        ));
     }
     Ok(())
 }
@@ -203,7 +203,7 @@ pub(crate) fn reap(path: &Path) -> Result {
         })
         .collect();
     if reaped.is_empty() {
-        println!("no dead processes to reap");
+        crate::text::line(format_args!("no dead processes to reap"));
     }
     for p in reaped {
         let gave: Vec<String> = held
@@ -216,7 +216,10 @@ pub(crate) fn reap(path: &Path) -> Result {
         } else {
             format!("gave back {}", gave.join(", "))
         };
-        println!("reaped slot {} (pid {}): {gave}", p.slot, p.pid);
+        crate::text::line(format_args!(
+            "reaped slot {} (pid {}): {gave}",
+            p.slot, p.pid
+        ));
     }
     Ok(())
 }

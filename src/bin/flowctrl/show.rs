@@ -124,7 +124,7 @@ pub(crate) fn tasks(path: &Path, json: bool, config: Option<&Path>) -> Result {
         "SOURCE",
         "FROM",
     ];
-    print!("{}", table(&header, &rows));
+    crate::text::print(&table(&header, &rows));
     Ok(())
 }
 
@@ -229,7 +229,7 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
     if tasks.is_empty() {
         let _ = writeln!(out, "no tasks in {}", view.path().display());
     }
-    print!("{out}");
+    crate::text::print(&out);
     Ok(())
 }
 
@@ -286,7 +286,7 @@ pub(crate) fn check(path: &Path) -> Result {
         tasks - report.unchecked.len(),
         report.drift.len()
     );
-    print!("{out}");
+    crate::text::print(&out);
     if ok {
         Ok(())
     } else {

@@ -4,9 +4,50 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+/// Text for a terminal: every control character but the line break, and
+/// every invisible or direction-changing format character, written as its
+/// escape (`\u{1b}`), so a task name, host id or path read from a table or
+/// the store cannot move the cursor, clear the screen or reorder what is
+/// shown. Every text view prints through it ([`print`], [`table`]).
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c as u32, 0x00AD | 0x061C | 0x180E | 0x200B..=0x200F | 0x202A..=0x202E
+                | 0x2060..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB)
+    };
+    if !text.chars().any(hostile) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hostile(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+/// Prints a text view's output on stdout, through [`printable`].
+pub(crate) fn print(text: &str) {
+    print!("{}", printable(text));
+}
+
+/// Prints one line on stdout, through [`printable`].
+pub(crate) fn line(args: std::fmt::Arguments<'_>) {
+    println!("{}", printable(&args.to_string()));
+}
+
 /// Rows under a header, each column as wide as its widest cell, two spaces
-/// apart; numbers right-aligned, text left-aligned.
+/// apart; numbers right-aligned, text left-aligned. Cells are
+/// [`printable`] before they are measured.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| printable(c).into_owned()).collect())
+        .collect();
+    let rows = &rows[..];
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -129,5 +170,17 @@ mod tests {
         assert_eq!(duration(Duration::from_micros(1500)), "1.50 ms");
         assert_eq!(offset_us(-2000), "-2.000 ms");
         assert!(is_number("1.50 ms") && is_number("-") && !is_number("open"));
+    }
+
+    #[test]
+    fn escapes_are_written_out() {
+        assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\n");
+        assert_eq!(printable("x\u{202e}y\r"), "x\\u{202e}y\\u{d}");
+        assert!(matches!(
+            printable("plain ключ"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let t = table(&["NAME"], &[vec!["\u{1b}[2J".into()]]);
+        assert!(!t.contains('\u{1b}'), "{t}");
     }
 }

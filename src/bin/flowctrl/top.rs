@@ -46,7 +46,8 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
     loop {
         std::thread::sleep(interval);
         let now = Sample::take(&view);
-        let text = frame(&view, &before, &now);
+        let frame = frame(&view, &before, &now);
+        let text = crate::text::printable(&frame);
         let mut out = std::io::stdout().lock();
         let _ = if once {
             write!(out, "{text}")

@@ -119,7 +119,8 @@ impl Spec {
             .find(|a| a.name() == name)
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "unknown limiter {name:?}: expected one of fixed, aimd, vegas, gradient, gradient2, auto"
+                    "unknown limiter {}: expected one of fixed, aimd, vegas, gradient, gradient2, auto",
+                    crate::words::echo(name)
                 ))
             })?;
         let names = algorithm.params();
@@ -130,10 +131,17 @@ impl Spec {
         let mut window_ms = DEFAULT_WINDOW_MS;
         for word in words {
             let (key, value) = word.split_once('=').ok_or_else(|| {
-                Error::invalid(format!("limiter {name}: expected key=value, not {word:?}"))
+                Error::invalid(format!(
+                    "limiter {name}: expected key=value, not {}",
+                    crate::words::echo(word)
+                ))
             })?;
             let value: f64 = value.parse().map_err(|_| {
-                Error::invalid(format!("limiter {name}: {key}={value:?} is not a number"))
+                Error::invalid(format!(
+                    "limiter {name}: {}={} is not a number",
+                    crate::words::echo(key),
+                    crate::words::echo(value)
+                ))
             })?;
             if key == "window" && algorithm != Algorithm::Fixed {
                 window_ms = value;
@@ -146,7 +154,8 @@ impl Spec {
                     .filter(|n| !retired(n))
                     .collect();
                 return Err(Error::invalid(format!(
-                    "limiter {name} has no parameter {key:?} (it has: window{}{})",
+                    "limiter {name} has no parameter {} (it has: window{}{})",
+                    crate::words::echo(key),
                     if known.is_empty() { "" } else { ", " },
                     known.join(", ")
                 )));
