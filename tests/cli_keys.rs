@@ -23,7 +23,7 @@ fn a_config_file_gives_a_task_limits_per_caller_and_an_edit_changes_them_live() 
     let table_path = scratch.path("table");
     let text = |vip: &str| {
         format!(
-            "[table]\npath = {table_path:?}\n[tasks.api]\nkey_rate = \"3/second;100/hour\"\n\
+            "[table]\npath = {table_path:?}\n[tasks.api]\nshadow = false\nkey_rate = \"3/second;100/hour\"\n\
              key_capacity = 1000\n[tasks.api.key_overrides]\n\"vip\" = {vip}\n\
              \"abuser\" = \"blocked\"\n"
         )
@@ -136,6 +136,24 @@ fn keys_set_stats_check_and_metrics_show_a_keyed_task() {
     );
     assert!(metrics.contains("flowctrl_key_capacity{task=\"api\"} 4096"));
     assert!(!metrics.contains("hot-key"), "no series per key");
+    // Shadow mode for the task's own limits, by `set`: refusals counted.
+    ok(
+        &path,
+        &["set", "api", "local_rate=1", "burst=1", "shadow=true"],
+    );
+    assert!(task.settings().local.shadow);
+    for _ in 0..5 {
+        assert!(task.acquire(1).unwrap().permit().is_some());
+    }
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&path, &["stats", "--json", "api"])).unwrap();
+    assert_eq!(stats["tasks"][0]["stats"]["shadow_refused"], 4);
+    assert_eq!(stats["tasks"][0]["settings"]["shadow"], true);
+    let metrics = Server::start(&path).get("/metrics").1;
+    assert!(
+        metrics.contains("flowctrl_requests_shadow_refused_total{task=\"api\"} 4"),
+        "{metrics}"
+    );
     let err = fails(cli::flowctrl(&path, &["keys", "nope"]));
     assert!(err.contains("nope"), "{err}");
 }

@@ -473,3 +473,45 @@ fn spawn_worker(path: &std::path::Path, opts: &TableOptions, seed: u64) -> libc:
         }
     })
 }
+
+/// Shadow mode for a task's own limits: what they would refuse is counted
+/// (by its limit, and as shadow refused) and admitted; a keyed task's own
+/// limits too. Set by the config file and by `flowctrl set` as well (tests
+/// there); off again, the limits refuse.
+#[test]
+fn a_tasks_shadow_mode_counts_its_refusals_and_admits() {
+    let scratch = Scratch::new("task-shadow");
+    let t = table(&scratch);
+    let task = t
+        .task(
+            "rolled-out",
+            &TaskConfig::new().local_rate(1.0).burst(2).shadow(true),
+        )
+        .unwrap();
+    let permits: Vec<_> = (0..10)
+        .map(|_| {
+            task.acquire(1)
+                .unwrap()
+                .permit()
+                .expect("admitted in shadow mode")
+        })
+        .collect();
+    drop(permits);
+    let s = task.stats();
+    assert_eq!((s.admitted, s.limited_local, s.shadow_refused), (10, 8, 8));
+    assert_eq!(s.in_flight, 0);
+    task.set_keys(&KeyConfig::new(
+        KeyLimits::new().rate(KeyRate::per_second(1000.0)),
+    ))
+    .unwrap();
+    assert!(
+        admitted(&task, "k"),
+        "the task's refusal of a keyed request is shadowed too"
+    );
+    assert_eq!(task.stats().shadow_refused, 9);
+    task.update(&TaskConfig::new().shadow(false)).unwrap();
+    assert!(
+        task.acquire(1).unwrap().permit().is_none(),
+        "refused once shadow is off"
+    );
+}

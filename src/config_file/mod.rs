@@ -182,6 +182,7 @@ pub(crate) fn not_in(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
     clear(&l.max_concurrency, &mut out.local.max_concurrency);
     clear(&l.wait_order, &mut out.local.wait_order);
     clear(&l.barging, &mut out.local.barging);
+    clear(&l.shadow, &mut out.local.shadow);
     clear(&g.global_rate, &mut out.global.global_rate);
     clear(&g.slice_ms, &mut out.global.slice_ms);
     clear(&g.chunk, &mut out.global.chunk);
@@ -205,6 +206,7 @@ pub(crate) fn over(file: &TaskConfig, code: &TaskConfig) -> TaskConfig {
     out.local.max_concurrency = l.max_concurrency.or(cl.max_concurrency);
     out.local.wait_order = l.wait_order.or(cl.wait_order);
     out.local.barging = l.barging.or(cl.barging);
+    out.local.shadow = l.shadow.or(cl.shadow);
     out.global.global_rate = g.global_rate.or(cg.global_rate);
     out.global.slice_ms = g.slice_ms.or(cg.slice_ms);
     out.global.chunk = g.chunk.or(cg.chunk);

@@ -60,6 +60,7 @@ struct TaskFields {
     max_concurrency: Option<u32>,
     wait_order: Option<String>,
     barging: Option<bool>,
+    shadow: Option<bool>,
     global_rate: Option<f64>,
     slice_ms: Option<u32>,
     chunk: Option<u32>,
@@ -275,6 +276,7 @@ fn task_config(f: TaskFields) -> Result<TaskConfig> {
             max_concurrency: f.max_concurrency,
             wait_order: f.wait_order.as_deref().map(WaitOrder::parse).transpose()?,
             barging: f.barging,
+            shadow: f.shadow,
         },
         global: GlobalConfig {
             global_rate: f.global_rate,

@@ -48,6 +48,9 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
                     )));
                 }
             },
+            // Set through the config file and `flowctrl set`: the C
+            // struct keeps its size.
+            shadow: None,
         },
         global: GlobalConfig {
             global_rate: rate(c.global_rate),

@@ -16,6 +16,9 @@ const GEN_MASK: u64 = (1 << 39) - 1;
 /// defaults, first come first served and no barging).
 pub(crate) const WAIT_LIFO: u64 = 1;
 pub(crate) const WAIT_BARGING: u64 = 2;
+/// Shadow mode: a request the task's limits refuse is counted and admitted
+/// (0.3.0 knows no such bit: its processes refuse).
+pub(crate) const POLICY_SHADOW: u64 = 4;
 
 /// The limit word's limit, if an adaptive limiter is configured.
 #[inline]

@@ -79,7 +79,10 @@ pub(crate) struct TaskSlot {
     /// 1 once the task has key limits (a key file beside the table, see
     /// `keyed`); 0.3.0 left this word zero: none.
     pub keyed: AtomicU64,
-    _pad3: [AtomicU64; 6],
+    /// Requests shadow mode admitted that the task's limits refused
+    /// (0.3.0 left this word zero).
+    pub shadow_refused: AtomicU64,
+    _pad3: [AtomicU64; 5],
     /// The global quota (see `quota`).
     pub quota: QuotaSlot,
     /// The host-wide adaptive concurrency limit (see `task::adaptive`).

@@ -116,6 +116,14 @@ pub(super) fn tasks(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         None,
         each(&|t| t.stats.admitted),
     )?;
+    counter(
+        e,
+        "flowctrl_requests_shadow_refused",
+        "Permits the task's limits refused and shadow mode admitted (counted as admitted \
+         and by the limit that refused them too).",
+        None,
+        each(&|t| t.stats.shadow_refused),
+    )?;
     let mut limited = Vec::new();
     for t in tasks {
         for (reason, n) in [

@@ -31,6 +31,9 @@ pub struct LocalConfig {
     /// Whether a non-waiting acquire may take a permit while others wait
     /// for one (throughput first). Default false: it is refused.
     pub barging: Option<bool>,
+    /// Shadow mode: a request the task's own limits would refuse is
+    /// counted (`TaskStats::shadow_refused`) and admitted. Default false.
+    pub shadow: Option<bool>,
 }
 
 /// A task's local fields in force.
@@ -41,6 +44,7 @@ pub struct LocalSettings {
     pub max_concurrency: u32,
     pub wait_order: WaitOrder,
     pub barging: bool,
+    pub shadow: bool,
 }
 
 impl Default for LocalSettings {
@@ -51,6 +55,7 @@ impl Default for LocalSettings {
             max_concurrency: 0,
             wait_order: WaitOrder::Fifo,
             barging: false,
+            shadow: false,
         }
     }
 }
@@ -64,6 +69,10 @@ impl LocalSettings {
             0
         }) | if self.barging {
             format::WAIT_BARGING
+        } else {
+            0
+        } | if self.shadow {
+            format::POLICY_SHADOW
         } else {
             0
         }
@@ -135,6 +144,13 @@ impl TaskConfig {
     /// (default false: while anyone waits, it is refused).
     pub fn barging(mut self, on: bool) -> Self {
         self.local.barging = Some(on);
+        self
+    }
+
+    /// Shadow mode: refusals by the task's own limits are counted and
+    /// admitted (a limit rolled out safely).
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.local.shadow = Some(on);
         self
     }
 
@@ -212,6 +228,7 @@ impl TaskConfig {
                 max_concurrency: l.max_concurrency.unwrap_or(base.local.max_concurrency),
                 wait_order: l.wait_order.unwrap_or(base.local.wait_order),
                 barging: l.barging.unwrap_or(base.local.barging),
+                shadow: l.shadow.unwrap_or(base.local.shadow),
             },
             global: self.global.over(base.global),
             limiter: self.limiter.over(base.limiter),
@@ -283,6 +300,9 @@ impl LocalSettings {
         if let Some(b) = asked.barging.filter(|b| *b != self.barging) {
             out.push(format!("barging {} (asked {b})", self.barging));
         }
+        if let Some(b) = asked.shadow.filter(|b| *b != self.shadow) {
+            out.push(format!("shadow {} (asked {b})", self.shadow));
+        }
     }
 }
 
@@ -340,6 +360,7 @@ pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
                 WaitOrder::Fifo
             },
             barging: policy & format::WAIT_BARGING != 0,
+            shadow: policy & format::POLICY_SHADOW != 0,
         },
         global: GlobalSettings::of(limits.global),
         limiter: limiter(slot).0,

@@ -153,7 +153,11 @@ impl Task {
             Ok(t) => t,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        match self.decide(n, false) {
+        let decided = match self.decide(n, false) {
+            Ok(Err(why)) => self.refused(n, why),
+            other => other,
+        };
+        match decided {
             Ok(Ok(raw)) => {
                 let record = taken.record();
                 drop(taken);

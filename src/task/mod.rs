@@ -171,7 +171,34 @@ impl Task {
     /// allocation.
     #[inline(always)]
     pub fn acquire_raw(&self, n: u32) -> Result<Result<RawPermit, Limited>> {
-        self.decide(n, false)
+        match self.decide(n, false)? {
+            Err(why) => self.refused(n, why),
+            admitted => Ok(admitted),
+        }
+    }
+
+    /// A refusal by the task's own limits: kept, or in shadow mode counted
+    /// (beside the refusal's own counter) and admitted with a permit that
+    /// holds nothing. Read only on a refusal: admissions pay nothing for it.
+    #[cold]
+    pub(super) fn refused(&self, n: u32, why: Limited) -> Result<Result<RawPermit, Limited>> {
+        let shm = &*self.shm;
+        let slot = shm.task_slot(self.index);
+        if slot.adaptive.wait_policy.load(Ordering::Relaxed) & crate::format::POLICY_SHADOW == 0 {
+            return Ok(Err(why));
+        }
+        slot.shadow_refused.fetch_add(n as u64, Ordering::Relaxed);
+        let owner = shm.owner()?;
+        let (counters, _) = self.own_lane(owner.index().unwrap_or(0), preferred_lane());
+        count(counters, Counter::Admitted, n as u64);
+        Ok(Ok(RawPermit::issue(
+            shm,
+            owner,
+            self.index,
+            n,
+            shm.clock.now(),
+            0,
+        )))
     }
 
     /// [`Task::decide`] for the head of the wait queue's turn, apart: the

@@ -52,6 +52,9 @@ pub struct TaskStats {
     /// Of those, the acquires of a capped task, refused (and counted as
     /// limited by concurrency too): their permits would have had no ledger.
     pub unlaned_refused: u64,
+    /// Requests the task's limits refused and shadow mode admitted (also
+    /// counted as `admitted` and by the limit that refused them).
+    pub shadow_refused: u64,
 }
 
 /// One attachment's share of a task's counters since it attached.
@@ -253,6 +256,7 @@ pub(crate) fn read(region: &Region, index: u32) -> TaskStats {
         stats.unlaned_refused = beside.unlaned_refused;
     }
     stats.limit = super::limit(slot).map_or(0, u64::from);
+    stats.shadow_refused = slot.shadow_refused.load(Ordering::Relaxed);
     if crate::format::limit_of(load_acquire(&slot.adaptive.limit)).is_some() {
         let state = adaptive::committed(slot);
         stats.baseline_rtt_ns = state.baseline_ns as u64;

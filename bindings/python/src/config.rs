@@ -41,6 +41,8 @@ pub(crate) fn task_config(
                 .transpose()
                 .map_err(to_py)?,
             barging,
+            // Set through the config file and `flowctrl set`.
+            shadow: None,
         },
         global: GlobalConfig {
             global_rate,
@@ -110,6 +112,7 @@ pub(crate) fn settings_dict<'py>(
         max_concurrency,
         wait_order,
         barging,
+        shadow,
     } = s.local;
     let GlobalSettings {
         global_rate,
@@ -126,6 +129,7 @@ pub(crate) fn settings_dict<'py>(
     d.set_item("max_concurrency", max_concurrency)?;
     d.set_item("wait_order", wait_order.name())?;
     d.set_item("barging", barging)?;
+    d.set_item("shadow", shadow)?;
     d.set_item("global_rate", global_rate)?;
     d.set_item("slice_ms", slice_ms)?;
     d.set_item("chunk", chunk)?;

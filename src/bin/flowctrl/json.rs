@@ -13,6 +13,7 @@ pub(crate) fn settings_json(t: &TaskSnapshot) -> Value {
         "local_rate": l.local_rate,
         "burst": l.burst,
         "max_concurrency": l.max_concurrency,
+        "shadow": l.shadow,
         "limiter": m.to_string(),
         "min_limit": m.min,
         "max_limit": m.max,
@@ -42,6 +43,7 @@ pub(crate) fn counters_json(s: &flowctrl::TaskStats) -> Value {
         "waiting": s.waiting,
         "unlaned": s.unlaned,
         "unlaned_refused": s.unlaned_refused,
+        "shadow_refused": s.shadow_refused,
         "rtt_sum_ns": s.rtt_sum_ns,
         "rtt_samples": s.rtt_samples,
     })

@@ -93,7 +93,7 @@ enum Command {
         /// Fields to change, all at once: local_rate, burst,
         /// max_concurrency, global_rate, slice_ms, chunk, fallback
         /// (share, local, deny or a rate), global_burst, shards, limiter ("aimd",
-        /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit.
+        /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit, shadow (true: refusals counted and admitted); key_rate, key_max_concurrency, key_shadow, key_overflow, key_capacity, key_override.NAME for limits per caller.
         #[arg(required = true, value_name = "KEY=VALUE")]
         fields: Vec<String>,
     },

@@ -14,7 +14,7 @@ use flowctrl::{
 use crate::{Result, invalid};
 
 /// The fields `set` takes, in the order they are reported.
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "local_rate",
     "burst",
     "max_concurrency",
@@ -28,6 +28,7 @@ const KEYS: [&str; 13] = [
     "min_limit",
     "max_limit",
     "initial_limit",
+    "shadow",
 ];
 
 /// `flowctrl set TASK KEY=VALUE...`: one update of the task for the whole
@@ -275,6 +276,11 @@ fn apply(c: TaskConfig, key: &str, value: &str) -> Result<TaskConfig> {
         "min_limit" => c.min_limit(count(key, value)?),
         "max_limit" => c.max_limit(count(key, value)?),
         "initial_limit" => c.initial_limit(count(key, value)?),
+        "shadow" => c.shadow(
+            value
+                .parse()
+                .map_err(|_| invalid(format!("{key}={value:?} is not true or false")))?,
+        ),
         _ => {
             return Err(invalid(format!(
                 "unknown key {key:?}; the keys are {}",
@@ -301,7 +307,7 @@ fn count(key: &str, value: &str) -> Result<u32> {
 }
 
 /// The values of [`KEYS`] in `s`, as `set` reports them.
-fn values(s: &TaskSettings) -> [String; 13] {
+fn values(s: &TaskSettings) -> [String; 14] {
     let (l, g, m) = (&s.local, &s.global, &s.limiter);
     [
         l.local_rate.to_string(),
@@ -317,6 +323,7 @@ fn values(s: &TaskSettings) -> [String; 13] {
         m.min.to_string(),
         m.max.to_string(),
         m.initial.to_string(),
+        l.shadow.to_string(),
     ]
 }
 
