@@ -143,7 +143,7 @@ impl Keys {
                 Err(refusal) => {
                     entry.refused.fetch_add(n as u64, Ordering::Relaxed);
                     if index != region::OVERFLOW {
-                        names::note(&self.region, h.ident, key);
+                        names::note(&self.region, h.ident, key, true);
                     }
                     return Ok(Err(refusal));
                 }
@@ -178,7 +178,7 @@ impl Keys {
             |owner| shm.compact_owner_alive(owner),
         );
         if matches!(place, Place::Entry(_)) {
-            names::note(&self.region, h.ident, key);
+            names::note(&self.region, h.ident, key, false);
         }
         place
     }

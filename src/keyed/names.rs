@@ -1,25 +1,34 @@
 //! Display names of keys, for the views: an entry holds a hash only, so a
 //! key's first bytes are kept in a small cache of name slots (4,096 of 64
-//! bytes a key file), written when a key gets an entry and when it is
-//! refused. A slot holds the last key written to it; a reader checks the
-//! name against the slot's hash, so a torn or stale name is never shown
-//! as another key's.
+//! bytes a key file). A key has two slots; it takes an empty one when it
+//! gets an entry, and when it is refused it takes one even from another
+//! key (the most refused keys are the ones an operator looks for). A
+//! reader checks the name against the slot's hash, so a torn or stale
+//! name is never shown as another key's.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use super::region::KeyRegion;
 use crate::format::NAME_BYTES;
 
-fn slot_of(ident: u64) -> u32 {
-    (ident >> 20) as u32
+fn slots_of(ident: u64) -> [u32; 2] {
+    [(ident >> 20) as u32, (ident >> 40) as u32 ^ 1]
 }
 
-/// Keeps `key`'s name for `ident`, unless its slot holds it already.
-pub(crate) fn note(region: &KeyRegion, ident: u64, key: &[u8]) {
-    let slot = region.name_slot(slot_of(ident));
-    if slot.hash.load(Relaxed) == ident {
+/// Keeps `key`'s name for `ident`, unless one of its slots holds it: in an
+/// empty one, or with `take`, in its second slot whatever it holds.
+pub(crate) fn note(region: &KeyRegion, ident: u64, key: &[u8], take: bool) {
+    let [a, b] = slots_of(ident).map(|i| region.name_slot(i));
+    let (ha, hb) = (a.hash.load(Relaxed), b.hash.load(Relaxed));
+    if ha == ident || hb == ident {
         return;
     }
+    let slot = match (ha, hb) {
+        (0, _) => a,
+        (_, 0) => b,
+        _ if take => b,
+        _ => return,
+    };
     let v = slot.version.load(Acquire);
     // Odd while written; a writer that died leaves it odd, and the next
     // one takes it over (the hash check keeps readers right meanwhile).
@@ -51,7 +60,12 @@ pub(crate) fn note(region: &KeyRegion, ident: u64, key: &[u8]) {
 /// The name kept for `ident`: its first bytes and whether they are all of
 /// it; `None` if the slot holds another key's.
 pub(crate) fn name_of(region: &KeyRegion, ident: u64) -> Option<(Vec<u8>, bool)> {
-    let slot = region.name_slot(slot_of(ident));
+    slots_of(ident)
+        .into_iter()
+        .find_map(|i| read(region.name_slot(i), region, ident))
+}
+
+fn read(slot: &crate::format::NameSlot, region: &KeyRegion, ident: u64) -> Option<(Vec<u8>, bool)> {
     for _ in 0..4 {
         let v = slot.version.load(Acquire);
         if v & 1 != 0 {
