@@ -39,6 +39,33 @@
 #define FC_ADDRESS_MAX 63
 
 /**
+ * `fc_task_set_keys` flags: shadow mode (count what the key limits would
+ * refuse, admit).
+ */
+#define FC_KEYS_SHADOW 1
+
+/**
+ * `fc_task_set_keys`: keys that find no entry pass the key limits
+ * (default: they share one overflow state).
+ */
+#define FC_KEYS_OVERFLOW_ADMIT 2
+
+/**
+ * `fc_task_set_key_override`: the key has no key limit.
+ */
+#define FC_KEY_UNLIMITED 4
+
+/**
+ * `fc_task_set_key_override`: the key is refused (`FC_LIMITED_KEY_BLOCKED`).
+ */
+#define FC_KEY_BLOCKED 8
+
+/**
+ * `fc_task_set_key_override`: the key's override is removed.
+ */
+#define FC_KEY_REMOVE 16
+
+/**
  * Log levels: a callback's `level` delivers that level and the more
  * severe ones (`FC_LOG_INFO` delivers errors, warnings and information).
  */
@@ -190,6 +217,19 @@ enum fc_status
    * Rejected: the host's concurrency cap for the task is reached.
    */
   FC_LIMITED_CONCURRENCY = 3,
+  /**
+   * A key's rate refused a keyed acquire (`fc_acquire_key`).
+   */
+  FC_LIMITED_KEY_RATE = 4,
+  /**
+   * A key's concurrency cap refused it (or its process holds permits
+   * of as many distinct keys as it has records for).
+   */
+  FC_LIMITED_KEY_CONCURRENCY = 5,
+  /**
+   * The key is blocked (an override admitting nothing).
+   */
+  FC_LIMITED_KEY_BLOCKED = 6,
   /**
    * A NULL pointer, n = 0, n above the burst, a bad option or permit.
    */
@@ -479,6 +519,69 @@ typedef struct fc_table_report {
    */
   uint64_t config_errors;
 } fc_table_report;
+
+/**
+ * An admitted request, in caller memory: no allocation per request and no
+ * init call. Its size is 64 bytes and never changes (the reserved words are
+ * room for later versions). Opaque: pass it to `fc_release` as
+ * `fc_acquire` filled it, in the same process; `fc_release` marks it
+ * released. A released, altered, foreign or inherited-across-fork permit is
+ * refused.
+ */
+typedef struct fc_permit {
+  uint64_t acquired_at;
+  uint64_t owner;
+  uint32_t task;
+  uint32_t n;
+  uint32_t flags;
+  /**
+   * A keyed permit's hold of its key (opaque; 0 in permits of tasks
+   * without key limits, as in every permit before them).
+   */
+  uint32_t reserved0;
+  uint64_t check;
+  uint64_t reserved[3];
+} fc_permit;
+
+/**
+ * A key's state for `Retry-After` and the `RateLimit-*` headers, read
+ * without spending. Fill it with `fc_key_state_init(&s, sizeof s)`.
+ */
+typedef struct fc_key_state {
+  /**
+   * `sizeof` the struct as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * 1 if the key holds an entry now.
+   */
+  uint32_t present;
+  /**
+   * The tightest rate's limit (its burst), and what it admits now.
+   */
+  uint32_t limit;
+  uint32_t remaining;
+  /**
+   * When that rate is whole again, and when one request can pass, ns.
+   */
+  uint64_t reset_after_ns;
+  uint64_t retry_after_ns;
+  /**
+   * Permits of the key in flight on the host, and its cap (0: none).
+   */
+  uint32_t in_flight;
+  uint32_t max_concurrency;
+  /**
+   * 1 if an override applies; 1 if the key is blocked; 1 if unlimited.
+   */
+  uint32_t overridden;
+  uint32_t blocked;
+  uint32_t unlimited;
+  /**
+   * Written as 0.
+   */
+  uint32_t reserved;
+} fc_key_state;
 
 /**
  * One log line, as the callback receives it. Valid only during the call:
@@ -964,29 +1067,6 @@ typedef struct fc_table_options {
 } fc_table_options;
 
 /**
- * An admitted request, in caller memory: no allocation per request and no
- * init call. Its size is 64 bytes and never changes (the reserved words are
- * room for later versions). Opaque: pass it to `fc_release` as
- * `fc_acquire` filled it, in the same process; `fc_release` marks it
- * released. A released, altered, foreign or inherited-across-fork permit is
- * refused.
- */
-typedef struct fc_permit {
-  uint64_t acquired_at;
-  uint64_t owner;
-  uint32_t task;
-  uint32_t n;
-  uint32_t flags;
-  /**
-   * A keyed permit's hold of its key (opaque; 0 in permits of tasks
-   * without key limits, as in every permit before them).
-   */
-  uint32_t reserved0;
-  uint64_t check;
-  uint64_t reserved[3];
-} fc_permit;
-
-/**
  * The request completed; its round-trip time is a latency sample.
  */
 #define FC_OUTCOME_SUCCESS 0
@@ -1113,6 +1193,70 @@ fc_status fc_table_report_init(struct fc_table_report *report, size_t size);
  * the request path. Thread-safe.
  */
 fc_status fc_table_check(const struct fc_table *table, struct fc_table_report *report);
+
+/**
+ * Gives the task key limits for every process on the host, or changes
+ * them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
+ * `max_concurrency` (0: none), `capacity` keys (0: 65,536; fixed when
+ * the task's key file is made), `flags` `FC_KEYS_SHADOW`,
+ * `FC_KEYS_OVERFLOW_ADMIT`. Thread-safe.
+ */
+fc_status fc_task_set_keys(const struct fc_task *task,
+                           const char *rates,
+                           uint32_t max_concurrency,
+                           uint32_t capacity,
+                           uint32_t flags);
+
+/**
+ * Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
+ * `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
+ * `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
+ * `FC_KEYS_SHADOW`. Thread-safe.
+ */
+fc_status fc_task_set_key_override(const struct fc_task *task,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   const char *rates,
+                                   uint32_t max_concurrency,
+                                   uint32_t flags);
+
+/**
+ * Asks for `n` permits for `key` (`key_len` bytes, at most 4,096): `FC_OK`
+ * with `*permit` filled (release it with `fc_release`) only if the key's
+ * limits and the task's own admit it; a refusal spends neither.
+ * `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED` for the key's
+ * limits, the task's own `FC_LIMITED_*` for its; `fc_last_refusal` then
+ * says when an identical request can pass. Thread-safe; no allocation.
+ */
+fc_status fc_acquire_key(const struct fc_task *task,
+                         const uint8_t *key,
+                         size_t key_len,
+                         uint32_t n,
+                         struct fc_permit *permit);
+
+/**
+ * The last keyed refusal of this thread: when an identical request can
+ * pass (`*retry_after_ns`; `FC_RETRY_UNKNOWN` if no time is known: a cap, a
+ * blocked key, a task's limit other than its local rate) and,
+ * for `FC_LIMITED_KEY_RATE`, which of the key's rates refused (0-based,
+ * in the order given). Either pointer may be NULL.
+ */
+fc_status fc_last_refusal(uint64_t *retry_after_ns, uint32_t *which_rate);
+
+/**
+ * Fills `*state`, a struct of `size` bytes (pass `sizeof *state`), with
+ * its size and zeros.
+ */
+fc_status fc_key_state_init(struct fc_key_state *state, size_t size);
+
+/**
+ * Reads `key`'s state into `*out` (filled by `fc_key_state_init`),
+ * spending nothing. Thread-safe.
+ */
+fc_status fc_key_state_get(const struct fc_task *task,
+                           const uint8_t *key,
+                           size_t key_len,
+                           struct fc_key_state *out);
 
 /**
  * Sends flowctrl's log lines of `level` and more severe ones

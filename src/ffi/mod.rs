@@ -37,6 +37,7 @@ mod args;
 mod balance;
 mod check;
 mod config;
+mod keyed;
 mod logging;
 mod sized;
 mod stats;
@@ -49,6 +50,7 @@ mod waiting;
 
 pub use balance::*;
 pub use check::*;
+pub use keyed::*;
 pub use logging::*;
 pub use stats::*;
 pub use status::*;

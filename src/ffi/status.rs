@@ -18,6 +18,13 @@ pub enum fc_status {
     FC_LIMITED_GLOBAL = 2,
     /// Rejected: the host's concurrency cap for the task is reached.
     FC_LIMITED_CONCURRENCY = 3,
+    /// A key's rate refused a keyed acquire (`fc_acquire_key`).
+    FC_LIMITED_KEY_RATE = 4,
+    /// A key's concurrency cap refused it (or its process holds permits
+    /// of as many distinct keys as it has records for).
+    FC_LIMITED_KEY_CONCURRENCY = 5,
+    /// The key is blocked (an override admitting nothing).
+    FC_LIMITED_KEY_BLOCKED = 6,
     /// A NULL pointer, n = 0, n above the burst, a bad option or permit.
     FC_ERR_INVALID_ARGUMENT = 100,
     /// A task name that is empty, over 63 bytes, not UTF-8 or not printable.
@@ -91,6 +98,15 @@ const STATUS_TEXT: &[(fc_status, &str)] = &[
         fc_status::FC_LIMITED_CONCURRENCY,
         "limited by concurrency\0",
     ),
+    (
+        fc_status::FC_LIMITED_KEY_RATE,
+        "limited by the key's rate\0",
+    ),
+    (
+        fc_status::FC_LIMITED_KEY_CONCURRENCY,
+        "limited by the key's concurrency\0",
+    ),
+    (fc_status::FC_LIMITED_KEY_BLOCKED, "the key is blocked\0"),
     (fc_status::FC_ERR_INVALID_ARGUMENT, "invalid argument\0"),
     (fc_status::FC_ERR_INVALID_NAME, "invalid task name\0"),
     (fc_status::FC_ERR_TABLE_FULL, "table full\0"),

@@ -55,6 +55,9 @@ static const char *status_name(uint32_t status)
     case FC_LIMITED_LOCAL: return "FC_LIMITED_LOCAL";
     case FC_LIMITED_GLOBAL: return "FC_LIMITED_GLOBAL";
     case FC_LIMITED_CONCURRENCY: return "FC_LIMITED_CONCURRENCY";
+    case FC_LIMITED_KEY_RATE: return "FC_LIMITED_KEY_RATE";
+    case FC_LIMITED_KEY_CONCURRENCY: return "FC_LIMITED_KEY_CONCURRENCY";
+    case FC_LIMITED_KEY_BLOCKED: return "FC_LIMITED_KEY_BLOCKED";
     case FC_ERR_INVALID_ARGUMENT: return "FC_ERR_INVALID_ARGUMENT";
     case FC_ERR_INVALID_NAME: return "FC_ERR_INVALID_NAME";
     case FC_ERR_TABLE_FULL: return "FC_ERR_TABLE_FULL";
@@ -335,12 +338,13 @@ static void test_version_and_status_strings(void)
 {
     static const uint32_t statuses[] = {
         FC_OK, FC_LIMITED_LOCAL, FC_LIMITED_GLOBAL, FC_LIMITED_CONCURRENCY,
+        FC_LIMITED_KEY_RATE, FC_LIMITED_KEY_CONCURRENCY, FC_LIMITED_KEY_BLOCKED,
         FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_NAME, FC_ERR_TABLE_FULL,
         FC_ERR_TOO_MANY_PROCESSES, FC_ERR_CONFIG_MISMATCH, FC_ERR_INCOMPATIBLE,
         FC_ERR_CORRUPT, FC_ERR_IO, FC_ERR_PERMISSION, FC_ERR_TIMEOUT,
         FC_ERR_INTERNAL,
     };
-    static const uint32_t unknown[] = { 4, 99, 111, 198, 200, 0xffffffffu };
+    static const uint32_t unknown[] = { 7, 99, 111, 198, 200, 0xffffffffu };
     const size_t count = sizeof statuses / sizeof statuses[0];
     char expected[32];
     const char *unknown_text = fc_status_str(unknown[0]);
@@ -2139,6 +2143,117 @@ static void test_balancers(void)
     fc_table_close(table);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Limits per caller                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void test_keyed(void)
+{
+    char path[PATH_LEN], keys_path[PATH_LEN + 16];
+    fc_table *table;
+    fc_task *task;
+    fc_permit p, held[2];
+    struct fc_key_state state;
+    uint64_t retry_ns = 0;
+    uint32_t which = 99;
+    int i, admitted = 0, wstatus;
+    pid_t pid;
+
+    section("keyed: per-key rates, caps, overrides and the answers of a refusal");
+    scratch_path(path, "keyed");
+    table = open_table(path, NULL);
+    task = register_task(table, "api", 0, 1, 0);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"a", 1, 1, &p), FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "no key limits") != NULL, "a task without keys says so: %s",
+          fc_last_error());
+    EXPECT(fc_task_set_keys(task, "5/second;1000/fortnight", 0, 64, 0), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_keys(task, "5/second;7/hour", 2, 64, 0), FC_OK);
+    snprintf(keys_path, sizeof keys_path, "%s.keys.", path);
+    for (i = 0; i < 10; i++) {
+        fc_status st = fc_acquire_key(task, (const uint8_t *)"alice", 5, 1, &p);
+        if (st == FC_OK) {
+            admitted++;
+            EXPECT(fc_release(task, &p, FC_OUTCOME_SUCCESS), FC_OK);
+        } else {
+            CHECK(st == FC_LIMITED_KEY_RATE, "refused by a rate: %s", status_name(st));
+        }
+    }
+    check_eq((uint64_t)admitted, 5, "alice admitted at most her burst of 5", __LINE__);
+    EXPECT(fc_last_refusal(&retry_ns, &which), FC_OK);
+    CHECK(which == 0 && retry_ns > 100000000ull && retry_ns <= 200000000ull,
+          "the first rate refused, retry in (100, 200] ms: rate %u, %llu ns", which,
+          (unsigned long long)retry_ns);
+    EXPECT(fc_key_state_init(&state, sizeof state), FC_OK);
+    EXPECT(fc_key_state_get(task, (const uint8_t *)"alice", 5, &state), FC_OK);
+    CHECK(state.present == 1 && state.limit == 5 && state.remaining == 0,
+          "her state: present, limit 5, none remaining (%u %u %u)", state.present, state.limit,
+          state.remaining);
+    /* The cap: two in flight, the third refused, a release lets one in. */
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"bob", 3, 1, &held[0]), FC_OK);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"bob", 3, 1, &held[1]), FC_OK);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"bob", 3, 1, &p), FC_LIMITED_KEY_CONCURRENCY);
+    EXPECT(fc_release(task, &held[0], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_release(task, &held[0], FC_OUTCOME_SUCCESS), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"bob", 3, 1, &held[0]), FC_OK);
+    /* Overrides. */
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"vip", 3, NULL, 0, FC_KEY_UNLIMITED),
+           FC_OK);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"bad", 3, NULL, 0, FC_KEY_BLOCKED),
+           FC_OK);
+    for (i = 0; i < 20; i++) {
+        EXPECT(fc_acquire_key(task, (const uint8_t *)"vip", 3, 1, &p), FC_OK);
+        EXPECT(fc_release(task, &p, FC_OUTCOME_SUCCESS), FC_OK);
+    }
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"bad", 3, 1, &p), FC_LIMITED_KEY_BLOCKED);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"bad", 3, NULL, 0, FC_KEY_REMOVE),
+           FC_OK);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"bad", 3, 1, &p), FC_OK);
+    EXPECT(fc_release(task, &p, FC_OUTCOME_SUCCESS), FC_OK);
+    /* Bad input: a status and a reason, never a crash. */
+    EXPECT(fc_acquire_key(task, NULL, 3, 1, &p), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"x", 5000, 1, &p), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_acquire_key(task, (const uint8_t *)"x", 1, 1, NULL), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_keys(task, NULL, 0, 0, 0x80), FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
+                                    FC_KEY_UNLIMITED | FC_KEY_BLOCKED),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_key_state_get(task, (const uint8_t *)"k", 1, NULL), FC_ERR_INVALID_ARGUMENT);
+    /* A forked worker holding bob's last permit is SIGKILLed: it comes back. */
+    EXPECT(fc_release(task, &held[1], FC_OUTCOME_SUCCESS), FC_OK);
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        fail(__LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        alarm(30);
+        if (fc_acquire_key(task, (const uint8_t *)"bob", 3, 1, &p) != FC_OK)
+            _exit(1);
+        kill(getpid(), SIGKILL);
+        for (;;)
+            pause();
+    }
+    CHECK(waitpid(pid, &wstatus, 0) == pid && WIFSIGNALED(wstatus), "the worker was killed");
+    {
+        uint32_t reaped = 0;
+        EXPECT(fc_table_reap(table, &reaped), FC_OK);
+    }
+    EXPECT(fc_key_state_get(task, (const uint8_t *)"bob", 3, &state), FC_OK);
+    check_eq(state.in_flight, 1, "bob: the live permit only, the dead one's came back",
+             __LINE__);
+    EXPECT(fc_release(task, &held[0], FC_OUTCOME_SUCCESS), FC_OK);
+    EXPECT(fc_key_state_get(task, (const uint8_t *)"bob", 3, &state), FC_OK);
+    check_eq(state.in_flight, 0, "bob holds nothing", __LINE__);
+    fc_task_free(task);
+    fc_table_close(table);
+    for (i = 0; i < 4096; i++) {
+        char k[PATH_LEN + 32];
+        snprintf(k, sizeof k, "%s%d", keys_path, i);
+        if (unlink(k) == 0)
+            break;
+    }
+}
+
 int main(int argc, char **argv)
 {
     int len;
@@ -2171,6 +2286,7 @@ int main(int argc, char **argv)
     test_unset_fields();
     test_cap_set_later();
     test_fork_reclaim();
+    test_keyed();
     test_permit_does_not_cross_fork();
     test_check_and_reap();
     test_main_thread_exited();
