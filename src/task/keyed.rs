@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Permit, RawPermit, Task};
+use super::{OwnedPermit, Permit, RawPermit, Task};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keyed::{
     KeyConfig, KeyInfo, KeyLimits, KeyRefusal, KeyRefused, KeyState, KeyStats, Keys,
@@ -191,21 +191,57 @@ impl Task {
         n: u32,
         timeout: Duration,
     ) -> Result<KeyDecision<'_>> {
+        Ok(match self.acquire_key_raw_timeout(key, n, timeout)? {
+            Ok(raw) => KeyDecision::Admitted(Permit::new(self, raw)),
+            Err(refusal) => KeyDecision::Limited(refusal),
+        })
+    }
+
+    /// [`Task::acquire_key`] giving a permit that owns a handle of the task.
+    pub fn acquire_key_owned(
+        &self,
+        key: &[u8],
+        n: u32,
+    ) -> Result<std::result::Result<OwnedPermit, KeyRefusal>> {
+        Ok(self
+            .acquire_key_raw(key, n)?
+            .map(|raw| OwnedPermit::new(self.clone(), raw)))
+    }
+
+    /// [`Task::acquire_key_timeout`] giving a permit that owns a handle of
+    /// the task.
+    pub fn acquire_key_owned_timeout(
+        &self,
+        key: &[u8],
+        n: u32,
+        timeout: Duration,
+    ) -> Result<std::result::Result<OwnedPermit, KeyRefusal>> {
+        Ok(self
+            .acquire_key_raw_timeout(key, n, timeout)?
+            .map(|raw| OwnedPermit::new(self.clone(), raw)))
+    }
+
+    fn acquire_key_raw_timeout(
+        &self,
+        key: &[u8],
+        n: u32,
+        timeout: Duration,
+    ) -> Result<std::result::Result<RawPermit, KeyRefusal>> {
         let deadline = Instant::now() + timeout;
         loop {
             match self.acquire_key_raw(key, n)? {
-                Ok(raw) => return Ok(KeyDecision::Admitted(Permit::new(self, raw))),
+                Ok(raw) => return Ok(Ok(raw)),
                 Err(refusal) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let pause = match refusal.by {
-                        KeyRefused::Blocked => return Ok(KeyDecision::Limited(refusal)),
+                        KeyRefused::Blocked => return Ok(Err(refusal)),
                         _ => refusal
                             .retry_after
                             .unwrap_or(Duration::from_micros(500))
                             .max(Duration::from_micros(50)),
                     };
                     if left.is_zero() || pause > left {
-                        return Ok(KeyDecision::Limited(refusal));
+                        return Ok(Err(refusal));
                     }
                     std::thread::sleep(pause);
                 }

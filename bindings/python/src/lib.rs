@@ -18,6 +18,7 @@ mod args;
 mod balance;
 mod config;
 mod error;
+mod keyed;
 mod logging;
 mod store;
 mod task;

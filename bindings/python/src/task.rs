@@ -12,6 +12,7 @@ use pyo3::types::PyDict;
 use crate::args::{self, exit_outcome, lock};
 use crate::config;
 use crate::error::{InvalidArgumentError, TableClosedError, limited, to_py};
+use crate::keyed;
 
 /// A task registered in a table.
 #[pyclass(frozen, module = "flowctrl")]
@@ -53,10 +54,24 @@ fn acquire_now(
 
 #[pymethods]
 impl Task {
-    /// Returns a Permit, or None when a limit rejects the request.
-    #[pyo3(signature = (n=1))]
-    fn try_acquire(&self, py: Python<'_>, n: u32) -> PyResult<Option<Permit>> {
+    /// Returns a Permit, or None when a limit rejects the request. With
+    /// `key` (str or bytes), the key's limits apply too (a keyed task).
+    #[pyo3(signature = (n=1, *, key=None))]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        n: u32,
+        key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Permit>> {
         let task = self.live()?;
+        if let Some(key) = key {
+            let key = keyed::key_bytes(key)?;
+            return Ok(py
+                .detach(|| task.acquire_key_owned(&key, n))
+                .map_err(to_py)?
+                .ok()
+                .map(Permit::new));
+        }
         Ok(acquire_now(py, task, n)?.ok().map(Permit::new))
     }
 
@@ -69,9 +84,29 @@ impl Task {
 
     /// Returns a Permit (a context manager), or raises Limited. With a
     /// `timeout` (seconds), waits up to it for a permit, without the GIL.
-    #[pyo3(signature = (n=1, timeout=None))]
-    fn acquire(&self, py: Python<'_>, n: u32, timeout: Option<f64>) -> PyResult<Permit> {
+    #[pyo3(signature = (n=1, timeout=None, *, key=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        n: u32,
+        timeout: Option<f64>,
+        key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Permit> {
         let task = self.live()?;
+        if let Some(key) = key {
+            let key = keyed::key_bytes(key)?;
+            let timeout = args::seconds("timeout", timeout)?;
+            let decision = py
+                .detach(|| match timeout {
+                    None => task.acquire_key_owned(&key, n),
+                    Some(t) => task.acquire_key_owned_timeout(&key, n, t),
+                })
+                .map_err(to_py)?;
+            return match decision {
+                Ok(permit) => Ok(Permit::new(permit)),
+                Err(refusal) => Err(keyed::limited(task, &refusal)),
+            };
+        }
         let decision = match args::seconds("timeout", timeout)? {
             None => acquire_now(py, task, n)?,
             Some(t) => py
@@ -86,17 +121,21 @@ impl Task {
 
     /// An async context manager (and awaitable) giving a Permit, waiting up
     /// to `timeout` seconds without blocking the event loop.
-    #[pyo3(signature = (n=1, timeout=None))]
+    #[pyo3(signature = (n=1, timeout=None, *, key=None))]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         n: u32,
         timeout: Option<f64>,
+        key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         args::seconds("timeout", timeout)?;
         let py = slf.py();
+        if let Some(key) = key {
+            keyed::key_bytes(key)?;
+        }
         py.import("flowctrl._aio")?
             .getattr("AsyncAcquire")?
-            .call1((slf, n, timeout))
+            .call1((slf, n, timeout, key))
     }
 
     /// The waiting acquire `acquire_async` drives (see `flowctrl._aio`).
@@ -104,6 +143,72 @@ impl Task {
     fn waiter(&self, n: u32, timeout: Option<f64>) -> PyResult<crate::waiter::Waiter> {
         let timeout = args::seconds("timeout", timeout)?;
         Ok(crate::waiter::Waiter::new(self.live()?, n, timeout))
+    }
+
+    /// Gives the task limits per caller (every process on the host):
+    /// `rates` like "10/second;1000/hour", a per-key `max_concurrency`,
+    /// `capacity` keys (fixed when the key file is made), `shadow`,
+    /// `overflow` "shared" or "admit".
+    #[pyo3(signature = (rates=None, *, max_concurrency=0, capacity=65536, shadow=false,
+                        overflow="shared"))]
+    fn set_keys(
+        &self,
+        rates: Option<&str>,
+        max_concurrency: u32,
+        capacity: u32,
+        shadow: bool,
+        overflow: &str,
+    ) -> PyResult<()> {
+        let limits = keyed::limits(rates, max_concurrency, shadow, false, false)?;
+        let config = keyed::config(limits, capacity, overflow)?;
+        self.live()?.set_keys(&config).map_err(to_py)
+    }
+
+    /// Gives `key` limits of its own, live (or none with `unlimited`, or
+    /// nothing admitted with `blocked`).
+    #[pyo3(signature = (key, rates=None, *, max_concurrency=0, unlimited=false, blocked=false,
+                        shadow=false))]
+    fn set_key_override(
+        &self,
+        key: &Bound<'_, PyAny>,
+        rates: Option<&str>,
+        max_concurrency: u32,
+        unlimited: bool,
+        blocked: bool,
+        shadow: bool,
+    ) -> PyResult<()> {
+        let key = keyed::key_bytes(key)?;
+        let limits = keyed::limits(rates, max_concurrency, shadow, unlimited, blocked)?;
+        self.live()?
+            .set_key_override(&key, Some(&limits))
+            .map_err(to_py)
+    }
+
+    /// Takes `key`'s override away: the task's key limits apply to it.
+    fn remove_key_override(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = keyed::key_bytes(key)?;
+        self.live()?.set_key_override(&key, None).map_err(to_py)
+    }
+
+    /// `key`'s state, spending nothing: limit, remaining, reset_after and
+    /// retry_after (seconds), in_flight, max_concurrency, present,
+    /// overridden, blocked, unlimited.
+    fn key_state<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let key = keyed::key_bytes(key)?;
+        let s = self.live()?.key_state(&key).map_err(to_py)?;
+        keyed::state_dict(py, &s)
+    }
+
+    /// The key file's counters; None for a task without key limits.
+    fn key_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        match self.live()?.key_stats().map_err(to_py)? {
+            Some(s) => Ok(Some(keyed::stats_dict(py, &s)?)),
+            None => Ok(None),
+        }
     }
 
     /// The concurrency limit every process applies now (the adaptive

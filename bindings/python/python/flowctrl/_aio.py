@@ -17,7 +17,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from types import TracebackType
-from typing import TYPE_CHECKING, Generator, Optional
+from typing import TYPE_CHECKING, Generator, Optional, Union
+
+from ._errors import Limited
+
+Key = Union[str, bytes]
 
 if TYPE_CHECKING:
     from ._flowctrl import Permit, Task
@@ -28,7 +32,28 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _acquire(task: Task, n: int, timeout: Optional[float]) -> Permit:
+async def _acquire_key(task: Task, n: int, timeout: Optional[float], key: Key) -> Permit:
+    # A keyed wait: one try, then sleeps on the loop for the time the
+    # refusal names (a cap's or the task's own, a short pause) until the
+    # deadline. Waiters of one key are admitted in no particular order.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout or 0.0)
+    while True:
+        try:
+            return task.acquire(n, key=key)
+        except Limited as refused:
+            left = deadline - loop.time()
+            pause = max(refused.retry_after or 0.0005, 0.00005)
+            if refused.reason == "key_blocked" or left <= 0 or pause > left:
+                raise
+            await asyncio.sleep(pause)
+
+
+async def _acquire(
+    task: Task, n: int, timeout: Optional[float], key: Optional[Key] = None
+) -> Permit:
+    if key is not None:
+        return await _acquire_key(task, n, timeout, key)
     loop = asyncio.get_running_loop()
     if not timeout:
         # No wait: one try, off the loop if it may make a round trip.
@@ -52,19 +77,22 @@ class AsyncAcquire:
     permit on exit ("dropped" if the block raised); ``await`` gives the
     Permit itself. Raises Limited when no permit came in time."""
 
-    __slots__ = ("_task", "_n", "_timeout", "_permit")
+    __slots__ = ("_task", "_n", "_timeout", "_key", "_permit")
 
-    def __init__(self, task: Task, n: int, timeout: Optional[float]) -> None:
+    def __init__(
+        self, task: Task, n: int, timeout: Optional[float], key: Optional[Key] = None
+    ) -> None:
         self._task = task
         self._n = n
         self._timeout = timeout
+        self._key = key
         self._permit: Optional[Permit] = None
 
     def __await__(self) -> Generator[object, None, Permit]:
-        return _acquire(self._task, self._n, self._timeout).__await__()
+        return _acquire(self._task, self._n, self._timeout, self._key).__await__()
 
     async def __aenter__(self) -> Permit:
-        self._permit = await _acquire(self._task, self._n, self._timeout)
+        self._permit = await _acquire(self._task, self._n, self._timeout, self._key)
         return self._permit
 
     async def __aexit__(

@@ -29,20 +29,25 @@ class Limited(Exception):
 
     ``reason`` is ``"local"`` (the host's rate for the task is used up),
     ``"global"`` (the cluster-wide quota) or ``"concurrency"`` (the host's
-    concurrency cap is reached). Not a FlowctrlError: a rejection is a
+    concurrency cap is reached); for a keyed acquire also ``"key_rate"``,
+    ``"key_concurrency"`` or ``"key_blocked"`` (the key's own limits). Not a FlowctrlError: a rejection is a
     decision, not a failure. ``retry_after`` is how many seconds until the
     request may be admitted where that is known (the local rate's next
     admission; when the slice releases more, or ends, for ``"global"``),
     else None (a concurrency cap: a release decides).
     """
 
-    reason: Literal["local", "global", "concurrency"]
+    reason: Literal[
+        "local", "global", "concurrency", "key_rate", "key_concurrency", "key_blocked"
+    ]
     retry_after: Optional[float]
 
     def __init__(
         self,
         message: str,
-        reason: Literal["local", "global", "concurrency"],
+        reason: Literal[
+            "local", "global", "concurrency", "key_rate", "key_concurrency", "key_blocked"
+        ],
         retry_after: Optional[float] = None,
     ) -> None:
         super().__init__(message)

@@ -3,7 +3,7 @@
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Literal, Sequence, final
+from typing import Any, Callable, Literal, Sequence, final
 
 from ._aio import AsyncAcquire
 from ._types import (
@@ -194,22 +194,58 @@ class Task:
     closed.
     """
 
-    def try_acquire(self, n: int = 1) -> Permit | None:
+    def try_acquire(self, n: int = 1, *, key: str | bytes | None = None) -> Permit | None:
         """Returns a Permit, or None when a limit rejects the request. The
         GIL is kept (cheaper) unless the acquire may pull global quota from
-        the store, which other threads then do not wait out."""
+        the store, which other threads then do not wait out. With ``key``,
+        the key's limits of a keyed task apply too."""
         ...
     def _may_pull(self, n: int = 1) -> bool: ...
     def _waiter(self, n: int = 1, timeout: float | None = None) -> _Waiter: ...
-    def acquire(self, n: int = 1, timeout: float | None = None) -> Permit:
+    def acquire(
+        self, n: int = 1, timeout: float | None = None, *, key: str | bytes | None = None
+    ) -> Permit:
         """Returns a Permit (usable as a context manager) or raises Limited.
 
         With ``timeout`` (seconds), waits up to it for a permit, without
         the GIL; None does not wait.
         """
-    def acquire_async(self, n: int = 1, timeout: float | None = None) -> AsyncAcquire:
+    def acquire_async(
+        self, n: int = 1, timeout: float | None = None, *, key: str | bytes | None = None
+    ) -> AsyncAcquire:
         """``async with`` (or ``await``) it for a Permit; waits up to
         ``timeout`` seconds without blocking the event loop."""
+    def set_keys(
+        self,
+        rates: str | None = None,
+        *,
+        max_concurrency: int = 0,
+        capacity: int = 65536,
+        shadow: bool = False,
+        overflow: str = "shared",
+    ) -> None:
+        """Gives the task limits per caller: rates like "10/second;1000/hour",
+        a per-key max_concurrency, capacity keys, shadow mode, overflow
+        "shared" or "admit"."""
+    def set_key_override(
+        self,
+        key: str | bytes,
+        rates: str | None = None,
+        *,
+        max_concurrency: int = 0,
+        unlimited: bool = False,
+        blocked: bool = False,
+        shadow: bool = False,
+    ) -> None:
+        """Gives ``key`` limits of its own, live."""
+    def remove_key_override(self, key: str | bytes) -> None:
+        """Takes ``key``'s override away."""
+    def key_state(self, key: str | bytes) -> dict[str, Any]:
+        """The key's state, spending nothing: limit, remaining, reset_after,
+        retry_after (seconds), in_flight, max_concurrency, present,
+        overridden, blocked, unlimited."""
+    def key_stats(self) -> dict[str, int] | None:
+        """The key file's counters; None without key limits."""
     @property
     def limit(self) -> int | None:
         """The concurrency limit applied now; None when there is no cap."""

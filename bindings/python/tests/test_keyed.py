@@ -1,0 +1,122 @@
+"""Limits per caller from Python: a keyed task's rates, cap, overrides and
+shadow mode through every acquire form, the answers a 429 needs, bad keys
+refused, and worker processes sharing one key's limits."""
+
+import asyncio
+import multiprocessing
+import time
+
+import pytest
+
+import flowctrl
+
+
+@pytest.fixture
+def task(tmp_path):
+    table = flowctrl.Table(str(tmp_path / "t"))
+    t = table.task("api")
+    t.set_keys("5/second;100/hour", max_concurrency=2, capacity=1024)
+    yield t
+    table.close()
+
+
+def test_each_key_has_its_rate_and_a_refusal_says_when(task):
+    admitted = 0
+    for _ in range(8):
+        p = task.try_acquire(key="alice")
+        if p is not None:
+            admitted += 1
+            p.release()
+    assert admitted == 5
+    with pytest.raises(flowctrl.Limited) as refused:
+        task.acquire(key="alice")
+    assert refused.value.reason == "key_rate"
+    assert 0.1 < refused.value.retry_after <= 0.2
+    state = task.key_state("alice")
+    assert (state["limit"], state["remaining"], state["present"]) == (5, 0, True)
+    assert task.try_acquire(key=b"bob") is not None, "bytes keys too, each its own"
+
+
+def test_the_key_cap_and_a_waiting_acquire(task):
+    held = [task.acquire(key="t"), task.acquire(key="t")]
+    with pytest.raises(flowctrl.Limited) as refused:
+        task.acquire(key="t")
+    assert refused.value.reason == "key_concurrency"
+    assert task.key_state("t")["in_flight"] == 2
+    held.pop().release()
+    with task.acquire(key="t", timeout=1.0):
+        assert task.key_state("t")["in_flight"] == 2
+    # A waiting acquire sleeps out the rate's refusal.
+    for p in held:
+        p.release()
+    for _ in range(3):
+        task.acquire(key="w").release()
+    began = time.monotonic()
+    task.acquire(key="w", timeout=2.0).release()  # within the burst
+    task.acquire(key="w", timeout=2.0).release()
+    task.acquire(key="w", timeout=2.0).release()  # the sixth waits ~0.2 s
+    assert time.monotonic() - began >= 0.15
+
+
+def test_overrides_and_shadow_mode(task):
+    task.set_key_override("vip", "1000/second")
+    task.set_key_override("internal", unlimited=True)
+    task.set_key_override("abuser", blocked=True)
+    assert sum(task.try_acquire(key="vip") is not None for _ in range(50)) == 50
+    with pytest.raises(flowctrl.Limited) as refused:
+        task.acquire(key="abuser", timeout=0.5)
+    assert refused.value.reason == "key_blocked" and refused.value.retry_after is None
+    assert task.key_state("vip")["overridden"] is True
+    task.remove_key_override("abuser")
+    assert task.try_acquire(key="abuser") is not None
+    task.set_keys("1/second", shadow=True, capacity=1024)
+    assert all(task.try_acquire(key="s") is not None for _ in range(4))
+    assert task.key_stats()["shadow_refused"] == 3
+
+
+def test_asyncio_waits_without_blocking_the_loop(task):
+    async def main():
+        for _ in range(5):
+            (await task.acquire_async(key="a")).release()
+        began = time.monotonic()
+        async with task.acquire_async(timeout=2.0, key="a"):
+            pass
+        return time.monotonic() - began
+
+    assert asyncio.run(main()) >= 0.15
+
+
+def test_bad_keys_and_limits_are_refused(task):
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.try_acquire(key=7)
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.try_acquire(key="x" * 5000)
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.set_keys("10/fortnight")
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.set_key_override("k", unlimited=True, blocked=True)
+    with pytest.raises(flowctrl.InvalidArgumentError):
+        task.set_keys("1/s", overflow="drop", capacity=1024)
+
+
+def _worker(path, out):
+    table = flowctrl.Table(path)
+    t = table.task("api")
+    n = sum(t.try_acquire(key="shared") is not None for _ in range(200))
+    out.put(n)
+
+
+def test_processes_share_one_keys_limits(tmp_path, task):
+    path = str(tmp_path / "t")
+    out = multiprocessing.get_context("spawn").Queue()
+    procs = [
+        multiprocessing.get_context("spawn").Process(target=_worker, args=(path, out))
+        for _ in range(3)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    total = sum(out.get(timeout=5) for _ in procs)
+    # Burst 5 and 5/s over a few seconds at most: never 3 x 5.
+    assert 5 <= total <= 5 + 25, total
