@@ -46,7 +46,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" pytest pytest-timeout mypy \
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" pytest pytest-timeout mypy limits \
     "gunicorn>=23,<28" "uvicorn>=0.30,<1" "starlette>=0.40,<2"   # the deployment recipes' tests
 
 # Builds and installs the Python module from bindings/python into the venv.
