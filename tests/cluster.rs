@@ -2,8 +2,8 @@
 //! each, on loopback, made by `redis-cli --cluster create`): every full
 //! slice exact with one shard and with three; with three, the pulls spread
 //! over the three masters; a master SIGKILLed mid-run fails over with the
-//! Sentinel test's budgets (the slices near the failover within
-//! `hosts::AROUND_EVENT`). Two hosts × three processes at saturating
+//! Sentinel test's budgets (the slices near the failover judged by
+//! `hosts::assert_slices_exact_around`). Two hosts × three processes at saturating
 //! demand.
 
 mod common;

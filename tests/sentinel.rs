@@ -2,9 +2,9 @@
 //! and three sentinels on loopback; the master SIGKILLed mid-run under two
 //! hosts × three processes at saturating demand. No caller sees an error,
 //! every full slice admits within [0.98, 1.01] × the quota but those from
-//! the kill to two slices past the promotion, which keep the measured
-//! bounds of `hosts::AROUND_EVENT`, and the hosts are open again within the
-//! sentinels' failover time plus one probe interval.
+//! the kill to two slices past the promotion, judged by
+//! `hosts::assert_slices_exact_around`, and the hosts are open again within
+//! the sentinels' failover time plus one probe interval.
 
 mod common;
 
@@ -79,6 +79,26 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     .unwrap();
     let fleet = store.fleet(TASK, None).unwrap();
     assert_eq!(fleet.hosts.len(), 2, "{fleet:?}");
+}
+
+/// A sentinel that still names a dead master (it has not heard of the
+/// failover) is passed over: the next sentinel of the URL names the live
+/// one, and the pull goes there.
+#[test]
+fn a_sentinel_naming_a_dead_master_is_passed_over() {
+    let ha = Sentinels::start(1000);
+    let scratch = Scratch::new("sentinel-stale");
+    let stale = Sentinels::stale_sentinel(&scratch);
+    let url = ha.url().replacen(
+        "sentinel://",
+        &format!("sentinel://127.0.0.1:{},", stale.port),
+        1,
+    );
+    let table = Table::open(&scratch.path("t"), &hosts::options(&url, PROBE)).unwrap();
+    let task = table
+        .task("stale", &TaskConfig::new().global_rate(100.0))
+        .unwrap();
+    assert_eq!(task.pull_quota(10).unwrap(), Ok(10), "through {url}");
 }
 
 /// `rediss+sentinel://`: the sentinels and the master on TLS ports only,

@@ -265,7 +265,8 @@ fn single(
 }
 
 /// The master the first sentinel that knows `name` names, checked to be a
-/// master (a sentinel may still name a demoted one for a moment). Each
+/// master (a sentinel may still name a demoted or dead one for a moment:
+/// then the next sentinel is asked). Each
 /// sentinel and the master are given the connect and command timeouts.
 fn find_master(
     sentinels: &[(redis::Client, redis::Client)],
@@ -302,17 +303,24 @@ fn find_master(
             }
         };
         let client = redis::Client::open(format!("{scheme}://{auth}{host}:{port}/{db}"))?;
-        let mut conn = single(&client, connect, command)?;
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
-        let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
-        if is_master {
-            return Ok(client);
+        // A sentinel that has not heard of a failover yet names the dead
+        // master: the next sentinel may name the promoted one.
+        let role = single(&client, connect, command)
+            .and_then(|mut conn| redis::cmd("ROLE").query::<Vec<redis::Value>>(&mut conn));
+        match role {
+            Ok(role) if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") =>
+            {
+                return Ok(client);
+            }
+            Ok(_) => {
+                last = Some(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the master the sentinels name is not a master (a failover is under way)",
+                    format!("{host}:{port}"),
+                )))
+            }
+            Err(e) => last = Some(e),
         }
-        last = Some(redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "the master the sentinels name is not a master (a failover is under way)",
-            format!("{host}:{port}"),
-        )));
     }
     Err(last.unwrap_or_else(|| {
         redis::RedisError::from((redis::ErrorKind::Client, "no sentinel in the URL"))

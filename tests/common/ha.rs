@@ -233,6 +233,20 @@ impl Sentinels {
         format!("{scheme}+sentinel://{}/{MASTER_NAME}/0", hosts.join(","))
     }
 
+    /// A lone sentinel that names a master on a port nobody serves, as a
+    /// sentinel that has not heard of a failover yet names the dead one.
+    pub fn stale_sentinel(scratch: &Scratch) -> Node {
+        let (port, dead) = (free_port(), free_port());
+        let conf = write_conf(
+            scratch,
+            "stale-sentinel",
+            port,
+            &[format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {dead} 2")],
+            None,
+        );
+        Node::start(conf, port, &["--sentinel"], None)
+    }
+
     /// The master's port, as the first sentinel that answers names it.
     pub fn named_master(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|n| {
