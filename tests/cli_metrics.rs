@@ -310,7 +310,7 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
     assert!(body.contains(r#"flowctrl_requests_admitted_total{task="we\"ird\\name"} 1"#));
 
     // The library call renders the same counters.
-    let rendered = parse(&flowctrl::metrics::render(&View::open(&path).unwrap()));
+    let rendered = parse(&flowctrl::metrics::render(&View::open(&path).unwrap()).unwrap());
     for task in [&api, &global, &weird] {
         assert_task_counters(&rendered, task);
     }

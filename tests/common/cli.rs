@@ -144,6 +144,11 @@ impl Server {
     pub fn get(&self, path: &str) -> (u16, String) {
         self.request("GET", path)
     }
+
+    /// How the server ended, if it did.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("the server's status")
+    }
 }
 
 impl Drop for Server {

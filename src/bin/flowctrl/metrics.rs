@@ -28,7 +28,7 @@ pub(crate) fn serve(path: &Path, listen: &str) -> Result {
     let shown = path.display().to_string();
     serve_with(listen, &shown, move || {
         View::open(&path)
-            .map(|view| flowctrl::metrics::render(&view))
+            .and_then(|view| flowctrl::metrics::render(&view))
             .map_err(|e| e.to_string())
     })
 }
