@@ -91,7 +91,7 @@ pub use task::{
     Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
 };
 pub use token::{Finish, Guard, Issuer};
-pub use view::{AttachedProcess, BalancerSnapshot, TaskSnapshot, View};
+pub use view::{AttachedProcess, BalancerSnapshot, TableSnapshot, TaskSnapshot, View};
 pub use words::{Limited, NAME_MAX, Outcome, WaitOrder, validate_name};
 
 /// The crate version, as the C face reports it.

@@ -310,7 +310,7 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
     assert!(body.contains(r#"flowctrl_requests_admitted_total{task="we\"ird\\name"} 1"#));
 
     // The library call renders the same counters.
-    let rendered = parse(&flowctrl::metrics::render(&View::open(&path).unwrap()));
+    let rendered = parse(&flowctrl::metrics::render(&View::open(&path).unwrap()).unwrap());
     for task in [&api, &global, &weird] {
         assert_task_counters(&rendered, task);
     }
@@ -383,4 +383,83 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
     let (status, body) = server.get("/metrics");
     assert_eq!(status, 503);
     assert!(body.contains("No such file"), "{body}");
+}
+
+/// A table with a task, and `flowctrl metrics` serving it.
+fn served(tag: &str) -> (Scratch, Table, cli::Server) {
+    let scratch = Scratch::new(tag);
+    let path = scratch.path("table");
+    let table = Table::open(&path, &options()).unwrap();
+    table
+        .task("api", &TaskConfig::new().local_rate(100.0))
+        .unwrap();
+    let server = cli::Server::start(&path);
+    (scratch, table, server)
+}
+
+#[test]
+fn slow_clients_and_half_requests_do_not_starve_a_scrape() {
+    let (_scratch, _table, mut server) = served("cli-metrics-starve");
+    let port = server.port;
+    let hogs = cli::Hogs::default()
+        .slow(port, 8, Duration::from_secs(3))
+        .half(port, 400);
+    std::thread::sleep(Duration::from_millis(500));
+    let began = std::time::Instant::now();
+    let (mut answered, mut slowest, mut failed) = (0, Duration::ZERO, Vec::new());
+    while began.elapsed() < Duration::from_secs(10) {
+        let at = std::time::Instant::now();
+        match cli::http(port, "GET", "/metrics") {
+            Ok((200, body)) if body.contains("flowctrl_table_tasks 1") => answered += 1,
+            other => failed.push(format!("{other:?}")),
+        }
+        slowest = slowest.max(at.elapsed());
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(at.elapsed()));
+    }
+    let connections = hogs.stop();
+    eprintln!(
+        "{answered} scrapes answered, {} not, slowest {slowest:.1?}, while 8 slow clients and \
+         400 half requests opened {connections} connections",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "unanswered scrapes: {failed:?}");
+    assert!(answered >= 20, "{answered} scrapes in 10 s");
+    assert!(
+        slowest < Duration::from_secs(3),
+        "slowest scrape {slowest:?}"
+    );
+    assert!(server.exited().is_none());
+}
+
+#[test]
+fn healthz_answers_and_an_unfinished_request_is_closed_at_its_deadline() {
+    let (_scratch, _table, server) = served("cli-metrics-deadline");
+    assert_eq!(server.get("/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(server.request("HEAD", "/healthz"), (200, String::new()));
+    assert_eq!(server.get("/").0, 404);
+    assert_eq!(server.request("DELETE", "/healthz").0, 405);
+
+    use std::io::{Read, Write};
+    let mut unfinished = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    unfinished.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    unfinished
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let began = std::time::Instant::now();
+    // Meanwhile the others are served.
+    assert_eq!(server.get("/healthz").0, 200);
+    let mut rest = Vec::new();
+    let end = unfinished.read_to_end(&mut rest);
+    let closed_after = began.elapsed();
+    eprintln!("an unfinished request closed after {closed_after:.2?}: {end:?}");
+    assert!(
+        matches!(&end, Ok(0))
+            || matches!(&end, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{end:?} {rest:?}"
+    );
+    assert!(rest.is_empty(), "no answer to half a request");
+    assert!(
+        (Duration::from_millis(4500)..Duration::from_secs(7)).contains(&closed_after),
+        "closed after {closed_after:?}, not at the 5 s deadline"
+    );
 }

@@ -5,6 +5,8 @@
 //! bad configurations refused. Real `redis-server`, real `flowctrl manage`
 //! processes, hosts as tables of their own.
 
+#[path = "common/cli.rs"]
+mod cli;
 mod common;
 
 use std::collections::BTreeMap;
@@ -554,4 +556,51 @@ fn after_a_store_restart_the_manager_writes_everything_again() {
         after > before,
         "tokens keep growing across the store's loss"
     );
+}
+
+#[test]
+fn the_manager_endpoint_answers_healthz_and_slow_clients_do_not_starve_it() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("manager-http");
+    let file = scratch.path("fleet.toml");
+    std::fs::write(&file, config_text(&redis.url(), LEASE_MS)).unwrap();
+    let port = free_port();
+    let _manager = Managers(vec![
+        Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+            .args(["manage", "--config"])
+            .arg(&file)
+            .args(["--metrics", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(scratch.path("log")).unwrap())
+            .spawn()
+            .unwrap(),
+    ]);
+    wait_for("the endpoint", Duration::from_secs(5), || {
+        cli::http(port, "GET", "/healthz").is_ok()
+    });
+    assert_eq!(
+        cli::http(port, "GET", "/healthz"),
+        Ok((200, "ok\n".to_string()))
+    );
+    // Slow clients hold connections (the old endpoint answered 8 at a
+    // time, each for up to 5 s): every request is still answered at once.
+    let hogs = cli::Hogs::default()
+        .slow(port, 8, Duration::from_secs(3))
+        .half(port, 50);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut slowest = Duration::ZERO;
+    for path in ["/healthz", "/metrics"].repeat(10) {
+        let began = Instant::now();
+        let (status, body) = cli::http(port, "GET", path).expect("an answer");
+        slowest = slowest.max(began.elapsed());
+        assert_eq!(status, 200, "{path}: {body}");
+        if path == "/metrics" {
+            assert!(body.contains("flowctrl_manager_active"), "{body}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    hogs.stop();
+    eprintln!("the manager's endpoint under slow clients: slowest answer {slowest:.1?}");
+    assert!(slowest < Duration::from_secs(3), "slowest {slowest:?}");
+    assert_eq!(cli::http(port, "POST", "/metrics").map(|a| a.0), Ok(405));
 }

@@ -64,11 +64,13 @@ pub(crate) const NAME_WORDS: usize = 8;
 const _: () = assert!(crate::words::NAME_MAX < NAME_WORDS * 8);
 
 /// An acquire load of a table word that is also defined on a read-only
-/// mapping (a view's, see `shm::ReadOnly`): Rust defines only *relaxed*
-/// atomic loads on memory mapped without write permission, and a relaxed
-/// load followed by an acquire fence orders as an acquire load does. The
-/// readers views share with attached handles (statistics, settings,
-/// checks) load through this or with `Relaxed`, never with `Acquire`.
+/// mapping: Rust defines only *relaxed* atomic loads on memory mapped
+/// without write permission, and a relaxed load followed by an acquire
+/// fence orders as an acquire load does. The readers views share with
+/// attached handles (statistics, settings, checks) load through this or
+/// with `Relaxed`, never with `Acquire`, so they stay defined on any
+/// mapping of the file (views themselves read private copies:
+/// `shm::ReadOnly`).
 #[inline(always)]
 pub(crate) fn load_acquire(word: &std::sync::atomic::AtomicU64) -> u64 {
     let value = word.load(std::sync::atomic::Ordering::Relaxed);

@@ -14,6 +14,7 @@ use crate::format::{
     KeyEntry, KeyRecord, KeysGeometry, KeysHeader, NameSlot,
 };
 use crate::shm::Shm;
+use crate::shm::copy::Copied;
 
 /// The entry index a permit holds for the shared overflow state.
 pub(crate) const OVERFLOW: u32 = u32::MAX;
@@ -36,19 +37,15 @@ pub(crate) struct KeyRegion {
 }
 
 /// What holds the bytes: a shared mapping for the request path, a private
-/// copy read with `pread` for a view (a copy cannot fault when the file is
-/// truncated under it).
+/// copy read with `pread` for a view (`shm::copy`: a copy cannot fault
+/// when the file is truncated under it).
 enum Backing {
     Map(
         #[allow(dead_code)] MmapRaw,
         #[allow(dead_code)] std::fs::File,
     ),
-    Copy(#[allow(dead_code)] Vec<Line>),
+    Copy(#[allow(dead_code)] Copied),
 }
-
-/// A line of a private copy: aligned as the file's structs are.
-#[repr(C, align(64))]
-struct Line([AtomicU64; 8]);
 
 // SAFETY: the bytes are only ever accessed through atomics.
 unsafe impl Send for KeyRegion {}
@@ -136,37 +133,30 @@ impl KeyRegion {
         task: u32,
         processes: u32,
     ) -> Result<Option<Self>> {
-        let path = path_of(table, task);
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+        let Some(Opened {
+            file, path, total, ..
+        }) = open_copied(table, table_id, task, processes)?
+        else {
+            return Ok(None);
         };
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?
-            .len();
-        let mut head = vec![0u8; KEYS_HEADER_SIZE];
-        let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0)
+        let copy = Copied::read(&file, total)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        head.truncate(n);
-        let total = check_header(&head, len, table_id, task, processes)?;
-        let words: Vec<Line> = (0..total / 64)
-            .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
-            .collect();
-        // SAFETY: `words` is `total` bytes of plain integers, written here
-        // before anyone reads them.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_ptr() as *mut u8, total) };
-        std::os::unix::fs::FileExt::read_exact_at(&file, bytes, 0).map_err(|e| {
-            Error::corrupt(format!(
-                "key file {} shrank while being read: {e}",
-                path.display()
-            ))
-        })?;
-        let copy_head = &bytes[..KEYS_HEADER_SIZE.min(total)];
-        check_header(copy_head, total as u64, table_id, task, processes)?;
-        let base = words.as_ptr() as *const u8;
-        Ok(Some(Self::over(base, total, Backing::Copy(words), path)))
+        if copy.len() < total {
+            return Err(Error::corrupt(format!(
+                "key file {} shrank while being read ({} of its {total} bytes)",
+                path.display(),
+                copy.len()
+            )));
+        }
+        check_header(
+            &copy.head(KEYS_HEADER_SIZE),
+            total as u64,
+            table_id,
+            task,
+            processes,
+        )?;
+        let base = copy.as_ptr();
+        Ok(Some(Self::over(base, total, Backing::Copy(copy), path)))
     }
 
     /// The counters of task `task`'s key file and its capacity, read with
@@ -178,21 +168,9 @@ impl KeyRegion {
         task: u32,
         processes: u32,
     ) -> Result<Option<([u64; crate::format::KEY_COUNTERS], u32)>> {
-        let path = path_of(table, task);
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+        let Some(Opened { head, .. }) = open_copied(table, table_id, task, processes)? else {
+            return Ok(None);
         };
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?
-            .len();
-        let mut head = vec![0u8; KEYS_HEADER_SIZE];
-        let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0)
-            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        head.truncate(n);
-        check_header(&head, len, table_id, task, processes)?;
         let at = std::mem::offset_of!(KeysHeader, counters);
         let word = |i: usize| {
             u64::from_le_bytes(
@@ -310,6 +288,40 @@ impl KeyRegion {
     pub fn counter(&self, counter: KeyCounter) -> u64 {
         self.header().counters[counter as usize].load(Ordering::Relaxed)
     }
+}
+
+/// A key file opened for a view, its header read with `pread` and checked.
+struct Opened {
+    file: std::fs::File,
+    path: PathBuf,
+    head: Vec<u8>,
+    /// The size its geometry needs.
+    total: usize,
+}
+
+/// Opens task `task`'s key file for a view and checks its header. `None`:
+/// the task has no key file.
+fn open_copied(table: &Path, table_id: u64, task: u32, processes: u32) -> Result<Option<Opened>> {
+    let path = path_of(table, task);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?
+        .len();
+    let head = Copied::read(&file, KEYS_HEADER_SIZE)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?
+        .head(KEYS_HEADER_SIZE);
+    let total = check_header(&head, len, table_id, task, processes)?;
+    Ok(Some(Opened {
+        file,
+        path,
+        head,
+        total,
+    }))
 }
 
 /// Checks a key file's header (its first bytes, read with `pread`) against

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! let view = flowctrl::View::open("/dev/shm/my-service")?;
-//! let body = flowctrl::metrics::render(&view);
+//! let body = flowctrl::metrics::render(&view)?;
 //! // answer GET /metrics with `body`, Content-Type flowctrl::metrics::CONTENT_TYPE
 //! # Ok::<(), flowctrl::Error>(())
 //! ```
@@ -28,14 +28,21 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 
-use crate::view::{BalancerSnapshot, TaskSnapshot, View};
+use crate::view::{BalancerSnapshot, TableSnapshot, TaskSnapshot, View};
 
 /// The `Content-Type` of what [`render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// The exposition of every task and balancer of the table `view` reads,
-/// read now.
-pub fn render(view: &View) -> String {
+/// read now (one copy of the table: [`View::snapshot`]). An error when the
+/// table cannot be read whole (it shrank under the view, its header
+/// changed): a server answers it with 503.
+pub fn render(view: &View) -> crate::Result<String> {
+    Ok(render_snapshot(&view.snapshot()?))
+}
+
+/// The exposition of one copy of a table.
+pub fn render_snapshot(view: &TableSnapshot) -> String {
     let processes = view.processes();
     let tasks = view.tasks();
     let keys = tasks

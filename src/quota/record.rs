@@ -85,7 +85,7 @@ pub(crate) fn seen(q: &QuotaSlot) -> (u64, bool) {
 
 /// Where the copies' global numbers come from.
 pub(crate) fn source(slot: &TaskSlot) -> GlobalSource {
-    // Views read it through a read-only mapping (`format::load_acquire`).
+    // A reader views share: loaded as `format::load_acquire` says.
     if crate::format::load_acquire(&slot.quota.record) & ADOPTED != 0 {
         GlobalSource::Store
     } else {

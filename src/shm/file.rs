@@ -14,7 +14,8 @@
 //! were never touched cannot raise SIGBUS when /dev/shm fills up later.
 //!
 //! A view opens a table for reading only (`read_only.rs`), with the same
-//! checks of the header and geometry (`validate`).
+//! checks of the header and geometry (`validate_header`), run again on
+//! every copy it reads.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -316,7 +317,7 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
         .metadata()
         .map_err(|e| Error::io(format!("cannot stat table {}", path.display()), e))?;
     check_trust(path, &meta, trust)?;
-    let (geometry, clock) = validate(path, &file, meta.len())?;
+    let (geometry, clock, _) = validate(path, &file, meta.len())?;
     let total = geometry.total_size();
     reserve(&file, total, path)?;
     let map = map_file(&file, total, path)?;
@@ -328,23 +329,33 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
     })
 }
 
-/// Checks everything the header of `file` (`len` bytes) claims, through a
-/// read-only mapping of the header alone; returns the geometry and clock a
-/// mapping of the whole table may then rely on.
-pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, Clock)> {
+/// Checks everything the header of `file` (`len` bytes) claims, on a copy
+/// of it read with `pread` (a file truncated meanwhile is a short read,
+/// never a fault); returns the geometry and clock a mapping or a copy of
+/// the whole table may then rely on.
+pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, Clock, u64)> {
     let shown = path.display();
     if len < HEADER_SIZE as u64 {
         return Err(Error::corrupt(format!(
             "{shown} is {len} bytes, too small to be a flowctrl table (truncated or not a table)"
         )));
     }
-    let header = MmapOptions::new()
-        .len(HEADER_SIZE)
-        .map_raw_read_only(file)
-        .map_err(|e| Error::io(format!("cannot map table {shown}"), e))?;
-    // SAFETY: the mapping holds a whole header, which is made of atomics;
-    // it is read with relaxed loads only (see `format::load_acquire`).
-    let h = unsafe { &*(header.as_ptr() as *const Header) };
+    let head = super::copy::Copied::read(file, HEADER_SIZE)
+        .map_err(|e| Error::io(format!("cannot read table {shown}"), e))?;
+    if head.len() < HEADER_SIZE {
+        return Err(Error::corrupt(format!(
+            "{shown} is {} bytes, too small to be a flowctrl table (truncated meanwhile)",
+            head.len()
+        )));
+    }
+    // SAFETY: the copy holds a whole header, aligned, made of atomics.
+    validate_header(path, unsafe { &*(head.as_ptr() as *const Header) }, len)
+}
+
+/// Checks everything header `h` of a file of `len` bytes claims; the
+/// geometry, the clock and the table's id.
+pub(super) fn validate_header(path: &Path, h: &Header, len: u64) -> Result<(Geometry, Clock, u64)> {
+    let shown = path.display();
     let get = |f: &std::sync::atomic::AtomicU32| f.load(Ordering::Relaxed);
     let get64 = |f: &AtomicU64| f.load(Ordering::Relaxed);
     if load_acquire(&h.magic) != MAGIC {
@@ -423,7 +434,9 @@ pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, 
     let kind = get(&h.clock_kind);
     let ticks = get64(&h.ticks_per_sec);
     match ClockKind::from_raw(kind) {
-        Some(kind) if (1_000..=1 << 40).contains(&ticks) => Ok((geometry, Clock::new(kind, ticks))),
+        Some(kind) if (1_000..=1 << 40).contains(&ticks) => {
+            Ok((geometry, Clock::new(kind, ticks), get64(&h.table_id)))
+        }
         _ => Err(Error::new(
             ErrorKind::Incompatible,
             format!("{shown}: unknown clock {kind} at {ticks} ticks/s"),

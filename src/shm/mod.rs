@@ -4,10 +4,12 @@
 //! features: what a dead attachment held is given back by the [`Reclaim`]
 //! hooks the table installs (the tasks' and the balancers').
 //!
-//! Readers take a [`Region`] (the validated mapping and its typed regions),
-//! which an attached [`Shm`] and a read-only [`ReadOnly`] both deref to.
+//! Readers take a [`Region`] (a validated table and its typed regions),
+//! which an attached [`Shm`] derefs to (its mapping) and a view's read
+//! pass builds ([`ReadOnly::copy`]: a private copy of the file).
 
 mod attach;
+pub(crate) mod copy;
 mod file;
 mod fork;
 pub(crate) mod named;
@@ -100,7 +102,12 @@ impl Shm {
         let fd = TrackedFd::new(std::os::fd::IntoRawFd::into_raw_fd(mapped.file))?;
         let shm = Arc::new_cyclic(|me| Shm {
             reap_interval: mapped.clock.duration_to_ticks(attach::REAP_INTERVAL),
-            region: Region::new(mapped.map, mapped.geometry, mapped.clock, path),
+            region: Region::new(
+                region::Backing::Map(mapped.map),
+                mapped.geometry,
+                mapped.clock,
+                path,
+            ),
             permit_key: file::random_u64(),
             fd,
             identity,

@@ -1,43 +1,122 @@
-//! A table opened for reading only, by views (`crate::view`): the same
-//! checks of the header and geometry as an attached open, no trust in the
-//! owner needed (nothing read is enforced, every index is checked), and a
-//! mapping without write permission, from a read-only descriptor. Nothing
-//! a view does can change the file, claim an attachment slot or take a
-//! lock: whether an attachment's owner lives is asked of the kernel
-//! (`F_OFD_GETLK`), not found out by taking its lock.
+//! A table opened for reading only, by views (`crate::view`). Nothing of
+//! the file is mapped: every read pass ([`ReadOnly::copy`]) fstats it and
+//! copies the whole table with `pread` into memory of this process, and
+//! the readers run on that copy. So the table's owner truncating the file
+//! under a view makes that pass an error ("the table shrank under the
+//! view"), never a SIGBUS. Each copy is checked as an attached open checks
+//! the file (header, geometry, size; every index read from it is checked
+//! by the readers), and against the header the view was opened with: a
+//! header changed in place is an error of that pass too. No trust in the
+//! owner is needed, and nothing a view does can change the file, claim an
+//! attachment slot or take a lock: whether an attachment's owner lives is
+//! asked of the kernel (`F_OFD_GETLK`), not found out by taking its lock.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use memmap2::MmapOptions;
-
-use super::file::{self, Mapped};
-use super::{Region, attach};
+use super::attach;
+use super::copy::Copied;
+use super::file;
+use super::region::{Backing, Region};
+use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::{Geometry, Header};
 
-/// A read-only mapping of a table; its regions through `Deref`.
+/// A table file opened for reading, and what its header said then.
 pub(crate) struct ReadOnly {
-    region: Region,
-    file: File,
-    /// Device and inode of the file mapped, to notice it being replaced.
+    file: Arc<File>,
+    path: PathBuf,
+    /// Device and inode of the file opened, to notice it being replaced.
     identity: (u64, u64),
+    pub geometry: Geometry,
+    pub clock: Clock,
+    /// The header's table id: another in a copy is a table made anew in
+    /// place.
+    table_id: u64,
 }
 
 impl ReadOnly {
     pub fn open(path: &Path) -> Result<Self> {
-        let mapped = open_read_only(path)?;
-        let meta = mapped
-            .file
+        let file = open_read_only(path)?;
+        let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("cannot stat table {}", path.display()), e))?;
+        let (geometry, clock, table_id) = file::validate(path, &file, meta.len())?;
+        refuse_holes(path, &file, &meta, geometry.total_size())?;
         Ok(Self {
-            region: Region::new(mapped.map, mapped.geometry, mapped.clock, path),
-            file: mapped.file,
+            file: Arc::new(file),
+            path: path.to_path_buf(),
             identity: (meta.dev(), meta.ino()),
+            geometry,
+            clock,
+            table_id,
         })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One read pass: the whole table copied with `pread` and checked. A
+    /// file now shorter than its header declares, or whose header changed,
+    /// is an error of this pass; the next may succeed.
+    pub fn copy(&self) -> Result<Region> {
+        let shown = self.path.display();
+        let total = self.geometry.total_size();
+        let shrank = |len: u64| {
+            Error::corrupt(format!(
+                "{shown}: the table shrank under the view: it is {len} bytes, its header \
+                 declares {total}"
+            ))
+        };
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(format!("cannot stat table {shown}"), e))?;
+        if meta.len() < total as u64 {
+            return Err(shrank(meta.len()));
+        }
+        refuse_holes(&self.path, &self.file, &meta, total)?;
+        let copy = Copied::read(&self.file, total)
+            .map_err(|e| Error::io(format!("cannot read table {shown}"), e))?;
+        if copy.len() < total {
+            return Err(shrank(copy.len() as u64));
+        }
+        let changed = |why: &str| {
+            Error::corrupt(format!(
+                "{shown}: the table's header changed in place under the view ({why})"
+            ))
+        };
+        // SAFETY: the copy holds the whole table, aligned; its header is
+        // made of atomics.
+        let h = unsafe { &*(copy.as_ptr() as *const Header) };
+        let (geometry, clock, id) =
+            file::validate_header(&self.path, h, total as u64).map_err(|e| changed(e.message()))?;
+        if geometry != self.geometry {
+            return Err(changed(&format!("capacities {geometry:?}")));
+        }
+        if (clock.kind(), clock.ticks_per_sec()) != (self.clock.kind(), self.clock.ticks_per_sec())
+        {
+            return Err(changed("another clock"));
+        }
+        if id != self.table_id {
+            return Err(changed(
+                "another table's id: a table made anew in the same file",
+            ));
+        }
+        Ok(Region::new(
+            Backing::Copy {
+                copy,
+                file: self.file.clone(),
+            },
+            self.geometry,
+            self.clock,
+            &self.path,
+        ))
     }
 
     /// Whether attachment `index`'s owner lives (holds its kernel lock);
@@ -46,28 +125,20 @@ impl ReadOnly {
         attach::lock_held(self.file.as_raw_fd(), index).ok()
     }
 
-    /// Whether the path no longer names the file mapped.
+    /// Whether the path no longer names the file opened.
     pub fn replaced(&self) -> bool {
-        std::fs::symlink_metadata(&self.region.path)
+        std::fs::symlink_metadata(&self.path)
             .map(|m| (m.dev(), m.ino()) != self.identity)
             .unwrap_or(true)
     }
 }
 
-impl std::ops::Deref for ReadOnly {
-    type Target = Region;
-
-    fn deref(&self) -> &Region {
-        &self.region
-    }
-}
-
 /// Opens an existing table for reading only: no trust in its owner is
 /// needed (nothing read from it is enforced, and every index is checked),
-/// no space is reserved, and the mapping has no write permission, so
-/// nothing done through it can change the file. A table this user may not
-/// read is a permission error naming its owner and mode.
-fn open_read_only(path: &Path) -> Result<Mapped> {
+/// no space is reserved, and the descriptor cannot write, so nothing done
+/// through it can change the file. A table this user may not read is a
+/// permission error naming its owner and mode.
+fn open_read_only(path: &Path) -> Result<File> {
     let shown = path.display();
     // Looked at before opening: opening a FIFO for reading waits for a
     // writer, and opening a device may act on it.
@@ -115,25 +186,13 @@ fn open_read_only(path: &Path) -> Result<Mapped> {
             format!("{shown} is not a regular file"),
         ));
     }
-    let (geometry, clock) = file::validate(path, &file, meta.len())?;
-    let total = geometry.total_size();
-    refuse_holes(path, &file, &meta, total)?;
-    let map = MmapOptions::new()
-        .len(total)
-        .map_raw_read_only(&file)
-        .map_err(|e| Error::io(format!("cannot map table {shown}"), e))?;
-    Ok(Mapped {
-        file,
-        map,
-        geometry,
-        clock,
-    })
+    Ok(file)
 }
 
-/// On tmpfs, reading a hole of a file through a mapping allocates a page,
-/// and raises SIGBUS when the filesystem is full. Every table is allocated
-/// whole (`reserve`), so a file with holes is not one; a view refuses it
-/// rather than read it. (Other filesystems read holes as zeros.)
+/// Every table is allocated whole (`reserve`), so on tmpfs a file with
+/// holes is not one, or was truncated and grown again under its processes
+/// (what they wrote there is gone): a view says so rather than show
+/// zeros. (Only on tmpfs, where flowctrl's tables are always allocated.)
 fn refuse_holes(path: &Path, file: &File, meta: &std::fs::Metadata, total: usize) -> Result<()> {
     // SAFETY: a zeroed statfs is a valid out-value; fstatfs on our descriptor.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
@@ -147,7 +206,7 @@ fn refuse_holes(path: &Path, file: &File, meta: &std::fs::Metadata, total: usize
     if fs.f_type == libc::TMPFS_MAGIC && allocated < total as u64 {
         return Err(Error::corrupt(format!(
             "{} has holes ({allocated} of its {total} bytes allocated): flowctrl allocates a \
-             table whole, so this is not one",
+             table whole, so it was truncated and grown again, or is not one",
             path.display()
         )));
     }

@@ -1,19 +1,35 @@
-//! A validated mapping of a table file and typed access to its regions:
-//! what every reader needs, and nothing that attaches. An attached handle
-//! ([`super::Shm`]) derefs to one; a view ([`super::ReadOnly`]) maps one
-//! without write permission. Readers that take a `&Region` therefore work
-//! on both, and cannot claim a slot, take a lock or write a word by
-//! mistake through the attachment: they have none.
+//! A validated table and typed access to its regions: what every reader
+//! needs, and nothing that attaches. An attached handle ([`super::Shm`])
+//! derefs to one over its shared mapping; a view's read pass
+//! ([`super::ReadOnly::copy`]) builds one over a private copy of the file.
+//! Readers that take a `&Region` therefore work on both, and cannot claim a
+//! slot, take a lock or write a word of the file by mistake through the
+//! attachment: they have none.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::MmapRaw;
 
+use super::copy::Copied;
 use crate::clock::Clock;
+use crate::error::{Error, Result};
 use crate::format::*;
 
+/// What holds a region's bytes.
+pub(crate) enum Backing {
+    /// The table file, mapped shared: an attached handle's.
+    Map(MmapRaw),
+    /// A copy read with `pread` from `file`: a view's, which a truncation
+    /// of the file cannot take away.
+    Copy { copy: Copied, file: Arc<File> },
+}
+
 pub(crate) struct Region {
-    map: MmapRaw,
+    /// The first byte of `backing`'s bytes, which never move.
+    base: *const u8,
+    backing: Backing,
     pub geometry: Geometry,
     pub clock: Clock,
     pub path: PathBuf,
@@ -27,12 +43,23 @@ pub(crate) struct Region {
     pair_map_at: usize,
 }
 
+// SAFETY: the bytes behind `base` are only ever accessed through atomics,
+// and live as long as `backing`.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
 impl Region {
-    /// A mapping `file::validate` checked against `geometry`.
-    pub(super) fn new(map: MmapRaw, geometry: Geometry, clock: Clock, path: &Path) -> Self {
-        debug_assert!(map.len() >= geometry.total_size());
+    /// A mapping or a copy whose header `file::validate_header` checked
+    /// against `geometry`, and which holds all of it.
+    pub(super) fn new(backing: Backing, geometry: Geometry, clock: Clock, path: &Path) -> Self {
+        let (base, len) = match &backing {
+            Backing::Map(map) => (map.as_ptr(), map.len()),
+            Backing::Copy { copy, .. } => (copy.as_ptr(), copy.len()),
+        };
+        assert!(len >= geometry.total_size());
         Self {
-            map,
+            base,
+            backing,
             lanes_at: geometry.lanes_offset(),
             lane_ids: geometry.attach_capacity * LANES,
             pooled: geometry.pooled(),
@@ -48,8 +75,34 @@ impl Region {
     /// one of the all-atomic structs of [`crate::format`].
     pub(crate) unsafe fn at<T>(&self, offset: usize) -> &T {
         debug_assert!(offset + size_of::<T>() <= self.geometry.total_size());
-        // SAFETY: per the contract; the mapping lives as long as `self`.
-        unsafe { &*(self.map.as_ptr().add(offset) as *const T) }
+        // SAFETY: per the contract; the bytes live as long as `self`.
+        unsafe { &*(self.base.add(offset) as *const T) }
+    }
+
+    /// A copy's bytes `offset..offset + len` read from its file again (a
+    /// reader that needs some words at one instant: `task::consistency`);
+    /// nothing to do on a mapping, which is always current. An error when
+    /// the file no longer holds them.
+    pub(crate) fn reread(&self, offset: usize, len: usize) -> Result<()> {
+        let Backing::Copy { copy, file } = &self.backing else {
+            return Ok(());
+        };
+        match copy.reread(file, offset, len) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::corrupt(format!(
+                "table {} shrank under the view",
+                self.path.display()
+            ))),
+            Err(e) => Err(Error::io(
+                format!("cannot read table {}", self.path.display()),
+                e,
+            )),
+        }
+    }
+
+    /// Where `item` (a reference into this region) lies in it.
+    pub(crate) fn offset_of<T>(&self, item: &T) -> usize {
+        (item as *const T as usize).wrapping_sub(self.base as usize)
     }
 
     pub fn header(&self) -> &Header {
@@ -98,8 +151,7 @@ impl Region {
         if !self.pooled {
             return Some(pair);
         }
-        // Relaxed and a fence, as `format::load_acquire`: views map the
-        // file read-only.
+        // Relaxed and a fence, as `format::load_acquire` says of readers.
         let set = self
             .pair_map(pair)
             .load(std::sync::atomic::Ordering::Relaxed);

@@ -185,7 +185,7 @@ fn lane_sums(shm: &Shm, index: u32) -> [u64; 4] {
 /// The committed state: (limit, baseline RTT ns, recent RTT ns).
 pub(crate) fn committed(slot: &TaskSlot) -> State {
     let a = &slot.adaptive;
-    // Views read it through a read-only mapping (`format::load_acquire`).
+    // A reader views share: loaded as `format::load_acquire` says.
     let version = crate::format::load_acquire(&a.window_version);
     let state = a.windows[(version & 1) as usize].load_state();
     fence(Ordering::Acquire);

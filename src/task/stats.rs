@@ -319,12 +319,33 @@ pub(crate) fn consistency(region: &Region, index: u32, name: &str) -> Result<Con
     let lanes: Vec<(u32, &Lane)> = (0..region.geometry.attach_capacity)
         .flat_map(|attach| lanes_of(region, index, attach, None))
         .collect();
+    // A view's copy is read anew around each read of the words (one
+    // `pread` a run of adjacent lanes); a mapping needs none of it.
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut offsets: Vec<usize> = lanes.iter().map(|(_, l)| region.offset_of(*l)).collect();
+    offsets.sort_unstable();
+    for at in offsets {
+        match runs.last_mut() {
+            Some((start, len)) if *start + *len == at => *len += size_of::<Lane>(),
+            _ => runs.push((at, size_of::<Lane>())),
+        }
+    }
+    let reread_lanes = || -> Result<()> {
+        runs.iter()
+            .try_for_each(|&(at, len)| region.reread(at, len))
+    };
     let began = Instant::now();
     let mut first = Vec::with_capacity(lanes.len());
     loop {
+        reread_lanes()?;
         first.clear();
         first.extend(lanes.iter().map(|(_, l)| load_acquire(&l.ledger)));
+        region.reread(
+            region.offset_of(word),
+            size_of::<std::sync::atomic::AtomicU64>(),
+        )?;
         let at = load_acquire(word);
+        reread_lanes()?;
         let mut held = 0;
         let still = lanes.iter().zip(&first).all(|((id, lane), seen)| {
             let ledger = load_acquire(&lane.ledger);

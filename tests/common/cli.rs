@@ -144,11 +144,119 @@ impl Server {
     pub fn get(&self, path: &str) -> (u16, String) {
         self.request("GET", path)
     }
+
+    /// How the server ended, if it did.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("the server's status")
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// `METHOD PATH` to the server on loopback `port`, over a fresh
+/// connection: (status, body), or why there was no answer.
+pub fn http(port: u16, method: &str, path: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| format!("send: {e}"))?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)
+        .map_err(|e| format!("read: {e} after {response:?}"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no response head: {response:?}"))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status: {head:?}"))?;
+    Ok((status, body.to_string()))
+}
+
+/// Clients that hold an HTTP server's connections without finishing a
+/// request, each reconnecting when the server closes it, until stopped:
+/// `slow` ones send a request one byte at a time, `half` ones send half a
+/// request head and wait.
+#[derive(Default)]
+pub struct Hogs {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+const REQUEST: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+impl Hogs {
+    /// `n` clients sending a byte every `every`.
+    pub fn slow(mut self, port: u16, n: usize, every: Duration) -> Self {
+        for _ in 0..n {
+            let stop = self.stop.clone();
+            self.threads.push(std::thread::spawn(move || {
+                let mut connections = 0;
+                let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+                while !stopped() {
+                    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    connections += 1;
+                    for byte in REQUEST {
+                        if stopped() || s.write_all(&[*byte]).is_err() {
+                            break;
+                        }
+                        let began = std::time::Instant::now();
+                        while !stopped() && began.elapsed() < every {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                }
+                connections
+            }));
+        }
+        self
+    }
+
+    /// `n` connections holding half a request head each.
+    pub fn half(mut self, port: u16, n: usize) -> Self {
+        let stop = self.stop.clone();
+        let open = move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+            s.write_all(&REQUEST[..REQUEST.len() / 2]).ok()?;
+            s.set_nonblocking(true).ok()?;
+            Some(s)
+        };
+        self.threads.push(std::thread::spawn(move || {
+            let mut held: Vec<Option<TcpStream>> = (0..n).map(|_| open()).collect();
+            let mut connections = n as u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                for c in &mut held {
+                    let closed = match c {
+                        None => true,
+                        Some(s) => !matches!(
+                            s.read(&mut [0u8; 64]),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+                        ),
+                    };
+                    if closed {
+                        *c = open();
+                        connections += 1;
+                    }
+                }
+            }
+            connections
+        }));
+        self
+    }
+
+    /// Stops them all: the connections they opened.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads.into_iter().map(|t| t.join().unwrap()).sum()
     }
 }

@@ -65,8 +65,8 @@ pub fn run_case(path: &Path, lanes: u32, concurrent: bool) -> i32 {
     // SAFETY: schedules SIGALRM for this process only.
     unsafe { libc::alarm(5) };
     // First as `flowctrl` reads it: a read-only view of the damaged file,
-    // before this process's handle reaps what reaping repairs. Its mapping
-    // has no write permission: a reader that wrote would crash the case.
+    // before this process's handle reaps what reaping repairs (a view
+    // reads a private copy, so nothing it does reaches the file).
     if let Ok(view) = flowctrl::View::open(path) {
         view_everything(&view);
     }
@@ -189,13 +189,19 @@ pub fn run_case(path: &Path, lanes: u32, concurrent: bool) -> i32 {
 
 /// Every read a view offers, as the `flowctrl` command makes them.
 fn view_everything(view: &flowctrl::View) {
-    for task in view.tasks() {
-        let _ = view.processes_of(&task.name);
+    let Ok(copy) = view.snapshot() else {
+        return;
+    };
+    for task in copy.tasks() {
+        let _ = copy.processes_of(&task.name);
+        let _ = copy.key_counters(&task.name);
     }
-    let _ = view.task(NAMES[0]);
-    let _ = view.processes();
-    let _ = view.balancers();
-    let _ = view.check();
+    let _ = copy.task(NAMES[0]);
+    let _ = copy.processes();
+    let _ = copy.balancers();
+    let _ = copy.check();
+    let _ = copy.lane_pool();
+    let _ = view.tasks();
     #[cfg(feature = "metrics")]
     let _ = flowctrl::metrics::render(view);
 }

@@ -116,7 +116,7 @@ pub(crate) fn check(file: &Path, table: &Path) -> Result {
     };
     // One pass over the table, not one per task of the file.
     let registered: std::collections::BTreeMap<String, flowctrl::TaskSnapshot> = view
-        .tasks()
+        .tasks()?
         .into_iter()
         .map(|t| (t.name.clone(), t))
         .collect();

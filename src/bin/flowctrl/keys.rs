@@ -21,7 +21,7 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
             )));
         }
     };
-    let view = View::open(path)?;
+    let view = View::open(path)?.snapshot()?;
     let Some(stats) = view.key_stats(task)? else {
         return Err(invalid(format!("task {task:?} has no key limits")));
     };

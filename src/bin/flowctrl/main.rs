@@ -8,6 +8,7 @@
 
 mod config;
 mod fleet;
+mod http;
 mod json;
 mod keys;
 mod manage;
@@ -146,7 +147,8 @@ enum Command {
         #[arg(long, default_value = "info", value_parser = parse_level)]
         log: log::LevelFilter,
     },
-    /// Serve the table's metrics in the Prometheus text format.
+    /// Serve the table's metrics in the Prometheus text format (GET
+    /// /metrics; GET /healthz answers "ok").
     Metrics {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9464")]

@@ -56,19 +56,20 @@ pub(crate) fn run(path: &Path, metrics: Option<&str>, level: log::LevelFilter) -
     }
     if let Some(listen) = metrics {
         let report = manager.report();
-        let listen = listen.to_string();
-        // Bind before managing: a bad address is a usage error, not a log line.
-        let listener = std::net::TcpListener::bind(&listen)
-            .map_err(|e| crate::invalid(format!("cannot listen on {listen}: {e}")))?;
-        drop(listener);
-        std::thread::spawn(move || {
-            let served = crate::metrics::serve_with(&listen, "the manager", move || {
-                Ok(flowctrl::metrics::render_manager(&report.lock()))
-            });
-            if let Err(e) = served {
-                log::error!("{e}");
-            }
-        });
+        // Bound before managing: a bad address is a usage error, not a log line.
+        let listener = crate::http::bind(listen)?;
+        crate::metrics::announce(&listener, "the manager");
+        std::thread::Builder::new()
+            .name("flowctrl-metrics".into())
+            .spawn(move || {
+                let served = crate::http::serve(listener, &mut || {
+                    Ok(flowctrl::metrics::render_manager(&report.lock()))
+                });
+                if let Err(e) = served {
+                    log::error!("metrics endpoint: {e}");
+                }
+            })
+            .map_err(|e| crate::invalid(format!("cannot start the metrics thread: {e}")))?;
     }
     log::info!(
         "manager {} managing {} task(s) from {}",

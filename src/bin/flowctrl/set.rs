@@ -177,7 +177,7 @@ fn set_keys(path: &Path, name: &str, fields: &[String]) -> Result {
 /// `flowctrl reap`: attaches (which sweeps the dead), reaps, and reports the
 /// dead processes that are gone afterwards and the permits they held.
 pub(crate) fn reap(path: &Path) -> Result {
-    let view = View::open(path)?;
+    let view = View::open(path)?.snapshot()?;
     let dead: Vec<_> = view
         .processes()
         .into_iter()
@@ -194,7 +194,7 @@ pub(crate) fn reap(path: &Path) -> Result {
     let table = attach(path)?;
     table.reap();
     drop(table);
-    let after = View::open(path)?.processes();
+    let after = View::open(path)?.processes()?;
     let reaped: Vec<_> = dead
         .iter()
         .filter(|d| {

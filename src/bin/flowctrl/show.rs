@@ -72,7 +72,7 @@ fn sources(t: &TaskSnapshot, file: Option<&ConfigFile>) -> Vec<(&'static str, &'
 /// `flowctrl tasks`: one row per task, its configuration in force, and
 /// which fields come from the store or the config file.
 pub(crate) fn tasks(path: &Path, json: bool, config: Option<&Path>) -> Result {
-    let view = View::open(path)?;
+    let view = View::open(path)?.snapshot()?;
     let tasks = view.tasks();
     let file = config.map(ConfigFile::load).transpose()?;
     if json {
@@ -155,7 +155,7 @@ fn from_text(sources: &[(&str, &str)]) -> String {
 /// counters, concurrency and quota; with `processes`, each live process's
 /// share since it attached.
 pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool) -> Result {
-    let view = View::open(path)?;
+    let view = View::open(path)?.snapshot()?;
     let tasks = match task {
         Some(name) => vec![view.task(name)?],
         None => view.tasks(),
@@ -236,7 +236,7 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
 /// `flowctrl check`: the table-wide check, read only. A drift or a
 /// replaced file fails the command.
 pub(crate) fn check(path: &Path) -> Result {
-    let view = View::open(path)?;
+    let view = View::open(path)?.snapshot()?;
     let report = view.check();
     let tasks = view.tasks().len();
     let unreaped = view

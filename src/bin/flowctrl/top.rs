@@ -1,12 +1,20 @@
 //! `top`: rates between two samples of a read-only view, redrawn every
 //! interval (plain ANSI: clear, home, the frame), or printed once.
+//!
+//! Each sample is one copy of the table ([`View::snapshot`]). A live `top`
+//! keeps going whatever the table's owner does: a pass that cannot read
+//! the table (it shrank under the view, its header changed) draws the error
+//! instead of a frame, and the next pass opens the path anew, as it does
+//! when the path names another file (a table replaced by a restarted
+//! service is followed). `--once` reads one file for both samples; an
+//! error of either is the command's.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use flowctrl::{BalancerSnapshot, TaskSnapshot, View};
+use flowctrl::{BalancerSnapshot, TableSnapshot, TaskSnapshot, View};
 
 use crate::show::state_name;
 use crate::text::{duration, or_none, per_sec, table};
@@ -22,53 +30,95 @@ struct Sample {
 }
 
 impl Sample {
-    fn take(view: &View) -> Self {
-        let processes = view.processes();
-        Self {
+    fn take(view: &View) -> Result<Self> {
+        let copy: TableSnapshot = view.snapshot()?;
+        let processes = copy.processes();
+        Ok(Self {
             at: Instant::now(),
-            tasks: view.tasks(),
-            balancers: view.balancers(),
+            tasks: copy.tasks(),
+            balancers: copy.balancers(),
             processes: processes.len(),
             dead: processes.iter().filter(|p| p.alive == Some(false)).count(),
-        }
+        })
     }
 }
 
 pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
-    if !(0.1..=3600.0).contains(&interval) {
+    if !(0.01..=3600.0).contains(&interval) {
         return Err(invalid(format!(
-            "--interval must be between 0.1 and 3600 seconds, not {interval}"
+            "--interval must be between 0.01 and 3600 seconds, not {interval}"
         )));
     }
-    let view = View::open(path)?;
     let interval = Duration::from_secs_f64(interval);
-    let mut before = Sample::take(&view);
-    loop {
+    let view = View::open(path)?;
+    if once {
+        let before = Sample::take(&view)?;
         std::thread::sleep(interval);
-        let now = Sample::take(&view);
-        let frame = frame(&view, &before, &now);
-        let text = crate::text::printable(&frame);
-        let mut out = std::io::stdout().lock();
-        let _ = if once {
-            write!(out, "{text}")
-        } else {
-            write!(out, "\x1b[H\x1b[2J{text}")
-        };
-        let _ = out.flush();
-        if once {
-            return Ok(());
+        let now = Sample::take(&view)?;
+        show(&frame(view.path(), &before, &now), false);
+        return Ok(());
+    }
+    let mut view = Some(view);
+    let mut before = None;
+    loop {
+        if before.is_some() {
+            std::thread::sleep(interval);
         }
-        before = now;
+        // A pass after an error, or with the path naming another file,
+        // opens the path anew.
+        if view.as_ref().is_none_or(View::replaced) {
+            before = None;
+            view = match View::open(path) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    show(&format!("flowctrl top  {}\n\n{e}\n", path.display()), true);
+                    std::thread::sleep(interval);
+                    None
+                }
+            };
+        }
+        let Some(current) = &view else { continue };
+        match Sample::take(current) {
+            Ok(now) => {
+                if let Some(before) = &before {
+                    show(&frame(current.path(), before, &now), true);
+                }
+                before = Some(now);
+            }
+            Err(e) => {
+                show(
+                    &format!(
+                        "flowctrl top  {}\n\n{e}\n(opening it anew at the next pass)\n",
+                        current.path().display()
+                    ),
+                    true,
+                );
+                (view, before) = (None, None);
+                std::thread::sleep(interval);
+            }
+        }
     }
 }
 
-fn frame(view: &View, before: &Sample, now: &Sample) -> String {
+/// Prints a frame: escaped, after clearing the screen when `clear`.
+fn show(frame: &str, clear: bool) {
+    let text = crate::text::printable(frame);
+    let mut out = std::io::stdout().lock();
+    let _ = if clear {
+        write!(out, "\x1b[H\x1b[2J{text}")
+    } else {
+        write!(out, "{text}")
+    };
+    let _ = out.flush();
+}
+
+fn frame(path: &Path, before: &Sample, now: &Sample) -> String {
     let secs = now.at.duration_since(before.at).as_secs_f64().max(1e-9);
     let mut out = String::new();
     let _ = writeln!(
         out,
         "flowctrl top  {}  processes {} ({} dead)  rates over {:.1} s",
-        view.path().display(),
+        path.display(),
         now.processes,
         now.dead,
         secs
