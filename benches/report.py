@@ -160,7 +160,7 @@ def main():
     r3 = py_limits / py_fc
     out += [
         "",
-        "## Budgets (issue 19)",
+        "## Budgets",
         "",
         "| budget | measured | verdict |",
         "|---|---|---|",

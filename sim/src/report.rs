@@ -12,7 +12,7 @@ pub const OPS_PER_ADMITTED: f64 = 0.01;
 pub const STRANDED: f64 = 0.02;
 
 /// Budgets the simulation shows missed in tests/budgets.rs's runs (1,000
-/// hosts, three full slices), with why (see the README's "Global limits"
+/// hosts, three full slices), with why (see benches/GLOBAL.md, "The simulation",
 /// and benches/SIMULATION.md): (scenario, the start of the miss line). The
 /// test holds every other budget, and fails when one of these starts to
 /// hold, so the list is kept true. None today: the last one, bursty demand's
