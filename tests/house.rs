@@ -1,7 +1,9 @@
 //! The shape of the house: the top-level rooms of `src/` import each other
 //! in one direction only (faces → table and features → format and shm →
-//! atomics), `shm/` and `format/` import no feature, and no source file
-//! grows past ~500 lines without a reason written here.
+//! atomics), `shm/` and `format/` import no feature, the files of one room
+//! import each other one way too (but the rooms `LOOPED_ROOMS` names, with
+//! the reason), and no source file grows past ~500 lines without a reason
+//! written here.
 //!
 //! The scan reads every `crate::…` path outside unit-test modules (a
 //! `tests.rs` file or a trailing `#[cfg(test)] mod tests`: tests may build a
@@ -60,14 +62,24 @@ fn code(text: &str) -> String {
 
 /// The first segments of every `crate::` path in `code`.
 fn crate_paths(code: &str) -> Vec<String> {
+    paths_after(code, "crate::")
+}
+
+/// The first segments of every path in `code` that begins with `prefix`
+/// (`crate::`, `super::`, `crate::quota::`), groups split.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     let bytes = code.as_bytes();
     let mut at = 0;
-    while let Some(found) = code[at..].find("crate::") {
-        let start = at + found + "crate::".len();
+    while let Some(found) = code[at..].find(prefix) {
+        let begin = at + found;
+        let start = begin + prefix.len();
         at = start;
-        if found > 0 && (bytes[start - 8].is_ascii_alphanumeric() || bytes[start - 8] == b'_') {
+        if begin > 0 && (bytes[begin - 1].is_ascii_alphanumeric() || bytes[begin - 1] == b'_') {
             continue; // `mycrate::`
+        }
+        if begin > 1 && &bytes[begin - 2..begin] == b"::" {
+            continue; // `super::super::` seen from its second half
         }
         if bytes.get(start) == Some(&b'{') {
             // A group: split its top level on commas.
@@ -92,7 +104,7 @@ fn crate_paths(code: &str) -> Vec<String> {
             out.push(first_segment(&code[start..]));
         }
     }
-    out.retain(|s| !s.is_empty());
+    out.retain(|s| !s.is_empty() && s != "super");
     out
 }
 
@@ -160,6 +172,88 @@ fn graph() -> Graph {
         }
     }
     graph
+}
+
+/// Rooms whose files still import each other in a loop, and why: the list
+/// only shrinks (a listed room that stops looping fails the test, so the
+/// entry is removed with the loop).
+const LOOPED_ROOMS: &[(&str, &str)] = &[(
+    "quota",
+    "the pull, the slice words and the policies are one knot until the room is rebuilt \
+         around one slice account and one state machine",
+)];
+
+/// The files of room `room` as nodes (a file `x.rs` or a folder `x/`; the
+/// room's `mod.rs`, its face, is left out: children use its types) and
+/// the imports between them: `super::x` from a direct child,
+/// `super::super::x` from a file of a child folder, `crate::room::x`.
+fn room_graph(room: &str) -> Graph {
+    let dir = src().join(room);
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    let node_of = |file: &Path| -> Option<String> {
+        let rel = file.strip_prefix(&dir).unwrap();
+        let first = rel.components().next()?.as_os_str().to_string_lossy();
+        let name = first.trim_end_matches(".rs").to_string();
+        (name != "mod" && name != "tests").then_some(name)
+    };
+    let nodes: BTreeSet<String> = files.iter().filter_map(|f| node_of(f)).collect();
+    let mut graph = Graph::new();
+    for file in &files {
+        let Some(node) = node_of(file) else { continue };
+        let depth = file.strip_prefix(&dir).unwrap().components().count();
+        let text = code(&std::fs::read_to_string(file).unwrap());
+        let mut targets = paths_after(&text, &format!("crate::{room}::"));
+        match depth {
+            1 => targets.extend(paths_after(&text, "super::")),
+            _ => targets.extend(paths_after(&text, "super::super::")),
+        }
+        let edges = graph.entry(node.clone()).or_default();
+        for target in targets {
+            if target != node && nodes.contains(&target) {
+                edges.insert(target);
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_files_of_a_room_import_each_other_one_way() {
+    let mut rooms = Vec::new();
+    for entry in std::fs::read_dir(src()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() && path.file_name().is_some_and(|n| n != "bin") {
+            rooms.push(path.file_name().unwrap().to_string_lossy().to_string());
+        }
+    }
+    rooms.sort();
+    let mut found = Vec::new();
+    for room in &rooms {
+        let looped = LOOPED_ROOMS.iter().any(|(r, _)| r == room);
+        match cycle(&room_graph(room)) {
+            Some(c) if !looped => found.push(format!("{room}: {}", c.join(" -> "))),
+            None if looped => found.push(format!(
+                "{room} is listed in LOOPED_ROOMS but no longer loops: remove it"
+            )),
+            _ => {}
+        }
+    }
+    assert!(found.is_empty(), "import loops inside a room: {found:#?}");
+}
+
+#[test]
+fn a_planted_loop_inside_a_room_is_found() {
+    let text = "use super::{fair::share, pull};\nlet x = crate::quota::spell::size();";
+    assert_eq!(paths_after(text, "super::"), ["fair", "pull"]);
+    assert_eq!(paths_after(text, "crate::quota::"), ["spell"]);
+    assert_eq!(
+        paths_after("use super::super::chunk::x;", "super::super::"),
+        ["chunk"]
+    );
+    assert!(paths_after("use super::super::chunk::x;", "super::").is_empty());
+    // The real room scan finds quota's knot (listed), and only a cycle.
+    assert!(cycle(&room_graph("quota")).is_some());
 }
 
 /// A cycle of the graph, if there is one.

@@ -6,14 +6,11 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
+use super::sized::null;
 use super::types::{
     FC_OUTCOME_DROPPED, FC_OUTCOME_IGNORED, FC_OUTCOME_SUCCESS, FC_RATE_UNSET, FC_UNSET, fc_outcome,
 };
 use crate::{Error, ErrorKind, NAME_MAX, Outcome};
-
-pub(super) fn null(what: &str) -> Error {
-    Error::invalid(format!("{what} is NULL"))
-}
 
 /// Borrows `*ptr`, or fails naming the argument.
 pub(super) unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {

@@ -5,8 +5,8 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use super::args::{arg, arg_mut, name_arg, null, out_arg, outcome_of, put, to_array};
-use super::sized::{Out, SizedStruct, init_sized, read_sized};
+use super::args::{arg, arg_mut, name_arg, out_arg, outcome_of, put, to_array};
+use super::sized::{Out, SizedStruct, init_sized, null, read_sized};
 use super::status::{boundary, fc_status};
 use super::types::*;
 use crate::{Balancer, BalancerConfig, Error, PickOptions, RawPick};

@@ -57,7 +57,7 @@ unsafe fn key_arg<'a>(key: *const u8, len: usize) -> Result<&'a [u8], Error> {
         return Ok(&[]);
     }
     if key.is_null() {
-        return Err(super::args::null("key"));
+        return Err(super::sized::null("key"));
     }
     // SAFETY: `len` readable bytes per the contract.
     Ok(unsafe { std::slice::from_raw_parts(key, len) })

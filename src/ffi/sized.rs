@@ -18,6 +18,11 @@
 use crate::Error;
 
 /// The largest `size` accepted: anything larger is uninitialised memory.
+/// The error for a NULL argument, naming it.
+pub(super) fn null(what: &str) -> Error {
+    Error::invalid(format!("{what} is NULL"))
+}
+
 pub(crate) const MAX_SIZE: usize = 4096;
 
 /// A struct of the C face that starts with `size: u32`.
@@ -74,7 +79,7 @@ unsafe fn claimed<T: SizedStruct>(ptr: *const T) -> Result<usize, Error> {
 /// Reads the caller's struct: its first `size` bytes over the defaults.
 pub(crate) unsafe fn read_sized<T: SizedStruct>(ptr: *const T, what: &str) -> Result<T, Error> {
     if ptr.is_null() {
-        return Err(super::args::null(what));
+        return Err(null(what));
     }
     // SAFETY: non-NULL, valid for its type per the contract.
     let len = unsafe { claimed(ptr) }?;
@@ -95,7 +100,7 @@ impl<T: SizedStruct> Out<T> {
     /// Checks the output struct at `ptr`, whose `size` the caller set.
     pub(crate) unsafe fn new(ptr: *mut T, what: &str) -> Result<Self, Error> {
         if ptr.is_null() {
-            return Err(super::args::null(what));
+            return Err(null(what));
         }
         // SAFETY: non-NULL, valid for its type per the contract.
         let len = unsafe { claimed(ptr) }?;
@@ -125,7 +130,7 @@ pub(crate) unsafe fn init_sized<T: SizedStruct>(
     what: &str,
 ) -> Result<(), Error> {
     if ptr.is_null() {
-        return Err(super::args::null(what));
+        return Err(null(what));
     }
     let len = usable::<T>(size)?;
     // SAFETY: the caller's struct has `size` >= `len` bytes, valid for writes.

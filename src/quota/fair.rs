@@ -112,4 +112,33 @@ mod tests {
         q.fallback_admitted.store(tag | 50, Ordering::Relaxed);
         assert_eq!(me.demand(&slot, g, slice), 787);
     }
+
+    /// A host that fell back in a slice keeps to its share in that slice
+    /// and the next (the others may still be in their fallbacks, which the
+    /// key does not know of), and is unbounded the slice after.
+    #[test]
+    fn the_share_binds_in_the_slice_of_a_fallback_and_the_next_only() {
+        let slot = crate::quota::testing::slot();
+        let g = Global {
+            rate: 2000.0,
+            quota: 2000,
+            slice_ms: 1000,
+            chunk: 0,
+            fallback: Fallback::Share,
+            global_burst: 0,
+            shards: 1,
+        };
+        let q = &slot.quota;
+        let slice = 1_000u32;
+        q.prev_spent.store(900, Ordering::Relaxed);
+        assert_eq!(crate::quota::share_left(&slot, g, slice), None);
+        q.fallback_admitted
+            .store((slice as u64) << 32 | 600, Ordering::Relaxed);
+        assert_eq!(crate::quota::share_left(&slot, g, slice), Some(300));
+        assert_eq!(crate::quota::share_left(&slot, g, slice + 1), Some(900));
+        q.slice_granted
+            .store(((slice + 1) as u64) << 32 | 850, Ordering::Relaxed);
+        assert_eq!(crate::quota::share_left(&slot, g, slice + 1), Some(50));
+        assert_eq!(crate::quota::share_left(&slot, g, slice + 2), None);
+    }
 }

@@ -457,15 +457,17 @@ fn allowance(rate: f64, g: Global) -> u64 {
     (rate * g.slice_ms as f64 / 1000.0).ceil() as u64
 }
 
-/// In a slice this host spent partly in fallback, what its fallback rate
-/// still allows it to take from the store (`None`: no bound). Other hosts
-/// that fell back in the slice report what they took only when they reach
-/// the store again: until then a key created anew cannot know it, so each
-/// such host keeps to its own allowance, and the sum stays near the quota
-/// instead of the first host back taking everyone's remainder.
+/// In a slice this host spent partly in fallback, or the slice after one,
+/// what its fallback rate still allows it to take from the store (`None`:
+/// no bound). Other hosts that fell back report what they took only when
+/// they reach the store again, up to a probe interval later and perhaps in
+/// the next slice: until then the key cannot know it, so each such host
+/// keeps to its own allowance, and the sum stays at most the quota instead
+/// of the first host back taking what the others' fallbacks admit too.
 pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
     let q = &slot.quota;
-    if pull::tagged(q.fallback_admitted.load(Ordering::Relaxed), slice) == 0 {
+    let fell_back = q.fallback_admitted.load(Ordering::Relaxed);
+    if pull::tagged(fell_back, slice) == 0 && pull::tagged(fell_back, slice.wrapping_sub(1)) == 0 {
         return None;
     }
     fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(holds_in(slot, slice)))

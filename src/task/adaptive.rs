@@ -85,10 +85,15 @@ pub(crate) fn drive(shm: &Shm, index: u32, me: Owner, now: u64) {
     a.window_lock.store(0, Ordering::Release);
 }
 
+/// The current limiter copy and its generation.
+pub(crate) fn limiter(slot: &TaskSlot) -> (Spec, u64) {
+    crate::format::read_versioned(&slot.config_version, |i| slot.adaptive.config[i].load())
+}
+
 /// One window, under the window lock.
 fn run_window(shm: &Shm, index: u32, slot: &TaskSlot, now: u64) {
     let a = &slot.adaptive;
-    let (spec, generation) = super::config::limiter(slot);
+    let (spec, generation) = limiter(slot);
     let version = a.window_version.load(Ordering::Acquire);
     let current = &a.windows[(version & 1) as usize];
     let sums = lane_sums(shm, index);
@@ -150,7 +155,7 @@ fn publish(shm: &Shm, index: u32, due: u64, generation: Option<u64>) {
     let version = a.window_version.load(Ordering::Acquire);
     let current = &a.windows[(version & 1) as usize];
     let generation = generation.unwrap_or_else(|| current.generation.load(Ordering::Relaxed));
-    let (spec, configured) = super::config::limiter(slot);
+    let (spec, configured) = limiter(slot);
     let old = a.limit.load(Ordering::Acquire);
     // A configuration written meanwhile wins: its generation is newer.
     if configured != generation || generation_of(old) != generation {

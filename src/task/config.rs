@@ -336,11 +336,6 @@ pub(crate) fn read(slot: &TaskSlot) -> Limits {
     })
 }
 
-/// The current limiter copy and its generation.
-pub(crate) fn limiter(slot: &TaskSlot) -> (LimiterSpec, u64) {
-    format::read_versioned(&slot.config_version, |i| slot.adaptive.config[i].load())
-}
-
 /// The settings in force: the global part may be the store's.
 pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
     let limits = read(slot);
@@ -363,7 +358,7 @@ pub(crate) fn settings(slot: &TaskSlot) -> TaskSettings {
             shadow: policy & format::POLICY_SHADOW != 0,
         },
         global: GlobalSettings::of(limits.global),
-        limiter: limiter(slot).0,
+        limiter: super::adaptive::limiter(slot).0,
         global_source: quota::global_source(slot),
     }
 }
