@@ -135,13 +135,13 @@ fn blank_code_spans(line: &str) -> String {
 fn link_targets(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     let trimmed = line.trim_start();
-    if trimmed.starts_with('[') {
-        if let Some(end) = trimmed.find("]:") {
-            let target = trimmed[end + 2..].split_whitespace().next().unwrap_or("");
-            if !target.is_empty() {
-                out.push(target.trim_matches(|c| c == '<' || c == '>').to_string());
-                return out;
-            }
+    if trimmed.starts_with('[')
+        && let Some(end) = trimmed.find("]:")
+    {
+        let target = trimmed[end + 2..].split_whitespace().next().unwrap_or("");
+        if !target.is_empty() {
+            out.push(target.trim_matches(|c| c == '<' || c == '>').to_string());
+            return out;
         }
     }
     let bytes = line.as_bytes();
