@@ -94,7 +94,7 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
         &format!("sentinel://127.0.0.1:{},", stale.port),
         1,
     );
-    let table = Table::open(&scratch.path("t"), &hosts::options(&url, PROBE)).unwrap();
+    let table = Table::open(scratch.path("t"), &hosts::options(&url, PROBE)).unwrap();
     let task = table
         .task("stale", &TaskConfig::new().global_rate(100.0))
         .unwrap();
