@@ -137,6 +137,23 @@ impl LuaStore {
 }
 
 impl flowctrl::sim::Script for LuaStore {
+    fn hash(&self, key: &str) -> Result<Vec<(String, String)>> {
+        let reply = self
+            .model
+            .lock()
+            .unwrap()
+            .call(&["HGETALL".to_string(), key.to_string()])
+            .map_err(|e| Error::new(ErrorKind::Store, format!("the simulated store: {e}")))?;
+        let Reply::Array(items) = reply else {
+            return Ok(Vec::new());
+        };
+        let text: Vec<String> = items.into_iter().flatten().collect();
+        Ok(text
+            .chunks(2)
+            .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
+            .collect())
+    }
+
     fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>> {
         self.evals.fetch_add(1, Ordering::Relaxed);
         let guard = self.lua.lock().unwrap();

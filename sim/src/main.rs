@@ -27,7 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut lines = String::new();
     println!("{}", report::HEADER);
-    for s in report::scenarios(hosts, slices, overload) {
+    let named = report::extras(slices).into_iter().filter(|s| {
+        only.as_ref()
+            .is_some_and(|o| o.split(',').any(|o| o == s.name))
+    });
+    for s in report::scenarios(hosts, slices, overload)
+        .into_iter()
+        .chain(named)
+    {
         if only
             .as_ref()
             .is_some_and(|o| !o.split(',').any(|o| o == s.name))

@@ -26,6 +26,57 @@ pub enum Demand {
     Churn,
     /// Uniform, with a tenth of the hosts' clocks 200 ms ahead.
     Skewed,
+    /// Uniform, under a threshold that moves every slice as a manager
+    /// moves it: mid-slice, the task's record and the next slices' keys
+    /// are written with the next threshold (see [`threshold`]).
+    Moving,
+}
+
+/// The threshold of slice `k` of a [`Demand::Moving`] run, as a fraction
+/// of the task's rate: down and up by up to half, never twice the same.
+pub fn threshold(k: i64) -> f64 {
+    const STEPS: [f64; 6] = [1.0, 0.6, 0.8, 0.5, 0.9, 0.7];
+    STEPS[k.rem_euclid(STEPS.len() as i64) as usize]
+}
+
+/// What `flowctrl manage` writes when it moves a threshold: the record
+/// (its version `version`) and the keys of `slices` written ahead, each
+/// only while no host has pulled from it.
+fn write_ahead(store: &LuaStore, s: &Scenario, version: u64, quota: u64, slices: &[u32]) {
+    let mut model = store.model.lock().unwrap();
+    let rate = (quota as f64 * 1000.0 / s.slice_ms as f64).to_string();
+    let record = format!("flowctrl:cfg:{{{}}}", crate::fleet::TASK);
+    let slice_ms = s.slice_ms.to_string();
+    let mut call = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        model
+            .call(&args)
+            .expect("the model takes the manager's writes");
+    };
+    call(&[
+        "HSET",
+        &record,
+        "version",
+        &version.to_string(),
+        "global_rate",
+        &rate,
+        "slice_ms",
+        &slice_ms,
+        "chunk",
+        "0",
+        "fallback",
+        "share",
+        "global_burst",
+        "0",
+        "shards",
+        "1",
+    ]);
+    for slice in slices {
+        let key = format!("flowctrl:{{{}}}:{slice}", crate::fleet::TASK);
+        let q = quota.to_string();
+        call(&["HSET", &key, "left", &q, "quota", &q]);
+        call(&["PEXPIRE", &key, "60000"]);
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -154,7 +205,14 @@ pub fn run(s: &Scenario) -> Result<Run> {
     // Churn: (instant, host, arrives) of the next slice.
     let mut moves: Vec<(i64, usize, bool)> = Vec::new();
     let slice_us = s.slice_ms as i64 * 1000;
-    let quota = (s.rate * s.slice_ms as f64 / 1000.0).round() as u64;
+    let quota_at = |k: i64| {
+        let f = if s.demand == Demand::Moving {
+            threshold(k)
+        } else {
+            1.0
+        };
+        (s.rate * f * s.slice_ms as f64 / 1000.0).round() as u64
+    };
     let mut acc = vec![0.0f64; n];
     let mut order: Vec<usize> = (0..n).collect();
     let mut out = Vec::new();
@@ -187,10 +245,15 @@ pub fn run(s: &Scenario) -> Result<Run> {
         // Hosts that join or leave in the slice: not judged for their share
         // (a host there for a millisecond may have asked once).
         let moved: Vec<bool> = (0..n).map(|i| moves.iter().any(|m| m.1 == i)).collect();
+        let quota = quota_at(k);
         let mut t = start;
         let mut next_move = 0;
         while t < start + slice_us {
             set_now(t + TICK_US / 2);
+            if s.demand == Demand::Moving && t == start + slice_us / 2 {
+                let next = (start / slice_us + 1) as u32;
+                write_ahead(&store, s, k as u64 + 1, quota_at(k + 1), &[next, next + 1]);
+            }
             while next_move < moves.len() && moves[next_move].0 <= t {
                 let (_, host, arrives) = moves[next_move];
                 present[host] = arrives;

@@ -215,9 +215,12 @@ end
 if ARGV[19] == '1' and hosts > 100 and shared_out and grant <= mine then
   room = math.max(room, grant)
 end
--- Less than the grant released: what is, if at least half, else none.
+-- Less than the grant released: what is, if at least half or what the
+-- fair tails owe the host, else none (a sliver is not worth a round trip,
+-- but what a host is owed is: held back for want of half its ask, the host
+-- that pulled second in a slice shared out fell behind for all of it).
 if grant > room then
-  if 2 * room < grant then grant = 0 else grant = room end
+  if 2 * room < grant and not (shared_out and mine > 0) then grant = 0 else grant = room end
 end
 -- The wait until the slice will have released another full ask beyond what
 -- it has given: the host does not ask before (each ask would be a sliver).

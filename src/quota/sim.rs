@@ -23,6 +23,11 @@ pub trait Script: Send + Sync {
     /// Runs [`PULL_SCRIPT`] with these KEYS and ARGV, as EVALSHA would; the
     /// reply's integers.
     fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>>;
+    /// The fields of hash `key` (HGETALL), for the task's record; none by
+    /// default (the hosts keep their own numbers).
+    fn hash(&self, _key: &str) -> Result<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
 }
 
 static INSTALLED: Mutex<Option<Arc<dyn Script>>> = Mutex::new(None);
@@ -73,5 +78,12 @@ impl QuotaStore for SimStore {
 
     fn describe(&self) -> String {
         "the simulated store".into()
+    }
+
+    fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
+        let fields = self
+            .script
+            .hash(&super::redis::record_key(&self.prefix, task, 0))?;
+        Ok((!fields.is_empty()).then_some(fields))
     }
 }
