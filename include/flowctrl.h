@@ -1009,7 +1009,9 @@ typedef struct fc_table_options {
    */
   const char *key_prefix;
   /**
-   * How long one store command may take, in ms; 0 (the default) = 5.
+   * How long one store command may take, in ms, all of it (writing it,
+   * reading every byte of its reply); 0 (the default) = 5. A request
+   * that connects first ends within store_connect_timeout_ms + this.
    */
   uint32_t store_timeout_ms;
   /**

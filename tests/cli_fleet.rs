@@ -145,3 +145,31 @@ fn fleet_prints_the_census_of_both_hosts() {
         "--store is required"
     );
 }
+
+/// `flowctrl fleet` (1 s timeouts) against a store that answers every
+/// request one byte every 20 ms (2.16 s a reply): each read succeeds
+/// within its timeout, yet the command ends within a request's bound (1 s
+/// to connect + 1 s for the command) with one line saying the store timed
+/// out, not after the replies have trickled in.
+#[test]
+fn fleet_against_a_trickling_store_ends_within_the_request_bound() {
+    let trickler = common::trickle::Trickler::start();
+    let scratch = Scratch::new("cli-fleet-trickle");
+    let began = std::time::Instant::now();
+    let run = flowctrl(
+        &scratch.path("unused"),
+        &["fleet", "api", "--store", &trickler.url()],
+    );
+    let took = began.elapsed();
+    eprintln!("flowctrl fleet took {took:?}: {run:?}");
+    let line = fails(run);
+    assert!(
+        took < Duration::from_millis(2500),
+        "flowctrl fleet took {took:?}: {line}"
+    );
+    assert!(
+        line.contains("the store timed out after") && line.contains("a request's bound: 2000 ms"),
+        "{line}"
+    );
+    assert!(line.contains(&trickler.url()), "{line}");
+}

@@ -464,6 +464,85 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
     ));
 }
 
+/// A store that answers every request, but one byte every 20 ms (a reply
+/// of 108 bytes: 2.16 s): every read of the reply succeeds within any
+/// per-read timeout, so only a bound on the whole request stops it. The
+/// first acquire decides (by the fallback) within the request bound,
+/// connect_timeout + timeout, and an explicit pull fails within it with an
+/// error that says so.
+#[test]
+fn a_trickling_store_holds_no_caller_past_the_request_bound() {
+    let _timed = one_at_a_time();
+    let trickler = common::trickle::Trickler::start();
+    let scratch = Scratch::new("quota-trickle");
+    let mut opts = options(Some(trickler.url()), 0);
+    opts.store.connect_timeout = Duration::from_millis(50);
+    opts.store.timeout = Duration::from_millis(100);
+    let bound = Duration::from_millis(150);
+    // A loaded 2-core machine may deschedule the caller for a while.
+    let margin = Duration::from_millis(100);
+    let table = Table::open(scratch.path("t"), &opts).unwrap();
+    let task = table
+        .task(
+            "api",
+            &TaskConfig::new().global_rate(1000.0).fallback_rate(50.0),
+        )
+        .unwrap();
+    let began = Instant::now();
+    let decision = task.acquire(1).unwrap();
+    let first = began.elapsed();
+    assert!(matches!(
+        decision,
+        Decision::Admitted(_) | Decision::Limited(Limited::Global)
+    ));
+    drop(decision);
+    let began = Instant::now();
+    let err = task.pull_quota(10).unwrap_err();
+    let pull = began.elapsed();
+    eprintln!("first acquire {first:?}, explicit pull {pull:?}: {err}");
+    assert!(first < bound + margin, "the first acquire took {first:?}");
+    assert!(pull < bound + margin, "the explicit pull took {pull:?}");
+    assert_eq!(err.kind(), ErrorKind::Store, "{err}");
+    assert!(
+        err.message().contains("the store timed out after")
+            && err.message().contains("(a request's bound: 150 ms)"),
+        "{err}"
+    );
+
+    // Two trickling sentinels: each asked is cut at its own connect
+    // timeout, and adds it to the bound (150 + 2 × 50 ms). A cluster whose
+    // node trickles: its connect is cut at the connect timeout.
+    let other = common::trickle::Trickler::start();
+    let addrs = format!("127.0.0.1:{},127.0.0.1:{}", trickler.port, other.port);
+    for (url, bound) in [
+        (format!("redis+sentinel://{addrs}/mymaster"), 250),
+        (format!("redis+cluster://{addrs}"), 150),
+    ] {
+        let mut opts = opts.clone();
+        opts.store.url = Some(url.clone());
+        let table = Table::open(scratch.path(&format!("t{bound}")), &opts).unwrap();
+        let task = table
+            .task("api", &TaskConfig::new().global_rate(1000.0))
+            .unwrap();
+        let began = Instant::now();
+        let err = task.pull_quota(10).unwrap_err();
+        let took = began.elapsed();
+        eprintln!("{url}: explicit pull {took:?}: {err}");
+        assert!(
+            took < Duration::from_millis(bound) + margin,
+            "{url}: the explicit pull took {took:?}"
+        );
+        assert_eq!(err.kind(), ErrorKind::Store, "{err}");
+        assert!(
+            err.message().contains("the store timed out after")
+                && err
+                    .message()
+                    .contains(&format!("(a request's bound: {bound} ms)")),
+            "{err}"
+        );
+    }
+}
+
 /// Workers pulling all the time (a chunk of 20 from Redis) are SIGKILLed at
 /// random instants — inside pulls too — and replaced; a survivor keeps
 /// acquiring. The task never freezes: a dead holder's pull lock is taken
@@ -606,4 +685,79 @@ fn tls_and_auth_through_the_url() {
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(exit, Exit::Code(0));
+}
+
+/// The other ways to a server, over flowctrl's own connections: a unix
+/// socket (`unix://path?db=&pass=`), and RESP3 (`protocol=resp3`: HELLO 3
+/// with AUTH) with a db; each pull lands in the URL's db.
+#[test]
+fn unix_sockets_resp3_auth_and_db_through_the_url() {
+    let scratch = Scratch::new("quota-unix");
+    let socket = scratch.path("redis.sock");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--unixsocket", socket.to_str().unwrap()])
+        .args([
+            "--requirepass",
+            "s3cret",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let control = ::redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}/0")).unwrap();
+    let began = Instant::now();
+    let mut control = loop {
+        match control.get_connection_with_timeout(Duration::from_millis(500)) {
+            Ok(conn) => break conn,
+            Err(e) => {
+                assert!(began.elapsed() < Duration::from_secs(10), "{e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    for (url, db, task) in [
+        (
+            format!("unix://{}?db=2&pass=s3cret", socket.display()),
+            2,
+            "unix",
+        ),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/3?protocol=resp3"),
+            3,
+            "resp3",
+        ),
+    ] {
+        let mut opts = options(Some(url.clone()), 0);
+        opts.store.connect_timeout = Duration::from_millis(500);
+        let table = Table::open(scratch.path(task), &opts).unwrap();
+        let t = table
+            .task(task, &TaskConfig::new().global_rate(100.0))
+            .unwrap();
+        assert_eq!(
+            t.pull_quota(10).unwrap_or_else(|e| panic!("{url}: {e}")),
+            Ok(10),
+            "{url}"
+        );
+        let keys: Vec<String> = ::redis::pipe()
+            .cmd("SELECT")
+            .arg(db)
+            .ignore()
+            .cmd("KEYS")
+            .arg(format!("*{{{task}}}*"))
+            .query::<(Vec<String>,)>(&mut control)
+            .unwrap()
+            .0;
+        assert!(!keys.is_empty(), "{url}: no key of the task in db {db}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
 }

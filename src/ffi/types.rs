@@ -87,7 +87,9 @@ pub struct fc_table_options {
     pub store_url: *const c_char,
     /// Prefix of the store's keys; NULL (the default) = `"flowctrl:"`.
     pub key_prefix: *const c_char,
-    /// How long one store command may take, in ms; 0 (the default) = 5.
+    /// How long one store command may take, in ms, all of it (writing it,
+    /// reading every byte of its reply); 0 (the default) = 5. A request
+    /// that connects first ends within store_connect_timeout_ms + this.
     pub store_timeout_ms: u32,
     /// How long connecting to the store may take, in ms; 0 = 20.
     pub store_connect_timeout_ms: u32,

@@ -5,7 +5,7 @@
 
 use super::StoreOptions;
 use super::redis::{RedisStore, slice_key};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::events::{self, Event};
 use crate::format::MAX_SHARDS;
 
@@ -100,13 +100,16 @@ impl Store {
         let slice_ms = match slice_ms {
             Some(0) => return Err(Error::invalid("slice_ms must be at least 1")),
             Some(ms) => ms,
-            None => self
-                .task_config(task)
-                .ok()
-                .flatten()
-                .map_or(super::GlobalSettings::default().slice_ms, |r| {
+            None => match self.task_config(task) {
+                Ok(record) => record.map_or(super::GlobalSettings::default().slice_ms, |r| {
                     r.settings.slice_ms
                 }),
+                // A store that cannot be read has no census to read either:
+                // one request's bound, not two.
+                Err(e) if e.kind() == ErrorKind::Store => return Err(e),
+                // A record the hosts refuse too: their slicing is their own.
+                Err(_) => super::GlobalSettings::default().slice_ms,
+            },
         };
         let (sec, usec): (u64, u64) = self
             .redis

@@ -1,8 +1,22 @@
 //! How the Redis store reaches its server: one server (`redis://`,
 //! `rediss://`, `unix://`), the master a set of Sentinels names
-//! (`redis+sentinel://`), or a Redis Cluster (`redis+cluster://`). Every
-//! kind connects within the connect timeout and answers each command
-//! within the command timeout, as one server always did.
+//! (`redis+sentinel://`), or a Redis Cluster (`redis+cluster://`), every
+//! kind over flowctrl's own connections (`link`), which bound a request as
+//! a whole.
+//!
+//! A request — connecting if it has no connection (TLS handshake, AUTH and
+//! SELECT included), writing its command, reading every byte of the reply
+//! — ends within connect_timeout + timeout of its start: connecting within
+//! connect_timeout, the command within timeout, and a reconnect after an
+//! idle connection that died within what is left of the sum ([`Budget`]).
+//! Through Sentinel, each sentinel asked (connecting to it and asking it
+//! for the master) is given a connect_timeout of its own and adds it to the
+//! bound: a request that asks k sentinels ends within (k + 1) ×
+//! connect_timeout + timeout (connecting to the master they name and
+//! checking its role are the connect_timeout of the sum). On a Cluster, the
+//! cluster client's connect (to every node it starts with, and its slot
+//! map) is the connect step, a command with the redirects and retries it
+//! takes the command step.
 //!
 //! TLS is the `rediss` of each form: `rediss+sentinel://` speaks TLS to
 //! the sentinels and to the master they name, `rediss+cluster://` to every
@@ -19,13 +33,42 @@
 //! sentinel client: that one connects to the sentinels without timeouts, so
 //! a sentinel that hangs would hang the pull past the store timeout.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use redis::{ConnectionInfo, IntoConnectionInfo};
+
+use super::link::{Link, within};
 use crate::error::{Error, Result};
+
+/// A request's clock: when it began and the bound it has so far (each
+/// sentinel asked adds a connect timeout).
+pub(crate) struct Budget {
+    pub began: Instant,
+    pub bound: Duration,
+}
+
+impl Budget {
+    /// A request beginning now, bounded by `bound`.
+    pub fn new(bound: Duration) -> Self {
+        Self {
+            began: Instant::now(),
+            bound,
+        }
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.began + self.bound
+    }
+
+    /// The deadline of a step that may take `step`, within the request's.
+    pub fn step(&self, step: Duration) -> Instant {
+        (Instant::now() + step).min(self.deadline())
+    }
+}
 
 /// Where connections go.
 pub(crate) enum Target {
-    Single(redis::Client),
+    Single(ConnectionInfo),
     /// The master named `master`, looked up through `sentinels` at every
     /// new connection: the store drops a connection on any error (READONLY
     /// after a failover, a dropped socket), so the next one follows the
@@ -33,7 +76,7 @@ pub(crate) enum Target {
     /// `limits` package sends them), and without, for a sentinel that has
     /// no password set.
     Sentinel {
-        sentinels: Vec<(redis::Client, redis::Client)>,
+        sentinels: Vec<(ConnectionInfo, ConnectionInfo)>,
         master: String,
         /// `:password@` or `user:password@`, for the master.
         auth: String,
@@ -46,8 +89,8 @@ pub(crate) enum Target {
 
 /// One connection of any kind.
 pub(crate) enum Conn {
-    Single(redis::Connection),
-    Cluster(Box<redis::cluster::ClusterConnection>),
+    Single(Link),
+    Cluster(Box<redis::cluster::ClusterConnection<Link>>),
 }
 
 impl redis::ConnectionLike for Conn {
@@ -171,7 +214,7 @@ impl Target {
                     "the form is {scheme}+sentinel://[:password@]host:port[,host:port...]/master-name[/db]"
                 )));
             }
-            let client = |url: String| redis::Client::open(url).map_err(|e| bad(&e));
+            let client = |url: String| url.into_connection_info().map_err(|e| bad(&e));
             let sentinels = hosts
                 .iter()
                 .map(|h| {
@@ -181,6 +224,7 @@ impl Target {
                     ))
                 })
                 .collect::<Result<_>>()?;
+            warm_tls(scheme);
             return Ok(Self::Sentinel {
                 sentinels,
                 master: master.to_string(),
@@ -203,6 +247,7 @@ impl Target {
             // One retry, at once: a MOVED after a failover is followed, and
             // nothing waits past the store timeouts (the crate's default is
             // 16 retries over seconds).
+            warm_tls(scheme);
             let client = redis::cluster::ClusterClientBuilder::new(nodes)
                 .retries(1)
                 .min_retry_wait(0)
@@ -219,15 +264,20 @@ impl Target {
             }
             _ => url.to_string(),
         };
-        redis::Client::open(single)
+        warm_tls(url.split_once("://").map_or("", |(scheme, _)| scheme));
+        single
+            .into_connection_info()
             .map(Self::Single)
             .map_err(|e| bad(&e))
     }
 
-    /// A new connection with the command timeout set.
-    pub fn connect(&self, connect: Duration, command: Duration) -> redis::RedisResult<Conn> {
+    /// A new connection, made within `connect` and what is left of the
+    /// request's `budget` (see the module's doc).
+    pub fn connect(&self, connect: Duration, budget: &mut Budget) -> redis::RedisResult<Conn> {
         match self {
-            Self::Single(client) => single(client, connect, command),
+            Self::Single(info) => {
+                within(budget.step(connect), || Link::connect(info, None)).map(Conn::Single)
+            }
             Self::Sentinel {
                 sentinels,
                 master,
@@ -237,52 +287,49 @@ impl Target {
             } => {
                 let scheme = if *tls { "rediss" } else { "redis" };
                 let master = (master.as_str(), scheme, auth.as_str(), *db);
-                let client = find_master(sentinels, master, connect, command)?;
-                single(&client, connect, command)
+                find_master(sentinels, master, connect, budget).map(Conn::Single)
             }
-            Self::Cluster(client) => {
-                // The cluster client takes its timeouts per connection.
-                let params = redis::cluster::ClusterConfig::new()
-                    .set_connection_timeout(connect)
-                    .set_response_timeout(command);
-                client
-                    .get_connection_with_config(params)
-                    .map(|c| Conn::Cluster(Box::new(c)))
-            }
+            // `get_generic_connection` (doc-hidden in the crate, for its
+            // own tests of other connection types) is the cluster client
+            // over links: there is no other way to bound what its
+            // connections wait for.
+            Self::Cluster(client) => within(budget.step(connect), || {
+                client.get_generic_connection::<Link>()
+            })
+            .map(|c| Conn::Cluster(Box::new(c))),
         }
     }
 }
 
-fn single(
-    client: &redis::Client,
-    connect: Duration,
-    command: Duration,
-) -> redis::RedisResult<Conn> {
-    let conn = client.get_connection_with_timeout(connect)?;
-    conn.set_read_timeout(Some(command))?;
-    conn.set_write_timeout(Some(command))?;
-    Ok(Conn::Single(conn))
+/// The system's CA store, read at open rather than within a request's
+/// connect timeout (an error is met again, and reported, at connect).
+fn warm_tls(scheme: &str) {
+    if scheme.starts_with("rediss") {
+        let _ = super::link::tls_config();
+    }
 }
 
-/// The master the first sentinel that knows `name` names, checked to be a
-/// master (a sentinel may still name a demoted or dead one for a moment:
-/// then the next sentinel is asked). Each
-/// sentinel and the master are given the connect and command timeouts.
+/// A connection to the master the first sentinel that knows `name` names,
+/// checked to be a master (a sentinel may still name a demoted or dead one
+/// for a moment: then the next sentinel is asked). Asking each sentinel is
+/// given `connect` of its own (and adds it to the budget); connecting to
+/// the master and asking its role, `connect` within the budget.
 fn find_master(
-    sentinels: &[(redis::Client, redis::Client)],
+    sentinels: &[(ConnectionInfo, ConnectionInfo)],
     (name, scheme, auth, db): (&str, &str, &str, i64),
     connect: Duration,
-    command: Duration,
-) -> redis::RedisResult<redis::Client> {
+    budget: &mut Budget,
+) -> redis::RedisResult<Link> {
     let mut last = None;
     for (with_auth, without) in sentinels {
-        let conn = match single(with_auth, connect, command) {
-            Err(e) if e.to_string().contains("without any password configured") => {
-                single(without, connect, command)
-            }
-            conn => conn,
-        };
-        let found = conn.and_then(|mut conn| {
+        budget.bound += connect;
+        let found = within(budget.step(connect), || {
+            let mut conn = match Link::connect(with_auth, None) {
+                Err(e) if e.to_string().contains("without any password configured") => {
+                    Link::connect(without, None)
+                }
+                conn => conn,
+            }?;
             let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(name)
@@ -302,17 +349,19 @@ fn find_master(
                 continue;
             }
         };
-        let client = redis::Client::open(format!("{scheme}://{auth}{host}:{port}/{db}"))?;
+        let info = format!("{scheme}://{auth}{host}:{port}/{db}").into_connection_info()?;
         // A sentinel that has not heard of a failover yet names the dead
         // master: the next sentinel may name the promoted one.
-        let role = single(&client, connect, command)
-            .and_then(|mut conn| redis::cmd("ROLE").query::<Vec<redis::Value>>(&mut conn));
+        let role = within(budget.step(connect), || {
+            let mut conn = Link::connect(&info, None)?;
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
+            let is_master =
+                matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
+            redis::RedisResult::Ok((conn, is_master))
+        });
         match role {
-            Ok(role) if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") =>
-            {
-                return Ok(client);
-            }
-            Ok(_) => {
+            Ok((conn, true)) => return Ok(conn),
+            Ok((_, false)) => {
                 last = Some(redis::RedisError::from((
                     redis::ErrorKind::Client,
                     "the master the sentinels name is not a master (a failover is under way)",
@@ -360,7 +409,7 @@ mod tests {
         match Target::open("rediss+sentinel://127.0.0.1:1/m").unwrap() {
             Target::Sentinel { sentinels, tls, .. } => {
                 assert!(tls);
-                let addr = sentinels[0].0.get_connection_info().addr();
+                let addr = sentinels[0].0.addr();
                 assert!(
                     matches!(
                         addr,

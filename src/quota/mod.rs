@@ -40,6 +40,7 @@ pub(crate) mod health;
 mod hints;
 mod idle;
 mod keeper;
+mod link;
 mod notes;
 mod pull;
 mod record;

@@ -1,6 +1,7 @@
 //! The Redis store: one Lua script per pull, loaded once and called by its
 //! SHA (the `redis` crate reloads it on NOSCRIPT), over a synchronous
-//! connection with connect and command timeouts.
+//! connection; every request ends within connect_timeout + timeout (see
+//! `connect` and `link`).
 //!
 //! The script reads the server's clock (`TIME`) and refuses a pull for a
 //! slice the server is not in, answering its time instead: a host whose
@@ -12,7 +13,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::connect::{Conn, Target};
+use super::connect::{Budget, Conn, Target};
+use super::link;
 use super::record::MAX_VERSION;
 use super::record::Refresh;
 use super::store::{Ask, QuotaStore, Reply};
@@ -235,39 +237,46 @@ impl RedisStore {
         None
     }
 
-    fn connect(&self) -> Result<Conn> {
+    fn connect(&self, budget: &mut Budget) -> Result<Conn> {
         self.target
-            .connect(self.settings.connect_timeout, self.settings.timeout)
-            .map_err(|e| self.error("connect", &e))
+            .connect(self.settings.connect_timeout, budget)
+            .map_err(|e| self.error("connect", &e, budget))
     }
 
-    /// One request on an idle connection of this process or a new one.
+    /// One request on an idle connection of this process or a new one,
+    /// within its bound (connect_timeout + timeout, see `connect`).
     /// Any error may leave a reply in flight or a node that is now a
     /// replica (READONLY after a failover): the connection is dropped, so
     /// the next request connects afresh. An idle connection may have died
     /// with a server since restarted: one that fails other than by a
-    /// timeout is replaced once at once, not counted as an outage.
+    /// timeout is replaced once at once (within what is left of the
+    /// bound), not counted as an outage.
     pub(crate) fn round_trip<T>(
         &self,
         doing: &str,
         call: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        let timeout = self.settings.timeout;
+        let mut budget = Budget::new(self.settings.connect_timeout + timeout);
+        link::clear_timed_out();
+        let command =
+            |conn: &mut Conn, budget: &Budget| link::within(budget.step(timeout), || call(conn));
         let (conn, answer) = match self.idle() {
-            Some(mut conn) => match call(&mut conn) {
-                Err(e) if !e.is_timeout() => {
-                    let mut fresh = self.connect()?;
-                    let answer = call(&mut fresh);
+            Some(mut conn) => match command(&mut conn, &budget) {
+                Err(e) if !e.is_timeout() && !link::timed_out_since_clear() => {
+                    let mut fresh = self.connect(&mut budget)?;
+                    let answer = command(&mut fresh, &budget);
                     (fresh, answer)
                 }
                 answer => (conn, answer),
             },
             None => {
-                let mut conn = self.connect()?;
-                let answer = call(&mut conn);
+                let mut conn = self.connect(&mut budget)?;
+                let answer = command(&mut conn, &budget);
                 (conn, answer)
             }
         };
-        let value = answer.map_err(|e| self.error(doing, &e))?;
+        let value = answer.map_err(|e| self.error(doing, &e, &budget))?;
         if let Some(mut idle) = self.idle.try_lock() {
             idle.push((std::process::id(), conn));
         }
@@ -322,10 +331,22 @@ impl RedisStore {
         matches!(self.target, Target::Cluster(_))
     }
 
-    fn error(&self, doing: &str, e: &redis::RedisError) -> Error {
+    /// A request's error; a timeout says how long the request took and
+    /// what its bound was (not the socket's "Resource temporarily
+    /// unavailable").
+    fn error(&self, doing: &str, e: &redis::RedisError, budget: &Budget) -> Error {
+        let what = if e.is_timeout() || link::timed_out_since_clear() {
+            format!(
+                "the store timed out after {} (a request's bound: {})",
+                ms(budget.began.elapsed()),
+                ms(budget.bound)
+            )
+        } else {
+            e.to_string()
+        };
         Error::new(
             ErrorKind::Store,
-            format!("{}: {doing}: {e}", self.describe()),
+            format!("{}: {doing}: {what}", self.describe()),
         )
     }
 }
@@ -360,6 +381,15 @@ impl QuotaStore for RedisStore {
             redis::cmd("HGETALL").arg(&key).query(conn)
         })?;
         Ok((!fields.is_empty()).then_some(fields))
+    }
+}
+
+/// `d` in ms: whole, or to a tenth.
+fn ms(d: Duration) -> String {
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
     }
 }
 

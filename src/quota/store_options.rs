@@ -20,10 +20,15 @@ pub struct StoreOptions {
     /// printable bytes, no spaces, `{` or `}`); keys are
     /// `<prefix>{<task>}:<slice>`.
     pub key_prefix: String,
-    /// How long one command may take (default 5 ms). A pull that takes
-    /// longer fails, and the task falls back to its local limits.
+    /// How long one command may take (default 5 ms): all of it, writing it
+    /// and reading every byte of its reply, however the server spreads
+    /// them. A pull that takes longer fails, and the task falls back to
+    /// its local limits. A request that connects first (a TLS handshake,
+    /// AUTH and SELECT included) ends within `connect_timeout + timeout`
+    /// of its start; through Sentinel, each sentinel asked adds one
+    /// `connect_timeout` (see the README, "High availability and scale").
     pub timeout: Duration,
-    /// How long connecting may take (default 20 ms).
+    /// How long connecting may take (default 20 ms); see `timeout`.
     pub connect_timeout: Duration,
     /// How long a failed store is left alone before one process probes it
     /// again (default 3 s, ±20 % jitter so hosts do not probe in step).

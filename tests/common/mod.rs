@@ -421,6 +421,7 @@ pub mod ha;
 pub mod hosts;
 pub mod redis;
 pub mod tls;
+pub mod trickle;
 
 pub mod layout {
     /// The table layout version mirrored here.

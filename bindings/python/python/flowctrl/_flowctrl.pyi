@@ -52,7 +52,10 @@ class Table:
     ``rediss+cluster://`` for TLS) or None for the embedded store (the table
     itself: one host, no server). ``store_timeout`` (default
     5 ms), ``store_connect_timeout`` (20 ms) and ``probe_interval`` (3 s) are
-    in seconds; every process of a host must name the same store.
+    in seconds; a request to the store, connect and every byte of the reply
+    included, ends within ``store_connect_timeout + store_timeout``
+    (however slowly the server answers). Every process of a host must name
+    the same store.
     ``host_id`` names this host in the store's census (default: from
     /etc/machine-id and the table's path).
 
