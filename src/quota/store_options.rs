@@ -26,7 +26,7 @@ pub struct StoreOptions {
     /// its local limits. A request that connects first (a TLS handshake,
     /// AUTH and SELECT included) ends within `connect_timeout + timeout`
     /// of its start; through Sentinel, each sentinel asked adds one
-    /// `connect_timeout` (see the README, "High availability and scale").
+    /// `connect_timeout` (see docs/guide/high-availability.md).
     pub timeout: Duration,
     /// How long connecting may take (default 20 ms); see `timeout`.
     pub connect_timeout: Duration,
