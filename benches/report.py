@@ -160,7 +160,7 @@ def main():
     r3 = py_limits / py_fc
     out += [
         "",
-        "## Budgets (issue 19)",
+        "## Budgets",
         "",
         "| budget | measured | verdict |",
         "|---|---|---|",
@@ -201,7 +201,7 @@ def main():
         f"~29 ns (3.7–4.1 × governor); here the capped pair is {fc_capped_1 / gov_1:.1f} × criterion's",
         "governor. Against that yardstick the capped pair is still slower than 0.1's.",
         "",
-        "A task with a cap pays the crash-exact ledger (docs/internals.md): each",
+        "A task with a cap pays the crash-exact ledger (docs/reference/internals.md): each",
         "acquire and release is a small transaction of four compare-and-swaps (mark",
         "the lane busy, move the shared word with its tag, apply, untag) where a bare",
         "counter needs one. Lanes owned by one thread would make two of the four",

@@ -887,7 +887,7 @@ typedef struct fc_task_config {
    * `"aimd"`, `"vegas"`, `"gradient"`, `"gradient2"`, `"auto"`) then
    * `key=value` parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
    * algorithm but `fixed` takes `window` (ms); the others are listed in
-   * the README. Empty (the default) = unset. `fc_task_config_get`
+   * docs/guide/adaptive-limits.md. Empty (the default) = unset. `fc_task_config_get`
    * writes the spec with every parameter.
    */
   char limiter[128];

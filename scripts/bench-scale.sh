@@ -118,7 +118,7 @@ echo "capacity: one $one, three $three" >&2
     echo "The machine has $(nproc) cores for the 64 client processes and every server together, and"
     echo "shares them with other work (load average $load_before before the runs, $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "after): the clients compete with the servers for the same cores."
-    echo "See the README (\"High availability and scale\") for what these rows show."
+    echo "See benches/GLOBAL.md (\"Scale on one machine\") for what these rows show."
 } > "$work/SCALE.md"
 mv "$work/SCALE.md" benches/SCALE.md
 cat benches/SCALE.md

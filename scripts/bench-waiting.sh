@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmarks of issue 18 (waiters served in order), each against its
+# The benchmarks of ordered waiting (waiters served in order), each against its
 # budget, written to benches/WAITING.md:
 #   1. C, 4 processes × 8 threads in fc_acquire_wait on a cap of 4 × 20 ms,
 #      this library and the one before ordered waiting ($BASE_REV), alternately;

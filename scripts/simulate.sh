@@ -37,8 +37,8 @@ took=$(( $(date +%s) - began ))
     echo "  simulated round trip takes no time) and cuts the store's slices from then on, so"
     echo "  its row is uniform's."
     echo "- Budgets: admitted within [0.98, 1.01] × quota in every full slice, store ops per"
-    echo "  admitted ≤ 0.01, stranded ≤ 2 %. Where the misses come from: the README,"
-    echo "  *Global limits*, \"Simulated\"; \`sim/src/report.rs\`, \`KNOWN_MISSES\`."
+    echo "  admitted ≤ 0.01, stranded ≤ 2 %. Where the misses come from: benches/GLOBAL.md,"
+    echo "  \"The simulation\"; \`sim/src/report.rs\`, \`KNOWN_MISSES\`."
     echo
     echo "![admitted and stranded per slice](simulation.png)"
 } > target/SIMULATION.md.new

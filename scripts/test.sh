@@ -9,6 +9,10 @@
 # stubtest and the manylinux check of the wheel for PyPI. The deployment
 # recipes run in both: C++ pre-fork and thread-pool servers in
 # tests/recipes.rs, gunicorn and uvicorn in bindings/python/tests/test_recipes.py.
+# The documentation is checked with the Rust tests (tests/docs.rs): every
+# relative link and anchor of README.md, ARCHITECTURE.md, CHANGELOG.md,
+# docs/ and benches/ resolves, and the README stays under 200 lines. What
+# each script and longer run does: docs/guide/install.md.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"

@@ -395,8 +395,9 @@ fn deny_local_and_a_rate_under_the_local_limits_in_an_outage() {
                 .fallback(Fallback::Local),
         )
         .unwrap();
-    // The README's example: a fallback rate above the local rate applies
-    // the local rate, and one below it applies itself.
+    // The fallback policies' rule (docs/guide/global-limits.md): a fallback
+    // rate above the local rate applies the local rate, and one below it
+    // applies itself.
     let above = table
         .task(
             "above",

@@ -1,4 +1,4 @@
-//! The README's C++ server recipes, run for real: `tests/c/recipe_server.cpp`
+//! The C++ server recipes of docs/guide/recipes.md, run for real: `tests/c/recipe_server.cpp`
 //! compiled against `include/flowctrl.h` and linked to the `libflowctrl.so`
 //! of this build (as `tests/c_abi.rs` does), serving HTTP on a free loopback
 //! port as a pre-fork server (the table opened before `fork`, single-threaded

@@ -1,5 +1,5 @@
 /*
- * The uncontended fast path (issue 18's "unchanged" budget): one thread,
+ * The uncontended fast path (the "unchanged" budget): one thread,
  * fc_acquire + fc_release in a loop on a task that never limits, timed.
  * Built against the old and the new library by scripts/bench-waiting.sh,
  * which runs the two alternately and takes medians.

@@ -1,5 +1,5 @@
 /*
- * A reproducer (issue 18's waiter threads): two permits freed back to back
+ * A reproducer (the waiter threads): two permits freed back to back
  * while two handles wait, one waiter each. The head's handle takes one
  * permit for its only waiter; the other handle's waiter should get the
  * second at once, but is served only when its waiter thread's bounded

@@ -1,4 +1,4 @@
-"""The uvicorn case of the waiting benchmarks (issue 18): a Starlette app
+"""The uvicorn case of the waiting benchmarks: a Starlette app
 whose handler holds a permit of a task capped at 4 for 20 ms, waiting up to
 2 s for it with ``async with task.acquire_async(timeout=2)``.
 

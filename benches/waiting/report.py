@@ -170,7 +170,7 @@ def closed_runs(per):
 
 
 m = META
-w("# Waiting in order: benchmarks (issue 18)")
+w("# Waiting in order: benchmarks")
 w("")
 w(f"Run {m['date']} on {m['machine']} ({m['nproc']} cores), shared with other")
 w(f"engineers' work: load average {m['load_before']} before, {m['load_after']} after.")
@@ -282,7 +282,7 @@ w("")
 per_p = {v: [closed_stats(r, p["seconds"], p["connections"]) for r in runs("python", v)]
          for v in ("new", "old")}
 closed_table(per_p, "module")
-w("| old, as issue 18 measured it | 184 | 200 | – | 68 ms | – | 516 ms | – | ~160 ms | – |")
+w("| old, as first reported | 184 | 200 | – | 68 ms | – | 516 ms | – | ~160 ms | – |")
 budgets(per_p["new"], [
     ("served ≥ 0.95 × ideal rate", lambda s: (s["served"], 0.95 * s["ideal_rate"], s["served"] >= 0.95 * s["ideal_rate"]), "/s"),
     ("served ≥ 0.95 × 200/s (the nominal rate)", lambda s: (s["served"], 190.0, s["served"] >= 190), "/s"),

@@ -1,5 +1,5 @@
 /*
- * Load for the waiting benchmarks (issue 18): P processes x T threads
+ * Load for the waiting benchmarks: P processes x T threads
  * calling fc_acquire_wait on one task (cap 4 by default), each holding its
  * permit HOLD ms (nanosleep) before fc_release.
  *

@@ -16,7 +16,7 @@ pub const STRANDED: f64 = 0.02;
 pub const WORST_WHILE_MOVING: f64 = 0.9;
 
 /// Budgets the simulation shows missed in tests/budgets.rs's runs (1,000
-/// hosts, three full slices), with why (see the README's "Global limits"
+/// hosts, three full slices), with why (see benches/GLOBAL.md, "The simulation",
 /// and benches/SIMULATION.md): (scenario, the start of the miss line). The
 /// test holds every other budget, and fails when one of these starts to
 /// hold, so the list is kept true. A threshold that moves every slice (as

@@ -1,7 +1,7 @@
 //! The pull script's rules past 100 hosts, one call at a time: the crate's
 //! own `pull.lua` over the model of Redis, at a fixed instant. The fleet
-//! simulation shows what the rules buy; these show each rule does what the
-//! README says it does.
+//! simulation shows what the rules buy; these show each rule does what
+//! docs/guide/global-limits.md says it does.
 
 use flowctrl::sim::Script;
 use flowctrl_sim::lua::LuaStore;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::BalancerSlot;
 
-/// How a balancer weighs its backends. Every field has a default; see the
-/// README's "Load balancing" section for why each is what it is.
+/// How a balancer weighs its backends. Every field has a default; see
+/// docs/guide/load-balancing.md for why each is what it is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BalancerConfig {
     /// Time constant of the RTT estimate's decay (default 10 s).

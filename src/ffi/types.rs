@@ -169,7 +169,7 @@ pub struct fc_task_config {
     /// `"aimd"`, `"vegas"`, `"gradient"`, `"gradient2"`, `"auto"`) then
     /// `key=value` parameters, e.g. `"gradient2 tolerance=2 window=100"`. Every
     /// algorithm but `fixed` takes `window` (ms); the others are listed in
-    /// the README. Empty (the default) = unset. `fc_task_config_get`
+    /// docs/guide/adaptive-limits.md. Empty (the default) = unset. `fc_task_config_get`
     /// writes the spec with every parameter.
     pub limiter: [c_char; 128],
     /// The adaptive limit's floor, ceiling and starting point. `FC_UNSET`

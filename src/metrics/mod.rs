@@ -16,7 +16,7 @@
 //! are in seconds, the task, balancer and backend are labels, and so are a
 //! refusal's `reason` and a release's `outcome`
 //! (`flowctrl_requests_limited_total{task="api",reason="global"}`). The
-//! README's "Metrics" section lists every family.
+//! docs/reference/metrics.md lists every family.
 
 mod families;
 mod manager;

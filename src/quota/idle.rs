@@ -3,8 +3,8 @@
 //! A host that goes quiet in the middle of a slice holds what is left of its
 //! last chunk until the slice ends, and no call of its own can hand it back:
 //! there is none. Past 100 hosts with bursty demand that was a sixth of
-//! every slice stranded while the others were refused (the README's
-//! simulation). So a host whose quota word has not moved for a while gives
+//! every slice stranded while the others were refused (benches/GLOBAL.md,
+//! "The simulation"). So a host whose quota word has not moved for a while gives
 //! what it holds back to the store ([`crate::Task::return_idle_quota`],
 //! called by the table's keeper thread).
 //!

@@ -270,8 +270,8 @@ end
 -- slice's end at its demand: a reservation it cannot use is quota stranded.
 -- A host held by the fair tails is reserved its ask too: it queues behind
 -- the release like the others, and a host owed its whole ask is served at
--- once (above). What that costs the smallest hosts is measured (the
--- README's simulation): capping reservations at what a host is owed, or at
+-- once (above). What that costs the smallest hosts is measured
+-- (benches/GLOBAL.md, "The simulation"): capping reservations at what a host is owed, or at
 -- what leaves the small hosts' rest, gave back the round trips or left
 -- the slice unspent.
 local usable = 0

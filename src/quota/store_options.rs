@@ -11,8 +11,8 @@ use crate::error::Result;
 pub struct StoreOptions {
     /// `redis://[user:password@]host:port/db` or `rediss://...` (TLS),
     /// `unix:///path`, `redis+sentinel://...` / `rediss+sentinel://...`,
-    /// `redis+cluster://...` / `rediss+cluster://...` (see the README's
-    /// "High availability and scale"); `None` = the embedded store (the
+    /// `redis+cluster://...` / `rediss+cluster://...` (see
+    /// docs/guide/high-availability.md); `None` = the embedded store (the
     /// table itself: one host, no server). The query may carry
     /// `timeout_ms`, `connect_timeout_ms` and `prefix`.
     pub url: Option<String>,
@@ -26,7 +26,7 @@ pub struct StoreOptions {
     /// its local limits. A request that connects first (a TLS handshake,
     /// AUTH and SELECT included) ends within `connect_timeout + timeout`
     /// of its start; through Sentinel, each sentinel asked adds one
-    /// `connect_timeout` (see the README, "High availability and scale").
+    /// `connect_timeout` (see docs/guide/high-availability.md).
     pub timeout: Duration,
     /// How long connecting may take (default 20 ms); see `timeout`.
     pub connect_timeout: Duration,

@@ -14,7 +14,7 @@ impl Task {
     /// `Ok(Err(Limited::Global))` when the slice is exhausted (or has
     /// released nothing more for this host yet). Past 100 hosts the grant
     /// may be a reservation: counted here, spendable after the wait the
-    /// store named (see the README, "Reservations"). An
+    /// store named (see docs/guide/global-limits.md, "Reservations"). An
     /// [`ErrorKind::Store`] error when the store failed (the task then
     /// decides by its fallback until a probe succeeds).
     pub fn pull_quota(&self, want: u64) -> Result<Result<u64, Limited>> {
@@ -44,7 +44,8 @@ impl Task {
     /// global, for `idle` (as seen by this
     /// handle's earlier calls: the first call only looks), so the other
     /// hosts can spend it; the store puts it back into the slice's key. The
-    /// table's keeper thread calls it (see the README, "Idle quota");
+    /// table's keeper thread calls it (see docs/guide/global-limits.md, "Idle
+    /// quota");
     /// returns the permits given back (0: not idle, nothing held, the
     /// embedded store, a task spread over shards, or the store failing).
     pub fn return_idle_quota(&self, idle: std::time::Duration) -> u64 {

@@ -1,4 +1,4 @@
-// The README's C++ server recipes (tests/recipes.rs runs them): a tiny HTTP
+// The C++ server recipes of docs/guide/recipes.md (tests/recipes.rs runs them): a tiny HTTP
 // server on 127.0.0.1 whose requests share one host-wide concurrency cap.
 //
 //   recipe_server prefork TABLE WORKERS CAP   open + register, then fork

@@ -1,4 +1,4 @@
-"""The README's deployment recipes, run for real: gunicorn (with and without
+"""The deployment recipes of docs/guide/recipes.md, run for real: gunicorn (with and without
 --preload) and uvicorn --workers 2 serve the apps in tests/recipes/ on a
 free loopback port, and concurrent clients check that the host-wide cap
 holds across the workers, that a SIGKILLed worker's permits come back, and

@@ -1,5 +1,6 @@
 //! flowctrl's own limiter: the limit where the RTT is `tolerance ×` the
-//! no-load RTT `R0` (see `docs/auto.md` for why and the measurements).
+//! no-load RTT `R0` (see `docs/reference/auto.md` for why, `benches/AUTO.md` for the
+//! measurements).
 //!
 //! Little's law: while the limit `L` bounds the traffic, the throughput
 //! `X` (the window's releases per second, at most `L / rtt`) times `R0` is
