@@ -170,14 +170,17 @@ def test_a_burst_admits_exactly_each_keys_rate_and_429s_carry_the_real_wait(serv
     started = time.monotonic()
     answers = burst(served.port, [(k, "/work?hold=0") for k in keys for _ in range(12)], threads=16)
     took = time.monotonic() - started
-    states = {k: task.key_state(k) for k in keys}
+    states = {k: (task.key_state(k), time.monotonic() - started) for k in keys}
     by_key = defaultdict(Counter)
     for key, status, headers, _ in answers:
         by_key[key][status] += 1
     assert {k: dict(c) for k, c in by_key.items()} == {k: {200: 5, 429: 7} for k in keys}, by_key
+    # A permit is released just after its last chunk is handed to the
+    # server: the client may read the answer a moment before.
+    wait_for(lambda: task.stats()["released_success"] - before["released_success"] == 5 * len(keys),
+             5, "every admitted request released")
     after = task.stats()
     assert after["admitted"] - before["admitted"] == 5 * len(keys)
-    assert after["released_success"] - before["released_success"] == 5 * len(keys)
     assert task.key_stats()["refused_rate"] - refused_before == 7 * len(keys)
 
     waits = []
@@ -190,9 +193,13 @@ def test_a_burst_admits_exactly_each_keys_rate_and_429s_carry_the_real_wait(serv
         wait = int(headers["retry-after"])
         waits.append(wait)
         # The real wait: 60 s / 5 after the key's 5th admission, less the
-        # burst's time; as the library tells it right after the burst.
+        # burst's time. The library's own figure, read `since` seconds after
+        # the burst began, is at most that much below the wait when the 429
+        # was answered.
         assert wait >= 11, (wait, took)
-        assert 0 <= wait - math.ceil(states[key]["retry_after"]) <= 1, (wait, states[key])
+        state, since = states[key]
+        assert math.ceil(state["retry_after"]) <= wait <= math.ceil(state["retry_after"] + since), (
+            wait, state, since)
         assert headers["ratelimit-remaining"] == "0", headers
         assert 55 <= int(headers["ratelimit-reset"]) <= 60, headers
     print(f"\n{served.name}: {len(answers)} requests in {took:.2f} s, Retry-After {sorted(set(waits))}")
@@ -220,7 +227,7 @@ def test_the_permit_is_held_for_the_whole_response_and_keyless_requests_meet_the
         conn.close()
         assert (first + rest).count(b"chunk") == 20
         wait_for(lambda: task.stats()["in_flight"] == 0, 5, "the release after the last chunk")
-        assert released(task) - before == Counter(success=1)
+        wait_for(lambda: released(task) - before == Counter(success=1), 5, "one success")
         assert ask(port, "/work?hold=0")[0] == 200
     finally:
         task.update(max_concurrency=OPEN_CAP)
@@ -240,6 +247,7 @@ def test_a_keys_own_cap_and_a_blocked_key(served):
     other = ask(port, "/work?hold=0", f"other-{served.name}")
     assert other[0] == 200, other  # another key is not held back
     assert holder.join() == 200
+    wait_for(lambda: task.key_state(solo)["in_flight"] == 0, 5, "the key's permit back")
     status, headers, body = ask(port, "/work?hold=0", banned)
     assert (status, body) == (403, b"Forbidden\n") and "retry-after" not in headers, headers
     assert ask(port, "/work?hold=0", solo)[0] == 200
