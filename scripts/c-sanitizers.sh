@@ -108,6 +108,7 @@ run_one() {
 
 run_one abi_test_c abi_test.c include "${cc[@]}" -std=c99
 run_one abi_test_cpp abi_test.cpp include "${cxx[@]}" -std=c++11
+run_one hpp_test hpp_test.cpp include "${cxx[@]}" -std=c++17
 run_one compat_v1 compat_v1.c tests/c "${cc[@]}" -std=c99
 run_one compat_v0_3 compat_v0_3.c tests/c "${cc[@]}" -std=c99
 run_one adaptive_test adaptive_test.c include "${cc[@]}" -std=c99

@@ -6,7 +6,7 @@
 #   scripts/install.sh [--prefix DIR] [--destdir DIR]
 #
 #   --prefix DIR   where it goes (default /usr/local):
-#                    DIR/include/flowctrl.h
+#                    DIR/include/flowctrl.h, and flowctrl.hpp (C++17, header-only)
 #                    DIR/lib/libflowctrl.so.X.Y.Z, with the links
 #                      libflowctrl.so.0 (its SONAME) and libflowctrl.so
 #                    DIR/lib/libflowctrl.a
@@ -80,6 +80,7 @@ dest=$destdir$prefix
 echo "== installing flowctrl $version into $dest"
 install -d "$dest/include" "$dest/lib/pkgconfig" "$dest/lib/cmake/flowctrl"
 install -m 644 include/flowctrl.h "$dest/include/flowctrl.h"
+install -m 644 include/flowctrl.hpp "$dest/include/flowctrl.hpp"
 install -m 755 "$built/libflowctrl.so" "$dest/lib/$real"
 ln -sfn "$real" "$dest/lib/$soname"
 ln -sfn "$soname" "$dest/lib/libflowctrl.so"

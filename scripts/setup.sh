@@ -47,7 +47,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" pytest pytest-timeout mypy limits \
-    "gunicorn>=23,<28" "uvicorn>=0.30,<1" "starlette>=0.40,<2"   # the deployment recipes' tests
+    "gunicorn>=23,<28" "uvicorn>=0.30,<1" "starlette>=0.40,<2" "flask>=3,<4"   # the recipes' and middleware's tests
 
 # Builds and installs the Python module from bindings/python into the venv.
 install_python_module() {

@@ -1,5 +1,7 @@
 //! The C ABI as C and C++ programs see it: compiles `tests/c/abi_test.c`
-//! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`, and
+//! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`,
+//! `tests/c/hpp_test.cpp` (C++17) against the RAII layer `include/flowctrl.hpp`,
+//! and
 //! `tests/c/compat_v1.c` against the frozen `tests/c/compat_v1.h` (a program
 //! built against the smallest version of the sized structs) and
 //! `tests/c/compat_v0_3.c` against the frozen `tests/c/flowctrl-0.3.0.h` (the
@@ -44,6 +46,8 @@ enum Program {
     C,
     /// `abi_test.cpp` against `include/flowctrl.h`.
     Cxx,
+    /// `hpp_test.cpp` against `include/flowctrl.hpp` (C++17).
+    Hpp,
     /// `compat_v1.c` against the frozen `tests/c/compat_v1.h`.
     CompatV1,
     /// `compat_v0_3.c` against the frozen `tests/c/flowctrl-0.3.0.h`.
@@ -65,6 +69,7 @@ impl Program {
         match self {
             Program::C => "abi_test.c",
             Program::Cxx => "abi_test.cpp",
+            Program::Hpp => "hpp_test.cpp",
             Program::CompatV1 => "compat_v1.c",
             Program::CompatV0_3 => "compat_v0_3.c",
             Program::QuotaWorker => "quota_worker.c",
@@ -77,7 +82,7 @@ impl Program {
 
     fn language(self) -> Language {
         match self {
-            Program::Cxx => Language::Cxx,
+            Program::Cxx | Program::Hpp => Language::Cxx,
             Program::C
             | Program::CompatV1
             | Program::CompatV0_3
@@ -94,6 +99,7 @@ impl Program {
         match self {
             Program::C
             | Program::Cxx
+            | Program::Hpp
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
@@ -108,6 +114,7 @@ impl Program {
         match self {
             Program::C => "abi_test_c",
             Program::Cxx => "abi_test_cpp",
+            Program::Hpp => "hpp_test",
             Program::CompatV1 => "compat_v1",
             Program::CompatV0_3 => "compat_v0_3",
             Program::QuotaWorker => "quota_worker",
@@ -115,6 +122,15 @@ impl Program {
             Program::Records => "records_test",
             Program::Config => "config_test",
             Program::Log => "log_test",
+        }
+    }
+
+    /// The language standard it is compiled as: its language's, but C++17
+    /// for the header-only C++ layer.
+    fn standard(self) -> &'static str {
+        match self {
+            Program::Hpp => "-std=c++17",
+            _ => self.language().standard(),
         }
     }
 }
@@ -223,7 +239,7 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
     let mut command = Command::new(words.next().unwrap_or(default));
     command
         .args(words)
-        .arg(language.standard())
+        .arg(program.standard())
         .args(WARNINGS)
         .arg("-pthread")
         .arg(format!(
@@ -405,6 +421,16 @@ fn cpp_with_shared_library() {
 #[test]
 fn cpp_with_static_library() {
     compile_and_run(Program::Cxx, Linkage::Static);
+}
+
+#[test]
+fn hpp_with_shared_library() {
+    compile_and_run(Program::Hpp, Linkage::Shared);
+}
+
+#[test]
+fn hpp_with_static_library() {
+    compile_and_run(Program::Hpp, Linkage::Static);
 }
 
 #[test]

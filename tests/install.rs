@@ -143,11 +143,13 @@ fn needed(binary: &Path) -> Vec<String> {
 #[test]
 fn installs_the_header_the_libraries_and_their_links() {
     let lib = installed().join("lib");
-    let header = std::fs::read(installed().join("include/flowctrl.h")).expect("the header");
-    assert!(
-        header == std::fs::read(manifest().join("include/flowctrl.h")).unwrap(),
-        "the installed header differs from include/flowctrl.h"
-    );
+    for name in ["flowctrl.h", "flowctrl.hpp"] {
+        let header = std::fs::read(installed().join("include").join(name)).expect("the header");
+        assert!(
+            header == std::fs::read(manifest().join("include").join(name)).unwrap(),
+            "the installed header differs from include/{name}"
+        );
+    }
 
     let real = format!("libflowctrl.so.{VERSION}");
     let soname = format!("libflowctrl.so.{MAJOR}");

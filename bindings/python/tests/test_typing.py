@@ -81,3 +81,35 @@ def test_use_type_checks(tmp_path):
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "'maybe'" in errors[0], out
     assert code == 1, out
+
+
+MIDDLEWARE = """
+    from typing import Optional
+    import flowctrl
+    from flask import Flask
+    from flowctrl import asgi, wsgi
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+
+    table = flowctrl.Table("t")
+    api = table.task("api", max_concurrency=8)
+
+    def client(scope: asgi.Scope) -> Optional[str]:
+        return None if scope.get("client") is None else str(scope["client"][0])
+
+    app = Starlette(middleware=[Middleware(asgi.RateLimitMiddleware, task=api, key=client, cost=1)])
+    app.add_middleware(asgi.RateLimitMiddleware, task=api, key=asgi.header("X-API-Key"), timeout=0.05)
+
+    flask_app = Flask(__name__)
+    flask_app.wsgi_app = wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        flask_app.wsgi_app, task=api, key=wsgi.header("X-API-Key"), rate_limit_headers=False
+    )
+    plain: wsgi.WSGIApp = wsgi.RateLimitMiddleware(flask_app, task=api, cost=lambda environ: 2)
+"""
+
+
+@pytest.mark.timeout(320)
+def test_middleware_type_checks_with_starlette_and_flask(tmp_path):
+    (tmp_path / "mw.py").write_text(textwrap.dedent(MIDDLEWARE))
+    code, out = run("mypy", "--strict", "--no-incremental", "mw.py", cwd=tmp_path)
+    assert code == 0, out

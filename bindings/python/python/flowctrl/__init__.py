@@ -20,6 +20,11 @@ the host shares (in flight, RTT, failures)::
     with lb.pick() as choice:   # "success", or "dropped" (a failure) if it raises
         call(choice.backend)
 
+Web applications take a permit per request through a middleware:
+``flowctrl.asgi.RateLimitMiddleware`` (Starlette, FastAPI) and
+``flowctrl.wsgi.RateLimitMiddleware`` (Flask, Django) answer a refusal with
+429, the real ``Retry-After`` and the key's RateLimit-* headers.
+
 A rejection raises ``Limited`` (``try_acquire`` returns None instead). It is a
 decision, not an error, so it is *not* a ``FlowctrlError``: ``except
 flowctrl.FlowctrlError`` catches failures only. Each error also derives from
