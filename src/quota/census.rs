@@ -4,7 +4,8 @@
 //! a fleet's store, apart from any table.
 
 use super::StoreOptions;
-use super::redis::{RedisStore, slice_key};
+use super::keys::slice_key;
+use super::redis::RedisStore;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{self, Event};
 use crate::format::MAX_SHARDS;

@@ -21,7 +21,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::redis::record_key;
+use super::keys::record_key;
 use super::{GlobalConfig, GlobalSettings, Quota, TaskRef};
 use crate::error::{Error, Result};
 use crate::events::{self, Event};
