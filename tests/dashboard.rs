@@ -372,6 +372,14 @@ fn check_dashboard(d: &Value) {
     }
 }
 
+/// The rules `rules` (the YAML text) defines.
+fn alert_count(rules: &str) -> usize {
+    rules
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- alert: "))
+        .count()
+}
+
 /// The `flowctrl_*` names `text` mentions.
 fn metric_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
@@ -545,6 +553,19 @@ fn prometheus_answers_every_panel_and_fires_the_fallback_alert_for_the_failed_ta
         fallback_alerts(&prometheus).is_empty(),
         "no fallback while the store answers"
     );
+    // Every rule evaluates without error (no vector matching that
+    // Prometheus refuses, say).
+    let groups = prometheus.api("rules");
+    let rules_seen: Vec<_> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(rules_seen.len(), alert_count(&rules), "every rule loaded");
+    for r in &rules_seen {
+        assert_eq!(r["health"], "ok", "{r}");
+    }
 
     // The store dies: the global task falls back, and its alert goes
     // pending, then firing, for it alone.
@@ -582,15 +603,31 @@ fn prometheus_answers_every_panel_and_fires_the_fallback_alert_for_the_failed_ta
         "the embedded store's task could alert, and is open"
     );
 
+    // An endpoint stops: the endpoint-down alert goes pending for it.
+    drop(edge_metrics);
+    let stopped = Instant::now();
+    let down = |p: &Prometheus| -> Vec<String> {
+        p.query("ALERTS{alertname=\"FlowctrlMetricsDown\", alertstate=\"pending\"}")
+            .iter()
+            .map(|s| s["metric"]["instance"].as_str().unwrap().to_string())
+            .collect()
+    };
+    wait_for("the endpoint-down alert", Duration::from_secs(10), || {
+        !down(&prometheus).is_empty()
+    });
+    let down_after = stopped.elapsed();
+    assert_eq!(down(&prometheus), [edge_instance.clone()]);
+
     stop.store(true, Ordering::Relaxed);
     driver.join().unwrap();
-    drop((prometheus, table_metrics, edge_metrics));
+    drop((prometheus, table_metrics));
     let total = began.elapsed();
     eprintln!(
         "{} panel expressions, {} series in all, all answered {answered:.1?} after the targets \
          were up; {} names checked; Prometheus started at {started:.1?}, targets up after \
          {scraped:.1?}; the fallback alert pending {pending_after:.1?} and firing \
-         {firing_after:.1?} after the store was killed; {total:.1?} in all",
+         {firing_after:.1?} after the store was killed; the endpoint-down alert pending \
+         {down_after:.1?} after an endpoint stopped; {total:.1?} in all",
         exprs.len(),
         series.values().sum::<usize>(),
         used.len(),
