@@ -616,7 +616,7 @@ fn prometheus_answers_every_panel_and_fires_the_fallback_alert_for_the_failed_ta
         !down(&prometheus).is_empty()
     });
     let down_after = stopped.elapsed();
-    assert_eq!(down(&prometheus), [edge_instance.clone()]);
+    assert_eq!(down(&prometheus), std::slice::from_ref(&edge_instance));
 
     stop.store(true, Ordering::Relaxed);
     driver.join().unwrap();
