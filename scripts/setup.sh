@@ -41,6 +41,8 @@ command -v pkg-config >/dev/null || apt_install pkg-config
 command -v readelf >/dev/null || apt_install binutils
 # tests/keyed_http.rs loads a real HTTP server with wrk.
 command -v wrk >/dev/null || apt_install wrk
+# tests/dashboard.rs runs dashboards/ against a real Prometheus and promtool.
+[ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || apt_install prometheus
 
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }

@@ -15,7 +15,8 @@ use std::time::Duration;
 use cli::{field, ok};
 use common::*;
 use flowctrl::{
-    BalancerConfig, Decision, Limited, Outcome, Table, TableOptions, Task, TaskConfig, View,
+    BalancerConfig, Decision, Limited, Outcome, PickOptions, Table, TableOptions, Task, TaskConfig,
+    View,
 };
 
 /// A series: its name and its labels, sorted.
@@ -191,6 +192,42 @@ fn assert_task_counters(samples: &BTreeMap<Series, f64>, task: &Task) {
     }
 }
 
+/// The backends' families: b:1 failed five times in a row and was ejected
+/// once, a:1 never; the deprecated `flowctrl_backend_ejections` still says
+/// the same as its new name, and its HELP says it is deprecated.
+fn assert_backend_families(samples: &BTreeMap<Series, f64>, body: &str) {
+    for (backend, ejected, in_a_row) in [("a:1", 0.0, 0.0), ("b:1", 1.0, 1.0)] {
+        let labels = [("balancer", "db"), ("backend", backend)];
+        assert_eq!(
+            get(samples, "flowctrl_backend_ejected", &labels),
+            ejected,
+            "{backend}"
+        );
+        assert_eq!(
+            get(samples, "flowctrl_backend_consecutive_ejections", &labels),
+            in_a_row,
+            "{backend}"
+        );
+        assert_eq!(
+            get(samples, "flowctrl_backend_ejections", &labels),
+            in_a_row,
+            "{backend}: the old name serves the same value"
+        );
+    }
+    let help = body
+        .lines()
+        .find_map(|l| l.strip_prefix("# HELP flowctrl_backend_ejections "))
+        .expect("the deprecated family has a HELP");
+    assert!(
+        help.starts_with("Deprecated") && help.contains("flowctrl_backend_consecutive_ejections"),
+        "{help}"
+    );
+    assert!(
+        body.contains("# TYPE flowctrl_backend_consecutive_ejections gauge\n"),
+        "{body}"
+    );
+}
+
 fn options() -> TableOptions {
     TableOptions {
         capacity: 8,
@@ -273,6 +310,13 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
             .done(Outcome::Success)
             .unwrap();
     }
+    // Five failures of b:1 (index 1) in a row eject it once.
+    for _ in 0..5 {
+        db.pick(&PickOptions { exclude: &[0] })
+            .unwrap()
+            .done(Outcome::Dropped)
+            .unwrap();
+    }
     let raw = RawTable::open(&path);
     let attached = raw.live_attachments();
     assert_eq!(attached.len(), 2, "this process and the holder");
@@ -306,7 +350,15 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
             )
         })
         .sum();
-    assert_eq!(picks, 4.0);
+    assert_eq!(picks, 9.0);
+    assert_backend_families(&samples, &body);
+    let layout = flowctrl::LAYOUT_VERSION.to_string();
+    let build = [("version", env!("CARGO_PKG_VERSION")), ("layout", &layout)];
+    assert_eq!(
+        get(&samples, "flowctrl_build_info", &build),
+        1.0,
+        "a table without a lane pool has the plain layout"
+    );
     assert!(body.contains(r#"flowctrl_requests_admitted_total{task="we\"ird\\name"} 1"#));
 
     // The library call renders the same counters.
@@ -383,6 +435,30 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
     let (status, body) = server.get("/metrics");
     assert_eq!(status, 503);
     assert!(body.contains("No such file"), "{body}");
+}
+
+#[test]
+fn build_info_names_the_layout_of_a_pooled_table() {
+    let scratch = Scratch::new("cli-metrics-pooled");
+    let path = scratch.path("table");
+    let pooled = TableOptions {
+        lanes: 4,
+        ..options()
+    };
+    let _table = Table::open(&path, &pooled).unwrap();
+    let samples = parse(&flowctrl::metrics::render(&View::open(&path).unwrap()).unwrap());
+    let infos: Vec<_> = samples
+        .iter()
+        .filter(|((name, _), _)| name == "flowctrl_build_info")
+        .collect();
+    // The pooled lanes' layout is the plain one's successor.
+    let layout = (flowctrl::LAYOUT_VERSION + 1).to_string();
+    let want = vec![
+        ("layout".to_string(), layout),
+        ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+    ];
+    assert_eq!(infos.len(), 1, "{infos:?}");
+    assert_eq!((&infos[0].0.1, *infos[0].1), (&want, 1.0));
 }
 
 /// A table with a task, and `flowctrl metrics` serving it.

@@ -26,6 +26,10 @@ pub enum Alarm {
 }
 
 impl Alarm {
+    /// Every kind there is (`flowctrl_manager_alarms_total{kind}` counts
+    /// each from 0).
+    pub const KINDS: [&'static str; 3] = ["skew", "configs", "silent"];
+
     /// The alarm's kind, for metrics labels and log filters.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -127,6 +131,7 @@ mod tests {
         let alarms = fleet_alarms(&fleet, Duration::from_millis(50));
         assert_eq!(alarms.len(), 3, "{alarms:?}");
         assert_eq!(alarms[0].kind(), "skew");
+        assert!(alarms.iter().all(|a| Alarm::KINDS.contains(&a.kind())));
         assert!(alarms[0].to_string().contains("80.0 ms"));
         assert!(alarms[1].to_string().contains("\"d\""));
         let configs = alarms[2].to_string();

@@ -87,6 +87,8 @@ impl Manager {
         let tasks = tick::states(&config, Default::default());
         let report = ManagerReport {
             id: config.id.clone(),
+            // Counted from 0, so an increase() sees the first alarm.
+            alarms: Alarm::KINDS.iter().map(|k| (*k, 0)).collect(),
             ..Default::default()
         };
         Ok(Self {

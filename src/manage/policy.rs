@@ -68,6 +68,19 @@ impl std::fmt::Display for Reason {
     }
 }
 
+impl Reason {
+    /// The words of the reasons that change a threshold, as counted in
+    /// `flowctrl_manager_threshold_changes_total{reason}` (each is counted
+    /// from 0, so a rate or an increase sees the first change).
+    pub(crate) const CHANGE_WORDS: [&'static str; 3] = ["dropped_ratio", "p99_ms", "within_target"];
+
+    /// The word a change is counted by: the reason up to its `=`.
+    pub(crate) fn word(&self) -> String {
+        let text = self.to_string();
+        text.split('=').next().unwrap_or("").to_string()
+    }
+}
+
 /// The first probe, as a share of the threshold, and the most doublings.
 const PROBE: f64 = 0.04;
 const MAX_DOUBLINGS: u32 = 3;
@@ -216,5 +229,17 @@ mod tests {
         let (next, why) = decide(&p, 400.0, &mut clean, &o);
         assert!(next < 100.0, "{next}");
         assert!(matches!(why, Reason::Dropped(_)));
+    }
+
+    #[test]
+    fn every_changing_reason_is_counted_by_a_known_word() {
+        for (reason, word) in [
+            (Reason::Dropped(0.25), "dropped_ratio"),
+            (Reason::Latency(1500), "p99_ms"),
+            (Reason::Probe, "within_target"),
+        ] {
+            assert_eq!(reason.word(), word);
+            assert!(Reason::CHANGE_WORDS.contains(&word));
+        }
     }
 }

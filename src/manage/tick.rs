@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::policy::{Observed, decide};
+use super::policy::{Observed, Reason, decide};
 use super::report::Decision;
 use super::write::{Write, decision_key};
 use super::{Alarm, Manager, ManagerConfig, fleet_alarms};
@@ -193,6 +193,11 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
     };
     let mut report = m.report.lock();
     let r = report.tasks.entry(task.to_string()).or_default();
+    if config.policy.is_some() {
+        for word in Reason::CHANGE_WORDS {
+            r.changes.entry(word.to_string()).or_default();
+        }
+    }
     if let Some(policy) = &config.policy
         && slice >= state.judge_from
     {
@@ -208,8 +213,7 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
                 at_ms: now_ms as i64,
                 manager: m.config.id.clone(),
             };
-            let word = decision.reason.split('=').next().unwrap_or("").to_string();
-            *r.changes.entry(word).or_default() += 1;
+            *r.changes.entry(why.word()).or_default() += 1;
             r.last_change = Some(decision.clone());
             state.pending = Some(decision);
             state.threshold = next;

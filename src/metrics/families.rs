@@ -64,8 +64,27 @@ pub(super) fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
+/// `flowctrl_build_info`: 1, labelled with this build's version and, for a
+/// table, its file's layout version (a dashboard's legend, an alert on a
+/// fleet running mixed versions).
+pub(super) fn build_info(e: &mut DescriptorEncoder, layout: Option<u32>) -> fmt::Result {
+    let mut labels: Labels = vec![("version", env!("CARGO_PKG_VERSION").to_string())];
+    if let Some(layout) = layout {
+        labels.push(("layout", layout.to_string()));
+    }
+    gauge(
+        e,
+        "flowctrl_build_info",
+        "1, labelled with the flowctrl version serving the metrics and the layout version \
+         of the table they read.",
+        None,
+        vec![(labels, 1u64)],
+    )
+}
+
 /// The table's slots and processes.
 pub(super) fn table(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    build_info(e, Some(s.layout))?;
     let none = |v: u64| vec![(Labels::new(), v)];
     gauge(
         e,
@@ -362,8 +381,16 @@ pub(super) fn balancers(balancers: &[BalancerSnapshot], e: &mut DescriptorEncode
     )?;
     gauge(
         e,
+        "flowctrl_backend_consecutive_ejections",
+        "Ejections of the backend in a row (0 once a success ends the series).",
+        None,
+        each(&|k| k.ejections as f64),
+    )?;
+    gauge(
+        e,
         "flowctrl_backend_ejections",
-        "Ejections of the backend in a row.",
+        "Deprecated (removed after this version): the old name of \
+         flowctrl_backend_consecutive_ejections, a gauge and no count.",
         None,
         each(&|k| k.ejections as f64),
     )?;

@@ -8,7 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::families::{Labels, counter, gauge};
+use super::families::{Labels, build_info, counter, gauge};
 use crate::manage::ManagerReport;
 
 /// The exposition of `report`.
@@ -28,6 +28,7 @@ impl Collector for Report {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let r = &self.0;
         let one = |v: u64| vec![(Labels::new(), v)];
+        build_info(&mut e, None)?;
         gauge(
             &mut e,
             "flowctrl_manager_active",

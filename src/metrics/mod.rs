@@ -55,6 +55,7 @@ pub fn render_snapshot(view: &TableSnapshot) -> String {
         balancers: view.balancers(),
         task_slots: view.capacity(),
         process_slots: view.max_processes(),
+        layout: view.layout_version(),
         processes: processes.len(),
         unreaped: processes.iter().filter(|p| p.alive == Some(false)).count(),
     };
@@ -75,6 +76,8 @@ struct Snapshot {
     balancers: Vec<BalancerSnapshot>,
     task_slots: u32,
     process_slots: u32,
+    /// The table file's layout version.
+    layout: u32,
     /// Attachment slots marked live, and those of them whose owner died.
     processes: usize,
     unreaped: usize,

@@ -215,6 +215,12 @@ impl TableSnapshot {
         self.region.geometry.attach_capacity
     }
 
+    /// The layout version of the table file (`LAYOUT_VERSION`, or the
+    /// pooled lanes' version).
+    pub(crate) fn layout_version(&self) -> u32 {
+        self.region.geometry.layout_version()
+    }
+
     /// The lane pool: (sets in use, sets); `None` for a table with lanes
     /// for every pair.
     pub fn lane_pool(&self) -> Option<(u32, u32)> {
