@@ -217,6 +217,7 @@ impl TableSnapshot {
 
     /// The layout version of the table file (`LAYOUT_VERSION`, or the
     /// pooled lanes' version).
+    #[cfg(feature = "metrics")]
     pub(crate) fn layout_version(&self) -> u32 {
         self.region.geometry.layout_version()
     }
