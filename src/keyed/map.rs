@@ -17,9 +17,12 @@
 //! 4. **publish**: `entry.key = new`, then identity `LOCK → new`.
 //!
 //! A decision on a key that found its entry spends first and checks the
-//! identity after (both sequentially consistent): a mover that locked in
-//! between sees the spend in step 2, or the decision sees the lock and
-//! gives its spend back ([`decide`]). A lookup that does not find its key
+//! identity after ([`decide`]): a mover that locked in between sees the
+//! spend in step 2, which reads each word of the old state by a
+//! read-modify-write, or the decision's spend (or permit) reads from that
+//! step, and then its check sees the lock and it gives its spend back.
+//! Between the two, acquire and release suffice; the loom model
+//! (`map_loom.rs`) checks both sides. A lookup that does not find its key
 //! waits for the locks in its buckets (one may be moving it); a lock whose
 //! mover is dead is undone by putting back `entry.key`: the old key (its
 //! state was only emptied where it carried nothing) or, past step 4's first
@@ -143,6 +146,14 @@ fn idle<W: Word>(entry: &KeyEntry<W>, now: u64) -> bool {
 /// decision's spend whose compare-and-swap still expects the old key's
 /// time then fails, rather than landing on the new key's (a time of 0
 /// left as it was would take such a spend).
+///
+/// Every word is read by a read-modify-write (a time already `now` is
+/// swapped for itself, the permits' word too): a decision's spend or
+/// permit, a read-modify-write of the same word, is then either before
+/// it, and seen here, or after it and reading from it, and so sees the
+/// lock when it checks the identity. Loads would need sequential
+/// consistency on both sides, which a permit's landing (the ledger's
+/// acquire-release compare-and-swap) does not have.
 fn empty_old_state<W: Word>(entry: &KeyEntry<W>, now: u64) -> bool {
     for t in &entry.tat {
         let mut seen = t.load(SeqCst);
@@ -150,16 +161,17 @@ fn empty_old_state<W: Word>(entry: &KeyEntry<W>, now: u64) -> bool {
             if seen > now {
                 return false;
             }
-            if seen == now {
-                break;
-            }
             match t.compare_exchange(seen, now, SeqCst, SeqCst) {
                 Ok(_) => break,
                 Err(actual) => seen = actual,
             }
         }
     }
-    word_count(entry.held.load(SeqCst)) == 0
+    let mut held = entry.held.load(SeqCst);
+    while let Err(actual) = entry.held.compare_exchange(held, held, SeqCst, SeqCst) {
+        held = actual;
+    }
+    word_count(held) == 0
 }
 
 /// Finds the key's entry or gives it one. `me` is this process's compact
