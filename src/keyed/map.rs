@@ -44,8 +44,9 @@ use crate::limit::ledger::{Word, word_count};
 const WAIT: Duration = Duration::from_millis(10);
 
 /// The words a key is placed and decided in: a key file's
-/// ([`KeyRegion`]), or loom's atomics in a model of this protocol, which
-/// also makes waits yield to the model's scheduler.
+/// ([`KeyRegion`]), or loom's atomics in the model of this protocol
+/// (`map_loom.rs`, `scripts/loom.sh`), which also makes waits yield to
+/// the model's scheduler.
 pub(crate) trait Slots {
     type W: Word;
     fn bucket(&self, b: u32) -> &Bucket<Self::W>;
@@ -331,3 +332,7 @@ fn backoff(round: u32) {
         std::hint::spin_loop();
     }
 }
+
+#[cfg(all(test, loom))]
+#[path = "map_loom.rs"]
+mod loom_model;
