@@ -88,25 +88,26 @@ pub(crate) enum KeyCounter {
 
 pub(crate) const KEY_COUNTERS: usize = 7;
 
-/// One key's state: 56 bytes.
+/// One key's state: 56 bytes. `W` is the word: the file's atomics, or
+/// loom's in a model of key placement (`scripts/loom.sh`).
 #[repr(C)]
-pub(crate) struct KeyEntry {
+pub(crate) struct KeyEntry<W = AtomicU64> {
     /// The key's identity, copied: what a mover puts back if it cannot
     /// take the entry (its identity word then holds the lock).
-    pub key: AtomicU64,
+    pub key: W,
     /// GCRA theoretical arrival times, one per rate, in clock ticks.
-    pub tat: [AtomicU64; MAX_KEY_RATES],
+    pub tat: [W; MAX_KEY_RATES],
     /// Permits in flight (the ledger's shared word, see `limit::ledger`).
-    pub held: AtomicU64,
+    pub held: W,
     /// Requests admitted and refused (for the views: the hottest keys).
-    pub admitted: AtomicU64,
-    pub refused: AtomicU64,
+    pub admitted: W,
+    pub refused: W,
 }
 
 #[repr(C, align(64))]
-pub(crate) struct Bucket {
-    pub ident: [AtomicU64; BUCKET_KEYS],
-    pub entries: [KeyEntry; BUCKET_KEYS],
+pub(crate) struct Bucket<W = AtomicU64> {
+    pub ident: [W; BUCKET_KEYS],
+    pub entries: [KeyEntry<W>; BUCKET_KEYS],
 }
 
 /// One process's hold of one key's permits: the lane of `limit::ledger`

@@ -17,7 +17,7 @@ use crate::format::{
     MAX_KEY_RATES, read_versioned,
 };
 use crate::limit::gcra::Gcra;
-use crate::limit::ledger::Update;
+use crate::limit::ledger::{Update, Word};
 use crate::shm::Shm;
 
 /// What a keyed acquire took of the key, to give back if the task's own
@@ -61,12 +61,32 @@ fn count_approx(word: &std::sync::atomic::AtomicU64) {
     );
 }
 
-fn give_back_rates(entry: &KeyEntry, spent: &[u64; MAX_KEY_RATES]) {
+/// Gives back what [`spend_rate`] spent of each rate.
+pub(super) fn give_back_rates<W: Word>(entry: &KeyEntry<W>, spent: &[u64; MAX_KEY_RATES]) {
     for (t, &s) in entry.tat.iter().zip(spent) {
         if s != 0 {
-            let _ = t.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-                Some(v.saturating_sub(s))
-            });
+            let mut v = t.load(Ordering::SeqCst);
+            while let Err(actual) =
+                t.compare_exchange_weak(v, v.saturating_sub(s), Ordering::SeqCst, Ordering::SeqCst)
+            {
+                v = actual;
+            }
+        }
+    }
+}
+
+/// Spends `n` of one rate's time `word` at `now`: `Ok(ticks spent)`, or
+/// `Err(the time that refused it)`, spending nothing.
+#[inline(always)]
+pub(super) fn spend_rate<W: Word>(word: &W, g: Gcra, now: u64, n: u32) -> Result<u64, u64> {
+    let mut tat = word.load(Ordering::SeqCst);
+    loop {
+        let Some(new) = g.decide(tat, now, n) else {
+            return Err(tat);
+        };
+        match word.compare_exchange_weak(tat, new, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return Ok(new - tat.max(now)),
+            Err(actual) => tat = actual,
         }
     }
 }
@@ -122,42 +142,46 @@ impl Keys {
                 rules.cap
             )));
         }
-        loop {
-            let place = match map::find(&self.region, h) {
-                Some(e) => Place::Entry(e),
-                None => self.place(shm, h, me, key),
-            };
-            let (index, entry) = match place {
-                Place::Entry(e) => (e, self.region.entry(e).expect("placed in range")),
-                Place::Overflow => {
-                    self.region.count(KeyCounter::Overflowed, n as u64);
-                    if self.overflow_admits() {
-                        return Ok(Ok(none()));
+        // A spend is kept only while the entry is still this key's (see
+        // `map`): else it landed on a key moving in, and goes back.
+        let decided = map::decide(
+            &self.region,
+            h,
+            || self.place(shm, h, me, key),
+            |place| {
+                let (index, entry) = match place {
+                    Place::Entry(e) => (e, self.region.entry(e).expect("placed in range")),
+                    Place::Overflow => {
+                        self.region.count(KeyCounter::Overflowed, n as u64);
+                        if self.overflow_admits() {
+                            return Ok(none());
+                        }
+                        (region::OVERFLOW, &self.region.header().overflow)
                     }
-                    (region::OVERFLOW, &self.region.header().overflow)
-                }
-            };
-            let decided = self.spend(shm, &rules, shadow, attach, index, entry, n)?;
-            let taken = match decided {
-                Ok(t) => t,
-                Err(refusal) => {
-                    entry.refused.fetch_add(n as u64, Ordering::Relaxed);
-                    if index != region::OVERFLOW {
-                        names::note(&self.region, h.ident, key, true);
+                };
+                match self.spend(shm, &rules, shadow, attach, index, entry, n) {
+                    Ok(Ok(taken)) => Ok(taken),
+                    Ok(Err(refusal)) => {
+                        entry.refused.fetch_add(n as u64, Ordering::Relaxed);
+                        if index != region::OVERFLOW {
+                            names::note(&self.region, h.ident, key, true);
+                        }
+                        Err(Ok(refusal))
                     }
-                    return Ok(Err(refusal));
+                    Err(e) => Err(Err(e)),
                 }
-            };
-            // The entry must still be this key's (see `map`): else the
-            // spend landed on a key moving in, and goes back.
-            let ident = self.region.ident_of(index);
-            if index == region::OVERFLOW
-                || ident.is_some_and(|w| w.load(Ordering::SeqCst) == h.ident)
-            {
-                count_approx(&entry.admitted);
-                return Ok(Ok(taken));
+            },
+            Taken::undo,
+        );
+        match decided {
+            Ok(taken) => {
+                if let Some(entry) = taken.entry {
+                    count_approx(&entry.admitted);
+                }
+                Ok(Ok(taken))
             }
-            taken.undo();
+            Err(Ok(refusal)) => Ok(Err(refusal)),
+            Err(Err(e)) => Err(e),
         }
     }
 
@@ -209,36 +233,20 @@ impl Keys {
                 interval: rules.interval[i],
                 burst: rules.burst[i],
             };
-            let word = &entry.tat[i];
-            let mut tat = word.load(Ordering::SeqCst);
-            loop {
-                match g.decide(tat, now, n) {
-                    Some(new) => match word.compare_exchange_weak(
-                        tat,
-                        new,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    ) {
-                        Ok(_) => {
-                            spent[i] = new - tat.max(now);
-                            break;
-                        }
-                        Err(actual) => tat = actual,
-                    },
-                    None if shadow => {
-                        self.region.count(KeyCounter::ShadowRefused, n as u64);
-                        break;
-                    }
-                    None => {
-                        give_back_rates(entry, &spent);
-                        self.region.count(KeyCounter::RefusedRate, n as u64);
-                        let at = g.earliest(tat, n).unwrap_or(u64::MAX);
-                        let wait = shm.clock.ticks_to_ns(at.saturating_sub(now));
-                        return Ok(Err(KeyRefusal {
-                            by: KeyRefused::Rate(i as u8),
-                            retry_after: Some(Duration::from_nanos(wait)),
-                        }));
-                    }
+            match spend_rate(&entry.tat[i], g, now, n) {
+                Ok(s) => spent[i] = s,
+                Err(_) if shadow => {
+                    self.region.count(KeyCounter::ShadowRefused, n as u64);
+                }
+                Err(tat) => {
+                    give_back_rates(entry, &spent);
+                    self.region.count(KeyCounter::RefusedRate, n as u64);
+                    let at = g.earliest(tat, n).unwrap_or(u64::MAX);
+                    let wait = shm.clock.ticks_to_ns(at.saturating_sub(now));
+                    return Ok(Err(KeyRefusal {
+                        by: KeyRefused::Rate(i as u8),
+                        retry_after: Some(Duration::from_nanos(wait)),
+                    }));
                 }
             }
         }

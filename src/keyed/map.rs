@@ -17,27 +17,74 @@
 //! 4. **publish**: `entry.key = new`, then identity `LOCK → new`.
 //!
 //! A decision on a key that found its entry spends first and checks the
-//! identity after (both sequentially consistent): a mover that locked in
-//! between sees the spend in step 2, or the decision sees the lock and
-//! gives its spend back. A lookup that does not find its key waits for
-//! the locks in its buckets (one may be moving it); a lock whose mover is
-//! dead is undone by putting back `entry.key`: the old key (its state was
-//! only emptied where it carried nothing) or, past step 4's first write,
-//! the new one with an empty state. Either is exact. Nothing waits past
-//! [`WAIT`]: a key that cannot be placed in time is decided on the shared
-//! overflow state.
+//! identity after ([`decide`]): a mover that locked in between sees the
+//! spend in step 2, which reads each word of the old state by a
+//! read-modify-write, or the decision's spend (or permit) reads from that
+//! step, and then its check sees the lock and it gives its spend back.
+//! Between the two, acquire and release suffice; the loom model
+//! (`map_loom.rs`) checks both sides. A lookup that does not find its key
+//! waits for the locks in its buckets (one may be moving it); a lock whose
+//! mover is dead is undone by putting back `entry.key`: the old key (its
+//! state was only emptied where it carried nothing) or, past step 4's first
+//! write, the new one with an empty state. Either is exact. Nothing waits
+//! past [`WAIT`]: a key that cannot be placed in time is decided on the
+//! shared overflow state.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use siphasher::sip::SipHasher13;
 
 use super::region::KeyRegion;
-use crate::format::{BUCKET_KEYS, IDENT_LOCK, KeyCounter, KeyEntry};
-use crate::limit::ledger::word_count;
+use crate::format::{BUCKET_KEYS, Bucket, IDENT_LOCK, KeyCounter, KeyEntry};
+use crate::limit::ledger::{Word, word_count};
 
 /// How long placing a key waits for movers in its buckets.
 const WAIT: Duration = Duration::from_millis(10);
+
+/// The words a key is placed and decided in: a key file's
+/// ([`KeyRegion`]), or loom's atomics in the model of this protocol
+/// (`map_loom.rs`, `scripts/loom.sh`), which also makes waits yield to
+/// the model's scheduler.
+pub(crate) trait Slots {
+    type W: Word;
+    fn bucket(&self, b: u32) -> &Bucket<Self::W>;
+    fn count(&self, counter: KeyCounter, n: u64);
+    /// Whether placing a key that began at `started` waited its fill.
+    fn waited(&self, started: Instant) -> bool {
+        started.elapsed() > WAIT
+    }
+    /// One turn of a spin wait, and a wait's yield once it spun.
+    fn spin(&self) {
+        std::hint::spin_loop()
+    }
+    fn yield_now(&self) {
+        std::thread::yield_now()
+    }
+}
+
+impl Slots for KeyRegion {
+    type W = AtomicU64;
+    #[inline(always)]
+    fn bucket(&self, b: u32) -> &Bucket {
+        KeyRegion::bucket(self, b)
+    }
+    #[inline]
+    fn count(&self, counter: KeyCounter, n: u64) {
+        KeyRegion::count(self, counter, n)
+    }
+}
+
+/// Entry `index`'s identity word and state (`index` in the key's buckets).
+#[inline(always)]
+fn ident_at<R: Slots>(region: &R, index: u32) -> &R::W {
+    &region.bucket(index / BUCKET_KEYS as u32).ident[index as usize % BUCKET_KEYS]
+}
+
+fn entry_at<R: Slots>(region: &R, index: u32) -> &KeyEntry<R::W> {
+    &region.bucket(index / BUCKET_KEYS as u32).entries[index as usize % BUCKET_KEYS]
+}
 
 /// A key's identity and its two buckets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +124,7 @@ pub(crate) fn hash(region: &KeyRegion, key: &[u8]) -> Hashed {
 
 /// The entry holding the key, if any.
 #[inline(always)]
-pub(crate) fn find(region: &KeyRegion, h: Hashed) -> Option<u32> {
+pub(crate) fn find<R: Slots>(region: &R, h: Hashed) -> Option<u32> {
     for b in h.buckets {
         let bucket = region.bucket(b);
         for (i, ident) in bucket.ident.iter().enumerate() {
@@ -90,7 +137,7 @@ pub(crate) fn find(region: &KeyRegion, h: Hashed) -> Option<u32> {
 }
 
 /// Whether an entry's state carries nothing at `now`.
-fn idle(entry: &KeyEntry, now: u64) -> bool {
+fn idle<W: Word>(entry: &KeyEntry<W>, now: u64) -> bool {
     entry.tat.iter().all(|t| t.load(SeqCst) <= now) && word_count(entry.held.load(SeqCst)) == 0
 }
 
@@ -100,15 +147,20 @@ fn idle(entry: &KeyEntry, now: u64) -> bool {
 /// decision's spend whose compare-and-swap still expects the old key's
 /// time then fails, rather than landing on the new key's (a time of 0
 /// left as it was would take such a spend).
-fn empty_old_state(entry: &KeyEntry, now: u64) -> bool {
+///
+/// Every word is read by a read-modify-write (a time already `now` is
+/// swapped for itself, the permits' word too): a decision's spend or
+/// permit, a read-modify-write of the same word, is then either before
+/// it, and seen here, or after it and reading from it, and so sees the
+/// lock when it checks the identity. Loads would need sequential
+/// consistency on both sides, which a permit's landing (the ledger's
+/// acquire-release compare-and-swap) does not have.
+fn empty_old_state<W: Word>(entry: &KeyEntry<W>, now: u64) -> bool {
     for t in &entry.tat {
         let mut seen = t.load(SeqCst);
         loop {
             if seen > now {
                 return false;
-            }
-            if seen == now {
-                break;
             }
             match t.compare_exchange(seen, now, SeqCst, SeqCst) {
                 Ok(_) => break,
@@ -116,23 +168,27 @@ fn empty_old_state(entry: &KeyEntry, now: u64) -> bool {
             }
         }
     }
-    word_count(entry.held.load(SeqCst)) == 0
+    let mut held = entry.held.load(SeqCst);
+    while let Err(actual) = entry.held.compare_exchange(held, held, SeqCst, SeqCst) {
+        held = actual;
+    }
+    word_count(held) == 0
 }
 
 /// Finds the key's entry or gives it one. `me` is this process's compact
 /// owner; `alive` tells whether a compact owner lives.
-pub(crate) fn place(
-    region: &KeyRegion,
+pub(crate) fn place<R: Slots>(
+    region: &R,
     h: Hashed,
     now: impl Fn() -> u64,
     me: u32,
     alive: impl Fn(u32) -> bool,
 ) -> Place {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let mut round = 0u32;
     loop {
         round += 1;
-        if round > 1 && started.elapsed() > WAIT {
+        if round > 1 && region.waited(started) {
             return Place::Overflow;
         }
         if let Some(e) = find(region, h) {
@@ -147,8 +203,8 @@ pub(crate) fn place(
         let Some((index, old)) = choose(region, h, now) else {
             return Place::Overflow;
         };
-        let ident = region.ident_of(index).expect("chosen in range");
-        let entry = region.entry(index).expect("chosen in range");
+        let ident = ident_at(region, index);
+        let entry = entry_at(region, index);
         let locked = IDENT_LOCK | me as u64;
         if ident
             .compare_exchange(old, locked, SeqCst, Relaxed)
@@ -182,8 +238,34 @@ pub(crate) fn place(
     }
 }
 
+/// A decision on the key (the module doc's last rule): `spend` on the
+/// entry the key is found in, or is given by `place`, kept only if that
+/// entry still holds the key once spent; otherwise `undo` gives the spend
+/// back and the key is decided again. The overflow state moves to no
+/// other key. `Err`: what `spend` returned instead of a spend (a refusal).
+#[inline(always)]
+pub(crate) fn decide<R: Slots, T, E>(
+    region: &R,
+    h: Hashed,
+    mut place: impl FnMut() -> Place,
+    mut spend: impl FnMut(Place) -> Result<T, E>,
+    mut undo: impl FnMut(T),
+) -> Result<T, E> {
+    loop {
+        let at = match find(region, h) {
+            Some(e) => Place::Entry(e),
+            None => place(),
+        };
+        let taken = spend(at)?;
+        match at {
+            Place::Entry(e) if ident_at(region, e).load(SeqCst) != h.ident => undo(taken),
+            _ => return Ok(taken),
+        }
+    }
+}
+
 /// Locked entries of the key's buckets: (index, lock word).
-fn locks(region: &KeyRegion, h: Hashed) -> impl Iterator<Item = (u32, u64)> + '_ {
+fn locks<R: Slots>(region: &R, h: Hashed) -> impl Iterator<Item = (u32, u64)> + '_ {
     h.buckets.into_iter().flat_map(move |b| {
         region
             .bucket(b)
@@ -200,7 +282,7 @@ fn locks(region: &KeyRegion, h: Hashed) -> impl Iterator<Item = (u32, u64)> + '_
 /// An empty entry of the key's buckets, else the idle one whose state
 /// went idle first (the least recently limited); `None`: every entry is
 /// live.
-fn choose(region: &KeyRegion, h: Hashed, now: u64) -> Option<(u32, u64)> {
+fn choose<R: Slots>(region: &R, h: Hashed, now: u64) -> Option<(u32, u64)> {
     let mut best: Option<(u32, u64, u64)> = None;
     for b in h.buckets {
         let bucket = region.bucket(b);
@@ -227,19 +309,19 @@ fn choose(region: &KeyRegion, h: Hashed, now: u64) -> Option<(u32, u64)> {
 }
 
 /// Waits a little for a mover; undoes its lock if it is dead.
-fn wait_for(region: &KeyRegion, index: u32, lock: u64, alive: &impl Fn(u32) -> bool) {
-    let ident = region.ident_of(index).expect("found in range");
+fn wait_for<R: Slots>(region: &R, index: u32, lock: u64, alive: &impl Fn(u32) -> bool) {
+    let ident = ident_at(region, index);
     for _ in 0..64 {
         if ident.load(Acquire) != lock {
             return;
         }
-        std::hint::spin_loop();
+        region.spin();
     }
     if !alive(lock as u32) {
-        let entry = region.entry(index).expect("found in range");
+        let entry = entry_at(region, index);
         let _ = ident.compare_exchange(lock, entry.key.load(Acquire), SeqCst, Relaxed);
     } else {
-        std::thread::yield_now();
+        region.yield_now();
     }
 }
 
@@ -250,3 +332,7 @@ fn backoff(round: u32) {
         std::hint::spin_loop();
     }
 }
+
+#[cfg(all(test, loom))]
+#[path = "map_loom.rs"]
+mod loom_model;

@@ -254,11 +254,6 @@ impl KeyRegion {
         (b < self.geometry.buckets).then(|| &self.bucket(b).entries[i])
     }
 
-    pub fn ident_of(&self, index: u32) -> Option<&AtomicU64> {
-        let (b, i) = (index / BUCKET_KEYS as u32, index as usize % BUCKET_KEYS);
-        (b < self.geometry.buckets).then(|| &self.bucket(b).ident[i])
-    }
-
     pub fn entries(&self) -> u32 {
         self.geometry.buckets * BUCKET_KEYS as u32
     }
