@@ -13,8 +13,10 @@ use flowctrl::{ErrorKind, Table, TableOptions, Task, TaskConfig};
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
 static LINES: Mutex<Vec<(Level, String, String)>> = Mutex::new(Vec::new());
-/// Each line's structured fields (the `log` crate's key-values), by message.
-static FIELDS: Mutex<Vec<(String, Vec<(String, String)>)>> = Mutex::new(Vec::new());
+/// A line's message and its structured fields (the `log` crate's
+/// key-values) as text.
+type Fielded = (String, Vec<(String, String)>);
+static FIELDS: Mutex<Vec<Fielded>> = Mutex::new(Vec::new());
 
 /// Collects a record's key-values as text.
 struct Pairs(Vec<(String, String)>);
