@@ -2,8 +2,8 @@
 //! usage error (2) from a failure (1), `top` into a pipe, `set` that
 //! refuses a cap of 0 and previews with `--dry-run`, the table a service
 //! finds through FLOWCTRL_CONFIG, `table create` / `table info`, shell
-//! completions and the manual page, and the log lines of `metrics` (RFC
-//! 3339 times, `--log-format json`).
+//! completions and the manual page, the systemd units of dist/systemd, and
+//! the log lines of `metrics` (RFC 3339 times, `--log-format json`).
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -465,6 +465,51 @@ fn completions_and_the_manual_page_name_every_subcommand() {
     }
     let usage = flowctrl(none, &["completions", "tcsh"]);
     assert_eq!(usage.code, 2, "{usage:?}");
+}
+
+#[test]
+fn the_systemd_units_verify() {
+    let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/systemd");
+    let names = ["flowctrl-metrics.service", "flowctrl-manage.service"];
+    for name in names {
+        let text = std::fs::read_to_string(units.join(name)).unwrap();
+        for hardening in [
+            "DynamicUser=yes",
+            "NoNewPrivileges=yes",
+            "ProtectSystem=strict",
+            "CapabilityBoundingSet=\n",
+        ] {
+            assert!(text.contains(hardening), "{name}: {hardening}");
+        }
+    }
+    let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("skipped: no systemd-analyze on this machine (apt-get install systemd)");
+        return;
+    };
+    assert!(version.status.success());
+    // The units name /usr/bin/flowctrl, which verify requires to exist:
+    // checked against the binary built here instead.
+    let scratch = Scratch::new("ops-units");
+    let mut paths = Vec::new();
+    for name in names {
+        let text = std::fs::read_to_string(units.join(name))
+            .unwrap()
+            .replace("/usr/bin/flowctrl", env!("CARGO_BIN_EXE_flowctrl"));
+        let path = scratch.path(name);
+        std::fs::write(&path, text).unwrap();
+        paths.push(path);
+    }
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .args(&paths)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let about_ours: Vec<&str> = stderr.lines().filter(|l| l.contains("flowctrl")).collect();
+    assert!(
+        out.status.success() && about_ours.is_empty(),
+        "systemd-analyze verify: {stderr}"
+    );
 }
 
 /// `flowctrl metrics` on a free port with `extra` arguments: its first
