@@ -358,9 +358,38 @@ fn without_table_the_command_reads_the_table_flowctrl_config_names() {
         .collect();
     assert_eq!(names, ["api"], "{doc}");
     assert_eq!(doc["table"], table.display().to_string(), "{doc}");
-    // --table still wins; a broken file is an error that says so.
+    // --table still wins; `set` on another table than the file's is
+    // refused (an open would take the file's); a broken file is an error
+    // that says so.
     let run = with_config(&config, &["--table", "/nonexistent/t", "stats"]);
     assert_eq!(run.code, 1, "{run:?}");
+    let other = scratch.path("other");
+    table_with_api(&other);
+    let run = with_config(
+        &config,
+        &["--table", other.to_str().unwrap(), "set", "api", "burst=9"],
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("FLOWCTRL_CONFIG names table"),
+        "{run:?}"
+    );
+    assert_eq!(
+        View::open(&other)
+            .unwrap()
+            .task("api")
+            .unwrap()
+            .settings
+            .local
+            .burst,
+        20
+    );
+    let run = with_config(&config, &["set", "api", "burst=9"]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (0, "task \"api\": burst 3 -> 9\n"),
+        "{run:?}"
+    );
     std::fs::write(&config, "[table\n").unwrap();
     let run = with_config(&config, &["stats"]);
     assert_eq!(run.code, 1, "{run:?}");

@@ -326,29 +326,32 @@ fn run(cli: Cli) -> Result<()> {
         }
         _ => {}
     }
-    let table = &table_path(cli.table)?;
+    // Resolved by the commands that read a table only: `fleet` and
+    // `manage` work whatever FLOWCTRL_CONFIG holds.
+    let given = cli.table;
+    let table = || table_path(given.clone());
     match cli.command {
         Command::Completions { .. } | Command::Man => Ok(()),
-        Command::Tasks { json, config } => show::tasks(table, json, config.as_deref()),
+        Command::Tasks { json, config } => show::tasks(&table()?, json, config.as_deref()),
         Command::Stats {
             task,
             json,
             processes,
-        } => show::stats(table, task.as_deref(), json, processes),
-        Command::Top { once, interval } => top::run(table, once, interval),
+        } => show::stats(&table()?, task.as_deref(), json, processes),
+        Command::Top { once, interval } => top::run(&table()?, once, interval),
         Command::Set {
             task,
             fields,
             dry_run,
-        } => set::run(table, &task, &fields, dry_run),
+        } => set::run(&table()?, &task, &fields, dry_run),
         Command::Keys {
             task,
             top,
             by,
             json,
-        } => keys::run(table, &task, top, &by, json),
-        Command::Check => show::check(table),
-        Command::Reap => set::reap(table),
+        } => keys::run(&table()?, &task, top, &by, json),
+        Command::Check => show::check(&table()?),
+        Command::Reap => set::reap(&table()?),
         Command::Fleet {
             task,
             store,
@@ -360,10 +363,10 @@ fn run(cli: Cli) -> Result<()> {
             metrics,
             log,
         } => manage::run(&config, metrics.as_deref(), log, log_format),
-        Command::Metrics { listen } => metrics::serve(table, &listen, log_format),
+        Command::Metrics { listen } => metrics::serve(&table()?, &listen, log_format),
         Command::Config {
             command: ConfigCommand::Check { file },
-        } => config::check(&file, table),
+        } => config::check(&file, &table()?),
         Command::Table { command } => match command {
             TableCommand::Create {
                 capacity,
@@ -371,7 +374,7 @@ fn run(cli: Cli) -> Result<()> {
                 balancers,
                 mode,
             } => table::create(
-                table,
+                &table()?,
                 table::Geometry {
                     capacity,
                     max_processes,
@@ -379,7 +382,7 @@ fn run(cli: Cli) -> Result<()> {
                     mode,
                 },
             ),
-            TableCommand::Info { json } => table::info(table, json),
+            TableCommand::Info { json } => table::info(&table()?, json),
         },
     }
 }

@@ -385,7 +385,17 @@ fn attach(path: &Path) -> Result<Table> {
         shared: true,
         ..TableOptions::default()
     };
-    Ok(Table::open(view.path(), &options)?)
+    let table = Table::open(view.path(), &options)?;
+    // A config file (FLOWCTRL_CONFIG) names the table an open takes: it
+    // must be the one read.
+    if table.path() != view.path() {
+        return Err(invalid(format!(
+            "FLOWCTRL_CONFIG names table {}, not {}: pass --table {0}, or unset it",
+            table.path().display(),
+            view.path().display()
+        )));
+    }
+    Ok(table)
 }
 
 /// `KEY=VALUE` words into one configuration; a key given twice, an unknown
