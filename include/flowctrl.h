@@ -126,6 +126,16 @@
 #define FC_UNSET 4294967295
 
 /**
+ * `fc_task_config.max_concurrency` (and a key's `max_concurrency`): no
+ * cap. Registering or updating with it removes a cap in force, and
+ * `fc_task_config_get` reports no cap with it. A task's `max_concurrency`
+ * of 0 is refused with `FC_ERR_INVALID_ARGUMENT` (it reads as "no traffic"
+ * as well as "no cap"); a program built against an older header, whose
+ * smaller struct said 0 = no cap, keeps that meaning both ways.
+ */
+#define FC_NO_CAP 4294967294
+
+/**
  * `fc_task_config.local_rate` left unset (exactly this value; any other
  * negative rate is refused).
  */
@@ -853,8 +863,8 @@ typedef struct fc_task_config {
    */
   double local_rate;
   /**
-   * Permits in flight on the host at most; 0 = no cap (the default).
-   * `FC_UNSET` = unset.
+   * Permits in flight on the host at most (>= 1); `FC_NO_CAP` = no cap
+   * (the default); 0 is refused. `FC_UNSET` = unset.
    */
   uint32_t max_concurrency;
   /**
@@ -1199,7 +1209,7 @@ fc_status fc_table_check(const struct fc_table *table, struct fc_table_report *r
 /**
  * Gives the task key limits for every process on the host, or changes
  * them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
- * `max_concurrency` (0: none), `capacity` keys (0: 65,536; fixed when
+ * `max_concurrency` (0 or `FC_NO_CAP`: none), `capacity` keys (0: 65,536; fixed when
  * the task's key file is made), `flags` `FC_KEYS_SHADOW`,
  * `FC_KEYS_OVERFLOW_ADMIT`. Thread-safe.
  */

@@ -82,15 +82,46 @@ impl Event {
         }
     }
 
+    /// What its subject is, as the name of the structured field that
+    /// carries it: a task's name, a table's path or a config file's path.
+    pub fn subject_key(self) -> &'static str {
+        match self {
+            Event::TableReplaced | Event::NoReaper => "table",
+            Event::ConfigApplied | Event::ConfigRefused | Event::ConfigGone => "file",
+            _ => "task",
+        }
+    }
+
     /// Whether a logger may want it: no limiter, no formatting otherwise.
     pub fn enabled(self) -> bool {
         self.level() <= log::max_level()
     }
 }
 
+/// Structured fields of a line beyond its subject, for loggers that read
+/// them (the `log` crate's key-values: `flowctrl manage --log-format
+/// json`); the C callback and Python's handlers get the text alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Extra<'a> {
+    /// The process the event is about.
+    pub pid: Option<u32>,
+    /// The host id the event is about.
+    pub host: Option<&'a str>,
+}
+
 /// Logs `event` about `subject` unless this process logged one of the same
 /// kind and subject within [`INTERVAL_MS`].
 pub(crate) fn report(event: Event, subject: &str, message: fmt::Arguments<'_>) {
+    report_with(event, subject, Extra::default(), message);
+}
+
+/// [`report`], with structured fields beyond the subject.
+pub(crate) fn report_with(
+    event: Event,
+    subject: &str,
+    extra: Extra<'_>,
+    message: fmt::Arguments<'_>,
+) {
     if !event.enabled() {
         return;
     }
@@ -99,7 +130,7 @@ pub(crate) fn report(event: Event, subject: &str, message: fmt::Arguments<'_>) {
         if event == Event::StoreFailed {
             LIMITER.arm(key, now_ms());
         }
-        emit(event, message, left_out);
+        emit(event, subject, extra, message, left_out);
     }
 }
 
@@ -115,26 +146,97 @@ pub(crate) fn recovered(subject: &str, observed: bool, message: fmt::Arguments<'
     }
     let now = now_ms();
     let key = key(event, subject);
+    let extra = Extra::default();
     if LIMITER.disarm(self::key(Event::StoreFailed, subject)) {
-        emit(event, message, LIMITER.force(key, now));
+        emit(event, subject, extra, message, LIMITER.force(key, now));
     } else if observed && let Some(left_out) = LIMITER.admit(key, now) {
-        emit(event, message, left_out);
+        emit(event, subject, extra, message, left_out);
     }
 }
 
-fn emit(event: Event, message: fmt::Arguments<'_>, left_out: u64) {
+fn emit(event: Event, subject: &str, extra: Extra<'_>, message: fmt::Arguments<'_>, left_out: u64) {
     let (level, target) = (event.level(), event.target());
     let queued = QUEUE.try_with(|queue| {
         if HELD.get() == 0 {
             return false;
         }
-        let line = format!("{message}{}", LeftOut(left_out));
-        queue.borrow_mut().push((level, target, line));
+        queue.borrow_mut().push(Queued {
+            level,
+            target,
+            line: format!("{message}{}", LeftOut(left_out)),
+            subject_key: event.subject_key(),
+            subject: subject.to_string(),
+            pid: extra.pid,
+            host: extra.host.map(str::to_string),
+        });
         true
     });
     if queued != Ok(true) {
-        log::log!(target: target, level, "{message}{}", LeftOut(left_out));
+        let fields = Fields {
+            subject_key: event.subject_key(),
+            subject,
+            extra,
+        };
+        write(
+            level,
+            target,
+            format_args!("{message}{}", LeftOut(left_out)),
+            &fields,
+        );
     }
+}
+
+/// A line's structured fields: its subject under its key, and the extra.
+struct Fields<'a> {
+    subject_key: &'static str,
+    subject: &'a str,
+    extra: Extra<'a>,
+}
+
+impl log::kv::Source for Fields<'_> {
+    fn visit<'kvs>(
+        &'kvs self,
+        visitor: &mut dyn log::kv::VisitSource<'kvs>,
+    ) -> Result<(), log::kv::Error> {
+        use log::kv::{Key, Value};
+        visitor.visit_pair(Key::from_str(self.subject_key), Value::from(self.subject))?;
+        if let Some(pid) = self.extra.pid {
+            visitor.visit_pair(Key::from_str("pid"), Value::from(pid))?;
+        }
+        if let Some(host) = self.extra.host {
+            visitor.visit_pair(Key::from_str("host"), Value::from(host))?;
+        }
+        Ok(())
+    }
+}
+
+/// One line to the logger, with its fields as key-values.
+fn write(level: Level, target: &str, args: fmt::Arguments<'_>, fields: &Fields<'_>) {
+    if level > log::max_level() {
+        return;
+    }
+    log::logger().log(
+        &log::Record::builder()
+            .args(args)
+            .level(level)
+            .target(target)
+            .module_path_static(Some(module_path!()))
+            .file_static(Some(file!()))
+            .key_values(fields)
+            .build(),
+    );
+}
+
+/// A line held back by a [`Defer`].
+#[derive(Clone, Debug, PartialEq)]
+struct Queued {
+    level: Level,
+    target: &'static str,
+    line: String,
+    subject_key: &'static str,
+    subject: String,
+    pid: Option<u32>,
+    host: Option<String>,
 }
 
 /// " (and N more since)" after a line that stands for N left out.
@@ -152,7 +254,7 @@ impl fmt::Display for LeftOut {
 thread_local! {
     /// How many [`Defer`]s this thread holds.
     static HELD: Cell<u32> = const { Cell::new(0) };
-    static QUEUE: RefCell<Vec<(Level, &'static str, String)>> = const { RefCell::new(Vec::new()) };
+    static QUEUE: RefCell<Vec<Queued>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Holds this thread's lines back until dropped (the last one writes them):
@@ -175,8 +277,16 @@ impl Drop for Defer {
         }
         // Taken whole: a logger that reports again pushes onto a new queue.
         let lines = QUEUE.try_with(|q| std::mem::take(&mut *q.borrow_mut()));
-        for (level, target, line) in lines.unwrap_or_default() {
-            log::log!(target: target, level, "{line}");
+        for q in lines.unwrap_or_default() {
+            let fields = Fields {
+                subject_key: q.subject_key,
+                subject: &q.subject,
+                extra: Extra {
+                    pid: q.pid,
+                    host: q.host.as_deref(),
+                },
+            };
+            write(q.level, q.target, format_args!("{}", q.line), &fields);
         }
     }
 }
@@ -403,16 +513,24 @@ mod tests {
     fn lines_wait_for_the_last_defer() {
         let outer = defer();
         let inner = defer();
-        emit(Event::NoReaper, format_args!("deferred"), 3);
+        let extra = Extra {
+            pid: Some(7),
+            host: None,
+        };
+        emit(Event::NoReaper, "/t", extra, format_args!("deferred"), 3);
         drop(inner);
         let queued = QUEUE.with(|q| q.borrow().clone());
         assert_eq!(
             queued,
-            [(
-                Level::Warn,
-                TABLE,
-                "deferred (and 3 more since)".to_string()
-            )]
+            [Queued {
+                level: Level::Warn,
+                target: TABLE,
+                line: "deferred (and 3 more since)".to_string(),
+                subject_key: "table",
+                subject: "/t".to_string(),
+                pid: Some(7),
+                host: None,
+            }]
         );
         drop(outer);
         assert!(QUEUE.with(|q| q.borrow().is_empty()), "written at the last");

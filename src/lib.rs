@@ -87,8 +87,9 @@ pub use table::{Table, TableCheck, TableOptions};
 #[cfg(feature = "async")]
 pub use task::Acquire;
 pub use task::{
-    Consistency, Decision, KeyDecision, LocalConfig, LocalSettings, OwnedPermit, PERMIT_ALTERED,
-    Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
+    Consistency, Decision, KeyDecision, LocalConfig, LocalSettings, NO_CAP, OwnedPermit,
+    PERMIT_ALTERED, Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
+    parse_cap,
 };
 pub use token::{Finish, Guard, Issuer};
 pub use view::{AttachedProcess, BalancerSnapshot, TableSnapshot, TaskSnapshot, View};

@@ -335,6 +335,7 @@ impl Table {
     /// if the table differs); the fields only `config` sets are compared.
     pub fn task(&self, name: &str, config: &TaskConfig) -> Result<Task> {
         crate::words::validate_name(name, "task name")?;
+        config.check_asked()?;
         self.quota.check_spread(config.global.shards)?;
         let Some(file) = self.config_file() else {
             let index = task::find_or_claim(&self.shm, name, config.over(TaskSettings::default()))?;

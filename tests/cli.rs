@@ -380,24 +380,32 @@ fn set_changes_a_task_for_every_process_and_refuses_bad_input() {
     let view = View::open(&path).unwrap();
     assert_eq!(view.task("api").unwrap().settings, s);
 
-    for (args, says) in [
+    // Words that do not parse are usage errors (exit 2); a value the
+    // table refuses, or a task it does not have, a failure (exit 1).
+    for (args, says, code) in [
         (
             &["set", "api", "nope=1"][..],
             "unknown key \"nope\"; the keys are local_rate, burst",
+            2,
         ),
         (
             &["set", "api", "burst=zero"],
             "burst=\"zero\" is not a whole number",
+            2,
         ),
-        (&["set", "api", "burst=0"], "burst must be at least 1"),
-        (&["set", "api", "fallback=maybe"], "fallback must be"),
-        (&["set", "api", "burst"], "\"burst\" is not KEY=VALUE"),
+        (&["set", "api", "burst=0"], "burst must be at least 1", 1),
+        (&["set", "api", "fallback=maybe"], "fallback must be", 2),
+        (&["set", "api", "burst"], "\"burst\" is not KEY=VALUE", 2),
         (
             &["set", "missing", "burst=2"],
             "has no task \"missing\" (its tasks: api)",
+            1,
         ),
     ] {
-        let line = fails(flowctrl(&path, args));
+        let mut run = flowctrl(&path, args);
+        assert_eq!(run.code, code, "{args:?}: {run:?}");
+        run.code = 1;
+        let line = fails(run);
         assert!(line.contains(says), "{args:?}: {line}");
     }
     assert_eq!(task.settings(), s, "a refused set changes nothing");

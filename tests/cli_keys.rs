@@ -91,7 +91,13 @@ fn keys_set_stats_check_and_metrics_show_a_keyed_task() {
         out.contains("key_rate \"2/s\"") && out.contains("4096 keys"),
         "{out}"
     );
-    let err = fails(cli::flowctrl(&path, &["set", "api", "key_rate=fast"]));
+    let mut run = cli::flowctrl(&path, &["set", "api", "key_rate=fast"]);
+    assert_eq!(
+        run.code, 2,
+        "a rate that does not parse is a usage error: {run:?}"
+    );
+    run.code = 1;
+    let err = fails(run);
     assert!(err.contains("key rate"), "{err}");
     assert_eq!(
         task.key_config().unwrap().unwrap().limits.rates().count(),

@@ -71,16 +71,23 @@ fn override_limits(v: &toml::Value) -> Result<KeyLimits> {
             for (k, v) in t {
                 match (k.as_str(), v) {
                     ("key_rate", toml::Value::String(r)) => rate = Some(r.as_str()),
+                    ("key_max_concurrency", toml::Value::Integer(0)) => {
+                        return Err(crate::task::zero_cap("key_max_concurrency"));
+                    }
                     ("key_max_concurrency", toml::Value::Integer(n)) => {
                         cap = Some(u32::try_from(*n).map_err(|_| {
                             Error::invalid(format!("key_max_concurrency {n} is out of range"))
                         })?)
                     }
+                    ("key_max_concurrency", toml::Value::String(w)) => {
+                        let c = crate::task::parse_cap("key_max_concurrency", w)?;
+                        cap = Some(if c == crate::task::NO_CAP { 0 } else { c });
+                    }
                     ("key_shadow", toml::Value::Boolean(b)) => shadow = Some(*b),
                     _ => {
                         return Err(Error::invalid(format!(
                             "unknown or mistyped field {k:?} (key_rate = \"...\", \
-                             key_max_concurrency = N, key_shadow = true|false)"
+                             key_max_concurrency = N or \"none\", key_shadow = true|false)"
                         )));
                     }
                 }

@@ -15,7 +15,7 @@ use crate::balance::BalancerConfig;
 use crate::error::{Error, Result};
 use crate::limit::adaptive::{LimiterConfig, Spec};
 use crate::quota::{Fallback, GlobalConfig};
-use crate::task::{LocalConfig, TaskConfig, TaskSettings};
+use crate::task::{LocalConfig, NO_CAP, TaskConfig, TaskSettings, zero_cap};
 use crate::words::WaitOrder;
 use crate::words::echo;
 
@@ -57,7 +57,8 @@ struct TableFields {
 struct TaskFields {
     local_rate: Option<f64>,
     burst: Option<u32>,
-    max_concurrency: Option<u32>,
+    /// A whole number of at least 1, or "none" / "off" (see [`cap`]).
+    max_concurrency: Option<Spanned<toml::Value>>,
     wait_order: Option<String>,
     barging: Option<bool>,
     shadow: Option<bool>,
@@ -77,7 +78,7 @@ struct TaskFields {
     policy: Option<Raw>,
     /// Limits per caller (see `keys.rs`).
     key_rate: Option<String>,
-    key_max_concurrency: Option<u32>,
+    key_max_concurrency: Option<Spanned<toml::Value>>,
     key_capacity: Option<u32>,
     key_shadow: Option<bool>,
     key_overflow: Option<String>,
@@ -134,13 +135,16 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
             None => format!("{}: {message}", path.display()),
         })
     })?;
-    let refuse = |section: &str, name: &str, offset: usize, e: Error| {
+    let refuse_field = |section: &str, name: &str, offset: usize, e: Error, field: &str| {
         Error::invalid(format!(
-            "{}: {section}.{}: {}",
+            "{}: {section}.{}{field}: {}",
             lines.at(offset),
             echo(name),
             e.message()
         ))
+    };
+    let refuse = |section: &str, name: &str, offset: usize, e: Error| {
+        refuse_field(section, name, offset, e, "")
     };
     // One clock for every task's checks (a rate's interval in its ticks).
     let clock = crate::clock::Clock::monotonic();
@@ -162,9 +166,17 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
                 policy,
             },
         );
+        // Caps are checked at their own position: 0 is refused there.
+        let at_cap = |key: &str, v: Option<Spanned<toml::Value>>| {
+            cap(key, v)
+                .map_err(|(offset, e)| refuse_field("tasks", &name, offset, e, &format!(".{key}")))
+        };
+        let key_cap = at_cap("key_max_concurrency", fields.key_max_concurrency.take())?;
+        let task_cap = at_cap("max_concurrency", fields.max_concurrency.take())?;
         let key_fields = super::keys::Fields {
             rate: fields.key_rate.take(),
-            max_concurrency: fields.key_max_concurrency.take(),
+            // None: no cap per key (the key limits' 0).
+            max_concurrency: key_cap.map(|c| if c == NO_CAP { 0 } else { c }),
             capacity: fields.key_capacity.take(),
             shadow: fields.key_shadow.take(),
             overflow: fields.key_overflow.take(),
@@ -177,7 +189,7 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
             Ok(None) => {}
             Err(e) => return Err(refuse("tasks", &name, offset, e)),
         }
-        let config = task_config(fields)
+        let config = task_config(fields, task_cap)
             .and_then(|c| {
                 crate::words::validate_name(&name, "task name")?;
                 // The checks a registration makes, on the defaults below.
@@ -268,12 +280,34 @@ fn table_section(
     (section, at)
 }
 
-fn task_config(f: TaskFields) -> Result<TaskConfig> {
+/// A cap as the file writes it: a whole number of at least 1, or "none" /
+/// "off" ([`NO_CAP`]); 0 and anything else refused with the value's offset.
+fn cap(
+    key: &str,
+    v: Option<Spanned<toml::Value>>,
+) -> std::result::Result<Option<u32>, (usize, Error)> {
+    let Some(v) = v else { return Ok(None) };
+    let offset = v.span().start;
+    let parsed = match v.into_inner() {
+        toml::Value::Integer(0) => Err(zero_cap(key)),
+        toml::Value::Integer(n) => match u32::try_from(n) {
+            Ok(n) if n != NO_CAP => Ok(n),
+            _ => Err(Error::invalid(format!("{key} {n} is out of range"))),
+        },
+        toml::Value::String(s) => crate::task::parse_cap(key, &s),
+        _ => Err(Error::invalid(format!(
+            "{key} must be a whole number of at least 1, or \"none\" / \"off\" (no cap)"
+        ))),
+    };
+    parsed.map(Some).map_err(|e| (offset, e))
+}
+
+fn task_config(f: TaskFields, max_concurrency: Option<u32>) -> Result<TaskConfig> {
     Ok(TaskConfig {
         local: LocalConfig {
             local_rate: f.local_rate,
             burst: f.burst,
-            max_concurrency: f.max_concurrency,
+            max_concurrency,
             wait_order: f.wait_order.as_deref().map(WaitOrder::parse).transpose()?,
             barging: f.barging,
             shadow: f.shadow,

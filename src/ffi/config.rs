@@ -9,6 +9,13 @@ use crate::{
     TaskConfig, TaskSettings, WaitOrder,
 };
 
+/// The size of `fc_task_config` from which on no cap is `FC_NO_CAP`, both
+/// ways: a caller compiled against a header that has `FC_NO_CAP` asks for
+/// no cap with it (its 0 is refused) and reads no cap back as it, so what
+/// `fc_task_config_get` wrote registers and updates as it is. A caller of
+/// an older, smaller layout keeps what its header said: 0 = no cap.
+const NO_CAP_LAYOUT: usize = size_of::<fc_task_config>();
+
 /// The core configuration the caller's struct asks for.
 pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     reserved(c.reserved, "fc_task_config.reserved")?;
@@ -26,7 +33,11 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
         local: LocalConfig {
             local_rate: rate(c.local_rate),
             burst: set(c.burst),
-            max_concurrency: set(c.max_concurrency),
+            max_concurrency: match set(c.max_concurrency) {
+                Some(FC_NO_CAP) => Some(crate::NO_CAP),
+                Some(0) if (c.size as usize) < NO_CAP_LAYOUT => Some(crate::NO_CAP),
+                asked => asked,
+            },
             wait_order: match c.wait_order {
                 FC_UNSET => None,
                 FC_WAIT_FIFO => Some(WaitOrder::Fifo),
@@ -72,9 +83,10 @@ pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {
     })
 }
 
-/// The settings in force as the caller's struct: every field set (bounds of
-/// a non-adaptive limiter read as 0).
-pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
+/// The settings in force as the caller's struct of `size` bytes: every
+/// field set (bounds of a non-adaptive limiter read as 0; no cap as
+/// `FC_NO_CAP`, or 0 for a layout older than [`NO_CAP_LAYOUT`]).
+pub(super) fn config_fields(s: &TaskSettings, size: usize) -> fc_task_config {
     let spec = &s.limiter;
     let (min_limit, max_limit, initial_limit) = if spec.is_adaptive() {
         (spec.min, spec.max, spec.initial)
@@ -85,7 +97,10 @@ pub(super) fn config_fields(s: &TaskSettings) -> fc_task_config {
         size: size_of::<fc_task_config>() as u32,
         burst: s.local.burst,
         local_rate: s.local.local_rate,
-        max_concurrency: s.local.max_concurrency,
+        max_concurrency: match s.local.max_concurrency {
+            0 if size >= NO_CAP_LAYOUT => FC_NO_CAP,
+            cap => cap,
+        },
         reserved: 0,
         global_rate: s.global.global_rate,
         slice_ms: s.global.slice_ms,

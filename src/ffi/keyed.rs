@@ -9,7 +9,7 @@ use super::sized::{Out, SizedStruct, init_sized};
 use super::stats::FC_RETRY_UNKNOWN;
 use super::status::{boundary, fc_status};
 use super::task::task_of;
-use super::types::{fc_permit, fc_task};
+use super::types::{FC_NO_CAP, fc_permit, fc_task};
 use crate::error::Error;
 use crate::{KeyConfig, KeyLimits, KeyOverflow, KeyRefused, MAX_KEY_LEN};
 
@@ -41,7 +41,8 @@ fn limits(rates: *const c_char, max_concurrency: u32, flags: u32) -> Result<KeyL
     } else {
         KeyLimits::parse_rates(unsafe { text_arg(rates, "rates") }?)?
     };
-    if max_concurrency != 0 {
+    // 0 (the argument's default) and FC_NO_CAP: no cap per key.
+    if max_concurrency != 0 && max_concurrency != FC_NO_CAP {
         l = l.max_concurrency(max_concurrency);
     }
     Ok(l.shadow(flags & FC_KEYS_SHADOW != 0))
@@ -65,7 +66,7 @@ unsafe fn key_arg<'a>(key: *const u8, len: usize) -> Result<&'a [u8], Error> {
 
 /// Gives the task key limits for every process on the host, or changes
 /// them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
-/// `max_concurrency` (0: none), `capacity` keys (0: 65,536; fixed when
+/// `max_concurrency` (0 or `FC_NO_CAP`: none), `capacity` keys (0: 65,536; fixed when
 /// the task's key file is made), `flags` `FC_KEYS_SHADOW`,
 /// `FC_KEYS_OVERFLOW_ADMIT`. Thread-safe.
 #[unsafe(no_mangle)]

@@ -107,6 +107,11 @@ impl<T: SizedStruct> Out<T> {
         Ok(Self { ptr, len })
     }
 
+    /// The bytes of the struct the caller has that this library knows.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Writes `value` into the bytes the caller has, leaving its `size` as
     /// it is.
     pub(crate) fn write(self, value: &T) {

@@ -183,11 +183,14 @@ pub unsafe extern "C" fn fc_store_get_task_config(
             unsafe { put(version, 0u64) };
             return Ok(fc_status::FC_OK);
         };
-        let mut fields = config_fields(&TaskSettings {
-            global: record.settings,
-            global_source: GlobalSource::Store,
-            ..TaskSettings::default()
-        });
+        let mut fields = config_fields(
+            &TaskSettings {
+                global: record.settings,
+                global_source: GlobalSource::Store,
+                ..TaskSettings::default()
+            },
+            0,
+        );
         fields.local_rate = FC_RATE_UNSET;
         fields.burst = FC_UNSET;
         fields.max_concurrency = FC_UNSET;

@@ -94,7 +94,8 @@ pub unsafe extern "C" fn fc_task_config_get(
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
         let out = unsafe { Out::new(out, "out") }?;
-        out.write(&config_fields(&task_of(task).settings()));
+        let size = out.len();
+        out.write(&config_fields(&task_of(task).settings(), size));
         Ok(fc_status::FC_OK)
     })
 }

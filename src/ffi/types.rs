@@ -20,6 +20,14 @@ pub const FC_NAME_MAX: u32 = 63;
 
 /// An integer field of `fc_task_config` or `fc_table_options` left unset.
 pub const FC_UNSET: u32 = 0xFFFF_FFFF;
+/// `fc_task_config.max_concurrency` (and a key's `max_concurrency`): no
+/// cap. Registering or updating with it removes a cap in force, and
+/// `fc_task_config_get` reports no cap with it. A task's `max_concurrency`
+/// of 0 is refused with `FC_ERR_INVALID_ARGUMENT` (it reads as "no traffic"
+/// as well as "no cap"); a program built against an older header, whose
+/// smaller struct said 0 = no cap, keeps that meaning both ways.
+pub const FC_NO_CAP: u32 = 0xFFFF_FFFE;
+const _: () = assert!(FC_NO_CAP == crate::NO_CAP);
 /// `fc_task_config.local_rate` left unset (exactly this value; any other
 /// negative rate is refused).
 pub const FC_RATE_UNSET: f64 = -1.0;
@@ -147,8 +155,8 @@ pub struct fc_task_config {
     /// Requests per second for the host, fractional allowed; 0 = no limit
     /// (the default). `FC_RATE_UNSET` = unset.
     pub local_rate: f64,
-    /// Permits in flight on the host at most; 0 = no cap (the default).
-    /// `FC_UNSET` = unset.
+    /// Permits in flight on the host at most (>= 1); `FC_NO_CAP` = no cap
+    /// (the default); 0 is refused. `FC_UNSET` = unset.
     pub max_concurrency: u32,
     /// Must be 0 (room for a later field); anything else is refused.
     pub reserved: u32,

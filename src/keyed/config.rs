@@ -143,20 +143,26 @@ impl Keys {
 
     /// The default limits and the overflow policy.
     pub(crate) fn default_config(&self, clock: &Clock) -> KeyConfig {
-        let h = self.region.header();
-        read_versioned(&h.config_version, |i| {
-            let c = &self.region.config(i).default;
-            KeyConfig {
-                limits: KeyLimits::load(c, clock),
-                capacity: self.region.entries(),
-                overflow: if c.flags() & LIMITS_OVERFLOW_ADMIT != 0 {
-                    KeyOverflow::Admit
-                } else {
-                    KeyOverflow::Shared
-                },
-            }
-        })
+        config_of(&self.region, clock)
     }
+}
+
+/// A key file's default limits and overflow policy (a mapped one or a
+/// view's copy).
+pub(crate) fn config_of(region: &super::KeyRegion, clock: &Clock) -> KeyConfig {
+    let h = region.header();
+    read_versioned(&h.config_version, |i| {
+        let c = &region.config(i).default;
+        KeyConfig {
+            limits: KeyLimits::load(c, clock),
+            capacity: region.entries(),
+            overflow: if c.flags() & LIMITS_OVERFLOW_ADMIT != 0 {
+                KeyOverflow::Admit
+            } else {
+                KeyOverflow::Shared
+            },
+        }
+    })
 }
 
 /// `limits` as they read back from the file (bursts in force, rates

@@ -253,7 +253,8 @@ impl KeyLimits {
         self.kind == Kind::Limited && self.rates().next().is_none() && self.max_concurrency == 0
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Checks the limits as setting them would (`flowctrl set --dry-run`).
+    pub fn validate(&self) -> Result<()> {
         for rate in self.rates() {
             rate.validate()?;
         }

@@ -20,7 +20,7 @@ mod view;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use config::normalized;
+pub(crate) use config::{config_of, normalized};
 pub(crate) use decide::drift_of;
 pub use limits::{KeyLimits, KeyRate};
 pub(crate) use region::KeyRegion;

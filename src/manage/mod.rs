@@ -115,8 +115,14 @@ impl Manager {
         let old = std::mem::take(&mut self.tasks);
         for name in old.keys().filter(|n| !config.tasks.contains_key(*n)) {
             match self.store.remove_task_config(name) {
-                Ok(_) => log::info!("task {name:?} is no longer managed: its record is removed"),
-                Err(e) => log::warn!("task {name:?} is no longer managed, but {e}"),
+                Ok(_) => log::info!(
+                    task = name.as_str();
+                    "task {name:?} is no longer managed: its record is removed"
+                ),
+                Err(e) => log::warn!(
+                    task = name.as_str();
+                    "task {name:?} is no longer managed, but {e}"
+                ),
             }
             self.report.lock().tasks.remove(name);
         }

@@ -204,6 +204,7 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
         let (next, why) = decide(policy, state.threshold, &mut state.clean, &observed);
         if next != state.threshold {
             log::info!(
+                task = task;
                 "task {task:?}: threshold {:.1} -> {next:.1} requests/s ({why})",
                 state.threshold
             );
@@ -260,7 +261,7 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
         let text = alarm.to_string();
         if !state.alarms.contains(&text) {
             *report.alarms.entry(alarm.kind()).or_default() += 1;
-            log::warn!("task {task:?}: alarm: {text}");
+            log::warn!(task = task; "task {task:?}: alarm: {text}");
         }
     }
     state.alarms = raised;

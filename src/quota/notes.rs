@@ -59,9 +59,13 @@ pub(super) fn conflicts(q: &QuotaSlot, task: &str, slice: u32, g: Global, host: 
     }
     if r.host_conflict {
         q.host_conflicts.fetch_add(1, Ordering::Relaxed);
-        events::report(
+        events::report_with(
             Event::HostConflict,
             task,
+            events::Extra {
+                pid: None,
+                host: Some(host),
+            },
             format_args!(
                 "task {task:?}: another table pulls under this host's id {host:?}: give each \
                  host its own (StoreOptions::host_id); a key created anew cannot deduct what \

@@ -23,7 +23,9 @@ pub struct LocalConfig {
     pub local_rate: Option<f64>,
     /// Permits that may be taken at once above the smooth rate. Default 1.
     pub burst: Option<u32>,
-    /// Permits in flight on the host at most; 0 = no cap. Default 0.
+    /// Permits in flight on the host at most, at least 1; [`NO_CAP`] asks
+    /// for no cap (the default). 0 is refused: it reads as "no traffic" as
+    /// well as "no cap".
     pub max_concurrency: Option<u32>,
     /// The order waiting acquires are admitted in. Default first come,
     /// first served.
@@ -34,6 +36,36 @@ pub struct LocalConfig {
     /// Shadow mode: a request the task's own limits would refuse is
     /// counted (`TaskStats::shadow_refused`) and admitted. Default false.
     pub shadow: Option<bool>,
+}
+
+/// `max_concurrency` (of a task or a key) asked as "no cap": what `none`
+/// or `off` in a config file or `flowctrl set` means, `FC_NO_CAP` in C.
+/// The settings in force report no cap as 0.
+pub const NO_CAP: u32 = 0xFFFF_FFFE;
+
+/// Why an asked `max_concurrency` of 0 is refused, in every face.
+pub(crate) fn zero_cap(key: &str) -> Error {
+    Error::invalid(format!(
+        "{key} 0 is refused: a cap is at least 1; to remove the cap ask for none \
+         (`{key} = none` or `off` in a config file or flowctrl set, FC_NO_CAP in C, \
+         NO_CAP = {NO_CAP} in Rust and Python)"
+    ))
+}
+
+/// A cap as written by an operator: a whole number of at least 1, or
+/// `none` / `off` ([`NO_CAP`]). `key` names it in the error.
+pub fn parse_cap(key: &str, text: &str) -> Result<u32> {
+    match text.trim() {
+        "none" | "off" => Ok(NO_CAP),
+        "0" => Err(zero_cap(key)),
+        t => match t.parse::<u32>() {
+            Ok(n) if n != NO_CAP => Ok(n),
+            _ => Err(Error::invalid(format!(
+                "{key}={} is not a whole number of at least 1, nor none or off",
+                crate::words::echo(t)
+            ))),
+        },
+    }
 }
 
 /// A task's local fields in force.
@@ -128,9 +160,35 @@ impl TaskConfig {
         self
     }
 
+    /// Permits in flight on the host at most: at least 1 ([`NO_CAP`]: no
+    /// cap; 0 is refused when the configuration is used).
     pub fn max_concurrency(mut self, permits: u32) -> Self {
         self.local.max_concurrency = Some(permits);
         self
+    }
+
+    /// No cap on permits in flight (removes one in force).
+    pub fn no_max_concurrency(self) -> Self {
+        self.max_concurrency(NO_CAP)
+    }
+
+    /// The checks of the fields as asked, before they are merged with
+    /// anything: an asked `max_concurrency` of 0 is refused.
+    pub(crate) fn check_asked(&self) -> Result<()> {
+        if self.local.max_concurrency == Some(0) {
+            return Err(zero_cap("max_concurrency"));
+        }
+        Ok(())
+    }
+
+    /// The settings these fields make over `base`, checked as an update of
+    /// a task with those settings checks them; nothing is written. What
+    /// `flowctrl set --dry-run` reports.
+    pub fn preview(&self, base: &TaskSettings) -> Result<TaskSettings> {
+        self.check_asked()?;
+        let settings = self.over(*base);
+        settings.limits(&Clock::monotonic())?;
+        Ok(settings)
     }
 
     /// The order waiting acquires are admitted in (default
@@ -225,7 +283,10 @@ impl TaskConfig {
             local: LocalSettings {
                 local_rate: l.local_rate.unwrap_or(base.local.local_rate),
                 burst: l.burst.unwrap_or(base.local.burst),
-                max_concurrency: l.max_concurrency.unwrap_or(base.local.max_concurrency),
+                max_concurrency: match l.max_concurrency {
+                    Some(NO_CAP) => 0,
+                    asked => asked.unwrap_or(base.local.max_concurrency),
+                },
                 wait_order: l.wait_order.unwrap_or(base.local.wait_order),
                 barging: l.barging.unwrap_or(base.local.barging),
                 shadow: l.shadow.unwrap_or(base.local.shadow),
@@ -284,7 +345,10 @@ impl LocalSettings {
         if let Some(b) = asked.burst.filter(|b| *b != self.burst) {
             out.push(format!("burst {} (asked {b})", self.burst));
         }
-        if let Some(c) = asked.max_concurrency.filter(|c| *c != self.max_concurrency) {
+        let cap = asked
+            .max_concurrency
+            .map(|c| if c == NO_CAP { 0 } else { c });
+        if let Some(c) = cap.filter(|c| *c != self.max_concurrency) {
             out.push(format!(
                 "max_concurrency {} (asked {c})",
                 self.max_concurrency
@@ -457,6 +521,37 @@ mod tests {
         let mut huge_cap = TaskSettings::default();
         huge_cap.local.max_concurrency = u32::MAX;
         assert!(huge_cap.limits(&clock).is_err());
+    }
+
+    #[test]
+    fn a_cap_of_0_is_refused_and_none_is_no_cap() {
+        for (text, cap) in [("none", NO_CAP), ("off", NO_CAP), (" 12 ", 12)] {
+            assert_eq!(parse_cap("max_concurrency", text).unwrap(), cap, "{text}");
+        }
+        for bad in ["0", "-1", "many", "4294967294", ""] {
+            let e = parse_cap("key_max_concurrency", bad).unwrap_err();
+            assert!(e.message().contains("key_max_concurrency"), "{bad}: {e}");
+        }
+        let e = TaskConfig::new()
+            .max_concurrency(0)
+            .check_asked()
+            .unwrap_err();
+        assert!(e.message().contains("max_concurrency 0 is refused"), "{e}");
+        assert!(TaskConfig::new().no_max_concurrency().check_asked().is_ok());
+        // No cap is 0 in force, and matches an uncapped task.
+        let mut capped = TaskSettings::default();
+        capped.local.max_concurrency = 8;
+        let none = TaskConfig::new().no_max_concurrency();
+        let settings = none.preview(&capped).unwrap();
+        assert_eq!(settings.local.max_concurrency, 0);
+        assert!(settings.mismatches(&none).is_empty());
+        assert_eq!(capped.mismatches(&none).len(), 1);
+        assert!(
+            TaskConfig::new()
+                .max_concurrency(0)
+                .preview(&capped)
+                .is_err()
+        );
     }
 
     #[test]

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub(crate) use config::settings;
-pub use config::{LocalConfig, LocalSettings, TaskConfig, TaskSettings};
+pub(crate) use config::zero_cap;
+pub use config::{LocalConfig, LocalSettings, NO_CAP, TaskConfig, TaskSettings, parse_cap};
 pub(crate) use global::quota_stats;
 pub use keyed::KeyDecision;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
@@ -107,6 +108,7 @@ impl Task {
     /// updates of different fields both take effect. The rate state carries
     /// over: a new rate applies from now on.
     pub fn update(&self, config: &TaskConfig) -> Result<()> {
+        config.check_asked()?;
         let slot = self.shm.task_slot(self.index);
         self.quota.check_spread(config.global.shards)?;
         // Validate before taking the lock, against the host's own settings

@@ -94,9 +94,13 @@ fn report_reclaimed(shm: &Shm, slot: &TaskSlot, attach: u32, permits: i64) {
     }
     let name = super::register::slot_name(slot).unwrap_or_default();
     let pid = shm.attach_slot(attach).pid.load(Ordering::Relaxed);
-    events::report(
+    events::report_with(
         Event::Reclaimed,
         &name,
+        events::Extra {
+            pid: u32::try_from(pid).ok(),
+            host: None,
+        },
         format_args!(
             "task {name:?}: gave back {permits} permit(s) held by dead process {pid} \
              (attachment {attach})"

@@ -157,6 +157,12 @@ impl View {
         self.snapshot()?.key_counters(name)
     }
 
+    /// Keyed task `name`'s default key limits, key capacity and overflow
+    /// policy (`None`: it has no key limits).
+    pub fn key_config(&self, name: &str) -> Result<Option<crate::KeyConfig>> {
+        self.snapshot()?.key_config(name)
+    }
+
     /// Keyed task `name`'s key counters (`None`: it has no key limits).
     pub fn key_stats(&self, name: &str) -> Result<Option<crate::KeyStats>> {
         self.snapshot()?.key_stats(name)
@@ -282,6 +288,15 @@ impl TableSnapshot {
             self.region.geometry.attach_capacity,
         )?
         .map(|(c, capacity)| crate::keyed::counters_only(c, capacity)))
+    }
+
+    /// Keyed task `name`'s default key limits, key capacity and overflow
+    /// policy (`None`: it has no key limits).
+    pub fn key_config(&self, name: &str) -> Result<Option<crate::KeyConfig>> {
+        let clock = self.region.clock;
+        Ok(self
+            .keys_of(name)?
+            .map(|k| crate::keyed::config_of(&k, &clock)))
     }
 
     /// Keyed task `name`'s key counters (`None`: it has no key limits).

@@ -272,13 +272,14 @@ static fc_task_config unset_config(void)
     return config;
 }
 
+/* max_concurrency 0: no cap, asked as FC_NO_CAP (0 itself is refused). */
 static fc_task_config task_config(double local_rate, uint32_t burst,
                                   uint32_t max_concurrency)
 {
     fc_task_config config = unset_config();
     config.local_rate = local_rate;
     config.burst = burst;
-    config.max_concurrency = max_concurrency;
+    config.max_concurrency = max_concurrency == 0 ? FC_NO_CAP : max_concurrency;
     return config;
 }
 
@@ -459,7 +460,7 @@ static void test_task_registration(void)
 {
     char path[PATH_LEN];
     fc_table *table;
-    fc_task *task, *attached, *same, *fresh;
+    fc_task *task, *attached, *same, *fresh, *nocap;
     fc_task *untouched = SENTINEL;
     fc_task_config config, other, update;
     fc_permit permit;
@@ -519,7 +520,29 @@ static void test_task_registration(void)
 
     fresh = NULL;
     EXPECT(fc_task_register(table, "fresh", NULL, &fresh), FC_OK);
-    check_config(fresh, 0, 1, 0);
+    check_config(fresh, 0, 1, FC_NO_CAP); /* no cap reads FC_NO_CAP */
+
+    /* A cap of 0 is refused, at registration and update, with a reason
+     * that names FC_NO_CAP; FC_NO_CAP removes a cap, reads back as itself,
+     * and what fc_task_config_get wrote registers as it is. */
+    other = unset_config();
+    other.max_concurrency = 0;
+    EXPECT(fc_task_register(table, "zero", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "max_concurrency 0 is refused") != NULL &&
+              strstr(fc_last_error(), "FC_NO_CAP") != NULL,
+          "the reason names the way to remove a cap: %s", fc_last_error());
+    EXPECT(fc_task_update(task, &other), FC_ERR_INVALID_ARGUMENT);
+    check_config(task, 50, 2, 16);
+    other.max_concurrency = FC_NO_CAP;
+    EXPECT(fc_task_update(task, &other), FC_OK);
+    check_config(task, 50, 2, FC_NO_CAP);
+    nocap = NULL;
+    EXPECT(fc_task_register(table, "api", &other, &nocap), FC_OK);
+    fc_task_free(nocap);
+    other.max_concurrency = 16;
+    EXPECT(fc_task_update(task, &other), FC_OK);
+    check_config(task, 50, 2, 16);
+    CHECK(untouched == SENTINEL, "failed registrations leave *out alone");
 
     /* A task keeps its table alive. */
     fc_table_close(table);
@@ -1699,7 +1722,7 @@ static void test_unset_fields(void)
     config.burst = 3;
     fresh = NULL;
     EXPECT(fc_task_register(table, "fresh", &config, &fresh), FC_OK);
-    check_config(fresh, 0, 3, 0);
+    check_config(fresh, 0, 3, FC_NO_CAP);
 
     fc_task_free(fresh);
     fc_task_free(task);

@@ -176,7 +176,8 @@ static fc_task *register_task(const fc_table *table, const char *name, double gl
     fc_task_config_init(&config, sizeof config);
     if (global_rate > 0)
         config.global_rate = global_rate;
-    config.max_concurrency = max_concurrency;
+    if (max_concurrency > 0)
+        config.max_concurrency = max_concurrency;
     CHECK(fc_task_register(table, name, &config, &task) == FC_OK, "fc_task_register(%s)", name);
     return task;
 }

@@ -155,7 +155,7 @@ int main(int argc, char **argv)
     CHECK(got.global_rate == 1000 && got.slice_ms == 500 && got.global_source == FC_SOURCE_STORE,
           "adopted: global_rate %g slice_ms %u global_source %u (want 1000, 500, %u)",
           got.global_rate, got.slice_ms, got.global_source, (unsigned)FC_SOURCE_STORE);
-    CHECK(got.local_rate == 0 && got.burst == 1 && got.max_concurrency == 0,
+    CHECK(got.local_rate == 0 && got.burst == 1 && got.max_concurrency == FC_NO_CAP,
           "adopted: the local fields stay the host's own: local_rate %g burst %u "
           "max_concurrency %u",
           got.local_rate, got.burst, got.max_concurrency);

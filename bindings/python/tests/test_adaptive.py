@@ -52,8 +52,26 @@ def test_update_changes_the_limiter_for_the_host(table):
     assert task.limit == 20
     task.update(limiter="fixed", max_concurrency=3)
     assert task.limit == 3
-    task.update(max_concurrency=0)
+    task.update(max_concurrency=NO_CAP)
     assert task.limit is None
+
+
+# The core's NO_CAP (FC_NO_CAP in C): max_concurrency asked as "no cap".
+NO_CAP = 0xFFFF_FFFE
+
+
+def test_a_cap_of_0_is_refused_and_no_cap_removes_it(table):
+    with pytest.raises(flowctrl.InvalidArgumentError, match="max_concurrency 0 is refused"):
+        table.task("zero", max_concurrency=0)
+    task = table.task("svc", max_concurrency=4)
+    with pytest.raises(flowctrl.InvalidArgumentError, match="to remove the cap"):
+        task.update(max_concurrency=0)
+    assert task.limit == 4, "a refused update changes nothing"
+    task.update(max_concurrency=NO_CAP)
+    assert task.limit is None
+    assert task.settings["max_concurrency"] == 0, "no cap in force reads 0"
+    # Registering with no cap matches the uncapped task.
+    assert table.task("svc", max_concurrency=NO_CAP).limit is None
 
 
 @pytest.mark.parametrize(

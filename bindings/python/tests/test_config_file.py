@@ -60,6 +60,9 @@ def test_flowctrl_config_names_the_file(tmp_path):
         ("[tasks.api]\nlocal_rat = 5\n", ":2:1"),
         ("[tasks.api]\nlocal_rat = 5\n", "local_rat"),
         ('\n[tasks.api]\nfallback = "maybe"\n', 'tasks."api"'),
+        # A cap of 0 is refused at its own position, per task and per key.
+        ("[tasks.api]\nmax_concurrency = 0\n", ':2:19: tasks."api".max_concurrency'),
+        ("[tasks.api]\nkey_max_concurrency = 0\n", "key_max_concurrency 0 is refused"),
     ],
 )
 def test_bad_files_are_refused_with_file_line_and_key(tmp_path, text, says):

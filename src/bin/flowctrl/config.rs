@@ -27,10 +27,18 @@ fn changes(file: &TaskConfig, s: &TaskSettings) -> Vec<String> {
         l.burst.map(|v| v.to_string()),
         s.local.burst.to_string(),
     );
+    // No cap reads "none", asked (NO_CAP) or in force (0).
+    let cap = |v: u32| {
+        if v == 0 || v == flowctrl::NO_CAP {
+            "none".to_string()
+        } else {
+            v.to_string()
+        }
+    };
     field(
         "max_concurrency",
-        l.max_concurrency.map(|v| v.to_string()),
-        s.local.max_concurrency.to_string(),
+        l.max_concurrency.map(cap),
+        cap(s.local.max_concurrency),
     );
     field(
         "global_rate",
@@ -112,7 +120,7 @@ pub(crate) fn check(file: &Path, table: &Path) -> Result {
             ));
             return Ok(());
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     // One pass over the table, not one per task of the file.
     let registered: std::collections::BTreeMap<String, flowctrl::TaskSnapshot> = view

@@ -35,8 +35,15 @@ pub(crate) type Render<'a> = dyn FnMut() -> std::result::Result<String, String> 
 
 /// Binds `listen`; the error names the address.
 pub(crate) fn bind(listen: &str) -> crate::Result<TcpListener> {
-    let listener = TcpListener::bind(listen)
-        .map_err(|e| crate::invalid(format!("cannot listen on {listen}: {e}")))?;
+    let listener = TcpListener::bind(listen).map_err(|e| {
+        let message = format!("cannot listen on {listen}: {e}");
+        // Not an address at all: the command line is wrong.
+        if e.kind() == io::ErrorKind::InvalidInput {
+            crate::usage(message)
+        } else {
+            crate::invalid(message)
+        }
+    })?;
     // Listening again only sets the backlog (the kernel caps it at
     // net.core.somaxconn); on failure std's stays.
     // SAFETY: listen(2) on our own listening socket.

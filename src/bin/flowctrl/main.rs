@@ -4,40 +4,85 @@
 //! view ([`flowctrl::View`]): it registers nothing, takes no permit and no
 //! attachment slot, and works on another user's table wherever its file
 //! mode allows reading. `set` and `reap` attach as a service would.
-//! Exit codes: 0 done, 1 an error (one line on stderr), 2 a usage error.
+//! Exit codes: 0 done, 1 a runtime failure (one line on stderr), 2 a usage
+//! error: clap's own, and the values of the command line flowctrl refuses
+//! before reading any table (a malformed or unknown `KEY=VALUE`, an option
+//! out of range).
 
 mod config;
 mod fleet;
 mod http;
 mod json;
 mod keys;
+mod logging;
 mod manage;
 mod metrics;
 mod set;
 mod show;
+mod table;
 mod text;
 mod top;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// Look at a flowctrl task table, and change it when asked.
 #[derive(Parser)]
 #[command(name = "flowctrl", version)]
-struct Cli {
-    /// The table: a path, or a bare name in /dev/shm.
-    #[arg(
-        short,
-        long,
-        global = true,
-        env = "FLOWCTRL_TABLE",
-        default_value = "/dev/shm/flowctrl"
-    )]
-    table: PathBuf,
+pub(crate) struct Cli {
+    /// The table: a path, or a bare name in /dev/shm (default: the
+    /// `[table] path` of the file FLOWCTRL_CONFIG names, else
+    /// /dev/shm/flowctrl).
+    #[arg(short, long, global = true, env = "FLOWCTRL_TABLE")]
+    table: Option<PathBuf>,
+    /// The format of `manage`'s and `metrics`' log lines on stderr: text
+    /// (an RFC 3339 time, the level, the message) or json (one object a
+    /// line: time, level, message, and task, pid, host where known).
+    #[arg(long, global = true, value_enum, default_value_t = logging::Format::Text)]
+    log_format: logging::Format,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The table the commands read when `--table` is not given: the one a
+/// service would open, the `[table] path` of the file FLOWCTRL_CONFIG
+/// names, else the default.
+const DEFAULT_TABLE: &str = "/dev/shm/flowctrl";
+
+#[derive(Subcommand)]
+enum TableCommand {
+    /// Create the table (as a service's open would), or say that it exists
+    /// and its geometry.
+    Create {
+        /// Task slots.
+        #[arg(long)]
+        capacity: Option<u32>,
+        /// Attachments at once (processes, or table handles).
+        #[arg(long)]
+        max_processes: Option<u32>,
+        /// Balancer slots.
+        #[arg(long)]
+        balancers: Option<u32>,
+        /// File mode, in octal (e.g. 0640); group or other write bits make
+        /// a shared table.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<u32>,
+    },
+    /// The table's file size, layout version and geometry.
+    Info {
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Subcommand)]
@@ -91,8 +136,11 @@ enum Command {
     Set {
         /// The task's name.
         task: String,
+        /// Say what would change (old -> new per field), and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// Fields to change, all at once: local_rate, burst,
-        /// max_concurrency, global_rate, slice_ms, chunk, fallback
+        /// max_concurrency (at least 1; none or off: no cap), global_rate, slice_ms, chunk, fallback
         /// (share, local, deny or a rate), global_burst, shards, limiter ("aimd",
         /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit, shadow (true: refusals counted and admitted); key_rate, key_max_concurrency, key_shadow, key_overflow, key_capacity, key_override.NAME for limits per caller.
         #[arg(required = true, value_name = "KEY=VALUE")]
@@ -154,6 +202,29 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
     },
+    /// The table file itself: `table create`, `table info`.
+    Table {
+        #[command(subcommand)]
+        command: TableCommand,
+    },
+    /// Print a completion script for a shell (bash, zsh, fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Print the manual page (roff), e.g. `flowctrl man | man -l -`.
+    Man,
+}
+
+fn parse_mode(text: &str) -> std::result::Result<u32, String> {
+    let digits = text.strip_prefix("0o").unwrap_or(text);
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(format!(
+            "{text:?} is not a file mode in octal (0600, 0640, ...)"
+        )),
+    }
 }
 
 fn parse_level(text: &str) -> std::result::Result<log::LevelFilter, String> {
@@ -161,34 +232,126 @@ fn parse_level(text: &str) -> std::result::Result<log::LevelFilter, String> {
         .map_err(|_| format!("{text:?} is not one of off, error, warn, info, debug, trace"))
 }
 
-/// Commands fail with the library's one error type; its message is the
-/// line printed.
-pub(crate) type Result<T = ()> = flowctrl::Result<T>;
+/// Why a command failed; the message is the line printed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The command line is wrong as written: exit 2, as clap's own errors.
+    Usage(String),
+    /// The command ran and failed: exit 1.
+    Runtime(flowctrl::Error),
+}
 
-/// An error of the command line itself (a bad `KEY=VALUE`, a bad address).
-pub(crate) fn invalid(message: impl Into<String>) -> flowctrl::Error {
-    flowctrl::Error::new(flowctrl::ErrorKind::InvalidArgument, message)
+impl From<flowctrl::Error> for Failure {
+    fn from(e: flowctrl::Error) -> Self {
+        Failure::Runtime(e)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Usage(m) => f.write_str(m),
+            Failure::Runtime(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+pub(crate) type Result<T = ()> = std::result::Result<T, Failure>;
+
+/// A runtime failure of the command's own (a task without key limits, a
+/// port in use).
+pub(crate) fn invalid(message: impl Into<String>) -> Failure {
+    Failure::Runtime(flowctrl::Error::new(
+        flowctrl::ErrorKind::InvalidArgument,
+        message,
+    ))
+}
+
+/// An error of the command line itself (a bad `KEY=VALUE`, an option out
+/// of range): exit 2.
+pub(crate) fn usage(message: impl Into<String>) -> Failure {
+    Failure::Usage(message.into())
+}
+
+/// A library error about a word of the command line (a rate, a limiter
+/// spec that does not parse): exit 2.
+pub(crate) fn usage_of(e: flowctrl::Error) -> Failure {
+    Failure::Usage(e.message().to_string())
+}
+
+/// The table the commands read: `--table` (or FLOWCTRL_TABLE), else the
+/// `[table] path` of the file FLOWCTRL_CONFIG names, as a service's open
+/// finds it, else the default.
+fn table_path(given: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(path) = given {
+        return Ok(path);
+    }
+    match std::env::var_os(flowctrl::CONFIG_ENV) {
+        Some(file) if !file.is_empty() => {
+            let config = flowctrl::ConfigFile::load(Path::new(&file)).map_err(|e| {
+                invalid(format!(
+                    "{} (FLOWCTRL_CONFIG names it; --table reads a table without it)",
+                    e.message()
+                ))
+            })?;
+            Ok(config
+                .table
+                .path
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_TABLE)))
+        }
+        _ => Ok(PathBuf::from(DEFAULT_TABLE)),
+    }
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let table = &cli.table;
+    let log_format = cli.log_format;
     match cli.command {
-        Command::Tasks { json, config } => show::tasks(table, json, config.as_deref()),
+        Command::Completions { shell } => {
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut Cli::command(), "flowctrl", &mut out);
+            return Ok(());
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut out)
+                .and_then(|()| std::io::Write::write_all(&mut std::io::stdout().lock(), &out))
+                .map_err(|e| invalid(format!("cannot write the manual page: {e}")))?;
+            return Ok(());
+        }
+        _ => {}
+    }
+    // Resolved by the commands that read a table only: `fleet` and
+    // `manage` work whatever FLOWCTRL_CONFIG holds.
+    let given = cli.table;
+    let table = || table_path(given.clone());
+    match cli.command {
+        Command::Completions { .. } | Command::Man => Ok(()),
+        Command::Tasks { json, config } => show::tasks(&table()?, json, config.as_deref()),
         Command::Stats {
             task,
             json,
             processes,
-        } => show::stats(table, task.as_deref(), json, processes),
-        Command::Top { once, interval } => top::run(table, once, interval),
-        Command::Set { task, fields } => set::run(table, &task, &fields),
+        } => show::stats(&table()?, task.as_deref(), json, processes),
+        Command::Top { once, interval } => top::run(&table()?, once, interval),
+        Command::Set {
+            task,
+            fields,
+            dry_run,
+        } => set::run(&table()?, &task, &fields, dry_run),
         Command::Keys {
             task,
             top,
             by,
             json,
-        } => keys::run(table, &task, top, &by, json),
-        Command::Check => show::check(table),
-        Command::Reap => set::reap(table),
+        } => keys::run(&table()?, &task, top, &by, json),
+        Command::Check => show::check(&table()?),
+        Command::Reap => set::reap(&table()?),
         Command::Fleet {
             task,
             store,
@@ -199,11 +362,28 @@ fn run(cli: Cli) -> Result<()> {
             config,
             metrics,
             log,
-        } => manage::run(&config, metrics.as_deref(), log),
-        Command::Metrics { listen } => metrics::serve(table, &listen),
+        } => manage::run(&config, metrics.as_deref(), log, log_format),
+        Command::Metrics { listen } => metrics::serve(&table()?, &listen, log_format),
         Command::Config {
             command: ConfigCommand::Check { file },
-        } => config::check(&file, table),
+        } => config::check(&file, &table()?),
+        Command::Table { command } => match command {
+            TableCommand::Create {
+                capacity,
+                max_processes,
+                balancers,
+                mode,
+            } => table::create(
+                &table()?,
+                table::Geometry {
+                    capacity,
+                    max_processes,
+                    balancers,
+                    mode,
+                },
+            ),
+            TableCommand::Info { json } => table::info(&table()?, json),
+        },
     }
 }
 
@@ -219,7 +399,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flowctrl: {}", text::printable(&e.to_string()));
-            ExitCode::FAILURE
+            match e {
+                Failure::Usage(_) => ExitCode::from(2),
+                Failure::Runtime(_) => ExitCode::FAILURE,
+            }
         }
     }
 }

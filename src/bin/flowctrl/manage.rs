@@ -22,31 +22,19 @@ extern "C" fn on_hup(_: libc::c_int) {
     RELOAD.store(true, Ordering::Relaxed);
 }
 
-/// Lines on stderr: "flowctrl manage: LEVEL message".
-struct Stderr(log::LevelFilter);
-
-impl log::Log for Stderr {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= self.0
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            eprintln!("flowctrl manage: {} {}", r.level(), r.args());
-        }
-    }
-    fn flush(&self) {}
-}
-
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-pub(crate) fn run(path: &Path, metrics: Option<&str>, level: log::LevelFilter) -> Result {
+pub(crate) fn run(
+    path: &Path,
+    metrics: Option<&str>,
+    level: log::LevelFilter,
+    format: crate::logging::Format,
+) -> Result {
     let config = ManagerConfig::load(path)?;
-    let logger: &'static Stderr = Box::leak(Box::new(Stderr(level)));
-    if log::set_logger(logger).is_ok() {
-        log::set_max_level(level);
-    }
+    // Lines on stderr (see `crate::logging`).
+    crate::logging::init("manage", level, format);
     let mut manager = Manager::new(config)?;
     // SAFETY: the handlers only store to atomics.
     unsafe {
@@ -78,7 +66,7 @@ pub(crate) fn run(path: &Path, metrics: Option<&str>, level: log::LevelFilter) -
         path.display()
     );
     let mut seen = modified(path);
-    manager.run(&STOP, |m| {
+    let ran = manager.run(&STOP, |m| {
         let now = modified(path);
         if !RELOAD.swap(false, Ordering::Relaxed) && now == seen {
             return;
@@ -96,5 +84,6 @@ pub(crate) fn run(path: &Path, metrics: Option<&str>, level: log::LevelFilter) -
             }
             Err(e) => log::warn!("{e}; keeping the running configuration"),
         }
-    })
+    });
+    Ok(ran?)
 }

@@ -9,7 +9,9 @@ use flowctrl::{Error, ErrorKind, View};
 
 use crate::Result;
 
-pub(crate) fn serve(path: &Path, listen: &str) -> Result {
+pub(crate) fn serve(path: &Path, listen: &str, format: crate::logging::Format) -> Result {
+    // The library's lines (a table replaced, ...) and ours, on stderr.
+    crate::logging::init("metrics", log::LevelFilter::Info, format);
     // Refuse a table that cannot be read now, rather than at the first scrape.
     let path: PathBuf = View::open(path)?.path().to_path_buf();
     let listener = crate::http::bind(listen)?;
@@ -19,12 +21,13 @@ pub(crate) fn serve(path: &Path, listen: &str) -> Result {
             .and_then(|view| flowctrl::metrics::render(&view))
             .map_err(|e| e.to_string())
     });
-    served.map_err(|e| Error::new(ErrorKind::Io, format!("serving {listen}: {e}")))
+    served.map_err(|e| Error::new(ErrorKind::Io, format!("serving {listen}: {e}")))?;
+    Ok(())
 }
 
-/// Says on stderr where `what`'s metrics are served.
+/// Logs where `what`'s metrics are served.
 pub(crate) fn announce(listener: &std::net::TcpListener, what: &str) {
     if let Ok(addr) = listener.local_addr() {
-        eprintln!("flowctrl: serving http://{addr}/metrics for {what}");
+        log::info!("serving http://{addr}/metrics for {what}");
     }
 }

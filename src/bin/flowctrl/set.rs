@@ -7,11 +7,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use flowctrl::{
-    Fallback, KeyLimits, KeyOverflow, LimiterSpec, Table, TableOptions, TaskConfig, TaskSettings,
-    View,
+    Fallback, KeyConfig, KeyLimits, KeyOverflow, LimiterSpec, NO_CAP, Table, TableOptions,
+    TaskConfig, TaskSettings, View,
 };
 
-use crate::{Result, invalid};
+use crate::{Result, invalid, usage, usage_of};
 
 /// The fields `set` takes, in the order they are reported.
 const KEYS: [&str; 14] = [
@@ -33,36 +33,33 @@ const KEYS: [&str; 14] = [
 
 /// `flowctrl set TASK KEY=VALUE...`: one update of the task for the whole
 /// host ([`flowctrl::Task::update`]), checked whole before anything is
-/// written.
-pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
+/// written; every word is parsed first, so a usage error changes nothing.
+/// With `dry_run`, what would change is read through a view and checked as
+/// the update would check it, and nothing is written.
+pub(crate) fn run(path: &Path, name: &str, fields: &[String], dry_run: bool) -> Result {
     let (key_fields, fields): (Vec<String>, Vec<String>) =
         fields.iter().cloned().partition(|f| f.starts_with("key_"));
+    let config = parse(&fields)?;
+    let keys = KeyEdits::parse(&key_fields)?;
+    if dry_run {
+        return preview(path, name, &fields, &config, &keys);
+    }
     if !key_fields.is_empty() {
-        set_keys(path, name, &key_fields)?;
+        set_keys(path, name, &keys)?;
         if fields.is_empty() {
             return Ok(());
         }
     }
-    let fields = &fields[..];
-    let config = parse(fields)?;
     let before = View::open(path)?.task(name)?.settings;
     let table = attach(path)?;
     table.task(name, &TaskConfig::new())?.update(&config)?;
     drop(table);
     let after = View::open(path)?.task(name)?.settings;
-    let (old, new) = (values(&before), values(&after));
-    let changes: Vec<String> = KEYS
-        .iter()
-        .enumerate()
-        .filter(|(_, key)| fields.iter().any(|f| f.split('=').next() == Some(**key)))
-        .map(|(i, key)| format!("{key} {} -> {}", old[i], new[i]))
-        .collect();
-    crate::text::line(format_args!("task {name:?}: {}", changes.join(", ")));
-    let global = fields.iter().any(|f| {
-        let key = f.split('=').next().unwrap_or("");
-        KEYS[3..9].contains(&key)
-    });
-    if global && after.global_source == flowctrl::GlobalSource::Store {
+    crate::text::line(format_args!(
+        "task {name:?}: {}",
+        changes(&fields, &before, &after).join(", ")
+    ));
+    if touches_global(&fields) && after.global_source == flowctrl::GlobalSource::Store {
         crate::text::line(format_args!(
             "the store's record of {name:?} is in force: this host's own global numbers \
              changed, and apply when the record is removed"
@@ -71,85 +68,239 @@ pub(crate) fn run(path: &Path, name: &str, fields: &[String]) -> Result {
     Ok(())
 }
 
-/// The key fields of `set`: `key_rate="10/s;1000/h"`,
-/// `key_max_concurrency=N`, `key_shadow=true|false`,
+/// "key old -> new" for each field given, in [`KEYS`]' order.
+fn changes(fields: &[String], before: &TaskSettings, after: &TaskSettings) -> Vec<String> {
+    let (old, new) = (values(before), values(after));
+    KEYS.iter()
+        .enumerate()
+        .filter(|(_, key)| fields.iter().any(|f| f.split('=').next() == Some(**key)))
+        .map(|(i, key)| format!("{key} {} -> {}", old[i], new[i]))
+        .collect()
+}
+
+fn touches_global(fields: &[String]) -> bool {
+    fields.iter().any(|f| {
+        let key = f.split('=').next().unwrap_or("");
+        KEYS[3..9].contains(&key)
+    })
+}
+
+/// `set --dry-run`: the changes, read through a view (no attachment, no
+/// reaping) and checked; nothing written.
+fn preview(
+    path: &Path,
+    name: &str,
+    fields: &[String],
+    config: &TaskConfig,
+    keys: &KeyEdits,
+) -> Result {
+    let view = View::open(path)?.snapshot()?;
+    let before = view.task(name)?.settings;
+    if !fields.is_empty() {
+        let after = config.preview(&before)?;
+        crate::text::line(format_args!(
+            "task {name:?}: {} (dry run: nothing changed)",
+            changes(fields, &before, &after).join(", ")
+        ));
+    }
+    if !keys.given.is_empty() {
+        let current = view.key_config(name)?;
+        let after = keys.apply(name, current.as_ref())?;
+        after.limits.validate()?;
+        for (_, limits) in &keys.overrides {
+            if let Some(l) = limits {
+                l.validate()?;
+            }
+        }
+        let before = current.unwrap_or_default();
+        let mut list = Vec::new();
+        for key in &keys.given {
+            let (old, new) = match key.as_str() {
+                "key_rate" => (key_rates(&before.limits), key_rates(&after.limits)),
+                "key_max_concurrency" => (
+                    cap(before.limits.max_concurrency),
+                    cap(after.limits.max_concurrency),
+                ),
+                "key_shadow" => (
+                    before.limits.shadow.to_string(),
+                    after.limits.shadow.to_string(),
+                ),
+                "key_overflow" => (
+                    overflow(before.overflow).into(),
+                    overflow(after.overflow).into(),
+                ),
+                "key_capacity" => (
+                    current.map_or("-".into(), |c| c.capacity.to_string()),
+                    after.capacity.to_string(),
+                ),
+                _ => continue,
+            };
+            list.push(format!("{key} {old} -> {new}"));
+        }
+        for (k, limits) in &keys.overrides {
+            let new = match limits {
+                None => "none (removed)".to_string(),
+                Some(l) => override_text(l),
+            };
+            list.push(format!("key_override.{k} -> {new}"));
+        }
+        crate::text::line(format_args!(
+            "task {name:?}: {} (dry run: nothing changed)",
+            list.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn key_rates(l: &KeyLimits) -> String {
+    let rates: Vec<String> = l.rates().map(|r| r.to_string()).collect();
+    format!("{:?}", rates.join(";"))
+}
+
+fn cap(n: u32) -> String {
+    if n == 0 { "none".into() } else { n.to_string() }
+}
+
+fn overflow(o: KeyOverflow) -> &'static str {
+    match o {
+        KeyOverflow::Shared => "shared",
+        KeyOverflow::Admit => "admit",
+    }
+}
+
+fn override_text(l: &KeyLimits) -> String {
+    if *l == KeyLimits::unlimited() {
+        "unlimited".into()
+    } else if *l == KeyLimits::blocked() {
+        "blocked".into()
+    } else {
+        key_rates(l)
+    }
+}
+
+/// The key fields of `set`, parsed: `key_rate="10/s;1000/h"`,
+/// `key_max_concurrency=N|none|off`, `key_shadow=true|false`,
 /// `key_overflow=shared|admit`, `key_capacity=N` (a new key file only), and
 /// `key_override.NAME=RATES|unlimited|blocked|none` (none: removed).
-fn set_keys(path: &Path, name: &str, fields: &[String]) -> Result {
+#[derive(Default)]
+struct KeyEdits {
+    /// The default's fields given, in order.
+    given: Vec<String>,
+    rates: Option<KeyLimits>,
+    /// 0: no cap per key.
+    max_concurrency: Option<u32>,
+    shadow: Option<bool>,
+    overflow: Option<KeyOverflow>,
+    capacity: Option<u32>,
+    overrides: Vec<(String, Option<KeyLimits>)>,
+}
+
+impl KeyEdits {
+    fn parse(fields: &[String]) -> Result<Self> {
+        let mut edits = Self::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for field in fields {
+            let Some((key, value)) = field.split_once('=') else {
+                return Err(usage(format!("{field:?} is not KEY=VALUE")));
+            };
+            if seen.contains(&key) {
+                return Err(usage(format!("{key} is given twice")));
+            }
+            seen.push(key);
+            let value = value.trim();
+            match key {
+                "key_rate" => {
+                    edits.rates = Some(KeyLimits::parse_rates(value).map_err(usage_of)?);
+                }
+                "key_max_concurrency" => {
+                    let c = flowctrl::parse_cap(key, value).map_err(usage_of)?;
+                    edits.max_concurrency = Some(if c == NO_CAP { 0 } else { c });
+                }
+                "key_shadow" => {
+                    edits.shadow = Some(
+                        value
+                            .parse()
+                            .map_err(|_| usage(format!("{key}={value:?} is not true or false")))?,
+                    )
+                }
+                "key_overflow" => {
+                    edits.overflow = Some(match value {
+                        "shared" => KeyOverflow::Shared,
+                        "admit" => KeyOverflow::Admit,
+                        _ => return Err(usage(format!("{key}={value:?}: shared or admit"))),
+                    })
+                }
+                "key_capacity" => edits.capacity = Some(count(key, value)?),
+                _ => match key.strip_prefix("key_override.") {
+                    Some(k) if !k.is_empty() => {
+                        let limits = match value {
+                            "none" => None,
+                            "unlimited" => Some(KeyLimits::unlimited()),
+                            "blocked" => Some(KeyLimits::blocked()),
+                            rates => Some(KeyLimits::parse_rates(rates).map_err(usage_of)?),
+                        };
+                        edits.overrides.push((k.to_string(), limits));
+                        continue;
+                    }
+                    _ => {
+                        return Err(usage(format!(
+                            "unknown key {key:?}; the key fields are key_rate, \
+                             key_max_concurrency, key_shadow, key_overflow, key_capacity, \
+                             key_override.NAME"
+                        )));
+                    }
+                },
+            }
+            edits.given.push(key.to_string());
+        }
+        Ok(edits)
+    }
+
+    /// The task's default key configuration with these edits over
+    /// `current` (`None`: the task has no key limits yet).
+    fn apply(&self, name: &str, current: Option<&KeyConfig>) -> Result<KeyConfig> {
+        let mut config = current.cloned().unwrap_or_default();
+        if let Some(rates) = &self.rates {
+            let mut limits = KeyLimits::new()
+                .max_concurrency(config.limits.max_concurrency)
+                .shadow(config.limits.shadow);
+            for r in rates.rates() {
+                limits = limits.rate(*r);
+            }
+            config.limits = limits;
+        }
+        if let Some(c) = self.max_concurrency {
+            config.limits.max_concurrency = c;
+        }
+        if let Some(s) = self.shadow {
+            config.limits.shadow = s;
+        }
+        if let Some(o) = self.overflow {
+            config.overflow = o;
+        }
+        if let Some(keys) = self.capacity {
+            if current.is_some_and(|c| c.capacity != keys.div_ceil(8) * 8) {
+                return Err(invalid(format!(
+                    "task {name:?} holds {} keys: key_capacity is set when its key file \
+                     is made",
+                    current.map_or(0, |c| c.capacity)
+                )));
+            }
+            config.capacity = keys;
+        }
+        Ok(config)
+    }
+}
+
+fn set_keys(path: &Path, name: &str, edits: &KeyEdits) -> Result {
     let table = attach(path)?;
     let task = table.task(name, &TaskConfig::new())?;
     let current = task.key_config()?;
-    let mut config = current.unwrap_or_default();
-    let mut overrides = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for field in fields {
-        let Some((key, value)) = field.split_once('=') else {
-            return Err(invalid(format!("{field:?} is not KEY=VALUE")));
-        };
-        if seen.contains(&key) {
-            return Err(invalid(format!("{key} is given twice")));
-        }
-        seen.push(key);
-        let value = value.trim();
-        match key {
-            "key_rate" => {
-                let rates = KeyLimits::parse_rates(value)?;
-                let mut limits = KeyLimits::new()
-                    .max_concurrency(config.limits.max_concurrency)
-                    .shadow(config.limits.shadow);
-                for r in rates.rates() {
-                    limits = limits.rate(*r);
-                }
-                config.limits = limits;
-            }
-            "key_max_concurrency" => config.limits.max_concurrency = count(key, value)?,
-            "key_shadow" => {
-                config.limits.shadow = value
-                    .parse()
-                    .map_err(|_| invalid(format!("{key}={value:?} is not true or false")))?
-            }
-            "key_overflow" => {
-                config.overflow = match value {
-                    "shared" => KeyOverflow::Shared,
-                    "admit" => KeyOverflow::Admit,
-                    _ => return Err(invalid(format!("{key}={value:?}: shared or admit"))),
-                }
-            }
-            "key_capacity" => {
-                let keys = count(key, value)?;
-                if current.is_some_and(|c| c.capacity != keys.div_ceil(8) * 8) {
-                    return Err(invalid(format!(
-                        "task {name:?} holds {} keys: key_capacity is set when its key file \
-                         is made",
-                        current.map_or(0, |c| c.capacity)
-                    )));
-                }
-                config.capacity = keys;
-            }
-            _ => match key.strip_prefix("key_override.") {
-                Some(k) if !k.is_empty() => {
-                    let limits = match value {
-                        "none" => None,
-                        "unlimited" => Some(KeyLimits::unlimited()),
-                        "blocked" => Some(KeyLimits::blocked()),
-                        rates => Some(KeyLimits::parse_rates(rates)?),
-                    };
-                    overrides.push((k.to_string(), limits));
-                }
-                _ => {
-                    return Err(invalid(format!(
-                        "unknown key {key:?}; the key fields are key_rate, key_max_concurrency, \
-                         key_shadow, key_overflow, key_capacity, key_override.NAME"
-                    )));
-                }
-            },
-        }
-    }
-    let touches_default = fields.iter().any(|f| !f.starts_with("key_override."));
-    if touches_default || current.is_none() {
+    let config = edits.apply(name, current.as_ref())?;
+    if !edits.given.is_empty() || current.is_none() {
         task.set_keys(&config)?;
     }
-    for (k, l) in &overrides {
+    for (k, l) in &edits.overrides {
         task.set_key_override(k.as_bytes(), l.as_ref())?;
     }
     let after = task.key_config()?.unwrap_or_default();
@@ -160,15 +311,12 @@ fn set_keys(path: &Path, name: &str, fields: &[String]) -> Result {
         rates.join(";"),
         after.limits.max_concurrency,
         after.limits.shadow,
-        match after.overflow {
-            KeyOverflow::Shared => "shared",
-            KeyOverflow::Admit => "admit",
-        },
+        overflow(after.overflow),
         after.capacity,
-        if overrides.is_empty() {
+        if edits.overrides.is_empty() {
             String::new()
         } else {
-            format!("; {} override(s) set", overrides.len())
+            format!("; {} override(s) set", edits.overrides.len())
         }
     );
     Ok(())
@@ -237,7 +385,17 @@ fn attach(path: &Path) -> Result<Table> {
         shared: true,
         ..TableOptions::default()
     };
-    Table::open(view.path(), &options)
+    let table = Table::open(view.path(), &options)?;
+    // A config file (FLOWCTRL_CONFIG) names the table an open takes: it
+    // must be the one read.
+    if table.path() != view.path() {
+        return Err(invalid(format!(
+            "FLOWCTRL_CONFIG names table {}, not {}: pass --table {0}, or unset it",
+            table.path().display(),
+            view.path().display()
+        )));
+    }
+    Ok(table)
 }
 
 /// `KEY=VALUE` words into one configuration; a key given twice, an unknown
@@ -247,13 +405,13 @@ fn parse(fields: &[String]) -> Result<TaskConfig> {
     let mut seen: Vec<&str> = Vec::new();
     for field in fields {
         let Some((key, value)) = field.split_once('=') else {
-            return Err(invalid(format!(
+            return Err(usage(format!(
                 "{field:?} is not KEY=VALUE (keys: {})",
                 KEYS.join(", ")
             )));
         };
         if seen.contains(&key) {
-            return Err(invalid(format!("{key} is given twice")));
+            return Err(usage(format!("{key} is given twice")));
         }
         seen.push(key);
         config = apply(config, key, value.trim())?;
@@ -265,24 +423,24 @@ fn apply(c: TaskConfig, key: &str, value: &str) -> Result<TaskConfig> {
     Ok(match key {
         "local_rate" => c.local_rate(number(key, value)?),
         "burst" => c.burst(count(key, value)?),
-        "max_concurrency" => c.max_concurrency(count(key, value)?),
+        "max_concurrency" => c.max_concurrency(flowctrl::parse_cap(key, value).map_err(usage_of)?),
         "global_rate" => c.global_rate(number(key, value)?),
         "slice_ms" => c.slice_ms(count(key, value)?),
         "chunk" => c.chunk(count(key, value)?),
-        "fallback" => c.fallback(Fallback::parse(value)?),
+        "fallback" => c.fallback(Fallback::parse(value).map_err(usage_of)?),
         "global_burst" => c.global_burst(count(key, value)?),
         "shards" => c.shards(count(key, value)?),
-        "limiter" => c.limiter(LimiterSpec::parse(value)?),
+        "limiter" => c.limiter(LimiterSpec::parse(value).map_err(usage_of)?),
         "min_limit" => c.min_limit(count(key, value)?),
         "max_limit" => c.max_limit(count(key, value)?),
         "initial_limit" => c.initial_limit(count(key, value)?),
         "shadow" => c.shadow(
             value
                 .parse()
-                .map_err(|_| invalid(format!("{key}={value:?} is not true or false")))?,
+                .map_err(|_| usage(format!("{key}={value:?} is not true or false")))?,
         ),
         _ => {
-            return Err(invalid(format!(
+            return Err(usage(format!(
                 "unknown key {key:?}; the keys are {}",
                 KEYS.join(", ")
             )));
@@ -293,13 +451,13 @@ fn apply(c: TaskConfig, key: &str, value: &str) -> Result<TaskConfig> {
 fn number(key: &str, value: &str) -> Result<f64> {
     match value.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v),
-        _ => Err(invalid(format!("{key}={value:?} is not a number"))),
+        _ => Err(usage(format!("{key}={value:?} is not a number"))),
     }
 }
 
 fn count(key: &str, value: &str) -> Result<u32> {
     value.parse::<u32>().map_err(|_| {
-        invalid(format!(
+        usage(format!(
             "{key}={value:?} is not a whole number of 0..={}",
             u32::MAX
         ))
@@ -312,7 +470,7 @@ fn values(s: &TaskSettings) -> [String; 14] {
     [
         l.local_rate.to_string(),
         l.burst.to_string(),
-        l.max_concurrency.to_string(),
+        cap(l.max_concurrency),
         g.global_rate.to_string(),
         g.slice_ms.to_string(),
         g.chunk.to_string(),
@@ -344,6 +502,10 @@ mod tests {
             .fallback(Fallback::Deny)
             .limiter(LimiterSpec::parse("aimd").unwrap());
         assert_eq!(c, expected);
+        for (word, cap) in [("none", NO_CAP), ("off", NO_CAP), ("7", 7)] {
+            let c = parse(&words(&format!("max_concurrency={word}"))).unwrap();
+            assert_eq!(c.local.max_concurrency, Some(cap), "{word}");
+        }
         for (bad, says) in [
             ("nope=1", "unknown key \"nope\""),
             ("burst", "is not KEY=VALUE"),
@@ -352,6 +514,11 @@ mod tests {
             ("local_rate=inf", "is not a number"),
             ("burst=1,burst=2", "burst is given twice"),
             ("limiter=bbr", "unknown limiter"),
+            ("max_concurrency=0", "max_concurrency 0 is refused"),
+            (
+                "max_concurrency=-1",
+                "is not a whole number of at least 1, nor none or off",
+            ),
         ] {
             let err = parse(&words(bad)).unwrap_err().to_string();
             assert!(err.contains(says), "{bad}: {err}");

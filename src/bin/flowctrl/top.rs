@@ -1,5 +1,7 @@
 //! `top`: rates between two samples of a read-only view, redrawn every
-//! interval (plain ANSI: clear, home, the frame), or printed once.
+//! interval (plain ANSI: clear, home, the frame) on a terminal, printed one
+//! after the other (a blank line between, no escapes) into a pipe or a
+//! file, or printed once.
 //!
 //! Each sample is one copy of the table ([`View::snapshot`]). A live `top`
 //! keeps going whatever the table's owner does: a pass that cannot read
@@ -10,7 +12,7 @@
 //! error of either is the command's.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -18,7 +20,7 @@ use flowctrl::{BalancerSnapshot, TableSnapshot, TaskSnapshot, View};
 
 use crate::show::state_name;
 use crate::text::{duration, or_none, per_sec, table};
-use crate::{Result, invalid};
+use crate::{Result, usage};
 
 /// What one sample read.
 struct Sample {
@@ -45,10 +47,12 @@ impl Sample {
 
 pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
     if !(0.01..=3600.0).contains(&interval) {
-        return Err(invalid(format!(
+        return Err(usage(format!(
             "--interval must be between 0.01 and 3600 seconds, not {interval}"
         )));
     }
+    // Redrawn in place only on a terminal.
+    let clear = std::io::stdout().is_terminal();
     let interval = Duration::from_secs_f64(interval);
     let view = View::open(path)?;
     if once {
@@ -71,7 +75,7 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
             view = match View::open(path) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    show(&format!("flowctrl top  {}\n\n{e}\n", path.display()), true);
+                    show(&format!("flowctrl top  {}\n\n{e}\n", path.display()), clear);
                     std::thread::sleep(interval);
                     None
                 }
@@ -81,7 +85,7 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
         match Sample::take(current) {
             Ok(now) => {
                 if let Some(before) = &before {
-                    show(&frame(current.path(), before, &now), true);
+                    show(&frame(current.path(), before, &now), clear);
                 }
                 before = Some(now);
             }
@@ -91,7 +95,7 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
                         "flowctrl top  {}\n\n{e}\n(opening it anew at the next pass)\n",
                         current.path().display()
                     ),
-                    true,
+                    clear,
                 );
                 (view, before) = (None, None);
                 std::thread::sleep(interval);
@@ -100,14 +104,19 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
     }
 }
 
-/// Prints a frame: escaped, after clearing the screen when `clear`.
+/// Prints a frame: escaped, after clearing the screen when `clear`, else
+/// after a blank line when another came before.
 fn show(frame: &str, clear: bool) {
+    static FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
     let text = crate::text::printable(frame);
     let mut out = std::io::stdout().lock();
+    let first = FIRST.swap(false, std::sync::atomic::Ordering::Relaxed);
     let _ = if clear {
         write!(out, "\x1b[H\x1b[2J{text}")
-    } else {
+    } else if first {
         write!(out, "{text}")
+    } else {
+        write!(out, "\n{text}")
     };
     let _ = out.flush();
 }
