@@ -1,7 +1,7 @@
 //! A task's global quota: the task layer's side of `quota` (explicit pulls
 //! and statistics); admissions take quota in `Task::acquire_raw`.
 
-use super::{Limited, Task, config};
+use super::{Limited, Task, stored};
 use crate::error::{Error, Result};
 use crate::format::TaskSlot;
 use crate::quota::{Global, QuotaStats, TaskRef};
@@ -19,7 +19,7 @@ impl Task {
     /// decides by its fallback until a probe succeeds).
     pub fn pull_quota(&self, want: u64) -> Result<Result<u64, Limited>> {
         let slot = self.shm.task_slot(self.index);
-        let Some(global) = config::read(slot).global else {
+        let Some(global) = stored::read(slot).global else {
             return Err(Error::invalid(format!(
                 "task {:?} has no global_rate: there is no quota to pull",
                 self.name
@@ -50,7 +50,7 @@ impl Task {
     /// embedded store, a task spread over shards, or the store failing).
     pub fn return_idle_quota(&self, idle: std::time::Duration) -> u64 {
         let slot = self.shm.task_slot(self.index);
-        match config::read(slot).global {
+        match stored::read(slot).global {
             Some(g) => self.quota.return_idle(self.quota_ref(slot, g), idle),
             None => 0,
         }
@@ -72,7 +72,7 @@ impl Task {
     /// the Python face lets other threads run around an acquire that may.
     pub fn may_pull(&self, n: u32) -> bool {
         let slot = self.shm.task_slot(self.index);
-        match config::read(slot).global {
+        match stored::read(slot).global {
             None => false,
             Some(g) => self
                 .quota
@@ -87,7 +87,7 @@ impl Task {
     /// Read after a refusal, so the request path pays nothing for it.
     pub fn retry_after(&self, why: Limited, n: u32) -> Option<std::time::Duration> {
         let slot = self.shm.task_slot(self.index);
-        let limits = config::read(slot);
+        let limits = stored::read(slot);
         let now = self.shm.clock.now();
         match why {
             Limited::Concurrency => None,
@@ -116,7 +116,7 @@ impl Task {
     /// What the task's global quota did on this host.
     pub fn quota_stats(&self) -> QuotaStats {
         let slot = self.shm.task_slot(self.index);
-        self.quota.stats(slot, config::read(slot).global)
+        self.quota.stats(slot, stored::read(slot).global)
     }
 }
 
@@ -124,5 +124,5 @@ impl Task {
 /// without a store (views: the state is judged by this host's clock and the
 /// store offset the table keeps).
 pub(crate) fn quota_stats(slot: &TaskSlot) -> QuotaStats {
-    crate::quota::stats(slot, config::read(slot).global, 0)
+    crate::quota::stats(slot, stored::read(slot).global, 0)
 }

@@ -9,13 +9,13 @@ mod permit;
 mod reclaim;
 mod register;
 mod stats;
+mod stored;
 mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-pub(crate) use config::settings;
 pub(crate) use config::zero_cap;
 pub use config::{LocalConfig, LocalSettings, NO_CAP, TaskConfig, TaskSettings, parse_cap};
 pub(crate) use global::quota_stats;
@@ -25,6 +25,7 @@ pub(crate) use reclaim::TaskReclaim;
 pub(crate) use register::{find, find_or_claim, ready};
 pub use stats::{Consistency, ProcessStats, TaskStats};
 pub(crate) use stats::{by_process, consistency, read as read_stats};
+pub(crate) use stored::settings;
 #[cfg(feature = "async")]
 pub use wait::Acquire;
 pub(crate) use wait::Room as WaitRoom;
@@ -93,14 +94,14 @@ impl Task {
 
     /// The configuration every process on the host applies now.
     pub fn settings(&self) -> TaskSettings {
-        config::settings(self.shm.task_slot(self.index))
+        stored::settings(self.shm.task_slot(self.index))
     }
 
     /// The host's own settings: those in force with its own global part
     /// (what registrations are compared with while a store record is in
     /// force).
     pub(crate) fn own_settings(&self) -> TaskSettings {
-        config::own_settings(self.shm.task_slot(self.index))
+        stored::own_settings(self.shm.task_slot(self.index))
     }
 
     /// Changes the fields of `config` that are set, for every process on the
@@ -114,15 +115,15 @@ impl Task {
         // Validate before taking the lock, against the host's own settings
         // (a store record in force is adopted again at the next pull).
         config
-            .over(config::own_settings(slot))
+            .over(stored::own_settings(slot))
             .limits(&self.shm.clock)?;
-        config::with_lock(&self.shm, slot, || {
-            let settings = config.over(config::own_settings(slot));
+        stored::with_lock(&self.shm, slot, || {
+            let settings = config.over(stored::own_settings(slot));
             let mut limits = settings.limits(&self.shm.clock)?;
             // A store record in force stays so; the host's own numbers are
             // kept for when it goes.
             limits.global = crate::quota::keep_own(slot, limits.global);
-            config::write(slot, &limits, &settings);
+            stored::write(slot, &limits, &settings);
             Ok(())
         })??;
         // A raised cap (or a new limiter) may admit waiters.
@@ -134,7 +135,7 @@ impl Task {
         // With the host's own numbers: a store record in force is no
         // registration's to contradict.
         let slot = self.shm.task_slot(self.index);
-        let mismatches = config::own_settings(slot).mismatches(asked);
+        let mismatches = stored::own_settings(slot).mismatches(asked);
         if mismatches.is_empty() {
             return Ok(());
         }
@@ -224,7 +225,7 @@ impl Task {
         let config::Limits {
             local: limits,
             global,
-        } = config::read(slot);
+        } = stored::read(slot);
         if n == 0
             || (limits.interval != 0 && n > limits.burst)
             || (limits.cap != 0 && n > limits.cap)
@@ -478,7 +479,7 @@ impl std::fmt::Debug for Task {
 
 /// The concurrency limit of the task in `slot` (see [`Task::limit`]).
 pub(crate) fn limit(slot: &TaskSlot) -> Option<u32> {
-    let cap = config::read(slot).local.cap;
+    let cap = stored::read(slot).local.cap;
     match limit_of(crate::format::load_acquire(&slot.adaptive.limit)) {
         Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
         Some(limit) => Some(limit.max(1)),

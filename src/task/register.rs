@@ -4,7 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::config::{self, TaskSettings};
+use super::config::TaskSettings;
+use super::stored;
 use crate::error::Result;
 use crate::format::TaskSlot;
 use crate::shm::named::{self, Named};
@@ -49,7 +50,7 @@ pub(crate) fn find_or_claim(shm: &Shm, name: &str, settings: TaskSettings) -> Re
         named.write_name(name);
         slot.config_lock.store(0, Ordering::Relaxed);
         slot.quota.record.store(0, Ordering::Relaxed);
-        config::write(slot, &limits, &settings);
+        stored::write(slot, &limits, &settings);
         named.publish();
     })?;
     Ok(index)

@@ -17,6 +17,7 @@ mod keys;
 mod logging;
 mod manage;
 mod metrics;
+mod reap;
 mod set;
 mod show;
 mod table;
@@ -351,7 +352,7 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => keys::run(&table()?, &task, top, &by, json),
         Command::Check => show::check(&table()?),
-        Command::Reap => set::reap(&table()?),
+        Command::Reap => reap::reap(&table()?),
         Command::Fleet {
             task,
             store,

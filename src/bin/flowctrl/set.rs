@@ -1,7 +1,7 @@
-//! `set` and `reap`, the two commands that change a table: they attach to
-//! it as a service does (an attachment slot for as long as they run), and
-//! only to a table that exists and has the task named. A view reads the
-//! table before and after, to say what changed.
+//! `set`, a command that changes a table (with `reap`): it attaches to it as
+//! a service does (an attachment slot for as long as it runs), and only to
+//! a table that exists and has the task named. A view reads the table
+//! before and after, to say what changed.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -322,60 +322,9 @@ fn set_keys(path: &Path, name: &str, edits: &KeyEdits) -> Result {
     Ok(())
 }
 
-/// `flowctrl reap`: attaches (which sweeps the dead), reaps, and reports the
-/// dead processes that are gone afterwards and the permits they held.
-pub(crate) fn reap(path: &Path) -> Result {
-    let view = View::open(path)?.snapshot()?;
-    let dead: Vec<_> = view
-        .processes()
-        .into_iter()
-        .filter(|p| p.alive == Some(false))
-        .collect();
-    let mut held = Vec::new();
-    for task in view.tasks() {
-        for share in view.processes_of(&task.name)? {
-            if share.stats.in_flight > 0 && dead.iter().any(|d| d.slot == share.slot) {
-                held.push((share.slot, task.name.clone(), share.stats.in_flight));
-            }
-        }
-    }
-    let table = attach(path)?;
-    table.reap();
-    drop(table);
-    let after = View::open(path)?.processes()?;
-    let reaped: Vec<_> = dead
-        .iter()
-        .filter(|d| {
-            !after
-                .iter()
-                .any(|a| a.slot == d.slot && a.pid == d.pid && a.alive == Some(false))
-        })
-        .collect();
-    if reaped.is_empty() {
-        crate::text::line(format_args!("no dead processes to reap"));
-    }
-    for p in reaped {
-        let gave: Vec<String> = held
-            .iter()
-            .filter(|(slot, _, _)| *slot == p.slot)
-            .map(|(_, task, n)| format!("{n} permits of {task:?}"))
-            .collect();
-        let gave = if gave.is_empty() {
-            "held no permits".to_string()
-        } else {
-            format!("gave back {}", gave.join(", "))
-        };
-        crate::text::line(format_args!(
-            "reaped slot {} (pid {}): {gave}",
-            p.slot, p.pid
-        ));
-    }
-    Ok(())
-}
-
 /// The normal attached open of an existing table, trusting its owner: the
 /// operator named it (a service trusts only its own uid's tables).
-fn attach(path: &Path) -> Result<Table> {
+pub(crate) fn attach(path: &Path) -> Result<Table> {
     let view = View::open(path)?;
     let owner = std::fs::metadata(view.path())
         .map_err(|e| invalid(format!("cannot stat {}: {e}", view.path().display())))?
