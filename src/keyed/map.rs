@@ -62,6 +62,10 @@ pub(crate) trait Slots {
     fn yield_now(&self) {
         std::thread::yield_now()
     }
+    /// A sequentially consistent fence (loom's in the models).
+    fn fence(&self) {
+        std::sync::atomic::fence(SeqCst)
+    }
 }
 
 impl Slots for KeyRegion {
@@ -213,6 +217,10 @@ pub(crate) fn place<R: Slots>(
             continue;
         }
         let undo = || ident.store(old, Release);
+        // Two movers of one key each lock an entry, then look for the
+        // other's lock: a store then a load on different words, which only
+        // a full fence orders (each may otherwise miss the other's lock).
+        region.fence();
         if old != 0 && !empty_old_state(entry, now) {
             undo();
             continue;

@@ -88,6 +88,9 @@ impl Slots for Model {
     fn yield_now(&self) {
         thread::yield_now()
     }
+    fn fence(&self) {
+        loom::sync::atomic::fence(SeqCst)
+    }
 }
 
 fn entry_state(tat: u64) -> KeyEntry<LoomWord> {
