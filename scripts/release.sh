@@ -69,8 +69,8 @@ python_version=$(cargo metadata --format-version 1 --no-deps --manifest-path bin
     echo "the library is $version but the Python module $python_version: bindings/python/Cargo.toml" >&2
     exit 1
 }
-# Packing the same build again gives the same bytes: the files' times are
-# the commit's.
+# Packing the same build again gives the same tarballs: the files' times
+# are the commit's (or SOURCE_DATE_EPOCH's).
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 build_dir=$target_dir/zig
 stage=$(mktemp -d)
@@ -144,10 +144,12 @@ release() { # <arch>
     tarball "$stage/debug/$name" "$out/$name-debug.tar.gz"
 
     # The Python module: maturin checks it against manylinux2014 and tags
-    # the wheel so. Without debug info (stripped anyway): less to build;
-    # the zip entries dated by the commit, as the tarballs.
+    # the wheel so. Without debug info (stripped anyway): less to build.
+    # Its zip entries are dated SOURCE_DATE_EPOCH only when the caller set
+    # it: cc-rs recompiles ring's C code whenever that variable changes, so
+    # the commit's time would rebuild the module at every commit (a minute).
     echo "== the Python module for $triple, manylinux2014 (glibc $glibc_floor)"
-    SOURCE_DATE_EPOCH=$epoch CARGO_PROFILE_RELEASE_DEBUG=false maturin build --locked --release --strip \
+    CARGO_PROFILE_RELEASE_DEBUG=false maturin build --locked --release --strip \
         --zig --compatibility manylinux2014 --target "$triple" \
         --manifest-path bindings/python/Cargo.toml \
         --target-dir "$build_dir/python" --out "$out" --color never >&2
