@@ -6,7 +6,9 @@
 # pkg-config programs built against what it installed); the loom model of
 # the concurrency ledger and of the wait queue; the global-quota simulation's budgets at 1,000
 # hosts (sim/, built optimized); and the Python module's pytest suite with mypy's
-# stubtest and the manylinux check of the wheel for PyPI. The deployment
+# stubtest, the manylinux check of the wheel for PyPI, and the release
+# artifacts for glibc 2.17 (scripts/release.sh: the tarball used from C with
+# pkg-config and CMake, the wheel in a fresh venv). The deployment
 # recipes run in both: C++ pre-fork and thread-pool servers in
 # tests/recipes.rs, gunicorn and uvicorn in bindings/python/tests/test_recipes.py.
 # The documentation is checked with the Rust tests (tests/docs.rs): every

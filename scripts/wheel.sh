@@ -10,8 +10,8 @@
 # (Debian 12, glibc 2.36) passes: Rust's std binds the pthread and dlsym
 # symbols glibc 2.34 moved into libc, and stat64 & co. at 2.33. The wheel
 # installs on glibc 2.34 and later (Debian 12, Ubuntu 22.04, RHEL 9) with
-# pip 20.3 or later; manylinux2014 needs a build on glibc 2.17 (a manylinux
-# container, or maturin --zig).
+# pip 20.3 or later. The wheel for older systems (manylinux2014, glibc 2.17,
+# linked by zig) is scripts/release.sh's.
 #
 # It reuses the cargo build of `pip install ./bindings/python` (the source
 # install, which tags its wheel for this machine alone) when that is fresh.

@@ -1,0 +1,235 @@
+"""The release artifacts (scripts/release.sh) as a user meets them on an
+older Linux: built once for this module into a scratch directory, then
+checked for what a glibc 2.17 system needs (no symbol version above
+GLIBC_2.17, auditwheel's verdict), for their stripping and the debug
+file's link, and used: a C program built against the unpacked tarball
+alone (pkg-config, shared and static; CMake), the wheel installed into a
+fresh venv.
+
+The script's builds live in target/zig/ and are kept: about 2.5 minutes
+from nothing on this 2-core machine, seconds when fresh. binutils, a C
+compiler, pkg-config, cmake and the venv's auditwheel must be there
+(scripts/setup.sh installs them): a missing one fails, nothing is skipped.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+VERSION = re.search(
+    r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M
+).group(1)
+ARCH = "x86_64"
+NAME = f"flowctrl-{VERSION}-{ARCH}-linux-gnu"
+FLOOR = (2, 17)
+
+# The build runs in the fixture: a test's timeout counts its setup.
+pytestmark = pytest.mark.timeout(1800)
+
+
+def run(args, **kwargs):
+    """Runs args; fails with everything it printed unless it succeeds."""
+    result = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, **kwargs
+    )
+    assert result.returncode == 0, (
+        f"{args} exited {result.returncode}:\n{result.stdout}{result.stderr}"
+    )
+    return result.stdout
+
+
+class Release:
+    def __init__(self, out, log, unpacked):
+        self.out = out
+        self.log = log
+        self.prefix = unpacked / NAME
+        self.library = self.prefix / "lib" / f"libflowctrl.so.{VERSION}"
+        self.debug = self.prefix / "lib" / ".debug" / f"libflowctrl.so.{VERSION}.debug"
+        wheels = sorted(out.glob(f"flowctrl-{VERSION}-*.whl"))
+        assert len(wheels) == 1, wheels
+        self.wheel = wheels[0]
+        self.module = unpacked / "_flowctrl.abi3.so"
+        with zipfile.ZipFile(self.wheel) as wheel:
+            self.module.write_bytes(wheel.read("flowctrl/_flowctrl.abi3.so"))
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    for tool in ("objdump", "objcopy", "readelf", "nm", "cc", "pkg-config", "cmake", "tar"):
+        assert shutil.which(tool), f"{tool} missing: scripts/setup.sh installs it"
+    out = tmp_path_factory.mktemp("dist")
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts/release.sh"), "--out", str(out)],
+        capture_output=True, text=True, timeout=1700,
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log
+    print(f"scripts/release.sh took {time.monotonic() - started:.0f} s")
+    # Unpacked away from the tree it was built in, the debug tarball over
+    # the library's, as a user does.
+    unpacked = tmp_path_factory.mktemp("unpacked")
+    for suffix in ("", "-debug"):
+        run(["tar", "-xzf", out / f"{NAME}{suffix}.tar.gz", "-C", unpacked])
+    return Release(out, log, unpacked)
+
+
+def glibc_versions(binary):
+    """The GLIBC_x.y versions binary's dynamic symbols name."""
+    text = run(["objdump", "-T", binary])
+    return sorted(
+        {tuple(int(p) for p in v.split(".")) for v in re.findall(r"GLIBC_([0-9.]+)", text)}
+    )
+
+
+def sections(binary):
+    return re.findall(r"\]\s+(\.\S+)", run(["readelf", "-S", "-W", binary]))
+
+
+def test_it_says_which_targets_it_did_not_build(release):
+    assert "not built: x86_64-unknown-linux-musl" in release.log, release.log
+    sysroot = run(["rustc", "--print", "sysroot"]).strip()
+    if not Path(sysroot, "lib/rustlib/aarch64-unknown-linux-gnu").is_dir():
+        assert "not built: aarch64-unknown-linux-gnu" in release.log, release.log
+        assert "rustup target add aarch64-unknown-linux-gnu" in release.log
+
+
+def test_the_files_and_their_checksums(release):
+    names = sorted(p.name for p in release.out.iterdir())
+    assert names == sorted([
+        "SHA256SUMS", f"{NAME}.tar.gz", f"{NAME}-debug.tar.gz", release.wheel.name,
+    ]), names
+    run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=release.out)
+    lib = release.prefix / "lib"
+    assert os.readlink(lib / "libflowctrl.so") == f"libflowctrl.so.{VERSION.split('.')[0]}"
+    assert os.readlink(lib / f"libflowctrl.so.{VERSION.split('.')[0]}") == release.library.name
+    for header in ("flowctrl.h", "flowctrl.hpp"):
+        assert (release.prefix / "include" / header).read_bytes() == (
+            ROOT / "include" / header
+        ).read_bytes()
+
+
+@pytest.mark.parametrize("which", ["library", "module"])
+def test_no_symbol_needs_a_glibc_above_2_17(release, which):
+    binary = getattr(release, which)
+    versions = glibc_versions(binary)
+    assert versions, f"{binary} names no GLIBC_ version: not linked against glibc?"
+    above = [v for v in versions if v > FLOOR]
+    assert not above, f"{binary.name} needs {above}"
+    print(f"{binary.name}: GLIBC_{'.'.join(map(str, versions[-1]))} at most")
+
+
+def test_the_wheel_is_manylinux2014_and_abi3(release):
+    # flowctrl-0.3.0-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+    python, abi, platform = release.wheel.stem.split("-")[2:]
+    assert (python, abi) == ("cp39", "abi3"), release.wheel.name
+    assert set(platform.split(".")) == {
+        f"manylinux2014_{ARCH}", f"manylinux_2_17_{ARCH}",
+    }, release.wheel.name
+    show = run([sys.executable, "-m", "auditwheel", "show", release.wheel])
+    assert re.search(rf'"manylinux_2_17_{ARCH}"', show), show
+
+
+@pytest.mark.parametrize("which", ["library", "module"])
+def test_stripped(release, which):
+    binary = getattr(release, which)
+    names = sections(binary)
+    assert ".dynsym" in names, names
+    assert ".symtab" not in names, names
+    assert not [s for s in names if s.startswith(".debug")], names
+
+
+def test_the_archive_keeps_its_symbols_not_its_debug_info(release):
+    archive = release.prefix / "lib" / "libflowctrl.a"
+    text = run(["readelf", "-S", "-W", archive])
+    assert ".symtab" in text
+    assert ".debug_" not in text
+    assert "fc_acquire" in run(["nm", "--defined-only", archive])
+
+
+def test_the_debug_file_is_the_one_the_library_names(release, tmp_path):
+    # .gnu_debuglink: the file's name, NUL, padding to 4 bytes, its CRC-32.
+    link = tmp_path / "debuglink"
+    run(["objcopy", f"--dump-section=.gnu_debuglink={link}", release.library, tmp_path / "copy"])
+    data = link.read_bytes()
+    name = data.split(b"\0")[0]
+    assert name.decode() == release.debug.name
+    crc = int.from_bytes(data[(len(name) + 4) // 4 * 4:][:4], "little")
+    assert crc == zlib.crc32(release.debug.read_bytes()), "the debug file's CRC differs"
+    debug_sections = sections(release.debug)
+    assert ".debug_info" in debug_sections and ".debug_line" in debug_sections
+
+
+def consumer_runs(binary, tmp_path, **env):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    environ = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    out = run([binary, scratch], env={**environ, **env})
+    assert f"version {VERSION}\n" in out and "decisions ok" in out, out
+
+
+def needed(binary):
+    return re.findall(r"\(NEEDED\).*\[(.*)\]", run(["readelf", "-d", binary]))
+
+
+def test_a_c_program_builds_against_the_tarball_with_pkg_config(release, tmp_path):
+    env = {**os.environ, "PKG_CONFIG_PATH": str(release.prefix / "lib/pkgconfig")}
+    assert run(["pkg-config", "--modversion", "flowctrl"], env=env).strip() == VERSION
+    libdir = run(["pkg-config", "--variable=libdir", "flowctrl"], env=env).strip()
+    assert Path(libdir).resolve() == (release.prefix / "lib").resolve()
+    source = ROOT / "tests/install/consumer.c"
+    cflags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+
+    shared = tmp_path / "consumer"
+    flags = run(["pkg-config", "--cflags", "--libs", "flowctrl"], env=env).split()
+    run(["cc", *cflags, source, "-o", shared, *flags], env=env)
+    assert f"libflowctrl.so.{VERSION.split('.')[0]}" in needed(shared)
+    consumer_runs(shared, tmp_path, LD_LIBRARY_PATH=libdir)
+
+    # The archive by its name (-lflowctrl would take the .so beside it),
+    # with the system libraries Libs.private adds.
+    static = tmp_path / "consumer_static"
+    flags = run(["pkg-config", "--cflags", "--libs", "--static", "flowctrl"], env=env).split()
+    flags = ["-l:libflowctrl.a" if f == "-lflowctrl" else f for f in flags]
+    run(["cc", *cflags, source, "-o", static, *flags], env=env)
+    assert not [lib for lib in needed(static) if "flowctrl" in lib]
+    consumer_runs(static, tmp_path)
+
+
+def test_a_c_program_builds_against_the_tarball_with_cmake(release, tmp_path):
+    # tests/install/cmake/ builds ../consumer.c: a copy of both, side by side.
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "tests/install/cmake", project / "cmake")
+    shutil.copy(ROOT / "tests/install/consumer.c", project / "consumer.c")
+    build = tmp_path / "build"
+    run(["cmake", "-S", project / "cmake", "-B", build, f"-DCMAKE_PREFIX_PATH={release.prefix}"])
+    run(["cmake", "--build", build])
+    assert (build / "flowctrl-version.txt").read_text() == VERSION
+    consumer_runs(build / "consumer", tmp_path)
+    consumer_runs(build / "consumer_static", tmp_path)
+
+
+def test_the_wheel_installs_into_a_fresh_venv(release, tmp_path):
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    python = venv / "bin" / "python"
+    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+         "--no-index", "--no-deps", release.wheel])
+    # Away from bindings/python: the installed package, not the sources.
+    out = run([python, "-c", (
+        "import flowctrl, sys\n"
+        "task = flowctrl.Table(sys.argv[1]).task('release', max_concurrency=1)\n"
+        "with task.acquire():\n"
+        "    assert task.try_acquire() is None\n"
+        "print(flowctrl.__file__)\n"
+    ), tmp_path / "table"], cwd=tmp_path)
+    assert Path(out.strip()).is_relative_to(venv), out
