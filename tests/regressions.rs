@@ -375,7 +375,9 @@ fn uncounted_permits_of_a_dead_process_do_not_lower_the_count() {
     let path = scratch.path("t");
     let opts = options(4, 8);
     let table = Table::open(&path, &opts).unwrap();
-    let task = table.task("svc", &TaskConfig::new().no_max_concurrency()).unwrap();
+    let task = table
+        .task("svc", &TaskConfig::new().no_max_concurrency())
+        .unwrap();
     let (up, down) = (Pipe::new(), Pipe::new());
     let mut children = KillOnDrop::default();
     let child = fork_guarded(|| {
