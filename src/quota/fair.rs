@@ -83,6 +83,19 @@ mod tests {
     use crate::quota::Fallback;
     use crate::quota::store::slice_of;
 
+    /// 2,000 a slice of 1 s, the share fallback, one key.
+    fn share_of_2000() -> Global {
+        Global {
+            rate: 2000.0,
+            quota: 2000,
+            slice_ms: 1000,
+            chunk: 0,
+            fallback: Fallback::Share,
+            global_burst: 0,
+            shards: 1,
+        }
+    }
+
     /// Back from a fallback with 37 of its 787 left, a host asked for
     /// 3,000 reports 787: what it will take.
     #[test]
@@ -91,15 +104,7 @@ mod tests {
             crate::quota::testing::quota(),
             crate::quota::testing::slot(),
         );
-        let g = Global {
-            rate: 2000.0,
-            quota: 2000,
-            slice_ms: 1000,
-            chunk: 0,
-            fallback: Fallback::Share,
-            global_burst: 0,
-            shards: 1,
-        };
+        let g = share_of_2000();
         let q = &slot.quota;
         let slice = slice_of(me.store_now_us(q), g.slice_ms);
         let tag = (slice as u64) << 32;
@@ -119,15 +124,7 @@ mod tests {
     #[test]
     fn the_share_binds_in_the_slice_of_a_fallback_and_the_next_only() {
         let slot = crate::quota::testing::slot();
-        let g = Global {
-            rate: 2000.0,
-            quota: 2000,
-            slice_ms: 1000,
-            chunk: 0,
-            fallback: Fallback::Share,
-            global_burst: 0,
-            shards: 1,
-        };
+        let g = share_of_2000();
         let q = &slot.quota;
         let slice = 1_000u32;
         q.prev_spent.store(900, Ordering::Relaxed);
