@@ -376,17 +376,6 @@ fn find_master(
     }))
 }
 
-/// Checks the options' store URL as opening the store would (its scheme,
-/// its query, its hosts), without connecting.
-pub(crate) fn check_url(options: &super::StoreOptions) -> Result<()> {
-    match &options.url {
-        None => Ok(()),
-        #[cfg(feature = "sim")]
-        Some(url) if url == super::sim::URL => Ok(()),
-        Some(url) => super::redis::RedisStore::open(url, options).map(drop),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

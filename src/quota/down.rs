@@ -32,9 +32,7 @@
 //! part of one granted by the host itself, or fallback admissions after the
 //! whole store failed, in this slice or the one before: the other hosts
 //! come back up to a probe interval later, perhaps in the next slice, and
-//! their keys learn only then what they admitted meanwhile; uncapped there,
-//! the first host back took 1,704 of a slice's 2,000 while the other's
-//! fallback admitted 507), a host takes of *every* shard, live ones included,
+//! their keys learn only then what they admitted meanwhile), a host takes of *every* shard, live ones included,
 //! no more than its fallback allowance of that shard's part, counting what
 //! it claims from the shard (its grants, and on its home shard its
 //! fallback admissions). The shares divide the slice then, not the fair
@@ -66,10 +64,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::pull::tagged;
-use super::shard::part;
+use super::account::{Account, just_before};
+use super::fallback::fallback_rate;
+use super::policy::part;
 use super::store::{released, slice_of, wait_until_released};
-use super::{Global, Quota, fallback_rate};
+use super::{Global, Quota};
 use crate::format::{Fallback, TaskSlot};
 
 /// The bits of `shards` shards.
@@ -135,8 +134,7 @@ impl Quota {
     /// is down: the fallback rate's slice, scaled to the part; `None`: no
     /// bound (`local`, or `share` before the store ever answered).
     fn allowance_of(&self, slot: &TaskSlot, g: Global, i: u32, shards: u32) -> Option<u64> {
-        let q = &slot.quota;
-        let rate = match (g.fallback, fallback_rate(q, g)) {
+        let rate = match (g.fallback, fallback_rate(slot, g)) {
             (Fallback::Deny, _) => 0.0,
             (_, None) => return None,
             (_, Some(rate)) => rate,
@@ -155,9 +153,8 @@ impl Quota {
     /// keep to), or a task of one key.
     pub(super) fn share_of(&self, slot: &TaskSlot, g: Global, at: (u32, u32, u32)) -> Option<u64> {
         let (slice, i, shards) = at;
-        let q = &slot.quota;
         let before = slice.wrapping_sub(1);
-        let fell_back = |s| tagged(q.fallback_admitted.load(Ordering::Relaxed), s) > 0;
+        let fell_back = |s| Account::of(slot).fell_back(s) > 0;
         let touched = partial(slot, g)
             || granted_self(slot, slice) != 0
             || granted_self(slot, before) != 0
@@ -201,7 +198,7 @@ impl Quota {
         let slice_ms = g.slice_ms.max(1) as u64;
         let elapsed = match slice_of(now, g.slice_ms) {
             s if s == slice => (now.max(0) as u64 / 1000) % slice_ms,
-            s if super::pull::just_before(slice, s) => slice_ms,
+            s if just_before(slice, s) => slice_ms,
             _ => 0,
         };
         let room = released(allow, burst, elapsed, g.slice_ms).saturating_sub(taken);
@@ -235,7 +232,6 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::shard::count_grant;
     use crate::quota::store::slice_of;
 
     fn setup(fallback: Fallback) -> (Quota, Box<TaskSlot>, Global) {
@@ -285,9 +281,9 @@ mod tests {
         assert_eq!(me.share_of(&slot, g, (slice, 0, 3)), Some(10_000));
         let mut total = 0;
         for _ in 0..50 {
-            let taken = crate::quota::shard::claimed(&slot.quota, slice, 1, 2, 0);
+            let taken = Account::of(&slot).shard_claim(slice, 1, 2, 0);
             let own = me.grant_self(&slot, g, at, 5_000, taken);
-            count_grant(&slot.quota, slice, 1, own.granted);
+            Account::of(&slot).count_shard_grant(slice, 1, own.granted);
             total += own.granted;
         }
         assert!((1..=10_000).contains(&total), "{total}");
