@@ -35,7 +35,11 @@ pub(super) fn pace(me: &Quota, slot: &TaskSlot, g: Global) -> Pace {
         .saturating_sub(account.given(slice))
         .saturating_sub(held);
     let quota = g.quota as u64;
-    let hosts = slot.quota.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
+    let hosts = slot
+        .quota
+        .hosts_seen
+        .load(Ordering::Relaxed)
+        .clamp(1, 1 << 20);
     let many = policy::many_hosts(quota, hosts);
     let rate = policy::pace_rate(
         policy::rate_of(spent, elapsed, slice_us),

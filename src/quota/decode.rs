@@ -7,7 +7,7 @@
 use std::sync::atomic::AtomicU64;
 
 use super::record::{self, StoredConfig};
-use super::redis::pull_reply;
+use super::script::pull_reply;
 use super::store::Ask;
 use super::{GlobalSettings, HostRecord};
 use crate::error::{Error, Result};

@@ -38,8 +38,8 @@ impl Quota {
 mod tests {
     use super::*;
     use crate::quota::Fallback;
-    use std::sync::atomic::Ordering;
     use crate::quota::store::slice_of;
+    use std::sync::atomic::Ordering;
 
     /// 2,000 a slice of 1 s, the share fallback, one key.
     fn share_of_2000() -> Global {

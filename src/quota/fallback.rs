@@ -50,7 +50,12 @@ impl Quota {
     /// it. What the host already took of the slice (grants before the store
     /// failed, fallback admissions) counts against the slice's allowance:
     /// a host that falls back mid-slice does not admit on top of its grants.
-    pub(super) fn fallback(&self, t: TaskRef<'_>, need: Need, slice: u32) -> Result<Spent, Refused> {
+    pub(super) fn fallback(
+        &self,
+        t: TaskRef<'_>,
+        need: Need,
+        slice: u32,
+    ) -> Result<Spent, Refused> {
         let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
         let account = Account::of(t.slot);
         let admitted = match (t.g.fallback, fallback_rate(t.slot, t.g)) {

@@ -139,10 +139,7 @@ impl Look {
         }
         let probing = self.partial && pulls < super::policy::MAX_PULLS_PER_TAKE && self.probe_time;
         if !probing
-            && (self.used_up
-                || pulls >= super::policy::MAX_PULLS_PER_TAKE
-                || self.paced
-                || short())
+            && (self.used_up || pulls >= super::policy::MAX_PULLS_PER_TAKE || self.paced || short())
         {
             Dry::Refuse
         } else {

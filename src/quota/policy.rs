@@ -153,8 +153,8 @@ pub(super) fn chunk(p: &Pace, quota: u64, burst: u64, n: u32, spell_rest: Option
 /// is left, unless what the host holds lasts it to the slice's end (or to
 /// the end of a busy spell like its last): then when it runs dry.
 pub(super) fn low_water(want: u64, p: &Pace, spell_rest: Option<u64>) -> u64 {
-    let covered = p.last() && p.held >= p.to_end().max(1)
-        || spell_rest.is_some_and(|rest| p.held >= rest);
+    let covered =
+        p.last() && p.held >= p.to_end().max(1) || spell_rest.is_some_and(|rest| p.held >= rest);
     if covered { 0 } else { want / LOW_WATER_DIV }
 }
 
@@ -269,15 +269,24 @@ mod tests {
     #[test]
     fn a_chunk_is_a_third_of_a_slice_at_the_hosts_rate() {
         // 3,000/s on a slice of 100,000: a third of a second's worth.
-        assert_eq!(chunk(&pace(3_000, 0, false), 100_000, 100_000, 1, None), 999);
+        assert_eq!(
+            chunk(&pace(3_000, 0, false), 100_000, 100_000, 1, None),
+            999
+        );
         // Near the slice's end, the floor still: a sliver is not worth a
         // round trip.
-        assert_eq!(chunk(&pace(3_000, 900, false), 100_000, 100_000, 1, None), 999);
+        assert_eq!(
+            chunk(&pace(3_000, 900, false), 100_000, 100_000, 1, None),
+            999
+        );
         // No history: one.
         assert_eq!(chunk(&pace(0, 0, false), 100_000, 100_000, 1, None), 1);
         // Never more than a quarter of the slice, nor than the burst, nor
         // less than the request.
-        assert_eq!(chunk(&pace(10_000_000, 0, false), 100_000, 100_000, 1, None), 25_000);
+        assert_eq!(
+            chunk(&pace(10_000_000, 0, false), 100_000, 100_000, 1, None),
+            25_000
+        );
         assert_eq!(chunk(&pace(3_000, 0, false), 100_000, 500, 1, None), 500);
         assert_eq!(chunk(&pace(0, 0, false), 100_000, 100_000, 40, None), 40);
     }
@@ -302,7 +311,11 @@ mod tests {
         assert_eq!(low_water(1_000, &p, None), 250);
         let mut last = pace(300, 600, true);
         last.held = 120;
-        assert_eq!(low_water(1_000, &last, None), 0, "holds what it spends to the end");
+        assert_eq!(
+            low_water(1_000, &last, None),
+            0,
+            "holds what it spends to the end"
+        );
         assert_eq!(low_water(1_000, &p, Some(0)), 0);
     }
 
@@ -318,7 +331,10 @@ mod tests {
         assert_eq!(share_rate(800, 4, 2_000.0, 1_000), Some(800.0));
         assert_eq!(share_rate(0, 4, 2_000.0, 1_000), Some(500.0));
         assert_eq!(share_rate(0, 0, 2_000.0, 1_000), None);
-        assert_eq!(share_rate(u64::MAX, 4, 2_000.0, 1_000), Some(u32::MAX as f64));
+        assert_eq!(
+            share_rate(u64::MAX, 4, 2_000.0, 1_000),
+            Some(u32::MAX as f64)
+        );
         assert_eq!(allowance(333.4, 1_000), 334);
         assert_eq!(fallback_burst(1_000.0), 50);
         assert_eq!(fallback_burst(1.0), 1);
@@ -338,7 +354,9 @@ mod tests {
     fn probes_spread_within_a_fifth_of_the_interval() {
         let interval = Duration::from_millis(500);
         let (lo, hi) = (400_000_000, 600_000_000);
-        let delays: Vec<u64> = (0..100).map(|s| probe_delay_ns(interval, s * 7919)).collect();
+        let delays: Vec<u64> = (0..100)
+            .map(|s| probe_delay_ns(interval, s * 7919))
+            .collect();
         assert!(delays.iter().all(|d| (lo..=hi).contains(d)), "{delays:?}");
         assert!(delays.iter().max().unwrap() - delays.iter().min().unwrap() > 100_000_000);
         assert_eq!(give_back_floor(500_000, 1_000), 62);

@@ -274,4 +274,3 @@ impl Quota {
         super::stats::read(slot, g, self.skew_us)
     }
 }
-

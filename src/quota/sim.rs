@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::redis::{PULL, pull_call, pull_reply};
+use super::script::{PULL, pull_call, pull_reply};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 

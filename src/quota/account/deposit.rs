@@ -101,7 +101,9 @@ impl Account<'_> {
             q.granted.fetch_add(word & 0xffff_ffff, Ordering::Relaxed);
             q.stranded.fetch_add(word & 0xffff_ffff, Ordering::Relaxed);
         }
-        self.slot.reserved_total.fetch_add(granted, Ordering::Relaxed);
+        self.slot
+            .reserved_total
+            .fetch_add(granted, Ordering::Relaxed);
     }
 
     /// Moves the reservation into the host's quota (under the pull lock,

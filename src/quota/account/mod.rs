@@ -162,7 +162,10 @@ impl<'a> Account<'a> {
         if last == slice.wrapping_sub(1) {
             self.asked(last)
         } else {
-            self.q().prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64)
+            self.q()
+                .prev_demand
+                .load(Ordering::Relaxed)
+                .min(u32::MAX as u64)
         }
     }
 
@@ -278,6 +281,8 @@ impl<'a> Account<'a> {
     /// Marks shard `i` used up in `slice`. Under the pull lock.
     pub(super) fn mark_shard_out(self, slice: u32, i: u32) {
         let mask = self.shards_out(slice) | 1 << i;
-        self.q().shards_out.store(tag(slice, mask), Ordering::Relaxed);
+        self.q()
+            .shards_out
+            .store(tag(slice, mask), Ordering::Relaxed);
     }
 }
