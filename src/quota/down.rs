@@ -45,10 +45,7 @@
 //! the whole store failing next (its fallback keeps to the same share),
 //! the shard coming back (its key learns the other hosts' self-grants only
 //! with their next pulls, so the first host back must not take them), or
-//! nothing. Left competitive, a host that took more of the live shards
-//! than its share before the whole cluster went down was followed by the
-//! others' fallbacks taking their full shares: 1.097 of a slice in a run.
-//! The price, as in a whole outage: a host asked for less than its share
+//! nothing (docs/design/quota.md, "Shards"). The price, as in a whole outage: a host asked for less than its share
 //! leaves the rest of it unspent in those slices (the others keep to
 //! theirs). `deny` and `local` keep no share: their hosts pull the live
 //! shards as usual.
@@ -161,8 +158,8 @@ impl Quota {
             || fell_back(slice)
             || fell_back(before);
         // One key (`shards` 1) is the whole slice: no live part to keep
-        // shares of, and holding hosts to them after a whole outage left
-        // its next slice short (0.955 and 0.975 in two Sentinel failovers).
+        // shares of, and holding hosts to them after a whole outage leaves
+        // its next slice short.
         if g.shards <= 1 || !touched || matches!(g.fallback, Fallback::Deny) {
             return None;
         }
