@@ -37,17 +37,14 @@
 //! it claims from the shard (its grants, and on its home shard its
 //! fallback admissions). The shares divide the slice then, not the fair
 //! tails: the host reports no demand, so the keys hold nothing back for
-//! it beyond what it will take (a host kept to 282 of a shard's 667 and
-//! owed an equal 333 left the difference unspent), and it is not told to
-//! wait until its demand would have used half an ask (its share read as
-//! its demand made that half a slice: 0.767 of a slice in a run). So each
-//! host keeps to its share of the slice whichever way the slice goes on:
+//! it beyond what it will take, and it is not told to wait until its
+//! demand would have used half an ask. So each host keeps to its share of the slice whichever way the slice goes on:
 //! the whole store failing next (its fallback keeps to the same share),
 //! the shard coming back (its key learns the other hosts' self-grants only
 //! with their next pulls, so the first host back must not take them), or
-//! nothing (docs/design/quota.md, "Shards"). The price, as in a whole outage: a host asked for less than its share
-//! leaves the rest of it unspent in those slices (the others keep to
-//! theirs). `deny` and `local` keep no share: their hosts pull the live
+//! nothing (docs/design/quota.md, "Shards"). The price, as in a whole
+//! outage: a host asked for less than its share leaves the rest of it
+//! unspent in those slices (the others keep to theirs). `deny` and `local` keep no share: their hosts pull the live
 //! shards as usual.
 //!
 //! **The state.** While a shard is down the task is *failed* (the store
