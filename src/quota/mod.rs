@@ -80,7 +80,7 @@ use fallback::share_left;
 pub(crate) use keeper::Keeper;
 pub(crate) use keys::{record_key, slice_key};
 pub(crate) use lock::reclaim_pull_lock;
-use phase::{Dry, Look};
+use phase::{Dry, Phase};
 pub(crate) use policy::part as shard_part;
 pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
@@ -323,7 +323,7 @@ impl Quota {
 
     /// A request that found no permits: pulls (at most
     /// [`policy::MAX_PULLS_PER_TAKE`] times), waits for another process's
-    /// pull up to one command timeout, or is decided as [`Look::when_dry`]
+    /// pull up to one command timeout, or is decided as [`Phase::when_dry`]
     /// says.
     #[cold]
     fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Refused>> {
@@ -338,12 +338,12 @@ impl Quota {
             if account.spend(slice, need.n).is_some() {
                 return Ok(Ok(Spent::Quota(slice)));
             }
-            let look = Look::at(t.shm, t.slot, slice, down::partial(t.slot, t.g));
+            let phase = Phase::at(t.shm, t.slot, slice, down::partial(t.slot, t.g));
             let short = || {
                 !account.has_reservation()
                     && share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64)
             };
-            match look.when_dry(pulls, short) {
+            match phase.when_dry(pulls, short) {
                 Dry::Refuse => {
                     account.count_refused(slice, need.n);
                     return Ok(Err(Refused::Exhausted));
@@ -362,7 +362,7 @@ impl Quota {
                 None if Instant::now() >= until => {
                     // Another process's pull is slower than a store command
                     // may be: it is about to fail. Do not wait for it.
-                    return Ok(if look.falls_back() {
+                    return Ok(if phase.falls_back() {
                         self.fallback(t, need, slice)
                     } else {
                         account.count_refused(slice, need.n);

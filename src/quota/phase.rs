@@ -12,9 +12,9 @@
 //! Beside the phase, a reply may *pace* the host (nothing more released
 //! for it until a time) and a reservation may wait to be moved in. The
 //! words (`phase`, `exhausted`, `paced_until`, `probe_at`) are read here
-//! into one [`Look`], whose methods are the only gates a pull passes:
-//! [`Look::pulls_ahead`] on the request path's low water, and
-//! [`Look::when_dry`] when a request finds no permits. [`settle`] and
+//! into one [`Phase`], whose methods are the only gates a pull passes:
+//! [`Phase::pulls_ahead`] on the request path's low water, and
+//! [`Phase::when_dry`] when a request finds no permits. [`settle`] and
 //! [`fail`] are the only writers, under the pull lock.
 
 use std::sync::atomic::Ordering;
@@ -66,21 +66,21 @@ fn paced_in(shm: &Shm, q: &QuotaSlot, slice: u32) -> bool {
     }
 }
 
-/// The words that gate a pull, read at `slice`.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Look {
-    /// The store fails for this task, wholly or some shards.
-    pub failed: bool,
-    /// Some shards down, the others answering: pulls go on.
-    pub partial: bool,
-    /// While failed: a probe is due.
-    pub probe_time: bool,
+/// The task's phase at one slice, as the gates of a pull see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Spend, and pull at the low-water mark.
+    Open,
+    /// Nothing more released for this host yet (a reply's wait).
+    Paced,
     /// The slice's key is used up, and no reservation waits.
-    pub used_up: bool,
-    /// The slice's key was used up before the store failed.
-    pub used_up_before: bool,
-    /// Nothing more released for this host yet.
-    pub paced: bool,
+    Limited,
+    /// The whole store fails: the fallback decides. `used_up`: the key was
+    /// used up before it failed (nothing to fall back on).
+    Failed { used_up: bool, probe_due: bool },
+    /// Some shards down, the others answering: pulls go on. `held`: the
+    /// key is used up or the host paced, as in `Limited` / `Paced`.
+    PartlyDown { held: bool, probe_due: bool },
 }
 
 /// What a request that finds no permits does next.
@@ -95,55 +95,57 @@ pub(super) enum Dry {
     ProbeOrFallback,
 }
 
-impl Look {
-    /// Reads the gates of the task in `slot` at `slice`; `partial` from
-    /// the shard words (`down`).
+impl Phase {
+    /// Reads the phase of the task in `slot` at `slice`; `partial`: some
+    /// of its shards are down (`down`).
     pub(super) fn at(shm: &Shm, slot: &TaskSlot, slice: u32, partial: bool) -> Self {
         let q = &slot.quota;
-        let failed = failed(q);
         let exhausted = q.exhausted.load(Ordering::Acquire);
-        Self {
-            failed,
-            partial: failed && partial,
-            probe_time: probe_time(shm, q),
-            used_up: exhausted == slice as u64 + 1 && !Account::of(slot).has_reservation(),
-            used_up_before: exhausted & !MAY_COME_BACK == slice as u64 + 1,
-            paced: paced_in(shm, q, slice),
+        let limited = exhausted == slice as u64 + 1 && !Account::of(slot).has_reservation();
+        let paced = paced_in(shm, q, slice);
+        match (failed(q), partial) {
+            (true, false) => Phase::Failed {
+                used_up: exhausted & !MAY_COME_BACK == slice as u64 + 1,
+                probe_due: probe_time(shm, q),
+            },
+            (true, true) => Phase::PartlyDown {
+                held: limited || paced,
+                probe_due: probe_time(shm, q),
+            },
+            _ if limited => Phase::Limited,
+            _ if paced => Phase::Paced,
+            _ => Phase::Open,
         }
     }
 
     /// The whole store fails: the fallback decides.
-    pub(super) fn falls_back(&self) -> bool {
-        self.failed && !self.partial
+    pub(super) fn falls_back(self) -> bool {
+        matches!(self, Phase::Failed { .. })
     }
 
     /// Whether a process that still has permits pulls the next chunk now:
-    /// not while the whole store fails (the probe is the request path's),
-    /// nor while the key is used up or the host paced, but for a due probe
-    /// of a partly-down task.
-    pub(super) fn pulls_ahead(&self) -> bool {
-        let held = self.used_up || self.paced;
-        !self.falls_back() && (!held || self.partial && self.probe_time)
+    /// when open, and partly down unless held (but for a due probe).
+    pub(super) fn pulls_ahead(self) -> bool {
+        match self {
+            Phase::Open => true,
+            Phase::PartlyDown { held, probe_due } => !held || probe_due,
+            Phase::Paced | Phase::Limited | Phase::Failed { .. } => false,
+        }
     }
 
     /// What a request that found no permits does after `pulls` pulls of
     /// its own; `short()`: the host's fallback share of the slice is too
     /// small for the request (asked only when it matters).
-    pub(super) fn when_dry(&self, pulls: u32, short: impl FnOnce() -> bool) -> Dry {
-        if self.falls_back() {
-            return if self.used_up_before {
-                Dry::Refuse
-            } else {
-                Dry::ProbeOrFallback
-            };
-        }
-        let probing = self.partial && pulls < super::policy::MAX_PULLS_PER_TAKE && self.probe_time;
-        if !probing
-            && (self.used_up || pulls >= super::policy::MAX_PULLS_PER_TAKE || self.paced || short())
-        {
-            Dry::Refuse
-        } else {
-            Dry::Pull
+    pub(super) fn when_dry(self, pulls: u32, short: impl Fn() -> bool) -> Dry {
+        let more = pulls < super::policy::MAX_PULLS_PER_TAKE;
+        match self {
+            Phase::Failed { used_up: true, .. } => Dry::Refuse,
+            Phase::Failed { .. } => Dry::ProbeOrFallback,
+            Phase::PartlyDown {
+                probe_due: true, ..
+            } if more => Dry::Pull,
+            Phase::Open | Phase::PartlyDown { held: false, .. } if more && !short() => Dry::Pull,
+            _ => Dry::Refuse,
         }
     }
 }
@@ -262,4 +264,120 @@ pub(super) fn read(slot: &TaskSlot, slice: Option<u32>) -> (Option<QuotaState>, 
         }
     });
     (state, ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: u32 = super::super::policy::MAX_PULLS_PER_TAKE;
+
+    #[test]
+    fn only_an_open_or_partly_down_task_pulls_ahead() {
+        assert!(Phase::Open.pulls_ahead());
+        assert!(!Phase::Paced.pulls_ahead());
+        assert!(!Phase::Limited.pulls_ahead());
+        let failed = Phase::Failed {
+            used_up: false,
+            probe_due: true,
+        };
+        assert!(!failed.pulls_ahead(), "the request path probes");
+        let partly = |held, probe_due| Phase::PartlyDown { held, probe_due };
+        assert!(partly(false, false).pulls_ahead());
+        assert!(!partly(true, false).pulls_ahead());
+        assert!(partly(true, true).pulls_ahead(), "a due probe is not held");
+    }
+
+    #[test]
+    fn a_dry_request_pulls_refuses_or_falls_back_by_phase() {
+        let ok = || false;
+        assert_eq!(Phase::Open.when_dry(0, ok), Dry::Pull);
+        assert_eq!(Phase::Open.when_dry(MAX, ok), Dry::Refuse);
+        assert_eq!(Phase::Open.when_dry(0, || true), Dry::Refuse, "share spent");
+        assert_eq!(Phase::Paced.when_dry(0, ok), Dry::Refuse);
+        assert_eq!(Phase::Limited.when_dry(0, ok), Dry::Refuse);
+        let failed = |used_up| Phase::Failed {
+            used_up,
+            probe_due: false,
+        };
+        assert_eq!(failed(false).when_dry(MAX, ok), Dry::ProbeOrFallback);
+        assert_eq!(failed(true).when_dry(0, ok), Dry::Refuse);
+        let partly = |held, probe_due| Phase::PartlyDown { held, probe_due };
+        assert_eq!(partly(true, true).when_dry(0, || true), Dry::Pull);
+        assert_eq!(partly(true, true).when_dry(MAX, ok), Dry::Refuse);
+        assert_eq!(partly(true, false).when_dry(0, ok), Dry::Refuse);
+        assert_eq!(partly(false, false).when_dry(0, ok), Dry::Pull);
+    }
+
+    fn settled(slice: u32) -> Settled {
+        Settled {
+            slice,
+            used_up: false,
+            granted: 10,
+            waits: false,
+            kept: false,
+            telling: false,
+            gives_back: true,
+            partial: false,
+        }
+    }
+
+    fn kind(q: &QuotaSlot) -> u64 {
+        q.phase.load(Ordering::Relaxed) >> 62
+    }
+
+    #[test]
+    fn replies_move_the_phase_and_the_used_up_mark() {
+        let slot = super::super::testing::slot();
+        let q = &slot.quota;
+        settle(q, &settled(7), || 0);
+        assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (OPEN, 0));
+        // Used up with nothing granted: limited until the slice changes.
+        let used_up = Settled {
+            used_up: true,
+            granted: 0,
+            ..settled(7)
+        };
+        settle(q, &used_up, || 0);
+        assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (LIMITED, 8));
+        // ... or until its pacing ends, when quota may come back.
+        settle(
+            q,
+            &Settled {
+                waits: true,
+                ..used_up
+            },
+            || 0,
+        );
+        assert_eq!(q.exhausted.load(Ordering::Relaxed), 8 | MAY_COME_BACK);
+        // A give-back's pull for nothing says nothing of the mark.
+        let telling = Settled {
+            telling: true,
+            ..used_up
+        };
+        settle(q, &telling, || 0);
+        assert_eq!(q.exhausted.load(Ordering::Relaxed), 8 | MAY_COME_BACK);
+        // A key that holds quota again clears it.
+        settle(q, &settled(7), || 0);
+        assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (OPEN, 0));
+    }
+
+    #[test]
+    fn a_failure_sets_one_probe_and_a_partial_reply_keeps_it_failed() {
+        let slot = super::super::testing::slot();
+        let q = &slot.quota;
+        assert!(fail(q, || 500));
+        assert!(!fail(q, || 900), "already failed: the probe time stays");
+        assert_eq!((kind(q), q.probe_at.load(Ordering::Relaxed)), (FAILED, 500));
+        let partial = Settled {
+            partial: true,
+            ..settled(7)
+        };
+        settle(q, &partial, || 700);
+        assert_eq!((kind(q), q.probe_at.load(Ordering::Relaxed)), (FAILED, 500));
+        settle(q, &settled(7), || 0);
+        assert!(!failed(q));
+        settle(q, &partial, || 700);
+        assert_eq!((kind(q), q.probe_at.load(Ordering::Relaxed)), (FAILED, 700));
+    }
 }

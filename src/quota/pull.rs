@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::account::Account;
 use super::lock::{PullLock, try_lock};
-use super::phase::{self, Look, Settled};
+use super::phase::{self, Phase, Settled};
 use super::store::{Ask, slice_of, wall_us};
 use super::{Global, Quota, QuotaStats, TaskRef, down, notes, policy, record};
 use crate::error::Result;
@@ -31,8 +31,8 @@ impl Quota {
     /// never waits.
     #[cold]
     pub(super) fn pull_ahead(&self, t: TaskRef<'_>, slice: u32) {
-        let look = Look::at(t.shm, t.slot, slice, down::partial(t.slot, t.g));
-        if !look.pulls_ahead() {
+        let phase = Phase::at(t.shm, t.slot, slice, down::partial(t.slot, t.g));
+        if !phase.pulls_ahead() {
             return;
         }
         if let Ok(Some(lock)) = try_lock(t.shm, &t.slot.quota, self.stale_after()) {

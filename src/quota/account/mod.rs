@@ -286,3 +286,78 @@ impl<'a> Account<'a> {
             .store(tag(slice, mask), Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::testing::slot;
+
+    const S: u32 = 40;
+
+    #[test]
+    fn the_claim_counts_every_permit_taken_and_holds_nets_the_give_backs() {
+        let slot = slot();
+        let (q, a) = (&slot.quota, Account::of(&slot));
+        q.slice_granted.store(tag(S, 100), Ordering::Relaxed);
+        q.fallback_admitted.store(tag(S, 7), Ordering::Relaxed);
+        slot.reserved.store(tag(S, 20), Ordering::Relaxed);
+        slot.given.store(tag(S, 30), Ordering::Relaxed);
+        assert_eq!(
+            (a.received(S), a.taken(S), a.holds(S), a.kept(S)),
+            (107, 127, 97, 77)
+        );
+        // Words of another slice count nothing for this one.
+        assert_eq!((a.taken(S + 1), a.holds(S + 1)), (0, 0));
+        assert!(a.has_reservation());
+    }
+
+    #[test]
+    fn asked_is_what_was_admitted_and_refused() {
+        let slot = slot();
+        let (q, a) = (&slot.quota, Account::of(&slot));
+        q.slice_granted.store(tag(S, 100), Ordering::Relaxed);
+        q.host.store(tag(S, 40), Ordering::Relaxed);
+        a.count_refused(S, 15);
+        assert_eq!(a.asked(S), 75);
+        // At the next slice's first pull the word still holds this one.
+        assert_eq!((a.asked_before(S + 1), a.spent_before(S + 1)), (75, 60));
+        q.prev_demand.store(9, Ordering::Relaxed);
+        q.prev_spent.store(8, Ordering::Relaxed);
+        assert_eq!((a.asked_before(S + 2), a.spent_before(S + 2)), (9, 8));
+    }
+
+    #[test]
+    fn a_spend_takes_only_from_its_slice_and_unspend_puts_back() {
+        let slot = slot();
+        let a = Account::of(&slot);
+        slot.quota.host.store(tag(S, 5), Ordering::Relaxed);
+        assert_eq!(a.spend(S, 3), Some(2));
+        assert_eq!(a.spend(S, 3), None);
+        assert_eq!(a.spend(S + 1, 1), None);
+        a.unspend(Spent::Quota(S), 3);
+        assert_eq!(a.held(S), 5);
+        a.unspend(Spent::Quota(S - 1), 3);
+        assert_eq!(a.held(S), 5, "a slice over takes nothing back");
+        a.count_fallback(S, 4);
+        a.unspend(Spent::Fallback(S), 3);
+        assert_eq!(a.fell_back(S), 1);
+    }
+
+    #[test]
+    fn each_permit_is_claimed_from_one_shard() {
+        let slot = slot();
+        let a = Account::of(&slot);
+        slot.quota
+            .slice_granted
+            .store(tag(S, 90), Ordering::Relaxed);
+        a.count_shard_grant(S, 1, 30);
+        a.count_shard_grant(S, 2, 20);
+        a.count_fallback(S, 5);
+        // Shard 0 holds the rest; the home shard (2) the fallback too.
+        let claims: Vec<u64> = (0..3).map(|i| a.shard_claim(S, i, 2, 0)).collect();
+        assert_eq!(claims, [40, 30, 25]);
+        assert_eq!(claims.iter().sum::<u64>(), a.received(S));
+        a.mark_shard_out(S, 1);
+        assert_eq!((a.shards_out(S), a.shards_out(S + 1)), (0b10, 0));
+    }
+}
