@@ -10,8 +10,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::ha::Cluster;
 use common::hosts;
+use common::redis::{Cluster, Redis};
 use common::tls::Tls;
 use common::*;
 use flowctrl::{ErrorKind, GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
@@ -257,7 +257,7 @@ fn shards_need_a_redis_store() {
 fn a_tls_cluster_url_reaches_every_master_over_tls() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tls = Tls::make();
-    let cluster = Cluster::start_with(1000, 0, Some(&tls));
+    let cluster = Redis::new().tls(&tls).cluster(1000, 0);
     assert!(cluster.url().starts_with("rediss+cluster://"));
     let url = format!("rediss+cluster://127.0.0.1:{}", cluster.nodes[0].port);
     let name = spread_name(&cluster);

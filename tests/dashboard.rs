@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Scratch;
-use common::redis::RedisServer;
+use common::redis::{RedisServer, free_port};
 use flowctrl::{
     BalancerConfig, Decision, KeyConfig, KeyDecision, KeyLimits, KeyRate, Outcome, PickOptions,
     Table, TableOptions, TaskConfig,
@@ -42,13 +42,6 @@ const GLOBAL_RATE: f64 = 100.0;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A child process killed by its pid and reaped when dropped.

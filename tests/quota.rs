@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
+use common::redis::{Redis, RedisServer, free_port};
 use common::*;
 use flowctrl::{Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, TaskConfig};
 
@@ -292,7 +292,7 @@ fn outage(
 fn redis_killed_and_restarted_falls_back_and_recovers() {
     let _timed = one_at_a_time();
     let mut redis = RedisServer::start();
-    let (to_failed, to_open) = outage(&mut redis, RedisServer::kill, RedisServer::restart);
+    let (to_failed, to_open) = outage(&mut redis, |r| r.kill(), |r| r.restart());
     // The host notices at its next pull (at the latest at the next slice).
     assert!(to_failed < Duration::from_millis(1200), "{to_failed:?}");
     // Probes every second ±20 %, then the probe's own round trip and the
@@ -420,11 +420,7 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
 
     // Unreachable at open: opening works, decisions fall back at once and
     // an explicit pull says why.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("redis://127.0.0.1:{port}/0");
     let table = Table::open(scratch.path("u"), &options(Some(url), 0)).unwrap();
     let task = table
@@ -640,24 +636,8 @@ fn pull_lock_survives_a_kill_storm() {
 fn tls_and_auth_through_the_url() {
     let scratch = Scratch::new("quota-tls");
     let tls = common::tls::Tls::make();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let tls_args = tls.server_lines(port).into_iter().flat_map(|line| {
-        let (name, value) = line.split_once(' ').unwrap();
-        [format!("--{name}"), value.to_string()]
-    });
-    let mut server = std::process::Command::new("redis-server")
-        .args(tls_args)
-        .args(["--bind", "127.0.0.1", "--requirepass", "s3cret"])
-        .args(["--save", "", "--appendonly", "no"])
-        .current_dir(scratch.dir())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    std::thread::sleep(Duration::from_millis(300));
+    let server = Redis::new().tls(&tls).password("s3cret").server();
+    let port = server.port;
     let (table, ca) = (scratch.path("t"), tls.ca.clone());
     let exit = run_in_child(Duration::from_secs(30), move || {
         // SAFETY: the child is single-threaded here.
@@ -682,8 +662,6 @@ fn tls_and_auth_through_the_url() {
         assert!(!err.message().contains("wrong"), "{err}");
         0
     });
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(exit, Exit::Code(0));
 }
 
@@ -694,36 +672,12 @@ fn tls_and_auth_through_the_url() {
 fn unix_sockets_resp3_auth_and_db_through_the_url() {
     let scratch = Scratch::new("quota-unix");
     let socket = scratch.path("redis.sock");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--unixsocket", socket.to_str().unwrap()])
-        .args([
-            "--requirepass",
-            "s3cret",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let control = ::redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}/0")).unwrap();
-    let began = Instant::now();
-    let mut control = loop {
-        match control.get_connection_with_timeout(Duration::from_millis(500)) {
-            Ok(conn) => break conn,
-            Err(e) => {
-                assert!(began.elapsed() < Duration::from_secs(10), "{e}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    };
+    let server = Redis::new()
+        .password("s3cret")
+        .unix_socket(&socket)
+        .server();
+    let port = server.port;
+    let mut control = server.connection().unwrap();
     for (url, db, task) in [
         (
             format!("unix://{}?db=2&pass=s3cret", socket.display()),
@@ -758,6 +712,4 @@ fn unix_sockets_resp3_auth_and_db_through_the_url() {
             .0;
         assert!(!keys.is_empty(), "{url}: no key of the task in db {db}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
 }

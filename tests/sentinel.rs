@@ -10,8 +10,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::ha::Sentinels;
 use common::hosts::{self, TASK};
+use common::redis::{Redis, Sentinels};
 use common::tls::Tls;
 use common::*;
 use flowctrl::{ErrorKind, Store, StoreOptions, Table, TaskConfig};
@@ -108,7 +108,7 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
 #[test]
 fn a_tls_sentinel_url_reaches_the_master_over_tls() {
     let tls = Tls::make();
-    let ha = Sentinels::start_with(1000, Some(&tls));
+    let ha = Redis::new().tls(&tls).sentinels(1000);
     let url = ha.url();
     assert!(url.starts_with("rediss+sentinel://"), "{url}");
     let scratch = Scratch::new("sentinel-tls");

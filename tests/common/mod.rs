@@ -417,7 +417,6 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 // against the header of a table the library made.
 
 pub mod elf;
-pub mod ha;
 pub mod hosts;
 pub mod redis;
 pub mod tls;
