@@ -17,17 +17,8 @@ use common::*;
 use flowctrl::{Decision, Fallback, QuotaState, Table, TableOptions, TaskConfig};
 
 const RATE: f64 = 2000.0;
-
-fn options(url: &str, host: Option<&str>) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    // Room for a loaded 2-core machine; an outage is a refused connection,
-    // noticed at once whatever the timeout.
-    o.store.timeout = Duration::from_millis(500);
-    o.store.probe_interval = Duration::from_millis(100);
-    o.store.host_id = host.map(str::to_string);
-    o
-}
+/// How often a host probes a failed store.
+const PROBE: Duration = Duration::from_millis(100);
 
 /// The slice key's `left` field, as the store has it.
 fn left(redis: &RedisServer, task: &str, slice: u64) -> i64 {
@@ -62,8 +53,16 @@ fn a_key_created_anew_deducts_what_each_host_took_once() {
         .global_burst(120_000);
     let quota = 120_000i64; // 2000/s × 60 s
     let slice = wait_for_minute_slice(Duration::from_secs(10));
-    let a = Table::open(scratch.path("a"), &options(&redis.url(), Some("host-a"))).unwrap();
-    let b = Table::open(scratch.path("b"), &options(&redis.url(), Some("host-b"))).unwrap();
+    let a = Table::open(
+        scratch.path("a"),
+        &host_options(&redis.url(), "host-a").probe(PROBE),
+    )
+    .unwrap();
+    let b = Table::open(
+        scratch.path("b"),
+        &host_options(&redis.url(), "host-b").probe(PROBE),
+    )
+    .unwrap();
     let (ta, tb) = (a.task("t", &config).unwrap(), b.task("t", &config).unwrap());
     assert_eq!(ta.pull_quota(300).unwrap(), Ok(300));
     assert_eq!(tb.pull_quota(200).unwrap(), Ok(200));
@@ -102,7 +101,7 @@ fn fallback_admissions_are_deducted_when_the_store_returns() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("fleet-fallback");
     let slice = wait_for_minute_slice(Duration::from_secs(15));
-    let opts = options(&redis.url(), Some("host-a"));
+    let opts = host_options(&redis.url(), "host-a").probe(PROBE);
     let table = Table::open(scratch.path("a"), &opts).unwrap();
     let task = table
         .task(
@@ -257,12 +256,12 @@ fn restart_keeps_every_slice_exact(kill: Duration, down: Duration, pace: Option<
     let scratch = Scratch::new("fleet-restart");
     let url = redis.url();
     let hosts = [scratch.path("h0"), scratch.path("h1")];
-    let opts = options(&url, None);
+    let opts = host_options(&url, None).probe(PROBE);
     let workers: Vec<_> = hosts
         .iter()
         .flat_map(|h| std::iter::repeat_n((h.clone(), opts.clone(), pace), 3))
         .collect();
-    let watch = Table::open(&hosts[0], &options(&url, None)).unwrap();
+    let watch = Table::open(&hosts[0], &host_options(&url, None).probe(PROBE)).unwrap();
     let config = TaskConfig::new().global_rate(RATE);
     let watched = watch.task("api", &config).unwrap();
     let start = at_wall_second(1, Duration::ZERO);
@@ -322,9 +321,9 @@ fn an_outage_keeps_the_cluster_near_its_global_rate() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("fleet-outage");
     let url = redis.url();
-    let mut opts = options(&url, None);
-    opts.store.probe_interval = Duration::from_secs(1);
-    opts.store.timeout = Duration::from_millis(100);
+    let opts = host_options(&url, None)
+        .probe(Duration::from_secs(1))
+        .timeout(Duration::from_millis(100));
     let workers: Vec<_> = [1200.0, 600.0, 200.0]
         .iter()
         .enumerate()
@@ -374,7 +373,11 @@ fn an_outage_keeps_the_cluster_near_its_global_rate() {
 fn deny_local_and_a_rate_under_the_local_limits_in_an_outage() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("fleet-policies");
-    let table = Table::open(scratch.path("t"), &options(&redis.url(), None)).unwrap();
+    let table = Table::open(
+        scratch.path("t"),
+        &host_options(&redis.url(), None).probe(PROBE),
+    )
+    .unwrap();
     let deny = table
         .task(
             "deny",
@@ -530,7 +533,13 @@ fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
     let scratch = Scratch::new("fleet-census");
     let config = TaskConfig::new().global_rate(1000.0).global_burst(1000);
     let tables: Vec<_> = (0..3)
-        .map(|i| Table::open(scratch.path(&format!("h{i}")), &options(&redis.url(), None)).unwrap())
+        .map(|i| {
+            Table::open(
+                scratch.path(&format!("h{i}")),
+                &host_options(&redis.url(), None).probe(PROBE),
+            )
+            .unwrap()
+        })
         .collect();
     let tasks: Vec<_> = tables
         .iter()
@@ -541,7 +550,7 @@ fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
         .map(|i| {
             Table::open(
                 scratch.path(&format!("twin{i}")),
-                &options(&redis.url(), Some("twin")),
+                &host_options(&redis.url(), "twin").probe(PROBE),
             )
             .unwrap()
         })
@@ -636,7 +645,7 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("fleet-lost-chunk");
     let path = scratch.path("t");
-    let opts = options(&redis.url(), Some("storm"));
+    let opts = host_options(&redis.url(), "storm").probe(PROBE);
     let config = TaskConfig::new()
         .global_rate(1000.0)
         .slice_ms(60_000)
@@ -700,7 +709,7 @@ fn a_puller_killed_inside_the_deposit_never_hands_its_chunk_out_twice() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("fleet-deposit");
     let path = scratch.path("t");
-    let opts = options(&redis.url(), Some("dep"));
+    let opts = host_options(&redis.url(), "dep").probe(PROBE);
     let config = TaskConfig::new()
         .global_rate((QUOTA * 1000 / SLICE_MS) as f64)
         .slice_ms(SLICE_MS as u32)
@@ -785,7 +794,10 @@ fn admission_times(
         for w in 0..3 {
             let out = scratch.path(&format!("times-{h}-{w}"));
             outs.push(out.clone());
-            let (path, opts) = (scratch.path(&format!("h{h}")), options(&redis.url(), None));
+            let (path, opts) = (
+                scratch.path(&format!("h{h}")),
+                host_options(&redis.url(), None).probe(PROBE),
+            );
             pids.add(fork_guarded(move || {
                 let table = Table::open(&path, &opts).unwrap();
                 let task = table.task("smooth", &config).unwrap();
@@ -899,7 +911,10 @@ fn hosts_with_different_thresholds_spend_by_the_keys_and_are_counted() {
         for w in 0..3 {
             let out = scratch.path(&format!("counts-{h}-{w}"));
             outs.push(out.clone());
-            let (path, opts) = (scratch.path(&format!("h{h}")), options(&url, None));
+            let (path, opts) = (
+                scratch.path(&format!("h{h}")),
+                host_options(&url, None).probe(PROBE),
+            );
             let config = TaskConfig::new().global_rate(rate);
             pids.add(fork_guarded(move || {
                 worker(&path, opts, config, start, 5.0, None, out)
@@ -932,7 +947,11 @@ fn hosts_with_different_thresholds_spend_by_the_keys_and_are_counted() {
     }
     let conflicts: u64 = (0..2)
         .map(|h| {
-            let t = Table::open(scratch.path(&format!("h{h}")), &options(&url, None)).unwrap();
+            let t = Table::open(
+                scratch.path(&format!("h{h}")),
+                &host_options(&url, None).probe(PROBE),
+            )
+            .unwrap();
             t.task("api", &TaskConfig::new())
                 .unwrap()
                 .quota_stats()

@@ -24,15 +24,16 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     TIMED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn options(url: Option<String>, skew_ms: i64) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = url;
-    // These machines are shared and small: give Redis room to answer under
-    // six busy processes (production keeps the few-ms default).
-    o.store.timeout = Duration::from_millis(100);
-    o.store.probe_interval = Duration::from_millis(1000);
-    o.store.clock_skew_ms = skew_ms;
-    o
+/// A host of the store at `url` (`None`: the embedded store) whose clock is
+/// `skew_ms` off.
+fn quota_options(url: Option<String>, skew_ms: i64) -> TableOptions {
+    options()
+        .store_url(url)
+        // These machines are shared and small: give Redis room to answer
+        // under six busy processes (production keeps the few-ms default).
+        .timeout(Duration::from_millis(100))
+        .probe(Duration::from_millis(1000))
+        .clock_skew_ms(skew_ms)
 }
 
 /// One worker: saturating demand for `secs`, counting admissions per slice
@@ -91,8 +92,7 @@ fn run(
             outs.push(out.clone());
             // Accuracy, not failover: a shared machine may answer a pull
             // late, and a store declared failed admits by the fallback.
-            let mut opts = options(url.clone(), *skew);
-            opts.store.timeout = Duration::from_secs(1);
+            let opts = quota_options(url.clone(), *skew).timeout(Duration::from_secs(1));
             let (path, skew) = (path.clone(), *skew);
             pids.add(fork_guarded(move || {
                 worker(&path, opts, skew, start, secs, out)
@@ -148,7 +148,7 @@ fn redis_two_hosts_three_processes_each_admit_the_rate_per_slice() {
     let per_slice = run(&scratch, &hosts, 3, 5.0);
     assert_accurate(&per_slice);
     for (path, url, skew) in &hosts {
-        let table = Table::open(path, &options(url.clone(), *skew)).unwrap();
+        let table = Table::open(path, &quota_options(url.clone(), *skew)).unwrap();
         let stats = table.task("api", &TaskConfig::new()).unwrap().quota_stats();
         eprintln!("{}: {stats:?}", path.display());
     }
@@ -178,7 +178,7 @@ fn a_host_whose_clock_is_700_ms_ahead_spends_from_the_same_keys() {
         (scratch.path("b"), Some(redis.url()), 700),
     ];
     assert_accurate(&run(&scratch, &hosts, 3, 5.0));
-    let table = Table::open(scratch.path("b"), &options(Some(redis.url()), 700)).unwrap();
+    let table = Table::open(scratch.path("b"), &quota_options(Some(redis.url()), 700)).unwrap();
     let offset = table
         .task("api", &TaskConfig::new())
         .unwrap()
@@ -229,7 +229,7 @@ fn outage(
 ) -> (Duration, Duration) {
     let scratch = Scratch::new("quota-outage");
     let path = scratch.path("table");
-    let opts = options(Some(redis.url()), 0);
+    let opts = quota_options(Some(redis.url()), 0);
     let table = Table::open(&path, &opts).unwrap();
     let task = table
         .task(
@@ -320,10 +320,9 @@ fn a_pull_lock_holder_killed_mid_pull_is_replaced_within_100_ms() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("quota-holder");
     let path = scratch.path("table");
-    let mut slow = options(Some(redis.url()), 0);
-    slow.store.timeout = Duration::from_secs(30);
+    let slow = quota_options(Some(redis.url()), 0).timeout(Duration::from_secs(30));
     let config = TaskConfig::new().global_rate(RATE);
-    let table = Table::open(&path, &options(Some(redis.url()), 0)).unwrap();
+    let table = Table::open(&path, &quota_options(Some(redis.url()), 0)).unwrap();
     let task = table.task("api", &config).unwrap();
     let (ready, go) = (Pipe::new(), Pipe::new());
     let mut pids = KillOnDrop::default();
@@ -422,7 +421,7 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
     // an explicit pull says why.
     let port = free_port();
     let url = format!("redis://127.0.0.1:{port}/0");
-    let table = Table::open(scratch.path("u"), &options(Some(url), 0)).unwrap();
+    let table = Table::open(scratch.path("u"), &quota_options(Some(url), 0)).unwrap();
     let task = table
         .task(
             "u",
@@ -442,7 +441,7 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
 
     // A key that holds no number: the store is failed, callers keep going.
     let redis = RedisServer::start();
-    let table = Table::open(scratch.path("n"), &options(Some(redis.url()), 0)).unwrap();
+    let table = Table::open(scratch.path("n"), &quota_options(Some(redis.url()), 0)).unwrap();
     let task = table
         .task("n", &TaskConfig::new().global_rate(1000.0).slice_ms(60_000))
         .unwrap();
@@ -471,9 +470,9 @@ fn a_trickling_store_holds_no_caller_past_the_request_bound() {
     let _timed = one_at_a_time();
     let trickler = common::trickle::Trickler::start();
     let scratch = Scratch::new("quota-trickle");
-    let mut opts = options(Some(trickler.url()), 0);
-    opts.store.connect_timeout = Duration::from_millis(50);
-    opts.store.timeout = Duration::from_millis(100);
+    let opts = quota_options(Some(trickler.url()), 0)
+        .connect_timeout(Duration::from_millis(50))
+        .timeout(Duration::from_millis(100));
     let bound = Duration::from_millis(150);
     // A loaded 2-core machine may deschedule the caller for a while.
     let margin = Duration::from_millis(100);
@@ -552,7 +551,7 @@ fn pull_lock_survives_a_kill_storm() {
     let scratch = Scratch::new("quota-storm");
     let path = scratch.path("table");
     let config = TaskConfig::new().global_rate(1_000_000.0).chunk(20);
-    let opts = options(Some(redis.url()), 0);
+    let opts = quota_options(Some(redis.url()), 0);
     let spawn = || {
         let (path, opts) = (path.clone(), opts.clone());
         fork_guarded(move || {
@@ -642,8 +641,8 @@ fn tls_and_auth_through_the_url() {
     let exit = run_in_child(Duration::from_secs(30), move || {
         // SAFETY: the child is single-threaded here.
         unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
-        let mut opts = options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0);
-        opts.store.connect_timeout = Duration::from_secs(2);
+        let opts = quota_options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0)
+            .connect_timeout(Duration::from_secs(2));
         let t = Table::open(&table, &opts).unwrap();
         let task = t
             .task("tls", &TaskConfig::new().global_rate(100.0))
@@ -651,8 +650,8 @@ fn tls_and_auth_through_the_url() {
         let granted = task.pull_quota(10).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(granted, Ok(10));
         // A wrong password is a store error naming the store, not the password.
-        let mut bad = options(Some(format!("rediss://:wrong@127.0.0.1:{port}/0")), 0);
-        bad.store.connect_timeout = Duration::from_secs(2);
+        let bad = quota_options(Some(format!("rediss://:wrong@127.0.0.1:{port}/0")), 0)
+            .connect_timeout(Duration::from_secs(2));
         let t = Table::open(table.with_extension("bad"), &bad).unwrap();
         let task = t
             .task("tls", &TaskConfig::new().global_rate(100.0))
@@ -690,8 +689,7 @@ fn unix_sockets_resp3_auth_and_db_through_the_url() {
             "resp3",
         ),
     ] {
-        let mut opts = options(Some(url.clone()), 0);
-        opts.store.connect_timeout = Duration::from_millis(500);
+        let opts = quota_options(Some(url.clone()), 0).connect_timeout(Duration::from_millis(500));
         let table = Table::open(scratch.path(task), &opts).unwrap();
         let t = table
             .task(task, &TaskConfig::new().global_rate(100.0))

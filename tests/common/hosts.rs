@@ -13,17 +13,6 @@ use super::*;
 
 pub const TASK: &str = "api";
 
-/// Store options for a test host: room for a loaded 2-core machine, and a
-/// short probe interval.
-pub fn options(url: &str, probe: Duration) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.connect_timeout = Duration::from_millis(500);
-    o.store.probe_interval = probe;
-    o
-}
-
 /// What the processes of a run saw.
 pub struct Run {
     /// Admissions per slice (1 s), all processes.

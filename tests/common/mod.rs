@@ -418,9 +418,14 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 pub mod elf;
 pub mod hosts;
+pub mod options;
 pub mod redis;
 pub mod tls;
 pub mod trickle;
+
+// Each test binary uses a part of them (as of all of this module).
+#[allow(unused_imports)]
+pub use options::{Options, cli_options, host_options, options};
 
 pub mod layout {
     /// The table layout version mirrored here.
