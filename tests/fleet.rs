@@ -9,10 +9,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
+use common::worker::{self, Tally, Worker, Workers};
 use common::*;
 use flowctrl::{Decision, Fallback, QuotaState, Table, TableOptions, TaskConfig};
 
@@ -138,63 +139,8 @@ fn fallback_admissions_are_deducted_when_the_store_returns() {
     );
 }
 
-/// One worker: saturating demand (`pace` None) or `pace` requests/s, for
-/// `secs`, counting admissions per 1-s slice of the store's clock; writes
-/// "slice count" lines, then "errors slowest_µs".
-fn worker(
-    path: &Path,
-    opts: TableOptions,
-    config: TaskConfig,
-    start: Duration,
-    secs: f64,
-    pace: Option<f64>,
-    out: PathBuf,
-) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table.task("api", &config).unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
-    let (mut errors, mut slowest) = (0u64, Duration::ZERO);
-    let mut next = monotonic();
-    while monotonic() < end {
-        if let Some(rate) = pace {
-            next += Duration::from_secs_f64(1.0 / rate);
-            sleep_until(next);
-        }
-        let began = Instant::now();
-        let decision = task.acquire(1);
-        slowest = slowest.max(began.elapsed());
-        match decision {
-            Ok(Decision::Admitted(p)) => {
-                let slice = (wall_us() + task.quota_stats().clock_offset_us) / 1_000_000;
-                *counts.entry(slice).or_default() += 1;
-                drop(p);
-            }
-            Ok(Decision::Limited(_)) if pace.is_none() => {
-                std::thread::sleep(Duration::from_micros(200))
-            }
-            Ok(Decision::Limited(_)) => {}
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}"));
-            }
-        }
-    }
-    let mut text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
-    text.push_str(&format!("end {errors} {}\n", slowest.as_micros()));
-    std::fs::write(out, text).unwrap();
-    0
-}
-
-struct Run {
-    per_slice: BTreeMap<i64, u64>,
-    errors: u64,
-    slowest: Duration,
-}
-
 /// Forks the workers (table, pace) at `start`; `during` runs in this process
-/// meanwhile; sums their counts.
+/// meanwhile; sums their tallies.
 fn run(
     scratch: &Scratch,
     workers: &[(PathBuf, TableOptions, Option<f64>)],
@@ -202,41 +148,17 @@ fn run(
     start: Duration,
     secs: f64,
     during: impl FnOnce(),
-) -> Run {
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
-    for (i, (path, opts, pace)) in workers.iter().enumerate() {
-        let out = scratch.path(&format!("counts-{i}"));
-        outs.push(out.clone());
-        let (path, opts, pace) = (path.clone(), opts.clone(), *pace);
-        pids.add(fork_guarded(move || {
-            worker(&path, opts, config, start, secs, pace, out)
-        }));
-    }
+) -> Tally {
+    let workers: Vec<_> = workers
+        .iter()
+        .map(|(path, opts, pace)| {
+            let worker = Worker::new("api", config).pace(*pace);
+            (path.clone(), opts.clone(), worker)
+        })
+        .collect();
+    let forked = Workers::fork(scratch, &workers, start, secs);
     during();
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0, "a worker failed");
-        pids.forget(pid);
-    }
-    let mut run = Run {
-        per_slice: BTreeMap::new(),
-        errors: 0,
-        slowest: Duration::ZERO,
-    };
-    for out in outs {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            if f[0] == "end" {
-                run.errors += f[1].parse::<u64>().unwrap();
-                let us = Duration::from_micros(f[2].parse().unwrap());
-                run.slowest = run.slowest.max(us);
-            } else {
-                *run.per_slice.entry(f[0].parse().unwrap()).or_default() +=
-                    f[1].parse::<u64>().unwrap();
-            }
-        }
-    }
-    run
+    worker::sum(&forked.tallies())
 }
 
 /// The monotonic instant at which the wall clock reads the next whole
@@ -905,36 +827,17 @@ fn hosts_with_different_thresholds_spend_by_the_keys_and_are_counted() {
     let scratch = Scratch::new("fleet-mixed");
     let url = redis.url();
     let start = at_wall_second(1, Duration::ZERO);
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
+    let mut workers = Vec::new();
     for (h, rate) in [(0, 2000.0), (1, 3000.0)] {
-        for w in 0..3 {
-            let out = scratch.path(&format!("counts-{h}-{w}"));
-            outs.push(out.clone());
-            let (path, opts) = (
-                scratch.path(&format!("h{h}")),
-                host_options(&url, None).probe(PROBE),
-            );
-            let config = TaskConfig::new().global_rate(rate);
-            pids.add(fork_guarded(move || {
-                worker(&path, opts, config, start, 5.0, None, out)
-            }));
-        }
+        let (path, opts) = (
+            scratch.path(&format!("h{h}")),
+            host_options(&url, None).probe(PROBE),
+        );
+        let worker = Worker::new("api", TaskConfig::new().global_rate(rate));
+        workers.extend(std::iter::repeat_n((path, opts, worker), 3));
     }
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0);
-        pids.forget(pid);
-    }
-    let mut per_slice: BTreeMap<i64, u64> = BTreeMap::new();
-    for out in outs {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            if f[0] != "end" {
-                *per_slice.entry(f[0].parse().unwrap()).or_default() +=
-                    f[1].parse::<u64>().unwrap();
-            }
-        }
-    }
+    let tallies = Workers::fork(&scratch, &workers, start, 5.0).tallies();
+    let per_slice = worker::sum(&tallies).per_slice;
     let slices: Vec<_> = per_slice.iter().collect();
     // Each slice by its creator's threshold, 2000 or 3000 (the keys have
     // expired by now): never the two added up.

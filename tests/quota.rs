@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis::{Redis, RedisServer, free_port};
+use common::worker::{self, Worker, Workers};
 use common::*;
 use flowctrl::{Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, TaskConfig};
 
@@ -36,45 +37,6 @@ fn quota_options(url: Option<String>, skew_ms: i64) -> TableOptions {
         .clock_skew_ms(skew_ms)
 }
 
-/// One worker: saturating demand for `secs`, counting admissions per slice
-/// by the store's clock as this host sees it (wall + skew + offset), written
-/// to `out`. Exit 1 if any acquire returned an error.
-fn worker(
-    path: &Path,
-    opts: TableOptions,
-    skew_ms: i64,
-    start: Duration,
-    secs: f64,
-    out: PathBuf,
-) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table
-        .task("api", &TaskConfig::new().global_rate(RATE))
-        .unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
-    let mut errors = 0;
-    while monotonic() < end {
-        match task.acquire(1) {
-            Ok(Decision::Admitted(p)) => {
-                let offset = task.quota_stats().clock_offset_us;
-                let slice = (wall_us() + skew_ms * 1000 + offset) / 1_000_000;
-                *counts.entry(slice).or_default() += 1;
-                drop(p);
-            }
-            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}\n"));
-            }
-        }
-    }
-    let text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
-    std::fs::write(out, text).unwrap();
-    (errors > 0) as i32
-}
-
 /// Runs `per_host` workers on each of `hosts` (table, skew) for `secs`, and
 /// returns the admissions per slice summed over all of them.
 fn run(
@@ -84,33 +46,22 @@ fn run(
     secs: f64,
 ) -> BTreeMap<i64, u64> {
     let start = monotonic() + Duration::from_millis(500);
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
-    for (h, (path, url, skew)) in hosts.iter().enumerate() {
-        for w in 0..per_host {
-            let out = scratch.path(&format!("counts-{h}-{w}"));
-            outs.push(out.clone());
-            // Accuracy, not failover: a shared machine may answer a pull
-            // late, and a store declared failed admits by the fallback.
-            let opts = quota_options(url.clone(), *skew).timeout(Duration::from_secs(1));
-            let (path, skew) = (path.clone(), *skew);
-            pids.add(fork_guarded(move || {
-                worker(&path, opts, skew, start, secs, out)
-            }));
-        }
+    let mut workers = Vec::new();
+    for (path, url, skew) in hosts {
+        // Accuracy, not failover: a shared machine may answer a pull
+        // late, and a store declared failed admits by the fallback.
+        let opts = quota_options(url.clone(), *skew).timeout(Duration::from_secs(1));
+        // Counting admissions by the store's clock as this host sees it
+        // (wall + skew + offset).
+        let worker = Worker::new("api", TaskConfig::new().global_rate(RATE)).skew_ms(*skew);
+        workers.extend(std::iter::repeat_n((path.clone(), opts, worker), per_host));
     }
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0, "a worker saw an error");
-        pids.forget(pid);
-    }
-    let mut total = BTreeMap::new();
-    for out in outs {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let (s, n) = line.split_once(' ').unwrap();
-            *total.entry(s.parse::<i64>().unwrap()).or_insert(0u64) += n.parse::<u64>().unwrap();
-        }
-    }
-    total
+    let tallies = Workers::fork(scratch, &workers, start, secs).tallies();
+    assert!(
+        tallies.iter().all(|t| t.errors == 0),
+        "a worker saw an error"
+    );
+    worker::sum(&tallies).per_slice
 }
 
 /// Every full slice (not the first or last seen) admitted within
@@ -190,35 +141,6 @@ fn a_host_whose_clock_is_700_ms_ahead_spends_from_the_same_keys() {
     );
 }
 
-/// What one worker of an outage test saw.
-fn outage_worker(path: &Path, opts: TableOptions, start: Duration, secs: f64, out: PathBuf) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table
-        .task(
-            "api",
-            &TaskConfig::new().global_rate(RATE).fallback_rate(400.0),
-        )
-        .unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let (mut errors, mut slowest, mut admitted) = (0, Duration::ZERO, 0u64);
-    while monotonic() < end {
-        let began = Instant::now();
-        let decision = task.acquire(1);
-        slowest = slowest.max(began.elapsed());
-        match decision {
-            Ok(Decision::Admitted(_)) => admitted += 1,
-            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(300)),
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}\n"));
-            }
-        }
-    }
-    std::fs::write(out, format!("{errors} {} {admitted}", slowest.as_micros())).unwrap();
-    0
-}
-
 /// Runs two workers for 6 s; `outage` starts at 1.5 s and `recover` at
 /// 3.5 s. Returns when the host entered the failed state and when it left
 /// it, measured from the outage and the recovery.
@@ -238,14 +160,20 @@ fn outage(
         )
         .unwrap();
     let start = monotonic() + Duration::from_millis(300);
-    let mut pids = KillOnDrop::default();
-    let outs: Vec<_> = (0..2).map(|w| scratch.path(&format!("w{w}"))).collect();
-    for out in &outs {
-        let (path, opts, out) = (path.clone(), opts.clone(), out.clone());
-        pids.add(fork_guarded(move || {
-            outage_worker(&path, opts, start, 6.0, out)
-        }));
-    }
+    let worker = Worker::new(
+        "api",
+        TaskConfig::new().global_rate(RATE).fallback_rate(400.0),
+    )
+    .pause(Duration::from_micros(300));
+    let workers = Workers::fork(
+        &scratch,
+        &[
+            (path.clone(), opts.clone(), worker.clone()),
+            (path.clone(), opts.clone(), worker),
+        ],
+        start,
+        6.0,
+    );
     let state_after = |from: Duration, wanted: fn(QuotaState) -> bool| {
         while !task.quota_stats().state.is_some_and(wanted) {
             assert!(
@@ -266,18 +194,17 @@ fn outage(
     let up = monotonic();
     recover(redis);
     let to_open = state_after(up, |s| s != QuotaState::Failed);
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0);
-        pids.forget(pid);
-    }
-    for out in outs {
-        let text = std::fs::read_to_string(out).unwrap();
-        let v: Vec<u64> = text.split(' ').map(|x| x.parse().unwrap()).collect();
-        assert_eq!(v[0], 0, "no caller may see an error");
+    for tally in workers.tallies() {
+        let slowest = tally.slowest.as_micros();
+        assert_eq!(tally.errors, 0, "no caller may see an error");
         // One command timeout (100 ms here) plus scheduling slack.
-        assert!(v[1] < 180_000, "an acquire took {} µs", v[1]);
-        assert!(v[2] > 1000, "kept serving: {text}");
-        eprintln!("worker: errors, slowest acquire µs, admitted = {text}");
+        assert!(slowest < 180_000, "an acquire took {slowest} µs");
+        assert!(tally.admitted() > 1000, "kept serving: {tally:?}");
+        eprintln!(
+            "worker: {} errors, slowest acquire {slowest} µs, {} admitted",
+            tally.errors,
+            tally.admitted()
+        );
     }
     let stats = task.quota_stats();
     assert!(

@@ -422,6 +422,7 @@ pub mod options;
 pub mod redis;
 pub mod tls;
 pub mod trickle;
+pub mod worker;
 
 // Each test binary uses a part of them (as of all of this module).
 #[allow(unused_imports)]
