@@ -57,9 +57,7 @@ fn slices_are_exact_with_one_shard_and_three_and_three_spread_over_the_masters()
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::start(1000);
     let url = cluster.url();
-    let opts = host_options(&url, None)
-        .connect_timeout(Duration::from_millis(500))
-        .probe(PROBE);
+    let opts = ha_options(&url, PROBE);
     let name = spread_name(&cluster);
     for shards in [1, 3] {
         let scratch = Scratch::new("cluster-shards");
@@ -136,9 +134,7 @@ fn failover_keeps_every_slice_exact(shards: u32) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = Cluster::start(1000);
     let url = cluster.url();
-    let opts = host_options(&url, None)
-        .connect_timeout(Duration::from_millis(500))
-        .probe(PROBE);
+    let opts = ha_options(&url, PROBE);
     let scratch = Scratch::new("cluster-failover");
     let name = if shards == 1 {
         "api".to_string()
@@ -273,13 +269,7 @@ fn a_tls_cluster_url_reaches_every_master_over_tls() {
                 // SAFETY: the child is single-threaded here.
                 unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
             }
-            let t = Table::open(
-                &table,
-                &host_options(&url, None)
-                    .connect_timeout(Duration::from_millis(500))
-                    .probe(PROBE),
-            )
-            .unwrap();
+            let t = Table::open(&table, &ha_options(&url, PROBE)).unwrap();
             // The whole slice released at once: one pull takes each
             // shard's part.
             let config = TaskConfig::new()

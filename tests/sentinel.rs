@@ -24,9 +24,7 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     let mut ha = Sentinels::start(1000);
     let scratch = Scratch::new("sentinel");
     let url = ha.url();
-    let opts = host_options(&url, None)
-        .connect_timeout(Duration::from_millis(500))
-        .probe(PROBE);
+    let opts = ha_options(&url, PROBE);
     let old_master = ha.master.port;
     let mut failover = None;
     let run = hosts::run(
@@ -96,13 +94,7 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
         &format!("sentinel://127.0.0.1:{},", stale.port),
         1,
     );
-    let table = Table::open(
-        scratch.path("t"),
-        &host_options(&url, None)
-            .connect_timeout(Duration::from_millis(500))
-            .probe(PROBE),
-    )
-    .unwrap();
+    let table = Table::open(scratch.path("t"), &ha_options(&url, PROBE)).unwrap();
     let task = table
         .task("stale", &TaskConfig::new().global_rate(100.0))
         .unwrap();
@@ -127,13 +119,7 @@ fn a_tls_sentinel_url_reaches_the_master_over_tls() {
                 // SAFETY: the child is single-threaded here.
                 unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
             }
-            let t = Table::open(
-                &table,
-                &host_options(&url, None)
-                    .connect_timeout(Duration::from_millis(500))
-                    .probe(PROBE),
-            )
-            .unwrap();
+            let t = Table::open(&table, &ha_options(&url, PROBE)).unwrap();
             let task = t
                 .task("tls", &TaskConfig::new().global_rate(100.0))
                 .unwrap();

@@ -426,7 +426,7 @@ pub mod worker;
 
 // Each test binary uses a part of them (as of all of this module).
 #[allow(unused_imports)]
-pub use options::{Options, cli_options, host_options, options};
+pub use options::{Options, cli_options, ha_options, host_options, options};
 
 pub mod layout {
     /// The table layout version mirrored here.

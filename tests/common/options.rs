@@ -29,6 +29,14 @@ pub fn host_options<'a>(url: &str, host: impl Into<Option<&'a str>>) -> TableOpt
         .host(host)
 }
 
+/// A host of a Sentinel or Cluster test: [`host_options`] that also
+/// connects within 500 ms and probes a failed store every `probe`.
+pub fn ha_options(url: &str, probe: Duration) -> TableOptions {
+    host_options(url, None)
+        .connect_timeout(Duration::from_millis(500))
+        .probe(probe)
+}
+
 /// 8 tasks, 8 processes, 2 balancers of 4 backends: the small table the
 /// command-line tests fill and read.
 pub fn cli_options() -> TableOptions {

@@ -284,6 +284,14 @@ pub fn command_calls(info: &str, commands: &[&str]) -> u64 {
         .sum()
 }
 
+/// The nodes' `host:port`s.
+fn addresses(nodes: &[Node]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect()
+}
+
 /// A server's configuration file; with TLS, TLS on `port` only, and TLS
 /// for its replication (and a sentinel's connections, a cluster's bus);
 /// with a password, asked for and given to a master.
@@ -424,16 +432,9 @@ impl Sentinels {
     }
 
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
         let (scheme, auth) = &self.access;
-        format!(
-            "{scheme}+sentinel://{auth}{}/{MASTER_NAME}/0",
-            hosts.join(",")
-        )
+        let hosts = addresses(&self.sentinels).join(",");
+        format!("{scheme}+sentinel://{auth}{hosts}/{MASTER_NAME}/0")
     }
 
     /// A lone sentinel that names a master on a port nobody serves, as a
@@ -512,10 +513,7 @@ impl Cluster {
                 Node::start(conf, port, &[], access, HA_CONNECT)
             })
             .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
+        let addrs = addresses(&nodes);
         let mut cli_args: Vec<String> = access.tls.map_or(Vec::new(), |tls| {
             vec![
                 "--tls".into(),
@@ -555,13 +553,9 @@ impl Cluster {
     }
 
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
         let (scheme, auth) = &self.access;
-        format!("{scheme}+cluster://{auth}{}", hosts.join(","))
+        let hosts = addresses(&self.nodes).join(",");
+        format!("{scheme}+cluster://{auth}{hosts}")
     }
 
     /// The indexes of the nodes that are masters now, as they say.
