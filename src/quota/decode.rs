@@ -46,6 +46,7 @@ pub fn pull_reply_of(
     let ask = Ask {
         task: "t",
         shard: 0,
+        shards: 1,
         slice: 0,
         slice_ms: 1000,
         quota,

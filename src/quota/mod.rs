@@ -78,7 +78,7 @@ pub(crate) use census::{merge as merge_record, parse_record};
 pub use config::{GlobalConfig, GlobalSettings};
 use fallback::share_left;
 pub(crate) use keeper::Keeper;
-pub(crate) use keys::{record_key, slice_key};
+pub(crate) use keys::{manager_key, record_key, slice_key};
 pub(crate) use lock::reclaim_pull_lock;
 use phase::{Dry, Phase};
 pub(crate) use policy::part as shard_part;

@@ -125,6 +125,7 @@ impl Quota {
                 Ask {
                     task,
                     shard: 0,
+                    shards: g.shards.max(1),
                     slice,
                     slice_ms: g.slice_ms,
                     quota: g.quota as u64,

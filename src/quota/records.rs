@@ -20,7 +20,7 @@ impl Store {
         crate::words::validate_name(task, "task name")?;
         let settings = config.over(GlobalSettings::default());
         check(&settings)?;
-        let key = record_key(self.redis.prefix(), task, 0);
+        let key = record_key(self.redis.prefix(), task, 0, 1);
         let script = redis::Script::new(SET_RECORD);
         let version: String = self.redis.round_trip("write the task's record", |conn| {
             let mut call = script.key(&key);
@@ -49,7 +49,8 @@ impl Store {
             )
             .collect();
         for shard in 1..settings.shards {
-            self.redis.write_copy(task, shard, &copy)?;
+            self.redis
+                .write_copy(task, (shard, settings.shards), &copy)?;
         }
         Ok(parsed)
     }
@@ -59,7 +60,7 @@ impl Store {
     /// log line, and keep the numbers they have).
     pub fn task_config(&self, task: &str) -> Result<Option<StoredConfig>> {
         crate::words::validate_name(task, "task name")?;
-        let key = record_key(self.redis.prefix(), task, 0);
+        let key = record_key(self.redis.prefix(), task, 0, 1);
         let fields: Vec<(String, String)> =
             self.redis.round_trip("read the task's record", |conn| {
                 redis::cmd("HGETALL").arg(&key).query(conn)
@@ -82,7 +83,7 @@ impl Store {
     /// their next pull. Whether there was one.
     pub fn remove_task_config(&self, task: &str) -> Result<bool> {
         crate::words::validate_name(task, "task name")?;
-        let key = record_key(self.redis.prefix(), task, 0);
+        let key = record_key(self.redis.prefix(), task, 0, 1);
         let removed: u64 = self.redis.round_trip("remove the task's record", |conn| {
             redis::cmd("DEL").arg(&key).query(conn)
         })?;

@@ -148,10 +148,10 @@ impl RedisStore {
     pub(crate) fn write_copy(
         &self,
         task: &str,
-        shard: u32,
+        (shard, shards): (u32, u32),
         fields: &[(String, String)],
     ) -> Result<()> {
-        let key = record_key(&self.settings.prefix, task, shard);
+        let key = record_key(&self.settings.prefix, task, shard, shards);
         let script = redis::Script::new(COPY_RECORD);
         self.round_trip("write a shard's copy of the task's record", |conn| {
             let mut call = script.key(&key);
@@ -165,8 +165,10 @@ impl RedisStore {
     /// Removes every shard's copy of `task`'s record: one round trip, one
     /// per shard on a cluster (each copy has its own slot).
     pub(crate) fn remove_copies(&self, task: &str) -> Result<()> {
-        let keys: Vec<String> = (1..MAX_SHARDS)
-            .map(|i| record_key(&self.settings.prefix, task, i))
+        // Of every spread the task may have had.
+        let keys: Vec<String> = (2..=MAX_SHARDS)
+            .flat_map(|shards| (1..shards).map(move |i| (i, shards)))
+            .map(|(i, shards)| record_key(&self.settings.prefix, task, i, shards))
             .collect();
         let groups: Vec<&[String]> = if self.is_cluster() {
             keys.chunks(1).collect()
@@ -226,12 +228,12 @@ impl QuotaStore for RedisStore {
         format!("Redis at {}", redact(&self.settings.url))
     }
 
-    fn repair_copy(&self, task: &str, shard: u32, fields: &[(String, String)]) -> Result<()> {
-        self.write_copy(task, shard, fields)
+    fn repair_copy(&self, task: &str, at: (u32, u32), fields: &[(String, String)]) -> Result<()> {
+        self.write_copy(task, at, fields)
     }
 
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
-        let key = record_key(&self.settings.prefix, task, 0);
+        let key = record_key(&self.settings.prefix, task, 0, 1);
         let fields: Vec<(String, String)> = self.round_trip("read the task's record", |conn| {
             redis::cmd("HGETALL").arg(&key).query(conn)
         })?;

@@ -69,10 +69,10 @@ pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String>) {
     let (task, shard) = (ask.task, ask.shard);
     let keys = vec![
-        slice_key(prefix, task, shard, ask.slice),
-        record_key(prefix, task, shard),
-        shape_key(prefix, task, shard),
-        slice_key(prefix, task, shard, ask.slice.wrapping_sub(1)),
+        slice_key(prefix, task, shard, ask.shards, ask.slice),
+        record_key(prefix, task, shard, ask.shards),
+        shape_key(prefix, task, shard, ask.shards),
+        slice_key(prefix, task, shard, ask.shards, ask.slice.wrapping_sub(1)),
     ];
     let flag = |on: bool| if on { "1" } else { "0" }.to_string();
     let mut args = vec![
@@ -128,7 +128,7 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
         -3 if !(MIN_SLICE_MS as i64..=MAX_SLICE_MS as i64).contains(&left) => {
             return refused(format!(
                 "slice_ms {left} from its shape key {}, not {MIN_SLICE_MS}..={MAX_SLICE_MS}",
-                echo(&shape_key("", ask.task, ask.shard))
+                echo(&shape_key("", ask.task, ask.shard, ask.shards))
             ));
         }
         -3 => Some(Refresh::Reslice(left as u32)),

@@ -66,7 +66,7 @@ impl Quota {
             if down::down(slot) != 0 {
                 down::clear(slot);
             }
-            return self.store.pull(&ask);
+            return self.store.pull(&Ask { shards: 1, ..ask });
         }
         let (slice, home) = (ask.slice, home(&self.host, shards));
         let start = (home as u64 + q.pulls.load(Ordering::Relaxed)) % shards as u64;
@@ -100,6 +100,7 @@ impl Quota {
             asked = true;
             let answer = self.store.pull(&Ask {
                 shard: i,
+                shards,
                 quota,
                 burst: part(ask.burst, shards, i).max(1),
                 want,
@@ -133,8 +134,11 @@ impl Quota {
                 // canonical record decides, and the copy is rewritten.
                 let fields = self.store.record(ask.task)?;
                 if fields.as_deref().and_then(version_of).unwrap_or(0) != version {
-                    self.store
-                        .repair_copy(ask.task, i, fields.as_deref().unwrap_or(&[]))?;
+                    self.store.repair_copy(
+                        ask.task,
+                        (i, shards),
+                        fields.as_deref().unwrap_or(&[]),
+                    )?;
                     repaired = true;
                     continue;
                 }
