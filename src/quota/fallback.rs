@@ -71,14 +71,10 @@ impl Quota {
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();
-                // Behind a pro-rata share of the slice the store failed in:
-                // admitted outside the pacing (whose debt would carry the
-                // lag past the slice's end).
                 taken + n as u64 <= allowance
-                    && (self.lag(t.slot, t.g, rate, slice, taken) >= n
-                        || gcra
-                            .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
-                            .is_some())
+                    && gcra
+                        .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
+                        .is_some()
             }
         };
         if !admitted {
@@ -87,16 +83,5 @@ impl Quota {
         }
         account.count_fallback(slice, n);
         Ok(Spent::Fallback(slice))
-    }
-
-    /// In the slice the store failed in, how far this host is behind a
-    /// pro-rata share of `rate`; 0 in a slice spent in fallback from its
-    /// start (paced as before).
-    fn lag(&self, slot: &TaskSlot, g: Global, rate: f64, slice: u32, taken: u64) -> u32 {
-        if Account::of(slot).granted(slice) == 0 {
-            return 0;
-        }
-        let elapsed_ms = (self.store_now_us(&slot.quota).max(0) as u64 / 1000) % g.slice_ms as u64;
-        policy::lag(rate, elapsed_ms, taken)
     }
 }

@@ -191,14 +191,6 @@ pub(super) fn share_rate(spent_before: u64, hosts: u64, rate: f64, slice_ms: u32
     (hosts > 0).then(|| rate / hosts as f64)
 }
 
-/// How far a host is behind a pro-rata share of `rate` `elapsed_ms` into a
-/// slice, having taken `taken`: the fallback catches that up at once (the
-/// slice would be short by the lag otherwise).
-pub(super) fn lag(rate: f64, elapsed_ms: u64, taken: u64) -> u32 {
-    let due = (rate * elapsed_ms as f64 / 1000.0) as u64;
-    due.saturating_sub(taken).min(u32::MAX as u64) as u32
-}
-
 /// The least a give-back is worth (see [`GIVE_BACK_FLOOR_DIV`]).
 pub(super) fn give_back_floor(quota: u64, hosts: u64) -> u64 {
     (quota / hosts.clamp(1, 1 << 20) / GIVE_BACK_FLOOR_DIV).max(1)
@@ -338,8 +330,6 @@ mod tests {
         assert_eq!(allowance(333.4, 1_000), 334);
         assert_eq!(fallback_burst(1_000.0), 50);
         assert_eq!(fallback_burst(1.0), 1);
-        assert_eq!(lag(1_000.0, 400, 150), 250);
-        assert_eq!(lag(1_000.0, 400, 500), 0);
     }
 
     #[test]
