@@ -139,7 +139,7 @@ local burst = tonumber(ARGV[10]) or quota
 -- The release is the key's: a host whose numbers are another threshold's
 -- (a record moved mid-slice) scales its burst to the key's quota.
 local own_quota = tonumber(ARGV[1]) or quota
-if own_quota > 0 and own_quota ~= quota then burst = math.floor(burst * quota / own_quota) end
+if own_quota > 0 and own_quota ~= quota then burst = math.max(math.floor(burst * quota / own_quota), 1) end
 local elapsed = (sec * 1000 + math.floor(usec / 1000)) % slice_ms
 local released = math.min(quota, math.floor(quota * elapsed / slice_ms) + burst)
 local room = math.max(released - (quota - left), 0)
