@@ -11,9 +11,10 @@
 //! task's fallback policy, scaled to that shard's part. Each host keeps
 //! pulling the live shards' parts from their keys (exact, as always), and
 //! grants itself its fallback rate × the dead part's fraction of the slice
-//! (`share`: what the host spent in its last slice, grants and fallback
-//! admissions; a number: that rate; `deny`: nothing; `local`: no bound,
-//! the local limits alone),
+//! (`share`: what the host spent in its last slice with every shard up,
+//! kept while one is down, so every host's figure is of the same slice; a
+//! number: that rate; `deny`: nothing; `local`: no bound, the local limits
+//! alone),
 //! released over the slice like a key would and less what it already took
 //! of that shard in the slice, so a shard that dies mid-slice costs
 //! nothing it had granted. The hosts' shares add up to the slice, so the
@@ -88,6 +89,11 @@ fn granted_self(slot: &TaskSlot, slice: u32) -> u64 {
     } else {
         0
     }
+}
+
+/// Whether this host granted itself part of a down shard in `slice`.
+pub(super) fn granted_self_in(slot: &TaskSlot, slice: u32) -> bool {
+    granted_self(slot, slice) != 0
 }
 
 /// Marks shard `i` down or up. Under the pull lock.
@@ -272,7 +278,7 @@ mod tests {
             total += own.granted;
         }
         assert!((1..=10_000).contains(&total), "{total}");
-        assert!(granted_self(&slot, slice) != 0 && granted_self(&slot, slice + 1) == 0);
+        assert!(granted_self_in(&slot, slice) && !granted_self_in(&slot, slice + 1));
         // Back up: the rest of the slice still by shares.
         set_down(&slot, 1, false);
         assert_eq!(me.share_of(&slot, g, at), Some(10_000));

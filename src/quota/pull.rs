@@ -88,13 +88,16 @@ impl Quota {
         // when a probe is due); while only some shards are down, one pull
         // per probe interval asks the down ones too.
         let probe = phase::failed(q) && (!down::partial(slot, g) || self.probe_due(shm, q));
+        // A slice left behind while the store fails, or with a shard down,
+        // keeps the figures of the slice before (see `down`).
+        let touched = |s| phase::failed(q) || down::granted_self_in(slot, s);
         // A reservation comes first: it is usable once the pacing it came
         // with is over, and the host asks for no more before.
         if account.has_reservation() {
             if phase::reservation_waits(shm, slot) {
                 return Ok(0);
             }
-            let moved = account.move_reserved();
+            let moved = account.move_reserved(touched);
             if account.held(slice) > 0 {
                 return Ok(moved);
             }
@@ -196,7 +199,7 @@ impl Quota {
             if kept {
                 account.keep_reserved(slice, reply.granted);
             } else {
-                account.deposit(slice, reply.granted);
+                account.deposit(slice, reply.granted, touched);
             }
             // A give-back's pull for nothing only tells the store: the
             // host's pacing and low water stay the last ask's.

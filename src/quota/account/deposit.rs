@@ -23,7 +23,9 @@ impl Account<'_> {
     /// old one is stranded, and the old one's figures (spent, asked) are
     /// kept for sizing and for the share fallback. A grant for a slice
     /// already over is stranded whole and counts in no claim.
-    pub(in crate::quota) fn deposit(self, slice: u32, granted: u64) {
+    /// `touched(s)`: slice `s` was spent with a shard down (see `down`):
+    /// like one an outage cut short, its figures are not the host's share.
+    pub(in crate::quota) fn deposit(self, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
         let q = self.q();
         q.granted.fetch_add(granted, Ordering::Relaxed);
         let mut word = q.host.load(Ordering::Acquire);
@@ -55,7 +57,12 @@ impl Account<'_> {
                 Ok(_) => {
                     if current != slice && word != 0 {
                         q.stranded.fetch_add(left, Ordering::Relaxed);
-                        self.close(current, tagged(sg, current), left);
+                        // A slice an outage cut short (a fallback after it,
+                        // or a shard down in it) keeps the figures from
+                        // before: the share fallback would keep to a sliver.
+                        if !(self.fell_back_since(current) || touched(current)) {
+                            self.close(current, tagged(sg, current), left);
+                        }
                     }
                     return;
                 }
@@ -100,8 +107,9 @@ impl Account<'_> {
     }
 
     /// Moves the reservation into the host's quota (under the pull lock,
-    /// once it is usable). Returns the permits moved.
-    pub(in crate::quota) fn move_reserved(self) -> u64 {
+    /// once it is usable); `touched` as [`Account::deposit`]'s. Returns the
+    /// permits moved.
+    pub(in crate::quota) fn move_reserved(self, touched: impl Fn(u32) -> bool) -> u64 {
         let word = self.slot.reserved.swap(0, Ordering::AcqRel);
         if word == 0 {
             return 0;
@@ -112,7 +120,7 @@ impl Account<'_> {
             // SIGKILL there would.
             std::process::abort();
         }
-        self.deposit((word >> 32) as u32, permits);
+        self.deposit((word >> 32) as u32, permits, touched);
         permits
     }
 }

@@ -83,6 +83,13 @@ impl<'a> Account<'a> {
         tagged(self.q().fallback_admitted.load(Ordering::Relaxed), slice)
     }
 
+    /// Whether the host's last fallback admission was in `slice` or later.
+    pub(super) fn fell_back_since(self, slice: u32) -> bool {
+        let word = self.q().fallback_admitted.load(Ordering::Relaxed);
+        let since = ((word >> 32) as u32).wrapping_sub(slice);
+        word != 0 && since != 0 && since < 1 << 31
+    }
+
     /// Permits of `slice` the host may still spend.
     pub(super) fn held(self, slice: u32) -> u64 {
         tagged(self.q().host.load(Ordering::Relaxed), slice)
