@@ -249,8 +249,16 @@ fn redis_commands_per_admission_two_hosts_three_processes_at_10k() {
         scripts as f64 / admitted as f64,
         total as f64 / scripts as f64
     );
+    // Measured 0.0089-0.0100 per admission over full slices at 5.3-5.5
+    // commands a run (0.0135-0.0140 and 7.9-8.1 before the script read its
+    // key once): a run's commands barely move with the machine's load, its
+    // round trips do (see the test above).
     assert!(
-        total as f64 / admitted as f64 <= 0.03,
+        total as f64 / scripts as f64 <= 6.5,
+        "{total} commands in {scripts} script runs"
+    );
+    assert!(
+        total as f64 / admitted as f64 <= 0.02,
         "{total} commands for {admitted}"
     );
 }
