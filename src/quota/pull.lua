@@ -22,10 +22,11 @@ end
 -- The key, read once. A small hash comes whole from HSCAN's first call
 -- (cursor 0 says it is whole: a compact hash always is, a larger one past
 -- about SCAN fields is not), and stands for HMGET, HLEN and the fair tails'
--- HGETALL below: `all` holds each field once, `at` its value, `n` their
--- count, and the writes of this call are applied to them as they are made
--- (`put`). A larger one is read by name (HMGET) and counted (HLEN); `all`
--- stays nil. Either way the same fields are read.
+-- HGETALL below: `all` holds each field once (one scan call over a hash
+-- nobody writes meanwhile), `at` its value, `n` their count, and the
+-- writes of this call are applied to them as they are made (`put`). A
+-- larger one is read by name (HMGET) and counted (HLEN); `all` stays nil.
+-- Either way the same fields are read.
 local SCAN = 16
 local all, at, n = nil, {}, 0
 local function put(field, value)
@@ -41,8 +42,9 @@ end
 local scan = redis.call('HSCAN', key, 0, 'COUNT', SCAN)
 local got
 if scan[1] == '0' then
-  all = {}
-  for i = 1, #scan[2], 2 do put(scan[2][i], scan[2][i + 1]) end
+  all = scan[2]
+  n = #all / 2
+  for i = 1, #all, 2 do at[all[i]] = all[i + 1] end
   got = {at.left or false, at.quota or false, at.demand or false, at[host] or false,
     at.fair or false, at.back or false}
 else
@@ -58,7 +60,8 @@ local shaped = 0
 local mismatch, keeps_shape = 0, false
 if ARGV[13] ~= '1' then
   local own = tonumber(ARGV[12])
-  if slice_ms == own and got[4] and fields(got[4])[13] == slice_ms then
+  local mark = got[4] and string.match(got[4], '^' .. string.rep('%S+ ', 12) .. '(%d+)$')
+  if slice_ms == own and mark == tostring(slice_ms) then
     shaped = slice_ms
   else
     local shape = tonumber(redis.call('GET', KEYS[3]))
