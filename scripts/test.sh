@@ -5,10 +5,10 @@
 # and static and once under ASan+UBSan; the install script, with CMake and
 # pkg-config programs built against what it installed); the loom model of
 # the concurrency ledger and of the wait queue; the global-quota simulation's budgets at 1,000
-# hosts (sim/, built optimized); and the Python module's pytest suite with mypy's
-# stubtest, the manylinux check of the wheel for PyPI, and the release
-# artifacts for glibc 2.17 (scripts/release.sh: the tarball used from C with
-# pkg-config and CMake, the wheel in a fresh venv). The deployment
+# hosts (sim/, built optimized); and the release artifacts for glibc 2.17
+# (scripts/release.sh), whose wheel the Python module's pytest suite runs on,
+# with mypy's stubtest, the wheel's manylinux check, the tarball used from C
+# with pkg-config and CMake, and the wheel in a fresh venv. The deployment
 # recipes run in both: C++ pre-fork and thread-pool servers in
 # tests/recipes.rs, gunicorn and uvicorn in bindings/python/tests/test_recipes.py.
 # The documentation is checked with the Rust tests (tests/docs.rs): every
@@ -38,7 +38,16 @@ cargo test -q --release -p flowctrl-sim
 echo "== loom models of the concurrency ledger and the wait queue"
 ./scripts/loom.sh
 
-echo "== Python"
-install_python_module
-"$VENV/bin/python" -m pytest -q bindings/python/tests
+echo "== Python (on the release wheel, built for glibc 2.17 by scripts/release.sh)"
+# The tests run on the wheel users install: one release build of the module,
+# not a second one from source.
+dist="$ROOT/target/release-dist"
+if ! ./scripts/release.sh --out "$dist" >"$dist.log" 2>&1; then
+    cat "$dist.log"
+    exit 1
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps \
+    "$dist"/flowctrl-*.whl
+FLOWCTRL_RELEASE_DIR="$dist" FLOWCTRL_RELEASE_LOG="$dist.log" \
+    "$VENV/bin/python" -m pytest -q bindings/python/tests
 echo "all tests passed"

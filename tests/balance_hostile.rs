@@ -23,14 +23,13 @@ fn region() -> usize {
     layout::balancers_size(BALANCERS, BACKENDS, PROCESSES)
 }
 
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: TASKS as u32,
-        max_processes: PROCESSES as u32,
-        balancers: BALANCERS as u32,
-        backends_per_balancer: BACKENDS as u32,
-        ..Default::default()
-    }
+/// The table of these constants.
+fn geometry() -> TableOptions {
+    options()
+        .capacity(TASKS as u32)
+        .processes(PROCESSES as u32)
+        .balancers(BALANCERS as u32)
+        .backends(BACKENDS as u32)
 }
 
 /// Bits of a case child's exit code (0..=3; anything else is a failure): the
@@ -39,7 +38,7 @@ const REFUSED: i32 = 1;
 const PICKED: i32 = 2;
 
 fn exercise(path: &std::path::Path) -> i32 {
-    let Ok(table) = Table::open(path, &options()) else {
+    let Ok(table) = Table::open(path, &geometry()) else {
         return REFUSED;
     };
     let mut code = 0;
@@ -91,14 +90,14 @@ fn hostile_balancer_words_never_crash() {
     let scratch = Scratch::new("lb-fuzz");
     let path = scratch.path("pristine");
     {
-        let table = Table::open(&path, &options()).unwrap();
+        let table = Table::open(&path, &geometry()).unwrap();
         let lb = table.balancer("api", &BalancerConfig::new()).unwrap();
         lb.set_backends(&[("10.0.0.1:80", 1), ("10.0.0.2:80", 2), ("10.0.0.3:80", 1)])
             .unwrap();
         // A process that dies holding picks leaves ledgers to reap.
         let p = path.clone();
         let exit = run_in_child(Duration::from_secs(30), move || {
-            let table = Table::open(&p, &options()).unwrap();
+            let table = Table::open(&p, &geometry()).unwrap();
             let lb = table.balancer("api", &BalancerConfig::new()).unwrap();
             let held: Vec<_> = (0..5)
                 .map(|_| lb.pick_raw(&PickOptions::default()).unwrap())
@@ -115,7 +114,7 @@ fn hostile_balancer_words_never_crash() {
     let copy = scratch.path("copy");
     std::fs::write(&copy, &pristine).unwrap();
     let exit = run_in_child(Duration::from_secs(30), move || {
-        let table = Table::open(&copy, &options()).unwrap();
+        let table = Table::open(&copy, &geometry()).unwrap();
         let lb = table.balancer("api", &BalancerConfig::new()).unwrap();
         let pick = lb.pick(&PickOptions::default()).unwrap();
         assert_eq!(lb.stats().backends.len(), 3);

@@ -10,22 +10,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use flowctrl::{Balancer, BalancerConfig, Outcome, PickOptions, RawPick, Table, TableOptions};
+use flowctrl::{Balancer, BalancerConfig, Outcome, PickOptions, RawPick, Table};
 
 const BACKENDS: [(&str, u32); 3] = [("10.0.0.1:80", 1), ("10.0.0.2:80", 1), ("10.0.0.3:80", 2)];
 
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 4,
-        max_processes: 16,
-        balancers: 2,
-        backends_per_balancer: 4,
-        ..Default::default()
-    }
-}
-
 fn open(path: &Path) -> (Table, Balancer) {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(
+        path,
+        &options().capacity(4).processes(16).balancers(2).backends(4),
+    )
+    .unwrap();
     let lb = table.balancer("api", &BalancerConfig::new()).unwrap();
     lb.set_backends(&BACKENDS).unwrap();
     (table, lb)

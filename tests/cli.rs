@@ -14,20 +14,12 @@ use std::time::Duration;
 
 use cli::{fails, field, flowctrl, flowctrl_as, ok};
 use common::*;
-use flowctrl::{BalancerConfig, Decision, Limited, Outcome, Table, TableOptions, TaskConfig, View};
+use flowctrl::{BalancerConfig, Decision, Limited, Outcome, Table, TaskConfig, View};
 use serde_json::Value;
 
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 8,
-        max_processes: 8,
-        balancers: 2,
-        backends_per_balancer: 4,
-        // Others may read it: the test of another user's table.
-        mode: 0o644,
-        ..TableOptions::default()
-    }
-}
+/// The mode of the tables made here: others may read them (the test of
+/// another user's table).
+const MODE: u32 = 0o644;
 
 fn api() -> TaskConfig {
     TaskConfig::new()
@@ -41,7 +33,7 @@ fn api() -> TaskConfig {
 /// success, dropped, ignored; `slow` (1/s, burst 1) admits 1 and refuses 1;
 /// the balancer `db` is picked 3 times.
 fn traffic(path: &Path) -> i32 {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(path, &cli_options().mode(MODE)).unwrap();
     let task = table.task("api", &api()).unwrap();
     let held: Vec<_> = (0..4)
         .map(|_| task.acquire(1).unwrap().permit().unwrap())
@@ -90,7 +82,7 @@ fn traffic(path: &Path) -> i32 {
 
 /// A process that takes 2 permits of `api`, says so, and waits to be killed.
 fn holder(path: &Path, ready: Pipe) -> i32 {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(path, &cli_options().mode(MODE)).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     for _ in 0..2 {
         std::mem::forget(task.acquire(1).unwrap().permit().unwrap());
@@ -247,7 +239,7 @@ fn read_only_commands_report_exact_numbers_and_change_no_byte() {
 
     // Every counter the command printed is the library's.
     let doc = json(&ok(&path, &["stats", "--json"]));
-    let table = Table::open(&path, &options()).unwrap();
+    let table = Table::open(&path, &cli_options().mode(MODE)).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     let s = task.stats();
     let printed = &task_json(&doc, "api")["stats"];
@@ -289,7 +281,7 @@ fn a_missing_or_hostile_file_is_an_error_never_a_new_table_or_a_hang() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
     assert!(fails(flowctrl(&fifo, &["stats"])).contains("not a regular file"));
     let short = scratch.path("short");
-    Table::open(&short, &options()).unwrap();
+    Table::open(&short, &cli_options().mode(MODE)).unwrap();
     let bytes = std::fs::read(&short).unwrap();
     std::fs::write(&short, &bytes[..bytes.len() / 2]).unwrap();
     assert!(fails(flowctrl(&short, &["stats"])).contains("truncated"));
@@ -304,7 +296,7 @@ fn a_table_with_holes_on_tmpfs_is_refused() {
     }
     let path = dir.join(format!("flowctrl-cli-holes-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    drop(Table::open(&path, &options()).unwrap());
+    drop(Table::open(&path, &cli_options().mode(MODE)).unwrap());
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let len = file.metadata().unwrap().len() as i64;
     // SAFETY: fallocate on our own descriptor.
@@ -360,7 +352,7 @@ fn another_users_table_is_read_when_its_mode_allows_and_refused_clearly_otherwis
 fn set_changes_a_task_for_every_process_and_refuses_bad_input() {
     let scratch = Scratch::new("cli-set");
     let path = scratch.path("table");
-    let table = Table::open(&path, &options()).unwrap();
+    let table = Table::open(&path, &cli_options().mode(MODE)).unwrap();
     let task = table.task("api", &api()).unwrap();
     let out = ok(
         &path,
@@ -417,10 +409,7 @@ fn set_changes_a_task_for_every_process_and_refuses_bad_input() {
 fn stats_show_the_lane_pool_and_the_acquires_it_could_not_serve() {
     let scratch = Scratch::new("cli-pool");
     let path = scratch.path("t");
-    let pooled = TableOptions {
-        lanes: 1,
-        ..options()
-    };
+    let pooled = cli_options().mode(MODE).lanes(1);
     let table = Table::open(&path, &pooled).unwrap();
     let api = table
         .task("api", &TaskConfig::new().max_concurrency(2))
@@ -446,7 +435,7 @@ fn stats_show_the_lane_pool_and_the_acquires_it_could_not_serve() {
     assert!(text.contains("unlaned     1 (refused 1)"), "{text}");
     // A table with lanes for every pair says nothing of a pool.
     let dense = scratch.path("dense");
-    Table::open(&dense, &options()).unwrap();
+    Table::open(&dense, &cli_options().mode(MODE)).unwrap();
     assert_eq!(
         json(&ok(&dense, &["stats", "--json"]))["lane_pool"],
         Value::Null

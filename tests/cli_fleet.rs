@@ -11,17 +11,8 @@ use std::time::Duration;
 use cli::{fails, field, flowctrl, ok};
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TableOptions, TaskConfig};
+use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TaskConfig};
 use serde_json::Value;
-
-fn options(url: &str, host: &str) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    // Room for a loaded 2-core machine.
-    o.store.timeout = Duration::from_millis(500);
-    o.store.host_id = Some(host.to_string());
-    o
-}
 
 /// The monotonic instant `offset` after the wall clock's next whole second.
 fn at_wall_second(offset: Duration) -> Duration {
@@ -36,8 +27,8 @@ fn fleet_prints_the_census_of_both_hosts() {
     let url = redis.url();
     let scratch = Scratch::new("cli-fleet");
     let config = TaskConfig::new().global_rate(1000.0).global_burst(1000);
-    let a = Table::open(scratch.path("a"), &options(&url, "host-a")).unwrap();
-    let b = Table::open(scratch.path("b"), &options(&url, "host-b")).unwrap();
+    let a = Table::open(scratch.path("a"), &host_options(&url, "host-a")).unwrap();
+    let b = Table::open(scratch.path("b"), &host_options(&url, "host-b")).unwrap();
     let (ta, tb) = (
         a.task("api", &config).unwrap(),
         b.task("api", &config).unwrap(),

@@ -15,8 +15,7 @@ use std::time::Duration;
 use cli::{field, ok};
 use common::*;
 use flowctrl::{
-    BalancerConfig, Decision, Limited, Outcome, PickOptions, Table, TableOptions, Task, TaskConfig,
-    View,
+    BalancerConfig, Decision, Limited, Outcome, PickOptions, Table, Task, TaskConfig, View,
 };
 
 /// A series: its name and its labels, sorted.
@@ -228,21 +227,11 @@ fn assert_backend_families(samples: &BTreeMap<Series, f64>, body: &str) {
     );
 }
 
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 8,
-        max_processes: 8,
-        balancers: 2,
-        backends_per_balancer: 4,
-        ..TableOptions::default()
-    }
-}
-
 const WEIRD: &str = "we\"ird\\name";
 
 /// A process holding 3 permits of `api` until it is told to end.
 fn holder(path: &Path, ready: Pipe, end: Pipe) -> i32 {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(path, &cli_options()).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     let permits: Vec<_> = (0..3)
         .map(|_| task.acquire(1).unwrap().permit().unwrap())
@@ -257,7 +246,7 @@ fn holder(path: &Path, ready: Pipe, end: Pipe) -> i32 {
 fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slot() {
     let scratch = Scratch::new("cli-metrics");
     let path = scratch.path("table");
-    let table = Table::open(&path, &options()).unwrap();
+    let table = Table::open(&path, &cli_options()).unwrap();
     let api = table
         .task(
             "api",
@@ -441,10 +430,7 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
 fn build_info_names_the_layout_of_a_pooled_table() {
     let scratch = Scratch::new("cli-metrics-pooled");
     let path = scratch.path("table");
-    let pooled = TableOptions {
-        lanes: 4,
-        ..options()
-    };
+    let pooled = cli_options().lanes(4);
     let _table = Table::open(&path, &pooled).unwrap();
     let samples = parse(&flowctrl::metrics::render(&View::open(&path).unwrap()).unwrap());
     let infos: Vec<_> = samples
@@ -465,7 +451,7 @@ fn build_info_names_the_layout_of_a_pooled_table() {
 fn served(tag: &str) -> (Scratch, Table, cli::Server) {
     let scratch = Scratch::new(tag);
     let path = scratch.path("table");
-    let table = Table::open(&path, &options()).unwrap();
+    let table = Table::open(&path, &cli_options()).unwrap();
     table
         .task("api", &TaskConfig::new().local_rate(100.0))
         .unwrap();

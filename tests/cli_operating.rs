@@ -19,19 +19,9 @@ use common::*;
 use flowctrl::{NO_CAP, Table, TableOptions, TaskConfig, View};
 use serde_json::Value;
 
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 8,
-        max_processes: 8,
-        balancers: 2,
-        backends_per_balancer: 4,
-        ..TableOptions::default()
-    }
-}
-
 /// A table holding `api` (cap 4, burst 20), no process attached.
 fn table_with_api(path: &Path) {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(path, &cli_options()).unwrap();
     table
         .task("api", &TaskConfig::new().max_concurrency(4).burst(20))
         .unwrap();
@@ -161,7 +151,7 @@ fn a_cap_of_0_is_refused_and_none_or_off_removes_the_cap() {
     assert!(out.contains("key_max_concurrency 0"), "{out}");
 
     // The library's faces: 0 refused, NO_CAP removes.
-    let table = Table::open(&path, &options()).unwrap();
+    let table = Table::open(&path, &cli_options()).unwrap();
     let err = table
         .task("other", &TaskConfig::new().max_concurrency(0))
         .unwrap_err();
@@ -241,14 +231,7 @@ fn a_cap_of_0_in_a_config_file_is_refused_at_its_position() {
     );
     let parsed = flowctrl::ConfigFile::load(&file).unwrap();
     assert_eq!(parsed.tasks["api"].local.max_concurrency, Some(NO_CAP));
-    let opened = Table::open(
-        &table,
-        &TableOptions {
-            config: Some(file.clone()),
-            ..options()
-        },
-    )
-    .unwrap();
+    let opened = Table::open(&table, &cli_options().config(file.clone())).unwrap();
     let api = opened.task("api", &TaskConfig::new()).unwrap();
     assert_eq!(
         api.settings().local.max_concurrency,

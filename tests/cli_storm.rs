@@ -19,18 +19,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowctrl::{Outcome, Table, TableOptions, TaskConfig};
+use common::{Options, options};
+use flowctrl::{Outcome, Table, TaskConfig};
 
 /// Owner operations on the file.
 const OPS: u64 = 1000;
-
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 64,
-        max_processes: 32,
-        ..TableOptions::default()
-    }
-}
 
 /// A directory in /dev/shm (where tables live: tmpfs), removed when dropped.
 struct ShmDir(PathBuf);
@@ -53,7 +46,7 @@ impl Drop for ShmDir {
 /// left without an attached process (this one would die by SIGBUS when its
 /// own thread touched the file truncated).
 fn make_table(path: &Path, round: u64) {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(path, &options().capacity(64).processes(32)).unwrap();
     for name in ["api", "db", "search"] {
         let task = table
             .task(name, &TaskConfig::new().local_rate(1e6).max_concurrency(8))

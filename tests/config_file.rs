@@ -22,10 +22,6 @@ fn save(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-fn options(file: &Path) -> TableOptions {
-    TableOptions::default().config(file)
-}
-
 #[test]
 fn a_file_is_checked_and_refusals_name_the_file_line_and_key() {
     let path = Path::new("/etc/flowctrl.toml");
@@ -118,7 +114,7 @@ fn the_file_wins_over_code_and_over_what_the_table_holds() {
         &file,
         &format!("[table]\npath = {table_path:?}\n[tasks.api]\nmax_concurrency = 5\n"),
     );
-    let new = Table::open("/ignored/by/the/file", &options(&file)).unwrap();
+    let new = Table::open("/ignored/by/the/file", &options().config(&file)).unwrap();
     assert_eq!(new.path(), table_path, "the file's [table] path wins");
     let again = new.task("api", &code).unwrap();
     for t in [&task, &again] {
@@ -141,7 +137,7 @@ fn the_file_wins_over_code_and_over_what_the_table_holds() {
             scratch.path("small")
         ),
     );
-    let small = Table::open(&table_path, &options(&file).clone()).unwrap();
+    let small = Table::open(&table_path, &options().config(&file).clone()).unwrap();
     assert_eq!(small.capacity(), 8);
     assert_eq!(small.lane_pool(), None, "lanes for every pair by default");
     // The lane pool of a new table, from the file.
@@ -149,14 +145,14 @@ fn the_file_wins_over_code_and_over_what_the_table_holds() {
         &file,
         &format!("[table]\npath = {:?}\nlanes = 12\n", scratch.path("pooled")),
     );
-    let pooled = Table::open(&table_path, &options(&file)).unwrap();
+    let pooled = Table::open(&table_path, &options().config(&file)).unwrap();
     assert_eq!(pooled.lane_pool(), Some((0, 12)));
 }
 
 /// One process: the task's cap as this process sees it, polled until it is
 /// `want`; exits 0 and writes how long it took.
 fn wait_for_cap(file: PathBuf, want: u32, out: PathBuf) -> i32 {
-    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let table = Table::open("/ignored", &options().config(&file)).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     std::fs::write(out.with_extension("ready"), "").unwrap();
     let began = Instant::now();
@@ -180,7 +176,7 @@ fn an_edit_reaches_every_process_within_a_second_and_a_bad_one_is_kept_out() {
         format!("[table]\npath = {table_path:?}\n[tasks.api]\nmax_concurrency = {cap}\n")
     };
     save(&file, &text(3));
-    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let table = Table::open("/ignored", &options().config(&file)).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     let mut pids = KillOnDrop::default();
     let outs: Vec<PathBuf> = (0..3).map(|i| scratch.path(&format!("took-{i}"))).collect();
@@ -230,7 +226,7 @@ fn an_edit_reaches_every_process_within_a_second_and_a_bad_one_is_kept_out() {
     assert_eq!(task.settings().local.max_concurrency, 7);
     // A registration in a process that never read the applied version (it
     // polled only the bad one) does not take the table back to its own.
-    let late = Table::open("/ignored", &options(&file));
+    let late = Table::open("/ignored", &options().config(&file));
     assert!(late.is_err(), "no file to open with");
     assert_eq!(
         table
@@ -264,7 +260,7 @@ fn balancers_take_their_options_and_backends_from_the_file() {
         )
     };
     save(&file, &text(r#"["a:1", { address = "b:2", weight = 4 }]"#));
-    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let table = Table::open("/ignored", &options().config(&file)).unwrap();
     let b = table
         .balancer("up", &flowctrl::BalancerConfig::default())
         .unwrap();
@@ -309,7 +305,7 @@ fn the_stores_record_wins_over_the_file_for_global_fields() {
             },
         )
         .unwrap();
-    let table = Table::open("/ignored", &options(&file)).unwrap();
+    let table = Table::open("/ignored", &options().config(&file)).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     // One acquire pulls, and the pull adopts the record.
     assert!(matches!(task.acquire(1).unwrap(), Decision::Admitted(_)));

@@ -17,15 +17,15 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Scratch;
-use common::redis::RedisServer;
+use common::redis::{RedisServer, free_port};
+use common::{Options, Scratch, cli_options};
 use flowctrl::{
     BalancerConfig, Decision, KeyConfig, KeyDecision, KeyLimits, KeyRate, Outcome, PickOptions,
     Table, TableOptions, TaskConfig,
@@ -42,13 +42,6 @@ const GLOBAL_RATE: f64 = 100.0;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A child process killed by its pid and reaped when dropped.
@@ -192,21 +185,6 @@ fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Du
     began.elapsed()
 }
 
-/// The options of the table whose global task spends from `url`.
-fn store_options(url: &str) -> TableOptions {
-    let mut o = TableOptions {
-        capacity: 8,
-        max_processes: 8,
-        balancers: 2,
-        backends_per_balancer: 4,
-        ..TableOptions::default()
-    };
-    o.store.url = Some(url.to_string());
-    // A shared 2-core machine: room for Redis to answer.
-    o.store.timeout = Duration::from_millis(200);
-    o
-}
-
 /// Traffic until `stop` (or 2 minutes), from one process with two tables:
 /// `path`'s "api" (its local rate and concurrency cap refuse some),
 /// "global" (on the store at `url`, a tenth of its releases dropped, for
@@ -220,7 +198,14 @@ fn traffic(
     stop: Arc<AtomicBool>,
     ready: Arc<AtomicBool>,
 ) {
-    let table = Table::open(&path, &store_options(&url)).unwrap();
+    let table = Table::open(
+        &path,
+        &cli_options()
+            .store(&url)
+            // A shared 2-core machine: room for Redis to answer.
+            .timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
     let api = table
         .task(
             "api",

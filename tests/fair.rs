@@ -10,15 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{Decision, Table, TableOptions, Task, TaskConfig};
-
-fn options(url: &str, host: &str) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.host_id = Some(host.to_string());
-    o
-}
+use flowctrl::{Decision, Table, Task, TaskConfig};
 
 /// Per second of the wall clock: (admitted, refused).
 type Counts = BTreeMap<i64, (u64, u64)>;
@@ -53,8 +45,8 @@ fn a_small_host_is_never_refused_while_a_big_one_is_admitted() {
     let scratch = Scratch::new("fair-tails");
     let url = redis.url();
     let config = TaskConfig::new().global_rate(1000.0);
-    let big = Table::open(scratch.path("big"), &options(&url, "big")).unwrap();
-    let small = Table::open(scratch.path("small"), &options(&url, "small")).unwrap();
+    let big = Table::open(scratch.path("big"), &host_options(&url, "big")).unwrap();
+    let small = Table::open(scratch.path("small"), &host_options(&url, "small")).unwrap();
     let (tb, ts) = (
         big.task("api", &config).unwrap(),
         small.task("api", &config).unwrap(),
@@ -100,7 +92,7 @@ fn a_small_host_is_never_refused_while_a_big_one_is_admitted() {
         );
     }
     // The census shows what each host said it is asked for.
-    let fleet = flowctrl::Store::open(&options(&url, "x").store)
+    let fleet = flowctrl::Store::open(&host_options(&url, "x").store)
         .unwrap()
         .fleet("api", None)
         .unwrap();

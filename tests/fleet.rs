@@ -9,25 +9,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
+use common::worker::{self, Tally, Worker, Workers};
 use common::*;
 use flowctrl::{Decision, Fallback, QuotaState, Table, TableOptions, TaskConfig};
 
 const RATE: f64 = 2000.0;
-
-fn options(url: &str, host: Option<&str>) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    // Room for a loaded 2-core machine; an outage is a refused connection,
-    // noticed at once whatever the timeout.
-    o.store.timeout = Duration::from_millis(500);
-    o.store.probe_interval = Duration::from_millis(100);
-    o.store.host_id = host.map(str::to_string);
-    o
-}
+/// How often a host probes a failed store.
+const PROBE: Duration = Duration::from_millis(100);
 
 /// The slice key's `left` field, as the store has it.
 fn left(redis: &RedisServer, task: &str, slice: u64) -> i64 {
@@ -62,8 +54,16 @@ fn a_key_created_anew_deducts_what_each_host_took_once() {
         .global_burst(120_000);
     let quota = 120_000i64; // 2000/s × 60 s
     let slice = wait_for_minute_slice(Duration::from_secs(10));
-    let a = Table::open(scratch.path("a"), &options(&redis.url(), Some("host-a"))).unwrap();
-    let b = Table::open(scratch.path("b"), &options(&redis.url(), Some("host-b"))).unwrap();
+    let a = Table::open(
+        scratch.path("a"),
+        &host_options(&redis.url(), "host-a").probe(PROBE),
+    )
+    .unwrap();
+    let b = Table::open(
+        scratch.path("b"),
+        &host_options(&redis.url(), "host-b").probe(PROBE),
+    )
+    .unwrap();
     let (ta, tb) = (a.task("t", &config).unwrap(), b.task("t", &config).unwrap());
     assert_eq!(ta.pull_quota(300).unwrap(), Ok(300));
     assert_eq!(tb.pull_quota(200).unwrap(), Ok(200));
@@ -102,7 +102,7 @@ fn fallback_admissions_are_deducted_when_the_store_returns() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("fleet-fallback");
     let slice = wait_for_minute_slice(Duration::from_secs(15));
-    let opts = options(&redis.url(), Some("host-a"));
+    let opts = host_options(&redis.url(), "host-a").probe(PROBE);
     let table = Table::open(scratch.path("a"), &opts).unwrap();
     let task = table
         .task(
@@ -139,63 +139,8 @@ fn fallback_admissions_are_deducted_when_the_store_returns() {
     );
 }
 
-/// One worker: saturating demand (`pace` None) or `pace` requests/s, for
-/// `secs`, counting admissions per 1-s slice of the store's clock; writes
-/// "slice count" lines, then "errors slowest_µs".
-fn worker(
-    path: &Path,
-    opts: TableOptions,
-    config: TaskConfig,
-    start: Duration,
-    secs: f64,
-    pace: Option<f64>,
-    out: PathBuf,
-) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table.task("api", &config).unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
-    let (mut errors, mut slowest) = (0u64, Duration::ZERO);
-    let mut next = monotonic();
-    while monotonic() < end {
-        if let Some(rate) = pace {
-            next += Duration::from_secs_f64(1.0 / rate);
-            sleep_until(next);
-        }
-        let began = Instant::now();
-        let decision = task.acquire(1);
-        slowest = slowest.max(began.elapsed());
-        match decision {
-            Ok(Decision::Admitted(p)) => {
-                let slice = (wall_us() + task.quota_stats().clock_offset_us) / 1_000_000;
-                *counts.entry(slice).or_default() += 1;
-                drop(p);
-            }
-            Ok(Decision::Limited(_)) if pace.is_none() => {
-                std::thread::sleep(Duration::from_micros(200))
-            }
-            Ok(Decision::Limited(_)) => {}
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}"));
-            }
-        }
-    }
-    let mut text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
-    text.push_str(&format!("end {errors} {}\n", slowest.as_micros()));
-    std::fs::write(out, text).unwrap();
-    0
-}
-
-struct Run {
-    per_slice: BTreeMap<i64, u64>,
-    errors: u64,
-    slowest: Duration,
-}
-
 /// Forks the workers (table, pace) at `start`; `during` runs in this process
-/// meanwhile; sums their counts.
+/// meanwhile; sums their tallies.
 fn run(
     scratch: &Scratch,
     workers: &[(PathBuf, TableOptions, Option<f64>)],
@@ -203,41 +148,17 @@ fn run(
     start: Duration,
     secs: f64,
     during: impl FnOnce(),
-) -> Run {
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
-    for (i, (path, opts, pace)) in workers.iter().enumerate() {
-        let out = scratch.path(&format!("counts-{i}"));
-        outs.push(out.clone());
-        let (path, opts, pace) = (path.clone(), opts.clone(), *pace);
-        pids.add(fork_guarded(move || {
-            worker(&path, opts, config, start, secs, pace, out)
-        }));
-    }
+) -> Tally {
+    let workers: Vec<_> = workers
+        .iter()
+        .map(|(path, opts, pace)| {
+            let worker = Worker::new("api", config).pace(*pace);
+            (path.clone(), opts.clone(), worker)
+        })
+        .collect();
+    let forked = Workers::fork(scratch, &workers, start, secs);
     during();
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0, "a worker failed");
-        pids.forget(pid);
-    }
-    let mut run = Run {
-        per_slice: BTreeMap::new(),
-        errors: 0,
-        slowest: Duration::ZERO,
-    };
-    for out in outs {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            if f[0] == "end" {
-                run.errors += f[1].parse::<u64>().unwrap();
-                let us = Duration::from_micros(f[2].parse().unwrap());
-                run.slowest = run.slowest.max(us);
-            } else {
-                *run.per_slice.entry(f[0].parse().unwrap()).or_default() +=
-                    f[1].parse::<u64>().unwrap();
-            }
-        }
-    }
-    run
+    worker::sum(&forked.tallies())
 }
 
 /// The monotonic instant at which the wall clock reads the next whole
@@ -257,12 +178,12 @@ fn restart_keeps_every_slice_exact(kill: Duration, down: Duration, pace: Option<
     let scratch = Scratch::new("fleet-restart");
     let url = redis.url();
     let hosts = [scratch.path("h0"), scratch.path("h1")];
-    let opts = options(&url, None);
+    let opts = host_options(&url, None).probe(PROBE);
     let workers: Vec<_> = hosts
         .iter()
         .flat_map(|h| std::iter::repeat_n((h.clone(), opts.clone(), pace), 3))
         .collect();
-    let watch = Table::open(&hosts[0], &options(&url, None)).unwrap();
+    let watch = Table::open(&hosts[0], &host_options(&url, None).probe(PROBE)).unwrap();
     let config = TaskConfig::new().global_rate(RATE);
     let watched = watch.task("api", &config).unwrap();
     let start = at_wall_second(1, Duration::ZERO);
@@ -322,9 +243,9 @@ fn an_outage_keeps_the_cluster_near_its_global_rate() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("fleet-outage");
     let url = redis.url();
-    let mut opts = options(&url, None);
-    opts.store.probe_interval = Duration::from_secs(1);
-    opts.store.timeout = Duration::from_millis(100);
+    let opts = host_options(&url, None)
+        .probe(Duration::from_secs(1))
+        .timeout(Duration::from_millis(100));
     let workers: Vec<_> = [1200.0, 600.0, 200.0]
         .iter()
         .enumerate()
@@ -374,7 +295,11 @@ fn an_outage_keeps_the_cluster_near_its_global_rate() {
 fn deny_local_and_a_rate_under_the_local_limits_in_an_outage() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("fleet-policies");
-    let table = Table::open(scratch.path("t"), &options(&redis.url(), None)).unwrap();
+    let table = Table::open(
+        scratch.path("t"),
+        &host_options(&redis.url(), None).probe(PROBE),
+    )
+    .unwrap();
     let deny = table
         .task(
             "deny",
@@ -530,7 +455,13 @@ fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
     let scratch = Scratch::new("fleet-census");
     let config = TaskConfig::new().global_rate(1000.0).global_burst(1000);
     let tables: Vec<_> = (0..3)
-        .map(|i| Table::open(scratch.path(&format!("h{i}")), &options(&redis.url(), None)).unwrap())
+        .map(|i| {
+            Table::open(
+                scratch.path(&format!("h{i}")),
+                &host_options(&redis.url(), None).probe(PROBE),
+            )
+            .unwrap()
+        })
         .collect();
     let tasks: Vec<_> = tables
         .iter()
@@ -541,7 +472,7 @@ fn the_census_lists_the_live_hosts_and_a_shared_host_id_is_detected() {
         .map(|i| {
             Table::open(
                 scratch.path(&format!("twin{i}")),
-                &options(&redis.url(), Some("twin")),
+                &host_options(&redis.url(), "twin").probe(PROBE),
             )
             .unwrap()
         })
@@ -636,7 +567,7 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("fleet-lost-chunk");
     let path = scratch.path("t");
-    let opts = options(&redis.url(), Some("storm"));
+    let opts = host_options(&redis.url(), "storm").probe(PROBE);
     let config = TaskConfig::new()
         .global_rate(1000.0)
         .slice_ms(60_000)
@@ -700,7 +631,7 @@ fn a_puller_killed_inside_the_deposit_never_hands_its_chunk_out_twice() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("fleet-deposit");
     let path = scratch.path("t");
-    let opts = options(&redis.url(), Some("dep"));
+    let opts = host_options(&redis.url(), "dep").probe(PROBE);
     let config = TaskConfig::new()
         .global_rate((QUOTA * 1000 / SLICE_MS) as f64)
         .slice_ms(SLICE_MS as u32)
@@ -785,7 +716,10 @@ fn admission_times(
         for w in 0..3 {
             let out = scratch.path(&format!("times-{h}-{w}"));
             outs.push(out.clone());
-            let (path, opts) = (scratch.path(&format!("h{h}")), options(&redis.url(), None));
+            let (path, opts) = (
+                scratch.path(&format!("h{h}")),
+                host_options(&redis.url(), None).probe(PROBE),
+            );
             pids.add(fork_guarded(move || {
                 let table = Table::open(&path, &opts).unwrap();
                 let task = table.task("smooth", &config).unwrap();
@@ -893,33 +827,17 @@ fn hosts_with_different_thresholds_spend_by_the_keys_and_are_counted() {
     let scratch = Scratch::new("fleet-mixed");
     let url = redis.url();
     let start = at_wall_second(1, Duration::ZERO);
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
+    let mut workers = Vec::new();
     for (h, rate) in [(0, 2000.0), (1, 3000.0)] {
-        for w in 0..3 {
-            let out = scratch.path(&format!("counts-{h}-{w}"));
-            outs.push(out.clone());
-            let (path, opts) = (scratch.path(&format!("h{h}")), options(&url, None));
-            let config = TaskConfig::new().global_rate(rate);
-            pids.add(fork_guarded(move || {
-                worker(&path, opts, config, start, 5.0, None, out)
-            }));
-        }
+        let (path, opts) = (
+            scratch.path(&format!("h{h}")),
+            host_options(&url, None).probe(PROBE),
+        );
+        let worker = Worker::new("api", TaskConfig::new().global_rate(rate));
+        workers.extend(std::iter::repeat_n((path, opts, worker), 3));
     }
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0);
-        pids.forget(pid);
-    }
-    let mut per_slice: BTreeMap<i64, u64> = BTreeMap::new();
-    for out in outs {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            if f[0] != "end" {
-                *per_slice.entry(f[0].parse().unwrap()).or_default() +=
-                    f[1].parse::<u64>().unwrap();
-            }
-        }
-    }
+    let tallies = Workers::fork(&scratch, &workers, start, 5.0).tallies();
+    let per_slice = worker::sum(&tallies).per_slice;
     let slices: Vec<_> = per_slice.iter().collect();
     // Each slice by its creator's threshold, 2000 or 3000 (the keys have
     // expired by now): never the two added up.
@@ -932,7 +850,11 @@ fn hosts_with_different_thresholds_spend_by_the_keys_and_are_counted() {
     }
     let conflicts: u64 = (0..2)
         .map(|h| {
-            let t = Table::open(scratch.path(&format!("h{h}")), &options(&url, None)).unwrap();
+            let t = Table::open(
+                scratch.path(&format!("h{h}")),
+                &host_options(&url, None).probe(PROBE),
+            )
+            .unwrap();
             t.task("api", &TaskConfig::new())
                 .unwrap()
                 .quota_stats()

@@ -54,17 +54,6 @@ use flowctrl::{
 /// The table 0.3.0 made.
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/table-0.3.0.bin");
 
-/// The smallest geometry that holds what `populate` registers.
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 4,
-        max_processes: 2,
-        balancers: 1,
-        backends_per_balancer: 2,
-        ..Default::default()
-    }
-}
-
 /// The tasks of the golden table and the configuration each was registered
 /// with: a local rate with a burst and a cap; a global quota on the
 /// embedded store (the default store); an adaptive limit with bounds; an
@@ -185,7 +174,11 @@ fn balancer_config() -> BalancerConfig {
 /// Makes the table: registers the tasks and the balancer, then closes
 /// everything.
 fn populate(path: &Path) {
-    let table = Table::open(path, &options()).unwrap();
+    let table = Table::open(
+        path,
+        &options().capacity(4).processes(2).balancers(1).backends(2),
+    )
+    .unwrap();
     for (name, config) in tasks() {
         table.task(name, &config).unwrap();
     }
@@ -269,7 +262,11 @@ fn a_0_3_0_table_reads_back_as_registered_and_works() {
 
     // The settings this build registers for the same configurations.
     let fresh_scratch = Scratch::new("golden-fresh");
-    let fresh = Table::open(fresh_scratch.path("fresh"), &options()).unwrap();
+    let fresh = Table::open(
+        fresh_scratch.path("fresh"),
+        &options().capacity(4).processes(2).balancers(1).backends(2),
+    )
+    .unwrap();
     for (name, config) in tasks() {
         // Read as it is, without a configuration of ours: as this build
         // would have registered it.

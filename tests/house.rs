@@ -29,6 +29,12 @@ const LONG_FILES: &[(&str, &str)] = &[(
     "the crash-exact ledger protocol and its exhaustive interleaving tests belong together",
 )];
 const MAX_LINES: usize = 520;
+/// Rooms held to a tighter limit, and why.
+const ROOM_MAX_LINES: &[(&str, usize, &str)] = &[(
+    "quota",
+    400,
+    "the global-quota protocol is read whole by whoever changes it: one concept a file",
+)];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -177,11 +183,7 @@ fn graph() -> Graph {
 /// Rooms whose files still import each other in a loop, and why: the list
 /// only shrinks (a listed room that stops looping fails the test, so the
 /// entry is removed with the loop).
-const LOOPED_ROOMS: &[(&str, &str)] = &[(
-    "quota",
-    "the pull, the slice words and the policies are one knot until the room is rebuilt \
-         around one slice account and one state machine",
-)];
+const LOOPED_ROOMS: &[(&str, &str)] = &[];
 
 /// The files of room `room` as nodes (a file `x.rs` or a folder `x/`; the
 /// room's `mod.rs`, its face, is left out: children use its types) and
@@ -252,8 +254,20 @@ fn a_planted_loop_inside_a_room_is_found() {
         ["chunk"]
     );
     assert!(paths_after("use super::super::chunk::x;", "super::").is_empty());
-    // The real room scan finds quota's knot (listed), and only a cycle.
-    assert!(cycle(&room_graph("quota")).is_some());
+    // A loop among three files is found; the same files one way are not.
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g = Graph::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+        }
+        g
+    };
+    let looped = graph(&[("pull", "chunk"), ("chunk", "spell"), ("spell", "pull")]);
+    assert_eq!(cycle(&looped).unwrap().len(), 4);
+    let one_way = graph(&[("pull", "chunk"), ("chunk", "spell"), ("pull", "spell")]);
+    assert!(cycle(&one_way).is_none());
+    // The real room scans: the quota room was rebuilt one way.
+    assert!(cycle(&room_graph("quota")).is_none());
 }
 
 /// A cycle of the graph, if there is one.
@@ -361,9 +375,13 @@ fn no_source_file_is_past_the_limit_without_a_reason() {
             .to_string_lossy()
             .to_string();
         let allowed = LONG_FILES.iter().any(|(f, _)| *f == rel);
-        if lines > MAX_LINES && !allowed {
-            long.push(format!("{rel}: {lines} lines"));
+        let max = ROOM_MAX_LINES
+            .iter()
+            .find(|(room, _, _)| rel.starts_with(&format!("{room}/")))
+            .map_or(MAX_LINES, |(_, max, _)| *max);
+        if lines > max && !allowed {
+            long.push(format!("{rel}: {lines} lines (limit {max})"));
         }
     }
-    assert!(long.is_empty(), "files past {MAX_LINES} lines: {long:?}");
+    assert!(long.is_empty(), "files past their limit: {long:?}");
 }

@@ -13,19 +13,11 @@ use std::time::Duration;
 
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{Outcome, Table, TableOptions, Task, TaskConfig};
+use flowctrl::{Outcome, Table, Task, TaskConfig};
 
 /// 4 s slices: the keeper gives back after a twentieth of one (200 ms).
 const SLICE_MS: u64 = 4000;
 const IDLE_AFTER: Duration = Duration::from_millis(SLICE_MS / 20);
-
-fn options(url: &str, host: &str) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.host_id = Some(host.into());
-    o
-}
 
 /// A slice of `quota`, released whole at its start (no pacing to wait
 /// for), pulled in chunks of `chunk`.
@@ -104,7 +96,7 @@ fn two_hosts(task: &str, config: &TaskConfig) -> (RedisServer, Scratch, Task, Ta
     let redis = RedisServer::start();
     let scratch = Scratch::new(task);
     let host = |id: &str| {
-        let table = Table::open(scratch.path(id), &options(&redis.url(), id)).unwrap();
+        let table = Table::open(scratch.path(id), &host_options(&redis.url(), id)).unwrap();
         table.task(task, config).unwrap()
     };
     let (a, b) = (host("a"), host("b"));
@@ -168,7 +160,7 @@ fn a_busy_host_gives_nothing_back() {
     const CHUNK: u32 = 20_000;
     let redis = RedisServer::start();
     let scratch = Scratch::new("idle-busy");
-    let table = Table::open(scratch.path("t"), &options(&redis.url(), "busy")).unwrap();
+    let table = Table::open(scratch.path("t"), &host_options(&redis.url(), "busy")).unwrap();
     let task = table.task("busy", &config(QUOTA, CHUNK)).unwrap();
     // Busy for 1 s, idle for at most another: both in the slice (a new one
     // would leave the host holding nothing of it to give).
@@ -210,7 +202,7 @@ fn a_give_back_cut_by_a_kill_is_finished_exactly() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("idle-storm");
     let path = scratch.path("t");
-    let opts = options(&redis.url(), HOST);
+    let opts = host_options(&redis.url(), HOST);
     let table = Table::open(&path, &opts).unwrap();
     let task = table.task(TASK, &config(QUOTA, CHUNK)).unwrap();
     let slice = slice_within(SLICE_MS - 3000);
@@ -357,7 +349,7 @@ fn a_task_spread_over_shards_gives_nothing_back() {
     const QUOTA: u64 = 4000;
     let redis = RedisServer::start();
     let scratch = Scratch::new("idle-shards");
-    let table = Table::open(scratch.path("t"), &options(&redis.url(), "sharded")).unwrap();
+    let table = Table::open(scratch.path("t"), &host_options(&redis.url(), "sharded")).unwrap();
     let task = table
         .task("sharded", &config(QUOTA, 1000).shards(3))
         .unwrap();
@@ -388,8 +380,7 @@ fn a_restart_after_a_give_back_deducts_what_the_host_kept() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("idle-restart");
     let host = |id: &str| {
-        let mut o = options(&redis.url(), id);
-        o.store.probe_interval = Duration::from_millis(100);
+        let o = host_options(&redis.url(), id).probe(Duration::from_millis(100));
         let table = Table::open(scratch.path(id), &o).unwrap();
         table.task("restart", &config(QUOTA, CHUNK)).unwrap()
     };

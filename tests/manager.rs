@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
+use common::redis::{RedisServer, free_port};
 use common::*;
 use flowctrl::manage::{Manager, ManagerConfig};
 use flowctrl::{Decision, Table, TableOptions, Task, TaskConfig};
@@ -221,14 +221,6 @@ fn metric(port: u16, name: &str) -> u64 {
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("{name} not in {body}")) as u64
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

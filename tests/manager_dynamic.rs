@@ -269,6 +269,8 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
     server.join().unwrap();
     drop(manager);
     let mut per_slice: BTreeMap<u64, [u64; 3]> = BTreeMap::new();
+    // Admitted per host, per slice.
+    let mut split: BTreeMap<u64, [u64; HOSTS]> = BTreeMap::new();
     for i in 0..HOSTS {
         for line in std::fs::read_to_string(scratch.path(&format!("counts-{i}")))
             .unwrap()
@@ -277,6 +279,7 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
             let f: Vec<u64> = line.split(' ').map(|v| v.parse().unwrap()).collect();
             let e = per_slice.entry(f[0]).or_default();
             (0..3).for_each(|k| e[k] += f[k + 1]);
+            split.entry(f[0]).or_default()[i] = f[1];
         }
     }
     let slices_of = |secs: u64| secs * 1000 / SLICE_MS;
@@ -333,6 +336,10 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
         })
         .collect();
     eprintln!("slice:threshold/goodput/dropped {}", show.join(" "));
+    let splits: Vec<String> = (first_slice..=last)
+        .map(|s| format!("{:?}", split.get(&s).copied().unwrap_or_default()))
+        .collect();
+    eprintln!("admitted per host: {}", splits.join(" "));
     // What `flowctrl fleet` showed near the end: every host's releases and
     // their p99 (the backend takes 20 ms at least; the bound above is only
     // plausibility: 201 ms once on a loaded 2-core machine), the manager's

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
+use common::redis::{Redis, RedisServer, free_port};
+use common::worker::{self, Worker, Workers};
 use common::*;
 use flowctrl::{Decision, ErrorKind, Limited, QuotaState, Table, TableOptions, TaskConfig};
 
@@ -24,54 +25,16 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     TIMED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn options(url: Option<String>, skew_ms: i64) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = url;
-    // These machines are shared and small: give Redis room to answer under
-    // six busy processes (production keeps the few-ms default).
-    o.store.timeout = Duration::from_millis(100);
-    o.store.probe_interval = Duration::from_millis(1000);
-    o.store.clock_skew_ms = skew_ms;
-    o
-}
-
-/// One worker: saturating demand for `secs`, counting admissions per slice
-/// by the store's clock as this host sees it (wall + skew + offset), written
-/// to `out`. Exit 1 if any acquire returned an error.
-fn worker(
-    path: &Path,
-    opts: TableOptions,
-    (skew_ms, rate): (i64, f64),
-    start: Duration,
-    secs: f64,
-    out: PathBuf,
-) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table
-        .task("api", &TaskConfig::new().global_rate(rate))
-        .unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
-    let mut errors = 0;
-    while monotonic() < end {
-        match task.acquire(1) {
-            Ok(Decision::Admitted(p)) => {
-                let offset = task.quota_stats().clock_offset_us;
-                let slice = (wall_us() + skew_ms * 1000 + offset) / 1_000_000;
-                *counts.entry(slice).or_default() += 1;
-                drop(p);
-            }
-            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}\n"));
-            }
-        }
-    }
-    let text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
-    std::fs::write(out, text).unwrap();
-    (errors > 0) as i32
+/// A host of the store at `url` (`None`: the embedded store) whose clock is
+/// `skew_ms` off.
+fn quota_options(url: Option<String>, skew_ms: i64) -> TableOptions {
+    options()
+        .store_url(url)
+        // These machines are shared and small: give Redis room to answer
+        // under six busy processes (production keeps the few-ms default).
+        .timeout(Duration::from_millis(100))
+        .probe(Duration::from_millis(1000))
+        .clock_skew_ms(skew_ms)
 }
 
 /// Runs `per_host` workers on each of `hosts` (table, skew) for `secs`, and
@@ -94,34 +57,22 @@ fn run_at(
     rate: f64,
 ) -> BTreeMap<i64, u64> {
     let start = monotonic() + Duration::from_millis(500);
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
-    for (h, (path, url, skew)) in hosts.iter().enumerate() {
-        for w in 0..per_host {
-            let out = scratch.path(&format!("counts-{h}-{w}"));
-            outs.push(out.clone());
-            // Accuracy, not failover: a shared machine may answer a pull
-            // late, and a store declared failed admits by the fallback.
-            let mut opts = options(url.clone(), *skew);
-            opts.store.timeout = Duration::from_secs(1);
-            let (path, skew) = (path.clone(), *skew);
-            pids.add(fork_guarded(move || {
-                worker(&path, opts, (skew, rate), start, secs, out)
-            }));
-        }
+    let mut workers = Vec::new();
+    for (path, url, skew) in hosts {
+        // Accuracy, not failover: a shared machine may answer a pull
+        // late, and a store declared failed admits by the fallback.
+        let opts = quota_options(url.clone(), *skew).timeout(Duration::from_secs(1));
+        // Counting admissions by the store's clock as this host sees it
+        // (wall + skew + offset).
+        let worker = Worker::new("api", TaskConfig::new().global_rate(rate)).skew_ms(*skew);
+        workers.extend(std::iter::repeat_n((path.clone(), opts, worker), per_host));
     }
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0, "a worker saw an error");
-        pids.forget(pid);
-    }
-    let mut total = BTreeMap::new();
-    for out in outs {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let (s, n) = line.split_once(' ').unwrap();
-            *total.entry(s.parse::<i64>().unwrap()).or_insert(0u64) += n.parse::<u64>().unwrap();
-        }
-    }
-    total
+    let tallies = Workers::fork(scratch, &workers, start, secs).tallies();
+    assert!(
+        tallies.iter().all(|t| t.errors == 0),
+        "a worker saw an error"
+    );
+    worker::sum(&tallies).per_slice
 }
 
 /// Every full slice (not the first or last seen) admitted within
@@ -164,7 +115,7 @@ fn redis_two_hosts_three_processes_each_admit_the_rate_per_slice() {
     let per_slice = run(&scratch, &hosts, 3, 5.0);
     assert_accurate(&per_slice);
     for (path, url, skew) in &hosts {
-        let table = Table::open(path, &options(url.clone(), *skew)).unwrap();
+        let table = Table::open(path, &quota_options(url.clone(), *skew)).unwrap();
         let stats = table.task("api", &TaskConfig::new()).unwrap().quota_stats();
         eprintln!("{}: {stats:?}", path.display());
     }
@@ -273,7 +224,7 @@ fn a_host_whose_clock_is_700_ms_ahead_spends_from_the_same_keys() {
         (scratch.path("b"), Some(redis.url()), 700),
     ];
     assert_accurate(&run(&scratch, &hosts, 3, 5.0));
-    let table = Table::open(scratch.path("b"), &options(Some(redis.url()), 700)).unwrap();
+    let table = Table::open(scratch.path("b"), &quota_options(Some(redis.url()), 700)).unwrap();
     let offset = table
         .task("api", &TaskConfig::new())
         .unwrap()
@@ -283,35 +234,6 @@ fn a_host_whose_clock_is_700_ms_ahead_spends_from_the_same_keys() {
         (-720_000..=-680_000).contains(&offset),
         "measured offset {offset} µs"
     );
-}
-
-/// What one worker of an outage test saw.
-fn outage_worker(path: &Path, opts: TableOptions, start: Duration, secs: f64, out: PathBuf) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table
-        .task(
-            "api",
-            &TaskConfig::new().global_rate(RATE).fallback_rate(400.0),
-        )
-        .unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let (mut errors, mut slowest, mut admitted) = (0, Duration::ZERO, 0u64);
-    while monotonic() < end {
-        let began = Instant::now();
-        let decision = task.acquire(1);
-        slowest = slowest.max(began.elapsed());
-        match decision {
-            Ok(Decision::Admitted(_)) => admitted += 1,
-            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(300)),
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}\n"));
-            }
-        }
-    }
-    std::fs::write(out, format!("{errors} {} {admitted}", slowest.as_micros())).unwrap();
-    0
 }
 
 /// Runs two workers for 6 s; `outage` starts at 1.5 s and `recover` at
@@ -324,7 +246,7 @@ fn outage(
 ) -> (Duration, Duration) {
     let scratch = Scratch::new("quota-outage");
     let path = scratch.path("table");
-    let opts = options(Some(redis.url()), 0);
+    let opts = quota_options(Some(redis.url()), 0);
     let table = Table::open(&path, &opts).unwrap();
     let task = table
         .task(
@@ -333,14 +255,20 @@ fn outage(
         )
         .unwrap();
     let start = monotonic() + Duration::from_millis(300);
-    let mut pids = KillOnDrop::default();
-    let outs: Vec<_> = (0..2).map(|w| scratch.path(&format!("w{w}"))).collect();
-    for out in &outs {
-        let (path, opts, out) = (path.clone(), opts.clone(), out.clone());
-        pids.add(fork_guarded(move || {
-            outage_worker(&path, opts, start, 6.0, out)
-        }));
-    }
+    let worker = Worker::new(
+        "api",
+        TaskConfig::new().global_rate(RATE).fallback_rate(400.0),
+    )
+    .pause(Duration::from_micros(300));
+    let workers = Workers::fork(
+        &scratch,
+        &[
+            (path.clone(), opts.clone(), worker.clone()),
+            (path.clone(), opts.clone(), worker),
+        ],
+        start,
+        6.0,
+    );
     let state_after = |from: Duration, wanted: fn(QuotaState) -> bool| {
         while !task.quota_stats().state.is_some_and(wanted) {
             assert!(
@@ -361,18 +289,17 @@ fn outage(
     let up = monotonic();
     recover(redis);
     let to_open = state_after(up, |s| s != QuotaState::Failed);
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0);
-        pids.forget(pid);
-    }
-    for out in outs {
-        let text = std::fs::read_to_string(out).unwrap();
-        let v: Vec<u64> = text.split(' ').map(|x| x.parse().unwrap()).collect();
-        assert_eq!(v[0], 0, "no caller may see an error");
+    for tally in workers.tallies() {
+        let slowest = tally.slowest.as_micros();
+        assert_eq!(tally.errors, 0, "no caller may see an error");
         // One command timeout (100 ms here) plus scheduling slack.
-        assert!(v[1] < 180_000, "an acquire took {} µs", v[1]);
-        assert!(v[2] > 1000, "kept serving: {text}");
-        eprintln!("worker: errors, slowest acquire µs, admitted = {text}");
+        assert!(slowest < 180_000, "an acquire took {slowest} µs");
+        assert!(tally.admitted() > 1000, "kept serving: {tally:?}");
+        eprintln!(
+            "worker: {} errors, slowest acquire {slowest} µs, {} admitted",
+            tally.errors,
+            tally.admitted()
+        );
     }
     let stats = task.quota_stats();
     assert!(
@@ -387,7 +314,7 @@ fn outage(
 fn redis_killed_and_restarted_falls_back_and_recovers() {
     let _timed = one_at_a_time();
     let mut redis = RedisServer::start();
-    let (to_failed, to_open) = outage(&mut redis, RedisServer::kill, RedisServer::restart);
+    let (to_failed, to_open) = outage(&mut redis, |r| r.kill(), |r| r.restart());
     // The host notices at its next pull (at the latest at the next slice).
     assert!(to_failed < Duration::from_millis(1200), "{to_failed:?}");
     // Probes every second ±20 %, then the probe's own round trip and the
@@ -415,10 +342,9 @@ fn a_pull_lock_holder_killed_mid_pull_is_replaced_within_100_ms() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("quota-holder");
     let path = scratch.path("table");
-    let mut slow = options(Some(redis.url()), 0);
-    slow.store.timeout = Duration::from_secs(30);
+    let slow = quota_options(Some(redis.url()), 0).timeout(Duration::from_secs(30));
     let config = TaskConfig::new().global_rate(RATE);
-    let table = Table::open(&path, &options(Some(redis.url()), 0)).unwrap();
+    let table = Table::open(&path, &quota_options(Some(redis.url()), 0)).unwrap();
     let task = table.task("api", &config).unwrap();
     let (ready, go) = (Pipe::new(), Pipe::new());
     let mut pids = KillOnDrop::default();
@@ -515,13 +441,9 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
 
     // Unreachable at open: opening works, decisions fall back at once and
     // an explicit pull says why.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("redis://127.0.0.1:{port}/0");
-    let table = Table::open(scratch.path("u"), &options(Some(url), 0)).unwrap();
+    let table = Table::open(scratch.path("u"), &quota_options(Some(url), 0)).unwrap();
     let task = table
         .task(
             "u",
@@ -541,7 +463,7 @@ fn bad_input_is_refused_clearly_and_never_blocks() {
 
     // A key that holds no number: the store is failed, callers keep going.
     let redis = RedisServer::start();
-    let table = Table::open(scratch.path("n"), &options(Some(redis.url()), 0)).unwrap();
+    let table = Table::open(scratch.path("n"), &quota_options(Some(redis.url()), 0)).unwrap();
     let task = table
         .task("n", &TaskConfig::new().global_rate(1000.0).slice_ms(60_000))
         .unwrap();
@@ -570,9 +492,9 @@ fn a_trickling_store_holds_no_caller_past_the_request_bound() {
     let _timed = one_at_a_time();
     let trickler = common::trickle::Trickler::start();
     let scratch = Scratch::new("quota-trickle");
-    let mut opts = options(Some(trickler.url()), 0);
-    opts.store.connect_timeout = Duration::from_millis(50);
-    opts.store.timeout = Duration::from_millis(100);
+    let opts = quota_options(Some(trickler.url()), 0)
+        .connect_timeout(Duration::from_millis(50))
+        .timeout(Duration::from_millis(100));
     let bound = Duration::from_millis(150);
     // A loaded 2-core machine may deschedule the caller for a while.
     let margin = Duration::from_millis(100);
@@ -651,7 +573,7 @@ fn pull_lock_survives_a_kill_storm() {
     let scratch = Scratch::new("quota-storm");
     let path = scratch.path("table");
     let config = TaskConfig::new().global_rate(1_000_000.0).chunk(20);
-    let opts = options(Some(redis.url()), 0);
+    let opts = quota_options(Some(redis.url()), 0);
     let spawn = || {
         let (path, opts) = (path.clone(), opts.clone());
         fork_guarded(move || {
@@ -735,30 +657,14 @@ fn pull_lock_survives_a_kill_storm() {
 fn tls_and_auth_through_the_url() {
     let scratch = Scratch::new("quota-tls");
     let tls = common::tls::Tls::make();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let tls_args = tls.server_lines(port).into_iter().flat_map(|line| {
-        let (name, value) = line.split_once(' ').unwrap();
-        [format!("--{name}"), value.to_string()]
-    });
-    let mut server = std::process::Command::new("redis-server")
-        .args(tls_args)
-        .args(["--bind", "127.0.0.1", "--requirepass", "s3cret"])
-        .args(["--save", "", "--appendonly", "no"])
-        .current_dir(scratch.dir())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    std::thread::sleep(Duration::from_millis(300));
+    let server = Redis::new().tls(&tls).password("s3cret").server();
+    let port = server.port;
     let (table, ca) = (scratch.path("t"), tls.ca.clone());
     let exit = run_in_child(Duration::from_secs(30), move || {
         // SAFETY: the child is single-threaded here.
         unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
-        let mut opts = options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0);
-        opts.store.connect_timeout = Duration::from_secs(2);
+        let opts = quota_options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0)
+            .connect_timeout(Duration::from_secs(2));
         let t = Table::open(&table, &opts).unwrap();
         let task = t
             .task("tls", &TaskConfig::new().global_rate(100.0))
@@ -766,8 +672,8 @@ fn tls_and_auth_through_the_url() {
         let granted = task.pull_quota(10).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(granted, Ok(10));
         // A wrong password is a store error naming the store, not the password.
-        let mut bad = options(Some(format!("rediss://:wrong@127.0.0.1:{port}/0")), 0);
-        bad.store.connect_timeout = Duration::from_secs(2);
+        let bad = quota_options(Some(format!("rediss://:wrong@127.0.0.1:{port}/0")), 0)
+            .connect_timeout(Duration::from_secs(2));
         let t = Table::open(table.with_extension("bad"), &bad).unwrap();
         let task = t
             .task("tls", &TaskConfig::new().global_rate(100.0))
@@ -777,8 +683,6 @@ fn tls_and_auth_through_the_url() {
         assert!(!err.message().contains("wrong"), "{err}");
         0
     });
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(exit, Exit::Code(0));
 }
 
@@ -789,36 +693,12 @@ fn tls_and_auth_through_the_url() {
 fn unix_sockets_resp3_auth_and_db_through_the_url() {
     let scratch = Scratch::new("quota-unix");
     let socket = scratch.path("redis.sock");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--unixsocket", socket.to_str().unwrap()])
-        .args([
-            "--requirepass",
-            "s3cret",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let control = ::redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}/0")).unwrap();
-    let began = Instant::now();
-    let mut control = loop {
-        match control.get_connection_with_timeout(Duration::from_millis(500)) {
-            Ok(conn) => break conn,
-            Err(e) => {
-                assert!(began.elapsed() < Duration::from_secs(10), "{e}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    };
+    let server = Redis::new()
+        .password("s3cret")
+        .unix_socket(&socket)
+        .server();
+    let port = server.port;
+    let mut control = server.connection().unwrap();
     for (url, db, task) in [
         (
             format!("unix://{}?db=2&pass=s3cret", socket.display()),
@@ -831,8 +711,7 @@ fn unix_sockets_resp3_auth_and_db_through_the_url() {
             "resp3",
         ),
     ] {
-        let mut opts = options(Some(url.clone()), 0);
-        opts.store.connect_timeout = Duration::from_millis(500);
+        let opts = quota_options(Some(url.clone()), 0).connect_timeout(Duration::from_millis(500));
         let table = Table::open(scratch.path(task), &opts).unwrap();
         let t = table
             .task(task, &TaskConfig::new().global_rate(100.0))
@@ -853,6 +732,4 @@ fn unix_sockets_resp3_auth_and_db_through_the_url() {
             .0;
         assert!(!keys.is_empty(), "{url}: no key of the task in db {db}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
 }

@@ -13,18 +13,12 @@ use std::time::{Duration, Instant};
 use common::redis::RedisServer;
 use common::*;
 use flowctrl::{
-    Decision, ErrorKind, Fallback, GlobalConfig, GlobalSource, Store, StoreOptions, Table,
-    TableOptions, Task, TaskConfig,
+    Decision, ErrorKind, Fallback, GlobalConfig, GlobalSource, Store, StoreOptions, Table, Task,
+    TaskConfig,
 };
 
-fn options(url: &str, host: &str) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.probe_interval = Duration::from_millis(100);
-    o.store.host_id = Some(host.to_string());
-    o
-}
+/// How often a host probes a failed store.
+const PROBE: Duration = Duration::from_millis(100);
 
 fn store(url: &str) -> Store {
     Store::open(&StoreOptions {
@@ -117,7 +111,7 @@ fn a_stored_record_wins_and_its_changes_reach_every_host_within_a_slice() {
     let own = TaskConfig::new().global_rate(3000.0);
     let tables: Vec<Table> = ["a", "b"]
         .iter()
-        .map(|h| Table::open(scratch.path(h), &options(&url, h)).unwrap())
+        .map(|h| Table::open(scratch.path(h), &host_options(&url, *h).probe(PROBE)).unwrap())
         .collect();
     let tasks: Vec<Task> = tables
         .iter()
@@ -190,7 +184,7 @@ fn registrations_and_updates_are_of_the_hosts_own_numbers_under_a_record() {
             },
         )
         .unwrap();
-    let table = Table::open(scratch.path("a"), &options(&url, "a")).unwrap();
+    let table = Table::open(scratch.path("a"), &host_options(&url, "a").probe(PROBE)).unwrap();
     let own = TaskConfig::new().global_rate(3000.0).local_rate(5000.0);
     let task = table.task("api", &own).unwrap();
     assert_eq!(task.pull_quota(10).unwrap(), Ok(10));
@@ -212,7 +206,7 @@ fn registrations_and_updates_are_of_the_hosts_own_numbers_under_a_record() {
     );
     // Another process of the host registers with the same own numbers:
     // no mismatch with the store's; different own numbers still mismatch.
-    let again = Table::open(scratch.path("a"), &options(&url, "a")).unwrap();
+    let again = Table::open(scratch.path("a"), &host_options(&url, "a").probe(PROBE)).unwrap();
     again.task("api", &own).unwrap();
     let err = again
         .task("api", &TaskConfig::new().global_rate(2000.0))
@@ -244,8 +238,8 @@ fn hosts_cut_in_other_slices_spend_from_the_same_keys_until_the_other_goes() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("records-slices");
     let url = redis.url();
-    let a = Table::open(scratch.path("a"), &options(&url, "a")).unwrap();
-    let b = Table::open(scratch.path("b"), &options(&url, "b")).unwrap();
+    let a = Table::open(scratch.path("a"), &host_options(&url, "a").probe(PROBE)).unwrap();
+    let b = Table::open(scratch.path("b"), &host_options(&url, "b").probe(PROBE)).unwrap();
     let tasks = [
         a.task("api", &TaskConfig::new().global_rate(1000.0))
             .unwrap(),
@@ -328,7 +322,7 @@ fn bad_records_are_refused_with_their_field_and_never_obeyed() {
     assert!(fleet.set_task_config("", &rate(1.0)).is_err());
     assert_eq!(fleet.task_config("api").unwrap(), None, "nothing written");
 
-    let table = Table::open(scratch.path("a"), &options(&url, "a")).unwrap();
+    let table = Table::open(scratch.path("a"), &host_options(&url, "a").probe(PROBE)).unwrap();
     let task = table
         .task("api", &TaskConfig::new().global_rate(1000.0))
         .unwrap();
@@ -404,7 +398,11 @@ fn an_out_of_range_shape_key_is_refused_and_floods_nothing() {
     let url = redis.url();
     for shape in ["1", "0", "-5", "99", "60001", "1e300", "1.5"] {
         redis.command::<()>(&["SET", "flowctrl:{api}:shape", shape]);
-        let table = Table::open(scratch.path(&format!("t{shape}")), &options(&url, "a")).unwrap();
+        let table = Table::open(
+            scratch.path(&format!("t{shape}")),
+            &host_options(&url, "a").probe(PROBE),
+        )
+        .unwrap();
         let task = table
             .task(
                 "api",

@@ -14,14 +14,6 @@ use common::layout::*;
 use common::*;
 use flowctrl::{Decision, ErrorKind, Limited, Outcome, Table, TableOptions, TaskConfig};
 
-fn options(capacity: u32, max_processes: u32) -> TableOptions {
-    TableOptions {
-        capacity,
-        max_processes,
-        ..Default::default()
-    }
-}
-
 fn cap(n: u32) -> TaskConfig {
     TaskConfig::new().max_concurrency(n)
 }
@@ -54,7 +46,7 @@ fn holder(path: &Path, opts: &TableOptions, task: &str, n: u32, ready: Pipe) -> 
 fn a_reaper_out_of_descriptors_reclaims_the_dead_and_spares_the_living() {
     let scratch = Scratch::new("emfile");
     let path = scratch.path("t");
-    let opts = options(4, 16);
+    let opts = options().capacity(4).processes(16);
     drop(
         Table::open(&path, &opts)
             .unwrap()
@@ -158,7 +150,7 @@ fn a_reaper_out_of_descriptors_reclaims_the_dead_and_spares_the_living() {
 #[test]
 fn stale_claims_are_taken_over_and_a_live_one_times_out() {
     let scratch = Scratch::new("claims");
-    let opts = options(1, 8); // one task slot: every name probes slot 0
+    let opts = options().capacity(1).processes(8); // one task slot: every name probes slot 0
     let (old_epoch, dead_owner, live_claim) = (
         scratch.path("old"),
         scratch.path("dead"),
@@ -288,7 +280,7 @@ fn stale_claims_are_taken_over_and_a_live_one_times_out() {
 #[test]
 fn a_copy_of_a_permit_released_on_another_thread_is_refused() {
     let scratch = Scratch::new("double");
-    let table = Table::open(scratch.path("t"), &options(4, 8)).unwrap();
+    let table = Table::open(scratch.path("t"), &options().capacity(4).processes(8)).unwrap();
     let task = table.task("svc", &cap(2)).unwrap();
     let permit = std::thread::scope(|s| {
         s.spawn(|| task.acquire_raw(1).unwrap().unwrap())
@@ -373,7 +365,7 @@ fn a_copy_of_a_permit_released_on_another_thread_is_refused() {
 fn uncounted_permits_of_a_dead_process_do_not_lower_the_count() {
     let scratch = Scratch::new("uncounted");
     let path = scratch.path("t");
-    let opts = options(4, 8);
+    let opts = options().capacity(4).processes(8);
     let table = Table::open(&path, &opts).unwrap();
     let task = table
         .task("svc", &TaskConfig::new().no_max_concurrency())
@@ -513,7 +505,7 @@ fn a_full_filesystem_is_an_error_at_open_never_sigbus() {
     assert_eq!(
         run_in_child(
             Duration::from_secs(20),
-            expect_no_space(big.clone(), options(256, 64))
+            expect_no_space(big.clone(), options().capacity(256).processes(64))
         ),
         Exit::Code(0)
     );
@@ -524,7 +516,7 @@ fn a_full_filesystem_is_an_error_at_open_never_sigbus() {
     // A table that fits works.
     let small = dir.join("small");
     let use_small = || {
-        let table = Table::open(&small, &options(8, 8)).unwrap();
+        let table = Table::open(&small, &options().capacity(8).processes(8)).unwrap();
         let task = table.task("svc", &cap(4)).unwrap();
         let p = task.acquire(4).unwrap().permit().unwrap();
         p.release(Outcome::Success).unwrap();
@@ -538,7 +530,7 @@ fn a_full_filesystem_is_an_error_at_open_never_sigbus() {
     // A sparse table file (an existing table whose pages were never
     // allocated), then the filesystem fills up: opening it must fail cleanly.
     let elsewhere = scratch.path("model");
-    drop(Table::open(&elsewhere, &options(32, 16)).unwrap());
+    drop(Table::open(&elsewhere, &options().capacity(32).processes(16)).unwrap());
     let total = std::fs::metadata(&elsewhere).unwrap().len();
     let header = &std::fs::read(&elsewhere).unwrap()[..4096];
     let sparse = dir.join("sparse");
@@ -566,7 +558,7 @@ fn a_full_filesystem_is_an_error_at_open_never_sigbus() {
     assert_eq!(
         run_in_child(
             Duration::from_secs(20),
-            expect_no_space(sparse, options(32, 16))
+            expect_no_space(sparse, options().capacity(32).processes(16))
         ),
         Exit::Code(0)
     );
@@ -584,7 +576,7 @@ fn a_full_filesystem_is_an_error_at_open_never_sigbus() {
 #[test]
 fn squatted_linked_and_writable_files_are_refused() {
     let scratch = Scratch::new("squat");
-    let opts = options(4, 8);
+    let opts = options().capacity(4).processes(8);
     // A symlink at the path, to a perfectly good table.
     let real = scratch.path("real");
     drop(Table::open(&real, &opts).unwrap());
@@ -633,7 +625,7 @@ fn squatted_linked_and_writable_files_are_refused() {
 fn a_deleted_or_replaced_file_is_reported() {
     let scratch = Scratch::new("deleted");
     let path = scratch.path("t");
-    let opts = options(4, 8);
+    let opts = options().capacity(4).processes(8);
     let table = Table::open(&path, &opts).unwrap();
     table.task("svc", &cap(1)).unwrap();
     assert!(!table.check().replaced);
@@ -699,7 +691,7 @@ fn fork_while_opening(path: &Path, forks: u32) -> i32 {
 }
 
 fn fork_while_opening_with(path: &Path, forks: u32, inherited: Option<&Table>) -> i32 {
-    let opts = options(4, 128);
+    let opts = options().capacity(4).processes(128);
     let stop = Arc::new(AtomicBool::new(false));
     let opener = {
         let (stop, path, opts) = (stop.clone(), path.to_path_buf(), opts.clone());
@@ -748,7 +740,7 @@ fn a_fork_during_open_does_not_deadlock_the_child() {
     let scratch = Scratch::new("forkopen");
     let path = scratch.path("t");
     // In this process, with a handle the children inherit.
-    let table = Table::open(&path, &options(4, 128)).unwrap();
+    let table = Table::open(&path, &options().capacity(4).processes(128)).unwrap();
     assert_eq!(fork_while_opening_with(&path, 30, Some(&table)), 0);
     // In fresh processes, where the first open races the first fork.
     let ran = scratch.path("helper-ran");
@@ -787,7 +779,7 @@ fn a_fork_during_open_does_not_deadlock_the_child() {
 fn two_handles_of_one_process_are_two_attachments() {
     let scratch = Scratch::new("handles");
     let path = scratch.path("t");
-    let opts = options(4, 8);
+    let opts = options().capacity(4).processes(8);
     let first = Table::open(&path, &opts).unwrap();
     let second = Table::open(&path, &opts).unwrap();
     let a = first.task("svc", &cap(10)).unwrap();

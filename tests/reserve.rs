@@ -14,21 +14,13 @@ use std::time::Duration;
 
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{Table, TableOptions, Task, TaskConfig};
+use flowctrl::{Table, Task, TaskConfig};
 
 const SLICE_MS: u64 = 4000;
 const RATE: f64 = 5000.0;
 /// The slice's quota, and what it releases at once (the rest evenly).
 const QUOTA: u64 = 20_000;
 const BURST: u64 = 500;
-
-fn options(url: &str) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.host_id = Some("real".into());
-    o
-}
 
 fn config() -> TaskConfig {
     TaskConfig::new()
@@ -155,7 +147,7 @@ fn hammer(task: Arc<Task>, threads: usize, stop: Arc<AtomicBool>, slice: u64) ->
 fn a_held_ask_is_reserved_and_spent_only_after_its_wait() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("reserve");
-    let table = Table::open(scratch.path("t"), &options(&redis.url())).unwrap();
+    let table = Table::open(scratch.path("t"), &host_options(&redis.url(), "real")).unwrap();
     let task = Arc::new(table.task("crowded", &config()).unwrap());
     let slice = crowded_slice(&redis, "crowded");
     let hammer = Hammer::start(&task, 2, slice);
@@ -200,7 +192,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     let redis = RedisServer::start();
     let scratch = Scratch::new("reserve-storm");
     let path = scratch.path("t");
-    let opts = options(&redis.url());
+    let opts = host_options(&redis.url(), "real");
     let table = Table::open(&path, &opts).unwrap();
     let task = Arc::new(table.task("storm", &config()).unwrap());
     let slice = crowded_slice(&redis, "storm");
@@ -254,8 +246,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
 fn a_restart_with_reservations_in_flight_hands_nothing_out_twice() {
     let mut redis = RedisServer::start();
     let scratch = Scratch::new("reserve-restart");
-    let mut opts = options(&redis.url());
-    opts.store.probe_interval = Duration::from_millis(100);
+    let opts = host_options(&redis.url(), "real").probe(Duration::from_millis(100));
     let table = Table::open(scratch.path("t"), &opts).unwrap();
     let task = Arc::new(table.task("restart", &config()).unwrap());
     let slice = crowded_slice(&redis, "restart");

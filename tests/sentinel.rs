@@ -10,8 +10,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::ha::Sentinels;
 use common::hosts::{self, TASK};
+use common::redis::{Redis, Sentinels};
 use common::tls::Tls;
 use common::*;
 use flowctrl::{ErrorKind, Store, StoreOptions, Table, TaskConfig};
@@ -24,7 +24,7 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     let mut ha = Sentinels::start(1000);
     let scratch = Scratch::new("sentinel");
     let url = ha.url();
-    let opts = hosts::options(&url, PROBE);
+    let opts = ha_options(&url, PROBE);
     let old_master = ha.master.port;
     let mut failover = None;
     let run = hosts::run(
@@ -94,7 +94,7 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
         &format!("sentinel://127.0.0.1:{},", stale.port),
         1,
     );
-    let table = Table::open(scratch.path("t"), &hosts::options(&url, PROBE)).unwrap();
+    let table = Table::open(scratch.path("t"), &ha_options(&url, PROBE)).unwrap();
     let task = table
         .task("stale", &TaskConfig::new().global_rate(100.0))
         .unwrap();
@@ -108,7 +108,7 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
 #[test]
 fn a_tls_sentinel_url_reaches_the_master_over_tls() {
     let tls = Tls::make();
-    let ha = Sentinels::start_with(1000, Some(&tls));
+    let ha = Redis::new().tls(&tls).sentinels(1000);
     let url = ha.url();
     assert!(url.starts_with("rediss+sentinel://"), "{url}");
     let scratch = Scratch::new("sentinel-tls");
@@ -119,7 +119,7 @@ fn a_tls_sentinel_url_reaches_the_master_over_tls() {
                 // SAFETY: the child is single-threaded here.
                 unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
             }
-            let t = Table::open(&table, &hosts::options(&url, PROBE)).unwrap();
+            let t = Table::open(&table, &ha_options(&url, PROBE)).unwrap();
             let task = t
                 .task("tls", &TaskConfig::new().global_rate(100.0))
                 .unwrap();

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use flowctrl::{Outcome, Table, TableOptions, TaskConfig};
+use flowctrl::{Outcome, Table, TaskConfig};
 
 const CAP: u32 = 4;
 const TASK: &str = "queue";
@@ -30,14 +30,6 @@ const OBSERVERS: usize = 3;
 /// taking their ticket).
 const ORDER_MARGIN: Duration = Duration::from_millis(50);
 
-fn options() -> TableOptions {
-    TableOptions {
-        capacity: 4,
-        max_processes: 32,
-        ..Default::default()
-    }
-}
-
 fn config() -> TaskConfig {
     TaskConfig::new().max_concurrency(CAP)
 }
@@ -47,7 +39,7 @@ fn config() -> TaskConfig {
 #[ignore = "the worker process of the waiting storm, run by it"]
 fn wait_storm_worker() {
     let path = std::env::var_os("FLOWCTRL_WAIT_STORM_PATH").expect("run by the storm");
-    let table = Table::open(Path::new(&path), &options()).unwrap();
+    let table = Table::open(Path::new(&path), &options().capacity(4).processes(32)).unwrap();
     let task = table.task(TASK, &config()).unwrap();
     if let Some(stop) = std::env::var_os("FLOWCTRL_WAIT_STORM_OBSERVE") {
         return observe(&task, Path::new(&stop));
@@ -187,7 +179,7 @@ fn waiting_processes_killed_at_random_leave_the_queue_exact_and_in_order() {
     let mut rng = Rng::new(seed);
     let scratch = Scratch::new("wait-storm");
     let path = scratch.path("t");
-    let table = Table::open(&path, &options()).unwrap();
+    let table = Table::open(&path, &options().capacity(4).processes(32)).unwrap();
     let task = table.task(TASK, &config()).unwrap();
 
     let stop_file = scratch.path("stop");

@@ -328,6 +328,12 @@ pub fn run(s: &Scenario) -> Result<Run> {
                 tally[worst_host].admitted,
                 tally[worst_host].asked,
             );
+            if n <= 4 {
+                let each: Vec<String> = (0..n)
+                    .map(|i| format!("h{i} {}/{}", tally[i].admitted, tally[i].asked))
+                    .collect();
+                eprintln!("  quota {quota}: {}", each.join(", "));
+            }
         }
         out.push(slice);
     }

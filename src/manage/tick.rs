@@ -123,7 +123,7 @@ pub(super) fn run(m: &mut Manager, token: u64) -> Result<bool> {
             .flat_map(|(at, (name, slice))| {
                 let shards = m.config.tasks[name].global.shards.max(1);
                 let prefix = &prefix;
-                (0..shards).map(move |i| (at, slice_key(prefix, name, i, *slice as u32)))
+                (0..shards).map(move |i| (at, slice_key(prefix, name, i, shards, *slice as u32)))
             })
             .collect();
         let read = m.store.redis().round_trip("read the census", |conn| {

@@ -11,7 +11,7 @@
 //! step), atomically with the hosts' pulls.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::quota::{RedisStore, record_fields, record_key, shard_part, slice_key};
+use crate::quota::{RedisStore, manager_key, record_fields, record_key, shard_part, slice_key};
 
 /// KEYS: 1 the task's fence, 2 its record, 3 its decision, 4 its change
 /// log, 5.. the slices' keys from ARGV[3] on. ARGV: 1 token, 2 slice_ms, 3
@@ -150,16 +150,13 @@ impl Writer {
             let shards = w.settings.shards.max(1);
             for shard in 0..shards {
                 let mut call = self.script.prepare_invoke();
-                let own = |what: &str| match shard {
-                    0 => format!("{p}{{{}}}:{what}", w.task),
-                    i => format!("{p}{{{}#{i}}}:shard{i}:{what}", w.task),
-                };
+                let own = |what: &str| manager_key(p, w.task, shard, shards, what);
                 call.key(own("fence"))
-                    .key(record_key(p, w.task, shard))
+                    .key(record_key(p, w.task, shard, shards))
                     .key(own("manager"))
                     .key(own("changes"));
                 for i in 0..w.count {
-                    call.key(slice_key(p, w.task, shard, w.first.wrapping_add(i)));
+                    call.key(slice_key(p, w.task, shard, shards, w.first.wrapping_add(i)));
                 }
                 let ttl_ms = (w.count as u64 + 2) * w.settings.slice_ms as u64 + 2000;
                 call.arg(token)

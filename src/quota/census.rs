@@ -98,18 +98,21 @@ impl Store {
     /// script never writes are skipped, with a log line.
     pub fn fleet(&self, task: &str, slice_ms: Option<u32>) -> Result<Fleet> {
         crate::words::validate_name(task, "task name")?;
-        let slice_ms = match slice_ms {
+        // The record's spread, when there is one; else every spread is
+        // looked for (a shard's keys are named by the task's spread).
+        let (slice_ms, spread) = match slice_ms {
             Some(0) => return Err(Error::invalid("slice_ms must be at least 1")),
-            Some(ms) => ms,
+            Some(ms) => (ms, None),
             None => match self.task_config(task) {
-                Ok(record) => record.map_or(super::GlobalSettings::default().slice_ms, |r| {
-                    r.settings.slice_ms
-                }),
+                Ok(record) => record
+                    .map_or((super::GlobalSettings::default().slice_ms, None), |r| {
+                        (r.settings.slice_ms, Some(r.settings.shards))
+                    }),
                 // A store that cannot be read has no census to read either:
                 // one request's bound, not two.
                 Err(e) if e.kind() == ErrorKind::Store => return Err(e),
                 // A record the hosts refuse too: their slicing is their own.
-                Err(_) => super::GlobalSettings::default().slice_ms,
+                Err(_) => (super::GlobalSettings::default().slice_ms, None),
             },
         };
         let (sec, usec): (u64, u64) = self
@@ -120,7 +123,7 @@ impl Store {
         let slices: Vec<u64> = (1..=SLICES)
             .filter_map(|back| current.checked_sub(back))
             .collect();
-        let census = self.census(task, &slices)?;
+        let census = self.census(task, &slices, spread)?;
         let mut fleet = Fleet {
             task: task.to_string(),
             slice_ms,
@@ -166,16 +169,29 @@ impl Store {
 }
 
 impl Store {
-    /// The census hashes of `slices` (newest first), shard by shard: every
+    /// The census hashes of `slices` (newest first), shard by shard, of
+    /// the task spread over `spread` keys (`None`: any spread): every
     /// shard's in one pipeline on one server; on a cluster one pipeline per
-    /// shard (each has its own slot), up to the first with no key in them.
+    /// shard (each has its own slot), a spread's shards up to the first
+    /// with no key in them.
     #[allow(clippy::type_complexity)]
-    fn census(&self, task: &str, slices: &[u64]) -> Result<Vec<(u32, u64, Vec<(String, String)>)>> {
+    fn census(
+        &self,
+        task: &str,
+        slices: &[u64],
+        spread: Option<u32>,
+    ) -> Result<Vec<(u32, u64, Vec<(String, String)>)>> {
         let prefix = self.redis.prefix().to_string();
-        let keys = |shard: u32| -> Vec<(u32, u64, String)> {
+        let keys = |(shard, shards): (u32, u32)| -> Vec<(u32, u64, String)> {
             slices
                 .iter()
-                .map(|s| (shard, *s, slice_key(&prefix, task, shard, *s as u32)))
+                .map(|s| {
+                    (
+                        shard,
+                        *s,
+                        slice_key(&prefix, task, shard, shards, *s as u32),
+                    )
+                })
                 .collect()
         };
         let read = |keys: &[(u32, u64, String)]| -> Result<Vec<(u32, u64, Vec<(String, String)>)>> {
@@ -193,17 +209,26 @@ impl Store {
                 .map(|((shard, slice, _), h)| (*shard, *slice, h))
                 .collect())
         };
+        let spreads: Vec<u32> = match spread {
+            Some(shards) => vec![shards.clamp(1, MAX_SHARDS)],
+            None => (2..=MAX_SHARDS).collect(),
+        };
         if !self.redis.is_cluster() {
-            let all: Vec<_> = (0..MAX_SHARDS).flat_map(keys).collect();
+            let all: Vec<_> = std::iter::once((0, 1))
+                .chain(spreads.iter().flat_map(|&n| (1..n).map(move |i| (i, n))))
+                .flat_map(keys)
+                .collect();
             return read(&all);
         }
-        let mut census = read(&keys(0))?;
-        for shard in 1..MAX_SHARDS {
-            let more = read(&keys(shard))?;
-            if more.iter().all(|(_, _, h)| h.is_empty()) {
-                break;
+        let mut census = read(&keys((0, 1)))?;
+        for &shards in &spreads {
+            for shard in 1..shards {
+                let more = read(&keys((shard, shards)))?;
+                if more.iter().all(|(_, _, h)| h.is_empty()) {
+                    break;
+                }
+                census.extend(more);
             }
-            census.extend(more);
         }
         Ok(census)
     }

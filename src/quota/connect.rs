@@ -33,38 +33,14 @@
 //! sentinel client: that one connects to the sentinels without timeouts, so
 //! a sentinel that hangs would hang the pull past the store timeout.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use super::link::{Link, within};
+use super::deadline::{Budget, within};
+use super::link::Link;
+use super::sentinel::find_master;
 use crate::error::{Error, Result};
-
-/// A request's clock: when it began and the bound it has so far (each
-/// sentinel asked adds a connect timeout).
-pub(crate) struct Budget {
-    pub began: Instant,
-    pub bound: Duration,
-}
-
-impl Budget {
-    /// A request beginning now, bounded by `bound`.
-    pub fn new(bound: Duration) -> Self {
-        Self {
-            began: Instant::now(),
-            bound,
-        }
-    }
-
-    pub fn deadline(&self) -> Instant {
-        self.began + self.bound
-    }
-
-    /// The deadline of a step that may take `step`, within the request's.
-    pub fn step(&self, step: Duration) -> Instant {
-        (Instant::now() + step).min(self.deadline())
-    }
-}
 
 /// Where connections go.
 pub(crate) enum Target {
@@ -306,84 +282,6 @@ impl Target {
 fn warm_tls(scheme: &str) {
     if scheme.starts_with("rediss") {
         let _ = super::link::tls_config();
-    }
-}
-
-/// A connection to the master the first sentinel that knows `name` names,
-/// checked to be a master (a sentinel may still name a demoted or dead one
-/// for a moment: then the next sentinel is asked). Asking each sentinel is
-/// given `connect` of its own (and adds it to the budget); connecting to
-/// the master and asking its role, `connect` within the budget.
-fn find_master(
-    sentinels: &[(ConnectionInfo, ConnectionInfo)],
-    (name, scheme, auth, db): (&str, &str, &str, i64),
-    connect: Duration,
-    budget: &mut Budget,
-) -> redis::RedisResult<Link> {
-    let mut last = None;
-    for (with_auth, without) in sentinels {
-        budget.bound += connect;
-        let found = within(budget.step(connect), || {
-            let mut conn = match Link::connect(with_auth, None) {
-                Err(e) if e.to_string().contains("without any password configured") => {
-                    Link::connect(without, None)
-                }
-                conn => conn,
-            }?;
-            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(name)
-                .query(&mut conn)?;
-            addr.ok_or_else(|| {
-                redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "the sentinel knows no master of this name",
-                    name.to_string(),
-                ))
-            })
-        });
-        let (host, port) = match found {
-            Ok(addr) => addr,
-            Err(e) => {
-                last = Some(e);
-                continue;
-            }
-        };
-        let info = format!("{scheme}://{auth}{host}:{port}/{db}").into_connection_info()?;
-        // A sentinel that has not heard of a failover yet names the dead
-        // master: the next sentinel may name the promoted one.
-        let role = within(budget.step(connect), || {
-            let mut conn = Link::connect(&info, None)?;
-            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
-            let is_master =
-                matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
-            redis::RedisResult::Ok((conn, is_master))
-        });
-        match role {
-            Ok((conn, true)) => return Ok(conn),
-            Ok((_, false)) => {
-                last = Some(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "the master the sentinels name is not a master (a failover is under way)",
-                    format!("{host}:{port}"),
-                )))
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        redis::RedisError::from((redis::ErrorKind::Client, "no sentinel in the URL"))
-    }))
-}
-
-/// Checks the options' store URL as opening the store would (its scheme,
-/// its query, its hosts), without connecting.
-pub(crate) fn check_url(options: &super::StoreOptions) -> Result<()> {
-    match &options.url {
-        None => Ok(()),
-        #[cfg(feature = "sim")]
-        Some(url) if url == super::sim::URL => Ok(()),
-        Some(url) => super::redis::RedisStore::open(url, options).map(drop),
     }
 }
 

@@ -7,7 +7,7 @@
 use std::sync::atomic::AtomicU64;
 
 use super::record::{self, StoredConfig};
-use super::redis::pull_reply;
+use super::script::pull_reply;
 use super::store::Ask;
 use super::{GlobalSettings, HostRecord};
 use crate::error::{Error, Result};
@@ -46,6 +46,7 @@ pub fn pull_reply_of(
     let ask = Ask {
         task: "t",
         shard: 0,
+        shards: 1,
         slice: 0,
         slice_ms: 1000,
         quota,

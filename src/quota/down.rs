@@ -32,27 +32,19 @@
 //! part of one granted by the host itself, or fallback admissions after the
 //! whole store failed, in this slice or the one before: the other hosts
 //! come back up to a probe interval later, perhaps in the next slice, and
-//! their keys learn only then what they admitted meanwhile; uncapped there,
-//! the first host back took 1,704 of a slice's 2,000 while the other's
-//! fallback admitted 507), a host takes of *every* shard, live ones included,
+//! their keys learn only then what they admitted meanwhile), a host takes of *every* shard, live ones included,
 //! no more than its fallback allowance of that shard's part, counting what
 //! it claims from the shard (its grants, and on its home shard its
 //! fallback admissions). The shares divide the slice then, not the fair
 //! tails: the host reports no demand, so the keys hold nothing back for
-//! it beyond what it will take (a host kept to 282 of a shard's 667 and
-//! owed an equal 333 left the difference unspent), and it is not told to
-//! wait until its demand would have used half an ask (its share read as
-//! its demand made that half a slice: 0.767 of a slice in a run). So each
-//! host keeps to its share of the slice whichever way the slice goes on:
+//! it beyond what it will take, and it is not told to wait until its
+//! demand would have used half an ask. So each host keeps to its share of the slice whichever way the slice goes on:
 //! the whole store failing next (its fallback keeps to the same share),
 //! the shard coming back (its key learns the other hosts' self-grants only
 //! with their next pulls, so the first host back must not take them), or
-//! nothing. Left competitive, a host that took more of the live shards
-//! than its share before the whole cluster went down was followed by the
-//! others' fallbacks taking their full shares: 1.097 of a slice in a run.
-//! The price, as in a whole outage: a host asked for less than its share
-//! leaves the rest of it unspent in those slices (the others keep to
-//! theirs). `deny` and `local` keep no share: their hosts pull the live
+//! nothing (docs/design/quota.md, "Shards"). The price, as in a whole
+//! outage: a host asked for less than its share leaves the rest of it
+//! unspent in those slices (the others keep to theirs). `deny` and `local` keep no share: their hosts pull the live
 //! shards as usual.
 //!
 //! **The state.** While a shard is down the task is *failed* (the store
@@ -66,10 +58,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::pull::tagged;
-use super::shard::part;
+use super::account::{Account, just_before};
+use super::fallback::fallback_rate;
+use super::policy::part;
 use super::store::{released, slice_of, wait_until_released};
-use super::{Global, Quota, fallback_rate};
+use super::{Global, Quota};
 use crate::format::{Fallback, TaskSlot};
 
 /// The bits of `shards` shards.
@@ -135,8 +128,7 @@ impl Quota {
     /// is down: the fallback rate's slice, scaled to the part; `None`: no
     /// bound (`local`, or `share` before the store ever answered).
     fn allowance_of(&self, slot: &TaskSlot, g: Global, i: u32, shards: u32) -> Option<u64> {
-        let q = &slot.quota;
-        let rate = match (g.fallback, fallback_rate(q, g)) {
+        let rate = match (g.fallback, fallback_rate(slot, g)) {
             (Fallback::Deny, _) => 0.0,
             (_, None) => return None,
             (_, Some(rate)) => rate,
@@ -155,17 +147,16 @@ impl Quota {
     /// keep to), or a task of one key.
     pub(super) fn share_of(&self, slot: &TaskSlot, g: Global, at: (u32, u32, u32)) -> Option<u64> {
         let (slice, i, shards) = at;
-        let q = &slot.quota;
         let before = slice.wrapping_sub(1);
-        let fell_back = |s| tagged(q.fallback_admitted.load(Ordering::Relaxed), s) > 0;
+        let fell_back = |s| Account::of(slot).fell_back(s) > 0;
         let touched = partial(slot, g)
             || granted_self(slot, slice) != 0
             || granted_self(slot, before) != 0
             || fell_back(slice)
             || fell_back(before);
         // One key (`shards` 1) is the whole slice: no live part to keep
-        // shares of, and holding hosts to them after a whole outage left
-        // its next slice short (0.955 and 0.975 in two Sentinel failovers).
+        // shares of, and holding hosts to them after a whole outage leaves
+        // its next slice short.
         if g.shards <= 1 || !touched || matches!(g.fallback, Fallback::Deny) {
             return None;
         }
@@ -201,7 +192,7 @@ impl Quota {
         let slice_ms = g.slice_ms.max(1) as u64;
         let elapsed = match slice_of(now, g.slice_ms) {
             s if s == slice => (now.max(0) as u64 / 1000) % slice_ms,
-            s if super::pull::just_before(slice, s) => slice_ms,
+            s if just_before(slice, s) => slice_ms,
             _ => 0,
         };
         let room = released(allow, burst, elapsed, g.slice_ms).saturating_sub(taken);
@@ -235,7 +226,6 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::shard::count_grant;
     use crate::quota::store::slice_of;
 
     fn setup(fallback: Fallback) -> (Quota, Box<TaskSlot>, Global) {
@@ -285,9 +275,9 @@ mod tests {
         assert_eq!(me.share_of(&slot, g, (slice, 0, 3)), Some(10_000));
         let mut total = 0;
         for _ in 0..50 {
-            let taken = crate::quota::shard::claimed(&slot.quota, slice, 1, 2, 0);
+            let taken = Account::of(&slot).shard_claim(slice, 1, 2, 0);
             let own = me.grant_self(&slot, g, at, 5_000, taken);
-            count_grant(&slot.quota, slice, 1, own.granted);
+            Account::of(&slot).count_shard_grant(slice, 1, own.granted);
             total += own.granted;
         }
         assert!((1..=10_000).contains(&total), "{total}");

@@ -6,72 +6,29 @@
 //! host was asked for, refusals included: what it was granted alone would
 //! hide what it lacked.
 
-use std::sync::atomic::Ordering;
-
-use super::pull::tagged;
-use super::{Global, Quota, kept_in};
-use crate::format::{QuotaSlot, TaskSlot};
-
-/// Counts `n` requests refused as global in `slice` (cold: the host's
-/// quota is out).
-pub(super) fn refused(q: &QuotaSlot, slice: u32, n: u32) {
-    let _ = q
-        .refused
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-            Some(if (w >> 32) as u32 == slice {
-                (w & !0xffff_ffff) | (w as u32).saturating_add(n) as u64
-            } else {
-                (slice as u64) << 32 | n as u64
-            })
-        });
-}
-
-/// What the host was asked for in `slice`: admitted (kept, less what it
-/// holds unspent) and refused as global.
-pub(super) fn asked_in(slot: &TaskSlot, slice: u32) -> u64 {
-    let q = &slot.quota;
-    kept_in(slot, slice).saturating_sub(tagged(q.host.load(Ordering::Relaxed), slice))
-        + tagged(q.refused.load(Ordering::Relaxed), slice)
-}
-
-/// What the host was asked for in the slice before `slice` (or, if it
-/// did not pull in that one, in the last it pulled in before it).
-pub(super) fn asked_before(slot: &TaskSlot, slice: u32) -> u64 {
-    let q = &slot.quota;
-    // At a slice's first pull the host word still holds the slice just
-    // over, whose demand `prev_demand` will only get at the deposit.
-    // Capped: the word comes from a file anyone with write access may
-    // have scribbled on.
-    let last = (q.host.load(Ordering::Relaxed) >> 32) as u32;
-    if last == slice.wrapping_sub(1) {
-        asked_in(slot, last)
-    } else {
-        q.prev_demand.load(Ordering::Relaxed).min(u32::MAX as u64)
-    }
-}
+use super::account::Account;
+use super::fallback::share_left;
+use super::{Global, Quota, policy};
+use crate::format::TaskSlot;
 
 impl Quota {
-    /// Requests per slice this host is asked for: its last full slice's, or
-    /// this slice's so far at its pace if more (after a tenth of it, so the
-    /// first requests of a slice do not read as a flood).
+    /// Requests per slice this host is asked for (`policy::demand`). A
+    /// host back from a fallback reports no more than its share
+    /// (`share_left`): reported at what it is asked, the fair tails would
+    /// hold the rest of an equal share for it to the slice's end, and
+    /// nobody would take it.
     pub(super) fn demand(&self, slot: &TaskSlot, g: Global, slice: u32) -> u64 {
-        let q = &slot.quota;
-        let prev = asked_before(slot, slice);
+        let account = Account::of(slot);
         let slice_us = g.slice_ms as u64 * 1000;
-        let elapsed = self.store_now_us(q).max(0) as u64 % slice_us;
-        let pace = if elapsed >= slice_us / 10 {
-            asked_in(slot, slice).saturating_mul(slice_us) / elapsed
-        } else {
-            0
-        };
-        let demand = prev.max(pace);
-        // A host back from a fallback in this slice takes no more than its
-        // share of it (`share_left`): reported at what it is asked, the
-        // fair tails held the rest of an equal share for it to the slice's
-        // end, and nobody took it (the first slice after a cluster's
-        // failover came out 2-3.5 % short in about one run in five).
-        match super::share_left(slot, g, slice) {
-            Some(left) => demand.min(super::claim::holds_in(slot, slice) + left),
+        let elapsed = self.store_now_us(&slot.quota).max(0) as u64 % slice_us;
+        let demand = policy::demand(
+            account.asked_before(slice),
+            account.asked(slice),
+            elapsed,
+            slice_us,
+        );
+        match share_left(slot, g, slice) {
+            Some(left) => demand.min(account.holds(slice) + left),
             None => demand,
         }
     }
@@ -82,6 +39,7 @@ mod tests {
     use super::*;
     use crate::quota::Fallback;
     use crate::quota::store::slice_of;
+    use std::sync::atomic::Ordering;
 
     /// 2,000 a slice of 1 s, the share fallback, one key.
     fn share_of_2000() -> Global {
@@ -128,14 +86,14 @@ mod tests {
         let q = &slot.quota;
         let slice = 1_000u32;
         q.prev_spent.store(900, Ordering::Relaxed);
-        assert_eq!(crate::quota::share_left(&slot, g, slice), None);
+        assert_eq!(share_left(&slot, g, slice), None);
         q.fallback_admitted
             .store((slice as u64) << 32 | 600, Ordering::Relaxed);
-        assert_eq!(crate::quota::share_left(&slot, g, slice), Some(300));
-        assert_eq!(crate::quota::share_left(&slot, g, slice + 1), Some(900));
+        assert_eq!(share_left(&slot, g, slice), Some(300));
+        assert_eq!(share_left(&slot, g, slice + 1), Some(900));
         q.slice_granted
             .store(((slice + 1) as u64) << 32 | 850, Ordering::Relaxed);
-        assert_eq!(crate::quota::share_left(&slot, g, slice + 1), Some(50));
-        assert_eq!(crate::quota::share_left(&slot, g, slice + 2), None);
+        assert_eq!(share_left(&slot, g, slice + 1), Some(50));
+        assert_eq!(share_left(&slot, g, slice + 2), None);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::store::slice_of;
-use super::{Quota, TaskRef, pull};
+use super::{Quota, TaskRef, phase};
 
 impl Quota {
     /// Whether taking `n` permits at table-clock instant `now` may make a
@@ -17,17 +17,7 @@ impl Quota {
     pub fn may_pull(&self, t: TaskRef<'_>, n: u32, now: u64) -> bool {
         let q = &t.slot.quota;
         let slice = slice_of(self.store_us_at(&t.shm.clock, q, now), t.g.slice_ms);
-        let word = q.host.load(Ordering::Relaxed);
-        if pull::failed(q) {
-            return now >= q.probe_at.load(Ordering::Relaxed);
-        }
-        if q.exhausted.load(Ordering::Relaxed) == slice as u64 + 1
-            || pull::paced_in(t.shm, q, slice)
-        {
-            return false;
-        }
-        (word >> 32) as u32 != slice
-            || (word as u32).saturating_sub(n) < q.low_water.load(Ordering::Relaxed) as u32
+        phase::may_pull(t.shm, t.slot, slice, n, now)
     }
 
     /// How long until a global refusal may end: while the slice has
@@ -36,7 +26,7 @@ impl Quota {
     /// decides).
     pub fn retry_after(&self, t: TaskRef<'_>, now: u64) -> Option<Duration> {
         let q = &t.slot.quota;
-        if pull::failed(q) {
+        if phase::failed(q) {
             return None;
         }
         let paced = q.paced_until.load(Ordering::Acquire);

@@ -25,29 +25,34 @@
 //! size and the transitions. Only giving back an idle host's quota needs a
 //! thread (`keeper`): an idle host makes no call.
 
+mod account;
 mod census;
 mod chunk;
-mod claim;
 mod config;
 mod connect;
-pub(crate) use connect::check_url;
+mod deadline;
 #[doc(hidden)]
 pub mod decode;
-mod deposit;
 mod down;
 mod fair;
+mod fallback;
+mod give_back;
 pub(crate) mod health;
 mod hints;
-mod idle;
 mod keeper;
 mod keys;
 mod link;
+mod lock;
 mod notes;
+mod phase;
+mod policy;
 mod pull;
 mod record;
+mod records;
 mod redact;
 mod redis;
-mod reserve;
+mod script;
+mod sentinel;
 mod shard;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -59,27 +64,28 @@ mod store_options;
 mod testing;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::clock::Clock;
 use crate::error::Result;
 pub use crate::format::Fallback;
 pub(crate) use crate::format::Global;
 use crate::format::{QuotaSlot, TaskSlot};
-use crate::limit::gcra::Gcra;
 use crate::shm::Shm;
+use account::Account;
 pub use census::{Fleet, HostHealth, HostRecord, Store};
 pub(crate) use census::{merge as merge_record, parse_record};
-use claim::{holds_in, kept_in, taken_in};
 pub use config::{GlobalConfig, GlobalSettings};
+use fallback::share_left;
 pub(crate) use keeper::Keeper;
-pub(crate) use keys::{record_key, slice_key};
-pub(crate) use pull::reclaim_pull_lock;
+pub(crate) use keys::{manager_key, record_key, slice_key};
+pub(crate) use lock::reclaim_pull_lock;
+use phase::{Dry, Phase};
+pub(crate) use policy::part as shard_part;
 pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};
 pub(crate) use redis::RedisStore;
-pub(crate) use shard::part as shard_part;
 pub(crate) use stats::read as stats;
 use store::{Embedded, QuotaStore, slice_of, wall_us};
 pub use store_options::StoreOptions;
@@ -203,6 +209,17 @@ pub(crate) struct Quota {
     keeper: Keeper,
 }
 
+/// Checks the options' store URL as opening the store would (its scheme,
+/// its query, its hosts), without connecting.
+pub(crate) fn check_url(options: &StoreOptions) -> Result<()> {
+    match &options.url {
+        None => Ok(()),
+        #[cfg(feature = "sim")]
+        Some(url) if url == sim::URL => Ok(()),
+        Some(url) => redis::RedisStore::open(url, options).map(drop),
+    }
+}
+
 /// 16 hex digits from the machine's id and the table's path (FNV-1a: stable
 /// across builds and languages, unlike the standard library's hasher).
 fn default_host_id(table: &std::path::Path) -> String {
@@ -295,7 +312,7 @@ impl Quota {
     pub fn take(&self, t: TaskRef<'_>, need: Need, now: u64) -> Result<Result<Spent, Refused>> {
         let q = &t.slot.quota;
         let slice = slice_of(self.store_us_at(&t.shm.clock, q, now), t.g.slice_ms);
-        if let Some(left) = spend(q, slice, need.n) {
+        if let Some(left) = Account::of(t.slot).spend(slice, need.n) {
             if left < q.low_water.load(Ordering::Relaxed) as u32 {
                 self.pull_ahead(t, slice);
             }
@@ -304,9 +321,13 @@ impl Quota {
         self.take_slow(t, need)
     }
 
+    /// A request that found no permits: pulls (at most
+    /// [`policy::MAX_PULLS_PER_TAKE`] times), waits for another process's
+    /// pull up to one command timeout, or is decided as [`Phase::when_dry`]
+    /// says.
     #[cold]
     fn take_slow(&self, t: TaskRef<'_>, need: Need) -> Result<Result<Spent, Refused>> {
-        let q = &t.slot.quota;
+        let (q, account) = (&t.slot.quota, Account::of(t.slot));
         let until = Instant::now() + self.options.timeout;
         let mut pulls = 0;
         let mut t = t;
@@ -314,35 +335,25 @@ impl Quota {
             // A pull may have just adopted the store's numbers.
             t.g = t.slot.global().unwrap_or(t.g);
             let slice = slice_of(self.store_now_us(q), t.g.slice_ms);
-            if spend(q, slice, need.n).is_some() {
+            if account.spend(slice, need.n).is_some() {
                 return Ok(Ok(Spent::Quota(slice)));
             }
-            // Some shards down: pulls go on (see `down`); a due probe is
-            // not held back.
-            let partial = pull::failed(q) && down::partial(t.slot, t.g);
-            let probing = partial && pulls < 3 && pull::probe_time(t.shm, q);
-            if pull::failed(q) && !partial {
-                // Used up before the store failed (its hosts were asking
-                // again for quota given back): nothing to fall back on.
-                if q.exhausted.load(Ordering::Acquire) & !pull::MAY_COME_BACK == slice as u64 + 1 {
-                    fair::refused(q, slice, need.n);
+            let phase = Phase::at(t.shm, t.slot, slice, down::partial(t.slot, t.g));
+            let short = || {
+                !account.has_reservation()
+                    && share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64)
+            };
+            match phase.when_dry(pulls, short) {
+                Dry::Refuse => {
+                    account.count_refused(slice, need.n);
                     return Ok(Err(Refused::Exhausted));
                 }
-                if !self.probe_due(t.shm, q) {
+                Dry::ProbeOrFallback if !self.probe_due(t.shm, q) => {
                     return Ok(self.fallback(t, need, slice));
                 }
-            } else if !probing
-                && (q.exhausted.load(Ordering::Acquire) == slice as u64 + 1
-                    && reserve::none(t.slot)
-                    || pulls >= 3
-                    || pull::paced_in(t.shm, q, slice)
-                    || (reserve::none(t.slot)
-                        && share_left(t.slot, t.g, slice).is_some_and(|left| left < need.n as u64)))
-            {
-                fair::refused(q, slice, need.n);
-                return Ok(Err(Refused::Exhausted));
+                Dry::ProbeOrFallback | Dry::Pull => {}
             }
-            match self.try_lock(t.shm, q)? {
+            match lock::try_lock(t.shm, q, self.stale_after())? {
                 Some(lock) => {
                     pulls += 1;
                     let want = self.want(t.slot, t.g, need.n);
@@ -351,14 +362,14 @@ impl Quota {
                 None if Instant::now() >= until => {
                     // Another process's pull is slower than a store command
                     // may be: it is about to fail. Do not wait for it.
-                    return Ok(if pull::failed(q) && !partial {
+                    return Ok(if phase.falls_back() {
                         self.fallback(t, need, slice)
                     } else {
-                        fair::refused(q, slice, need.n);
+                        account.count_refused(slice, need.n);
                         Err(Refused::Exhausted)
                     });
                 }
-                None => std::thread::sleep(Duration::from_micros(20)),
+                None => std::thread::sleep(policy::WAIT_POLL),
             }
         }
     }
@@ -366,155 +377,6 @@ impl Quota {
     /// Gives back what [`Quota::take`] took when a later check refused.
     #[inline]
     pub fn give_back(&self, slot: &TaskSlot, spent: Spent, n: u32) {
-        let (word, slice) = match spent {
-            Spent::Quota(slice) => (&slot.quota.host, slice),
-            Spent::Fallback(slice) => (&slot.quota.fallback_admitted, slice),
-        };
-        let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-            let count = w & 0xffff_ffff;
-            let back = match spent {
-                Spent::Quota(_) => (count + n as u64 <= u32::MAX as u64).then(|| w + n as u64),
-                Spent::Fallback(_) => (count >= n as u64).then(|| w - n as u64),
-            };
-            ((w >> 32) as u32 == slice).then_some(back).flatten()
-        });
-    }
-
-    /// The decision while the store is failing, by the task's fallback
-    /// policy; the local limits apply on top (the caller's). An admission is
-    /// counted against `slice`, for the key that may be created anew in it.
-    fn fallback(&self, t: TaskRef<'_>, need: Need, slice: u32) -> Result<Spent, Refused> {
-        let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
-        let admitted = match (t.g.fallback, fallback_rate(q, t.g)) {
-            (Fallback::Deny, _) => false,
-            (_, None) => true,
-            (_, Some(rate)) => {
-                // What the host already took of this slice (grants before
-                // the store failed, fallback admissions) counts against the
-                // slice's allowance at this rate: a host that falls back
-                // mid-slice does not admit on top of its grants.
-                let allowance = allowance(rate, t.g);
-                let taken = holds_in(t.slot, slice);
-                let gcra = Gcra {
-                    interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
-                        .max(1),
-                    burst: need.burst.max(n).max(fallback_burst(rate)),
-                };
-                let tat = q.fallback_tat.load(Ordering::Relaxed);
-                let now = shm.clock.now();
-                // Behind a pro-rata share of the slice the store failed in:
-                // admitted outside the pacing (whose debt would carry the
-                // lag past the slice's end).
-                taken + n as u64 <= allowance
-                    && (self.lag(q, t.g, rate, slice, taken) >= n
-                        || gcra
-                            .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
-                            .is_some())
-            }
-        };
-        if !admitted {
-            q.limited_fallback.fetch_add(n as u64, Ordering::Relaxed);
-            return Err(Refused::Fallback);
-        }
-        let _ = q
-            .fallback_admitted
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some(if (w >> 32) as u32 == slice {
-                    w.saturating_add(n as u64)
-                } else {
-                    (slice as u64) << 32 | n as u64
-                })
-            });
-        Ok(Spent::Fallback(slice))
-    }
-}
-
-impl Quota {
-    /// In the slice the store failed in, how far this host is behind a
-    /// pro-rata share of `rate` (it spent as the store released, not at its
-    /// rate, or was descheduled): the fallback catches that up at once, or
-    /// the slice would be short by the lag. 0 in a slice spent in fallback
-    /// from its start (paced as before).
-    fn lag(&self, q: &QuotaSlot, g: Global, rate: f64, slice: u32, taken: u64) -> u32 {
-        if pull::tagged(q.slice_granted.load(Ordering::Relaxed), slice) == 0 {
-            return 0;
-        }
-        let elapsed_ms = (self.store_now_us(q).max(0) as u64 / 1000) % g.slice_ms as u64;
-        let due = (rate * elapsed_ms as f64 / 1000.0) as u64;
-        due.saturating_sub(taken).min(u32::MAX as u64) as u32
-    }
-}
-
-/// The fallback policy's rate for this host; `None`: the local limits
-/// alone (`local`, or `share` before any history; `deny` admits nothing).
-fn fallback_rate(q: &QuotaSlot, g: Global) -> Option<f64> {
-    match g.fallback {
-        Fallback::Rate(rate) => Some(rate),
-        Fallback::Share => share(q, g),
-        Fallback::Local | Fallback::Deny => None,
-    }
-}
-
-/// A slice's worth of `rate`.
-fn allowance(rate: f64, g: Global) -> u64 {
-    (rate * g.slice_ms as f64 / 1000.0).ceil() as u64
-}
-
-/// In a slice this host spent partly in fallback, or the slice after one,
-/// what its fallback rate still allows it to take from the store (`None`:
-/// no bound). Other hosts that fell back report what they took only when
-/// they reach the store again, up to a probe interval later and perhaps in
-/// the next slice: until then the key cannot know it, so each such host
-/// keeps to its own allowance, and the sum stays at most the quota instead
-/// of the first host back taking what the others' fallbacks admit too.
-pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
-    let q = &slot.quota;
-    let fell_back = q.fallback_admitted.load(Ordering::Relaxed);
-    if pull::tagged(fell_back, slice) == 0 && pull::tagged(fell_back, slice.wrapping_sub(1)) == 0 {
-        return None;
-    }
-    fallback_rate(q, g).map(|rate| allowance(rate, g).saturating_sub(holds_in(slot, slice)))
-}
-
-/// The fallback rate's burst: 50 ms of it (at least the task's own): a
-/// burst of one would refuse requests that arrive a little early, and keep
-/// an evenly paced caller well under the rate.
-fn fallback_burst(rate: f64) -> u32 {
-    (rate * 0.05).clamp(1.0, u32::MAX as f64) as u32
-}
-
-/// The share policy's rate for this host: what it spent per second in its
-/// last full slice; before any, the global rate over the hosts the store
-/// last counted; before that, none (the local limits alone).
-fn share(q: &QuotaSlot, g: Global) -> Option<f64> {
-    // Saturating: the words come from a file anyone with write access may
-    // have scribbled on.
-    let spent = q.prev_spent.load(Ordering::Relaxed).min(u32::MAX as u64);
-    if spent > 0 {
-        return Some(spent as f64 * 1000.0 / g.slice_ms as f64);
-    }
-    let hosts = q.hosts_seen.load(Ordering::Relaxed).min(1 << 20);
-    (hosts > 0).then(|| g.rate / hosts as f64)
-}
-
-/// Spends `n` of the host's quota of `slice`: the permits left after, or
-/// `None` when there are not enough (nothing taken).
-#[inline]
-fn spend(q: &QuotaSlot, slice: u32, n: u32) -> Option<u32> {
-    let mut word = q.host.load(Ordering::Relaxed);
-    loop {
-        let left = word as u32;
-        if (word >> 32) as u32 != slice || left < n {
-            return None;
-        }
-        match q.host.compare_exchange_weak(
-            word,
-            word - n as u64,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => return Some(left - n),
-            Err(now) => word = now,
-        }
+        Account::of(slot).unspend(spent, n);
     }
 }

@@ -192,6 +192,10 @@ local giving_back = ARGV[20] ~= nil
 -- Smooth within the slice: the burst at once, the rest evenly over it,
 -- cluster-wide (`store::released`); ms until the ask will have been released.
 local burst = tonumber(ARGV[10]) or quota
+-- The release is the key's: a host whose numbers are another threshold's
+-- (a record moved mid-slice) scales its burst to the key's quota.
+local own_quota = tonumber(ARGV[1]) or quota
+if own_quota > 0 and own_quota ~= quota then burst = math.floor(burst * quota / own_quota) end
 local elapsed = (sec * 1000 + math.floor(usec / 1000)) % slice_ms
 local released = math.min(quota, math.floor(quota * elapsed / slice_ms) + burst)
 local room = math.max(released - (quota - left), 0)

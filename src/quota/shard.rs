@@ -22,76 +22,13 @@
 
 use std::sync::atomic::Ordering;
 
-use super::pull::tagged;
+use super::account::Account;
+use super::policy::{home, part};
 use super::record::{Refresh, version_of};
 use super::store::{Ask, Reply};
 use super::{Global, Quota, down};
 use crate::error::Result;
 use crate::format::{MAX_SHARDS, QuotaSlot, TaskSlot};
-
-/// Shard `i`'s part of `total` spread over `shards`.
-pub(crate) fn part(total: u64, shards: u32, i: u32) -> u64 {
-    let n = shards.max(1) as u64;
-    total / n + u64::from((i as u64) < total % n)
-}
-
-/// The shard a host's fallback admissions are claimed from: from its id
-/// (FNV-1a), so hosts spread over the shards.
-fn home(host: &str, shards: u32) -> u32 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in host.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % shards.max(1) as u64) as u32
-}
-
-/// What shard `i` granted this host of `slice` (a down shard's part the
-/// host granted itself included, see `down`); `pending`: what this pull
-/// was granted so far (counted per shard already, not yet in the slice's
-/// grants).
-pub(super) fn granted_of(q: &QuotaSlot, slice: u32, i: u32, pending: u64) -> u64 {
-    let of = |k: usize| tagged(q.shard_granted[k].load(Ordering::Relaxed), slice);
-    match i {
-        0 => {
-            let others: u64 = (0..q.shard_granted.len()).map(of).sum();
-            (tagged(q.slice_granted.load(Ordering::Relaxed), slice) + pending)
-                .saturating_sub(others)
-        }
-        i => of(i as usize - 1),
-    }
-}
-
-/// What this host took of `slice` that shard `i`'s key is to know of:
-/// its grants, and on its home shard its fallback admissions.
-pub(super) fn claimed(q: &QuotaSlot, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
-    let fell_back = tagged(q.fallback_admitted.load(Ordering::Relaxed), slice);
-    granted_of(q, slice, i, pending) + if i == home { fell_back } else { 0 }
-}
-
-/// Counts a grant of shard `i` (past 0: shard 0's is the rest of the
-/// slice's grants); a word of an older slice restarts. Under the pull lock.
-pub(super) fn count_grant(q: &QuotaSlot, slice: u32, i: u32, granted: u64) {
-    if i == 0 {
-        return;
-    }
-    let word = &q.shard_granted[i as usize - 1];
-    let count = tagged(word.load(Ordering::Relaxed), slice) + granted;
-    word.store(
-        (slice as u64) << 32 | count.min(u32::MAX as u64),
-        Ordering::Relaxed,
-    );
-}
-
-/// The shards found used up in `slice`, one bit each.
-fn out(q: &QuotaSlot, slice: u32) -> u64 {
-    tagged(q.shards_out.load(Ordering::Relaxed), slice)
-}
-
-fn mark_out(q: &QuotaSlot, slice: u32, i: u32) {
-    let mask = out(q, slice) | 1 << i;
-    q.shards_out
-        .store((slice as u64) << 32 | mask, Ordering::Relaxed);
-}
 
 impl Quota {
     /// One pull for `ask.want` permits of the task's slice (under the pull
@@ -119,7 +56,7 @@ impl Quota {
         ask: Ask<'_>,
         probe: bool,
     ) -> Result<Reply> {
-        let q = &slot.quota;
+        let (q, account) = (&slot.quota, Account::of(slot));
         let shards = if self.store.spreads() {
             g.shards.clamp(1, MAX_SHARDS)
         } else {
@@ -129,7 +66,7 @@ impl Quota {
             if down::down(slot) != 0 {
                 down::clear(slot);
             }
-            return self.store.pull(&ask);
+            return self.store.pull(&Ask { shards: 1, ..ask });
         }
         let (slice, home) = (ask.slice, home(&self.host, shards));
         let start = (home as u64 + q.pulls.load(Ordering::Relaxed)) % shards as u64;
@@ -144,12 +81,12 @@ impl Quota {
             let i = (start as u32 + k) % shards;
             let got = sum.map_or(0, |s| s.granted);
             let is_down = down::down(slot) & 1 << i != 0;
-            if out(q, slice) & 1 << i != 0 || (is_down && !probe) {
+            if account.shards_out(slice) & 1 << i != 0 || (is_down && !probe) {
                 k += 1;
                 continue;
             }
             let quota = part(ask.quota, shards, i);
-            let claim = claimed(q, slice, i, home, got);
+            let claim = account.shard_claim(slice, i, home, got);
             let mut want = ask.want.saturating_sub(got).min(quota);
             let mut demand = ask.demand;
             if let Some(share) = self.share_of(slot, g, (slice, i, shards)) {
@@ -163,6 +100,7 @@ impl Quota {
             asked = true;
             let answer = self.store.pull(&Ask {
                 shard: i,
+                shards,
                 quota,
                 burst: part(ask.burst, shards, i).max(1),
                 want,
@@ -196,8 +134,11 @@ impl Quota {
                 // canonical record decides, and the copy is rewritten.
                 let fields = self.store.record(ask.task)?;
                 if fields.as_deref().and_then(version_of).unwrap_or(0) != version {
-                    self.store
-                        .repair_copy(ask.task, i, fields.as_deref().unwrap_or(&[]))?;
+                    self.store.repair_copy(
+                        ask.task,
+                        (i, shards),
+                        fields.as_deref().unwrap_or(&[]),
+                    )?;
                     repaired = true;
                     continue;
                 }
@@ -208,9 +149,9 @@ impl Quota {
                 }
                 return Ok(reply);
             }
-            count_grant(q, slice, i, reply.granted);
+            account.count_shard_grant(slice, i, reply.granted);
             if reply.left == 0 {
-                mark_out(q, slice, i);
+                account.mark_shard_out(slice, i);
             } else if reply.wait_ms > 0 {
                 wait = wait.min(reply.wait_ms);
             }
@@ -229,14 +170,14 @@ impl Quota {
             return Err(e);
         }
         // The down shards' parts, by the fallback.
-        let mut used_up = out(q, slice);
+        let mut used_up = account.shards_out(slice);
         let parts = down_now & !used_up;
         for i in (0..shards).filter(|i| parts & 1 << i != 0) {
             let got = sum.map_or(0, |s| s.granted);
             let want = ask.want.saturating_sub(got);
-            let taken = claimed(q, slice, i, home, got);
+            let taken = account.shard_claim(slice, i, home, got);
             let own = self.grant_self(slot, g, (slice, i, shards), want, taken);
-            count_grant(q, slice, i, own.granted);
+            account.count_shard_grant(slice, i, own.granted);
             if own.used_up {
                 used_up |= 1 << i;
             } else if own.wait_ms > 0 {
@@ -292,20 +233,5 @@ fn add(sum: Option<Reply>, reply: Reply) -> Reply {
             created: s.created || reply.created,
             ..reply
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parts_add_up_to_the_whole() {
-        for (total, shards) in [(2000, 3), (10, 6), (7, 1), (5, 6)] {
-            let parts: Vec<u64> = (0..shards).map(|i| part(total, shards, i)).collect();
-            assert_eq!(parts.iter().sum::<u64>(), total, "{parts:?}");
-            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
-        }
-        assert!((0..3).any(|s| home("a", 3) == s));
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::redis::{PULL, pull_call, pull_reply};
+use super::script::{PULL, pull_call, pull_reply};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -83,7 +83,7 @@ impl QuotaStore for SimStore {
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
         let fields = self
             .script
-            .hash(&super::keys::record_key(&self.prefix, task, 0))?;
+            .hash(&super::keys::record_key(&self.prefix, task, 0, 1))?;
         Ok((!fields.is_empty()).then_some(fields))
     }
 }

@@ -1,10 +1,8 @@
 //! Busy spells: a host whose demand comes in bursts with quiet between.
 //!
-//! Sized by its rate alone (the slice's pace: a fifth of its rate in a
-//! burst of 5x), each burst took two or three chunks, and the keeper gave
-//! the last back once the burst was over: 0.0120 store operations per
-//! admission in the simulation's bursty demand, against a budget of 0.01.
-//! So the keeper's look also marks when a host is quiet (nothing spent,
+//! Sized by its rate alone, each burst takes two or three chunks, and the
+//! keeper gives the last back once the burst is over: a round trip more per
+//! spell (docs/design/quota.md, "Busy spells"). So the keeper's look also marks when a host is quiet (nothing spent,
 //! nothing refused, for as long as a give-back waits): what the host was
 //! asked for between two quiet spells is its busy spell's demand. A host
 //! whose last spell was at least the give-back floor asks for no more than
@@ -17,15 +15,16 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Global;
+use super::account::Account;
+use super::{Global, policy};
 use crate::format::TaskSlot;
 
 /// What the host was asked for in `slice` (see `fair`), and in the slice
 /// before it.
 fn asked_around(slot: &TaskSlot, slice: u32) -> (u64, u64) {
     (
-        super::fair::asked_in(slot, slice),
-        super::fair::asked_before(slot, slice),
+        Account::of(slot).asked(slice),
+        Account::of(slot).asked_before(slice),
     )
 }
 
@@ -57,10 +56,7 @@ fn asked_since(slot: &TaskSlot, word: u64, slice: u32) -> Option<u64> {
 /// the last look that found it so, if anything, is its last busy spell's
 /// demand, and the mark moves to now. Without a mark in this slice or the
 /// last, the spell is not known: a host that just started, or came back
-/// after slices away, starts over. (Keeping a spell across quiet slices,
-/// or taking all a host was asked for before its first quiet look as one,
-/// left the worst-served host of the churn simulation 0.42 and 0.36 of its
-/// fair share, against 0.54.)
+/// after slices away, starts over.
 pub(super) fn mark_quiet(slot: &TaskSlot, slice: u32) {
     let word = slot.spell.load(Ordering::Relaxed);
     let now = asked_around(slot, slice).0;
@@ -91,7 +87,8 @@ pub(super) fn mark_quiet(slot: &TaskSlot, slice: u32) {
 pub(super) fn rest(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
     let word = slot.spell.load(Ordering::Relaxed);
     let last = word & SPELL_MAX;
-    if last == 0 || last < super::idle::floor(&slot.quota, g) {
+    let hosts = slot.quota.hosts_seen.load(Ordering::Relaxed);
+    if last == 0 || last < policy::give_back_floor(g.quota as u64, hosts) {
         return None;
     }
     let done = asked_since(slot, word, slice)?;

@@ -16,6 +16,8 @@ pub(crate) struct Ask<'a> {
     /// over several, see `shard`); `quota`, `burst`, `want` and `claimed`
     /// are this shard's.
     pub shard: u32,
+    /// The shards the task is spread over (1: one key).
+    pub shards: u32,
     /// The slice this host believes is current (low 32 bits of the id).
     pub slice: u32,
     pub slice_ms: u32,
@@ -144,9 +146,15 @@ pub(crate) trait QuotaStore: Send + Sync {
     fn spreads(&self) -> bool {
         true
     }
-    /// Writes shard `shard`'s copy of the task's record (`fields`, the
-    /// version included): a copy the store lost or missed a write of.
-    fn repair_copy(&self, _task: &str, _shard: u32, _fields: &[(String, String)]) -> Result<()> {
+    /// Writes the copy of the task's record of shard `at.0` of `at.1`
+    /// (`fields`, the version included): a copy the store lost or missed a
+    /// write of.
+    fn repair_copy(
+        &self,
+        _task: &str,
+        _at: (u32, u32),
+        _fields: &[(String, String)],
+    ) -> Result<()> {
         Ok(())
     }
 }
@@ -302,6 +310,7 @@ mod tests {
         let ask = |want| Ask {
             task: "t",
             shard: 0,
+            shards: 1,
             slice,
             slice_ms: 60_000,
             quota: 10,

@@ -34,19 +34,23 @@
 
 enum { PATH_LEN = 4096, MAX_FILES = 64 };
 
-#if defined(__GNUC__)
-#define PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
-#else
-#define PRINTF_LIKE(fmt, args)
-#endif
-
 /* ------------------------------------------------------------------------ */
 /* Reporting                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static unsigned g_checks;
 /* A forked child still running, killed if a check fails meanwhile. */
 static pid_t g_child = -1;
+
+static void kill_child(void)
+{
+    if (g_child > 0) {
+        kill(g_child, SIGKILL);
+        waitpid(g_child, NULL, 0);
+    }
+}
+
+#define TEST_ON_FAILURE kill_child
+#include "test_util.h"
 
 static const char *status_name(uint32_t status)
 {
@@ -78,47 +82,6 @@ static void section(const char *name)
     printf("\n# %s\n", name);
 }
 
-static void vreport(const char *verdict, const char *fmt, va_list ap)
-{
-    printf("%-5s ", verdict);
-    vprintf(fmt, ap);
-    printf("\n");
-}
-
-static PRINTF_LIKE(1, 2) void pass(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vreport("ok", fmt, ap);
-    va_end(ap);
-    g_checks++;
-}
-
-/* Reports a failed check and exits; kills a child left running. */
-static PRINTF_LIKE(2, 3) void fail(int line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vreport("FAIL", fmt, ap);
-    va_end(ap);
-    printf("      (tests/c/abi_test.c:%d)\n", line);
-    if (g_child > 0) {
-        kill(g_child, SIGKILL);
-        waitpid(g_child, NULL, 0);
-    }
-    fflush(stdout);
-    exit(1);
-}
-
-/* CHECK(condition, "what is checked", args...) */
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (cond)                                                              \
-            pass(__VA_ARGS__);                                                 \
-        else                                                                   \
-            fail(__LINE__, __VA_ARGS__);                                       \
-    } while (0)
-
 /* CHECK_EQ(got, want, "what is compared") for integers, showing both. */
 #define CHECK_EQ(got, want, what)                                              \
     check_eq((uint64_t)(got), (uint64_t)(want), (what), __LINE__)
@@ -126,8 +89,8 @@ static PRINTF_LIKE(2, 3) void fail(int line, const char *fmt, ...)
 static void check_eq(uint64_t got, uint64_t want, const char *what, int line)
 {
     if (got != want)
-        fail(line, "%s: %" PRIu64 ", expected %" PRIu64, what, got, want);
-    pass("%s == %" PRIu64, what, got);
+        FAIL_AT(line, "%s: %" PRIu64 ", expected %" PRIu64, what, got, want);
+    test_pass("%s == %" PRIu64, what, got);
 }
 
 /* A status obtained indirectly (from a child, a thread): no last error to check. */
@@ -137,9 +100,9 @@ static void check_eq(uint64_t got, uint64_t want, const char *what, int line)
 static void check_status(uint32_t got, uint32_t want, const char *what, int line)
 {
     if (got != want)
-        fail(line, "%s -> %s (%" PRIu32 "), expected %s", what, status_name(got),
-             got, status_name(want));
-    pass("%s -> %s", what, status_name(got));
+        FAIL_AT(line, "%s -> %s (%" PRIu32 "), expected %s", what, status_name(got),
+                got, status_name(want));
+    test_pass("%s -> %s", what, status_name(got));
 }
 
 /*
@@ -152,19 +115,19 @@ static void expect(fc_status got, fc_status want, const char *call, int line)
 {
     const char *why = fc_last_error();
     if (got != want && got >= FC_ERR_INVALID_ARGUMENT)
-        fail(line, "%s -> %s (%" PRIu32 "), expected %s: %s", call,
-             status_name(got), (uint32_t)got, status_name(want), why ? why : "(NULL)");
+        FAIL_AT(line, "%s -> %s (%" PRIu32 "), expected %s: %s", call,
+                status_name(got), (uint32_t)got, status_name(want), why ? why : "(NULL)");
     if (got != want)
-        fail(line, "%s -> %s (%" PRIu32 "), expected %s", call, status_name(got),
-             (uint32_t)got, status_name(want));
+        FAIL_AT(line, "%s -> %s (%" PRIu32 "), expected %s", call, status_name(got),
+                (uint32_t)got, status_name(want));
     if (want < FC_ERR_INVALID_ARGUMENT) {
-        pass("%s -> %s", call, status_name(got));
+        test_pass("%s -> %s", call, status_name(got));
         return;
     }
     if (why == NULL || why[0] == '\0')
-        fail(line, "%s -> %s, but fc_last_error() is %s", call, status_name(got),
-             why ? "empty" : "NULL");
-    pass("%s -> %s: %s", call, status_name(got), why);
+        FAIL_AT(line, "%s -> %s, but fc_last_error() is %s", call, status_name(got),
+                why ? "empty" : "NULL");
+    test_pass("%s -> %s: %s", call, status_name(got), why);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -180,7 +143,7 @@ static void scratch_path(char out[PATH_LEN], const char *name)
 {
     int len = snprintf(out, PATH_LEN, "%s/%s", g_work, name);
     if (len < 0 || len >= PATH_LEN || g_file_count == MAX_FILES)
-        fail(__LINE__, "scratch path for %s", name);
+        FAIL_AT(__LINE__, "scratch path for %s", name);
     memcpy(g_files[g_file_count++], out, (size_t)len + 1);
 }
 
@@ -193,8 +156,8 @@ static void cleanup(void)
     for (i = 0; i < g_file_count; i++)
         CHECK(unlink(g_files[i]) == 0 || errno == ENOENT, "remove %s", g_files[i]);
     if (rmdir(g_work) != 0)
-        fail(__LINE__, "remove %s: %s (files left behind?)", g_work, strerror(errno));
-    pass("remove %s: no stray files left", g_work);
+        FAIL_AT(__LINE__, "remove %s: %s (files left behind?)", g_work, strerror(errno));
+    test_pass("remove %s: no stray files left", g_work);
 }
 
 static void write_file(const char *path, const void *data, size_t len)
@@ -242,8 +205,8 @@ static int wait_exit_code(pid_t pid)
 /* Fails unless `status` is FC_OK; otherwise reports `what` as passed. */
 #define REQUIRE_OK(status, ...) require_ok((status), __LINE__, __VA_ARGS__)
 
-static PRINTF_LIKE(3, 4) void require_ok(fc_status status, int line,
-                                         const char *fmt, ...)
+static TEST_PRINTF_LIKE(3, 4) void require_ok(fc_status status, int line,
+                                              const char *fmt, ...)
 {
     char what[512];
     va_list ap;
@@ -251,9 +214,9 @@ static PRINTF_LIKE(3, 4) void require_ok(fc_status status, int line,
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     if (status != FC_OK)
-        fail(line, "%s -> %s (%" PRIu32 "): %s", what, status_name(status),
-             (uint32_t)status, fc_last_error());
-    pass("%s", what);
+        FAIL_AT(line, "%s -> %s (%" PRIu32 "): %s", what, status_name(status),
+                (uint32_t)status, fc_last_error());
+    test_pass("%s", what);
 }
 
 static fc_table *open_table(const char *path, const fc_table_options *options)
@@ -268,7 +231,7 @@ static fc_task_config unset_config(void)
 {
     fc_task_config config;
     if (fc_task_config_init(&config, sizeof config) != FC_OK)
-        fail(__LINE__, "fc_task_config_init: %s", fc_last_error());
+        FAIL_AT(__LINE__, "fc_task_config_init: %s", fc_last_error());
     return config;
 }
 
@@ -304,9 +267,9 @@ static struct fc_task_stats stats_of(const fc_task *task)
 {
     struct fc_task_stats stats;
     if (fc_task_stats_init(&stats, sizeof stats) != FC_OK)
-        fail(__LINE__, "fc_task_stats_init: %s", fc_last_error());
+        FAIL_AT(__LINE__, "fc_task_stats_init: %s", fc_last_error());
     if (fc_task_stats(task, &stats) != FC_OK)
-        fail(__LINE__, "fc_task_stats: %s", fc_last_error());
+        FAIL_AT(__LINE__, "fc_task_stats: %s", fc_last_error());
     return stats;
 }
 
@@ -315,9 +278,9 @@ static void check_mode(const char *path, mode_t want, const char *what)
     struct stat st;
     CHECK(stat(path, &st) == 0 && S_ISREG(st.st_mode), "%s is a regular file", path);
     if ((st.st_mode & 07777) != want)
-        fail(__LINE__, "%s: mode %04o, expected %04o", what,
-             (unsigned)(st.st_mode & 07777), (unsigned)want);
-    pass("%s: mode %04o", what, (unsigned)want);
+        FAIL_AT(__LINE__, "%s: mode %04o, expected %04o", what,
+                (unsigned)(st.st_mode & 07777), (unsigned)want);
+    test_pass("%s: mode %04o", what, (unsigned)want);
 }
 
 /* A table with default options at <work>/<name>, fully closed again. */
@@ -373,8 +336,8 @@ static void test_version_and_status_strings(void)
               text ? text : "(NULL)");
         for (j = 0; j < i; j++)
             if (strcmp(text, fc_status_str(statuses[j])) == 0)
-                fail(__LINE__, "%s and %s share the text \"%s\"",
-                     status_name(statuses[i]), status_name(statuses[j]), text);
+                FAIL_AT(__LINE__, "%s and %s share the text \"%s\"",
+                        status_name(statuses[i]), status_name(statuses[j]), text);
     }
 
     /* The structs C allocates are ABI: the sized ones only ever grow at
@@ -426,7 +389,7 @@ static void test_open_and_modes(void)
     fc_table_close(second);
     fc_table_close(first);
     fc_table_close(open_table(t1, NULL));
-    pass("reopened %s after closing every handle", t1);
+    test_pass("reopened %s after closing every handle", t1);
 
     /* The mode applies exactly, whatever the umask. */
     scratch_path(t2, "t2");
@@ -548,7 +511,7 @@ static void test_task_registration(void)
     fc_table_close(table);
     EXPECT(fc_acquire(task, 1, &permit), FC_OK);
     EXPECT(fc_release(task, &permit, FC_OUTCOME_SUCCESS), FC_OK);
-    pass("a task works after its table handle is closed");
+    test_pass("a task works after its table handle is closed");
 
     fc_task_free(fresh);
     fc_task_free(same);
@@ -668,7 +631,7 @@ static void test_null_arguments(void)
     EXPECT(fc_table_open(NULL, NULL, NULL), FC_ERR_INVALID_ARGUMENT);
     CHECK(!file_exists(path), "no table created by the failed opens");
     fc_table_close(NULL);
-    pass("fc_table_close(NULL) returns");
+    test_pass("fc_table_close(NULL) returns");
 
     table = open_table(path, NULL);
     EXPECT(fc_table_reap(NULL, &reaped), FC_ERR_INVALID_ARGUMENT);
@@ -700,7 +663,7 @@ static void test_null_arguments(void)
     EXPECT(fc_task_check(NULL, &drift), FC_ERR_INVALID_ARGUMENT);
     EXPECT(fc_task_check(task, NULL), FC_ERR_INVALID_ARGUMENT);
     fc_task_free(NULL);
-    pass("fc_task_free(NULL) returns");
+    test_pass("fc_task_free(NULL) returns");
 
     fc_task_free(task);
     fc_table_close(table);
@@ -812,7 +775,7 @@ static void test_bad_requests_and_permits(void)
             permit = a;
             ((unsigned char *)&permit)[fields[i].offset] ^= 1;
             if (fc_release(capped, &permit, FC_OUTCOME_SUCCESS) != FC_ERR_INVALID_ARGUMENT)
-                fail(__LINE__, "a permit with a bit of %s flipped was not refused", fields[i].field);
+                FAIL_AT(__LINE__, "a permit with a bit of %s flipped was not refused", fields[i].field);
             CHECK(fc_last_error()[0] != '\0', "a permit with a bit of %s flipped is refused: %s",
                   fields[i].field, fc_last_error());
         }
@@ -993,7 +956,7 @@ static void test_permission(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         struct stat st;
         fc_table *table = NULL;
@@ -1053,7 +1016,7 @@ static void test_full_tables(void)
     CHECK(untouched_table == SENTINEL, "a failed open leaves *out alone");
     fc_table_close(table);
     fc_table_close(open_table(path, NULL));
-    pass("the slot is free again once the first handle is closed");
+    test_pass("the slot is free again once the first handle is closed");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1144,21 +1107,21 @@ static void test_threads(void)
         int64_t moving = -1;
         fc_status status = fc_task_check(task, &moving);
         if (status == FC_OK && moving != 0)
-            fail(__LINE__, "fc_task_check under traffic: drift %" PRId64, moving);
+            FAIL_AT(__LINE__, "fc_task_check under traffic: drift %" PRId64, moving);
         if (status != FC_OK && status != FC_ERR_TIMEOUT)
-            fail(__LINE__, "fc_task_check under traffic -> %s: %s", status_name(status),
-                 fc_last_error());
+            FAIL_AT(__LINE__, "fc_task_check under traffic -> %s: %s", status_name(status),
+                    fc_last_error());
         if (status == FC_OK)
             checked++;
         else
             timed_out++;
     }
-    pass("fc_task_check under traffic: %u with no drift, %u timed out", checked, timed_out);
+    test_pass("fc_task_check under traffic: %u with no drift, %u timed out", checked, timed_out);
     for (i = 0; i < THREADS; i++) {
         struct worker *w = &workers[i];
         CHECK(pthread_join(w->thread, NULL) == 0, "join worker %d", i);
         if (w->error != FC_OK)
-            fail(__LINE__, "worker %d: %s -> %s", i, w->error_text, status_name(w->error));
+            FAIL_AT(__LINE__, "worker %d: %s -> %s", i, w->error_text, status_name(w->error));
         CHECK(w->clean_last_error, "worker %d: fc_last_error() is per thread (empty at start)", i);
         CHECK_EQ(w->pairs, PAIRS_PER_THREAD, "worker: acquire/release pairs");
         limited += w->limited;
@@ -1212,7 +1175,7 @@ static void test_fork_reclaim(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         int i;
         close(ready[0]);
@@ -1276,7 +1239,7 @@ static void test_permit_does_not_cross_fork(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         fc_status status;
         alarm(30); /* never hang the test */
@@ -1632,7 +1595,7 @@ static void test_sized_structs(void)
     CHECK(all_bytes(big_options.newer, sizeof big_options.newer, 0x5a),
           "fc_table_options_init leaves the unknown tail alone");
     fc_table_close(open_table(other_path, &big_options.options));
-    pass("a table opened with big options (their tail not read)");
+    test_pass("a table opened with big options (their tail not read)");
 
     fc_task_free(task);
     fc_table_close(table);
@@ -1658,7 +1621,7 @@ static void test_unset_fields(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         fc_table *t = NULL;
         fc_task *k = NULL;
@@ -1805,7 +1768,7 @@ static void test_check_and_reap(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         close(ready[0]);
         alarm(30); /* never outlive a parent that failed to kill us */
@@ -1938,7 +1901,7 @@ static void test_main_thread_exited(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         static struct holder h;
         pthread_t worker;
@@ -2021,7 +1984,7 @@ static void test_untrusted_tables(void)
     EXPECT(fc_table_options_init(&options, sizeof options), FC_OK);
     options.shared = 1;
     fc_table_close(open_table(path, &options));
-    pass("opened with shared = 1");
+    test_pass("opened with shared = 1");
 
     scratch_path(path, "shared");
     options.mode = 0660;
@@ -2043,7 +2006,7 @@ static void test_untrusted_tables(void)
     EXPECT(fc_table_open(path, &options, &untouched), FC_ERR_PERMISSION);
     options.owner_uid = 65534;
     fc_table_close(open_table(path, &options));
-    pass("opened with owner_uid = 65534");
+    test_pass("opened with owner_uid = 65534");
     CHECK(untouched == SENTINEL, "failed opens leave *out alone");
 }
 
@@ -2247,7 +2210,7 @@ static void test_keyed(void)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        fail(__LINE__, "fork: %s", strerror(errno));
+        FAIL_AT(__LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         alarm(30);
         if (fc_acquire_key(task, (const uint8_t *)"bob", 3, 1, &p) != FC_OK)

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "flowctrl.h"
+#include "test_util.h"
 
 static_assert(sizeof(fc_status) == sizeof(uint32_t), "fc_status is a uint32_t");
 static_assert(std::is_standard_layout<fc_permit>::value, "fc_permit is plain data");
@@ -160,27 +161,13 @@ private:
 
 // ---------------------------------------------------------------------------
 
-static unsigned checks;
-
-static void check(bool ok, const std::string &what, int line)
-{
-    std::printf("%-5s %s\n", ok ? "ok" : "FAIL", what.c_str());
-    if (!ok) {
-        std::printf("      (tests/c/abi_test.cpp:%d)\n", line);
-        std::exit(1);
-    }
-    checks++;
-}
-
-#define CHECK(cond, what) check((cond), (what), __LINE__)
 #define CHECK_EQ(got, want, what) check_eq((got), (want), (what), __LINE__)
 
 static void check_eq(uint64_t got, uint64_t want, const std::string &what, int line)
 {
-    check(got == want,
-          what + (got == want ? " == " + std::to_string(got)
-                              : ": " + std::to_string(got) + ", expected " + std::to_string(want)),
-          line);
+    CHECK_AT(got == want, line,
+             what + (got == want ? " == " + std::to_string(got)
+                                 : ": " + std::to_string(got) + ", expected " + std::to_string(want)));
 }
 
 static fc_task_config task_config(double local_rate, uint32_t burst, uint32_t max_concurrency)
@@ -200,11 +187,11 @@ static void expect_error(const std::string &what, fc_status want, Body body)
     try {
         body();
     } catch (const flowctrl::Error &e) {
-        check(e.status() == want && fc_last_error()[0] != '\0',
-              what + " throws " + fc_status_str(want) + ": " + e.what(), __LINE__);
+        CHECK_AT(e.status() == want && fc_last_error()[0] != '\0', __LINE__,
+                 what + " throws " + fc_status_str(want) + ": " + e.what());
         return;
     }
-    check(false, what + " throws", __LINE__);
+    CHECK_AT(false, __LINE__, what + " throws");
 }
 
 // ---------------------------------------------------------------------------
@@ -263,13 +250,13 @@ static DestructorReport g_main_report;
 
 static void check_report(const DestructorReport &r, const std::string &who, int line)
 {
-    check(r.ran, who + ": the thread_local's destructor ran", line);
-    check(r.release == FC_OK, who + ": release in the destructor: " + fc_status_str(r.release), line);
-    check(r.again == FC_ERR_INVALID_ARGUMENT,
-          who + ": a second release there is refused: " + fc_status_str(r.again), line);
-    check(r.bad_acquire == FC_ERR_INVALID_ARGUMENT,
-          who + ": fc_acquire(NULL) there: " + fc_status_str(r.bad_acquire), line);
-    check(r.reason, who + ": fc_last_error() there is a reason, never NULL", line);
+    CHECK_AT(r.ran, line, who + ": the thread_local's destructor ran");
+    CHECK_AT(r.release == FC_OK, line, who + ": release in the destructor: " + fc_status_str(r.release));
+    CHECK_AT(r.again == FC_ERR_INVALID_ARGUMENT, line,
+             who + ": a second release there is refused: " + fc_status_str(r.again));
+    CHECK_AT(r.bad_acquire == FC_ERR_INVALID_ARGUMENT, line,
+             who + ": fc_acquire(NULL) there: " + fc_status_str(r.bad_acquire));
+    CHECK_AT(r.reason, line, who + ": fc_last_error() there is a reason, never NULL");
 }
 
 static void test_thread_local_destructors(const std::string &dir)
@@ -407,6 +394,6 @@ int main(int argc, char **argv)
         return 1;
     }
     CHECK(rmdir(dir.c_str()) == 0, "remove " + dir + " (no stray files left)");
-    std::printf("\nall %u checks passed (the main thread's holder is checked at exit)\n", checks);
+    std::printf("\nall %u checks passed (the main thread's holder is checked at exit)\n", g_checks);
     return 0;
 }

@@ -24,25 +24,8 @@
 
 #include "flowctrl.h"
 
-static unsigned g_checks;
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    va_list ap;
-    printf("%-5s ", ok ? "ok" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!ok) {
-        printf("      (tests/c/adaptive_test.c:%d) last error: %s\n", line, fc_last_error());
-        fflush(stdout);
-        exit(1);
-    }
-    g_checks++;
-}
-
-#define CHECK(cond, ...) check((cond) != 0, __LINE__, __VA_ARGS__)
+#define TEST_LAST_ERROR fc_last_error
+#include "test_util.h"
 
 static uint64_t now_ms(void)
 {

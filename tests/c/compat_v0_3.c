@@ -28,25 +28,7 @@
 
 enum { CANARY = 0xa7, CANARY_LEN = 64 };
 
-static unsigned g_checks;
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    va_list ap;
-    printf("%-5s ", ok ? "ok" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!ok) {
-        printf("      (tests/c/compat_v0_3.c:%d)\n", line);
-        fflush(stdout);
-        exit(1);
-    }
-    g_checks++;
-}
-
-#define CHECK(cond, ...) check((cond) != 0, __LINE__, __VA_ARGS__)
+#include "test_util.h"
 
 /* The call answers `want`; an error comes with a reason. */
 #define EXPECT(call, want)                                                     \

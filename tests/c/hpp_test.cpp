@@ -23,6 +23,7 @@
 #include <variant>
 
 #include "flowctrl.hpp"
+#include "test_util.h"
 
 using flowctrl::Admission;
 using flowctrl::Outcome;
@@ -42,18 +43,6 @@ static_assert(!std::is_copy_constructible<Task>::value && std::is_nothrow_move_c
 static_assert(!std::is_copy_constructible<Table>::value && std::is_nothrow_move_constructible<Table>::value,
               "a Table owns its handle");
 static_assert(std::is_base_of<std::runtime_error, flowctrl::Error>::value, "errors are exceptions");
-
-static unsigned checks = 0;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-            std::exit(1);                                                             \
-        }                                                                             \
-        checks++;                                                                     \
-        std::printf("ok %u: %s\n", checks, #cond);                                    \
-    } while (0)
 
 // Runs `body`, which must throw flowctrl::Error with `status`.
 template <typename F>
@@ -89,74 +78,74 @@ int main(int argc, char **argv) {
     const std::string dir = argv[1];
 
     // Errors: a constructor that cannot open its table throws.
-    CHECK(throws(FC_ERR_IO, [&] { Table missing(dir + "/no/such/dir/table"); }));
+    CHECK_THAT(throws(FC_ERR_IO, [&] { Table missing(dir + "/no/such/dir/table"); }));
 
     Table table(dir + "/table");
     Task api = table.task("api", TaskConfig().max_concurrency(2));
-    CHECK(api.limit() == std::optional<std::uint32_t>(2));
-    CHECK(throws(FC_ERR_CONFIG_MISMATCH, [&] { table.task("api", TaskConfig().max_concurrency(3)); }));
-    CHECK(throws(FC_ERR_INVALID_ARGUMENT, [&] { (void)api.acquire(0); }));
-    CHECK(throws(FC_ERR_INVALID_ARGUMENT, [] { (void)Task().acquire(); }));
+    CHECK_THAT(api.limit() == std::optional<std::uint32_t>(2));
+    CHECK_THAT(throws(FC_ERR_CONFIG_MISMATCH, [&] { table.task("api", TaskConfig().max_concurrency(3)); }));
+    CHECK_THAT(throws(FC_ERR_INVALID_ARGUMENT, [&] { (void)api.acquire(0); }));
+    CHECK_THAT(throws(FC_ERR_INVALID_ARGUMENT, [] { (void)Task().acquire(); }));
 
     // A permit released by its destructor, as "success".
     {
         Permit permit = take(api);
-        CHECK(permit.held() && permit.n() == 1 && api.stats().in_flight == 1);
+        CHECK_THAT(permit.held() && permit.n() == 1 && api.stats().in_flight == 1);
     }
-    CHECK(api.stats().in_flight == 0 && api.stats().released_success == 1);
+    CHECK_THAT(api.stats().in_flight == 0 && api.stats().released_success == 1);
 
     // A moved permit is released once, by its last holder.
     {
         Permit first = take(api);
         Permit second(std::move(first));
-        CHECK(!first && second && first.n() == 0);
+        CHECK_THAT(!first && second && first.n() == 0);
         Permit third;
-        CHECK(!third);
+        CHECK_THAT(!third);
         third = std::move(second);
-        CHECK(!second && third && api.stats().in_flight == 1);
+        CHECK_THAT(!second && third && api.stats().in_flight == 1);
         first = Permit();  // assigning to an empty permit releases nothing
-        CHECK(api.stats().in_flight == 1 && released(api) == 1);
+        CHECK_THAT(api.stats().in_flight == 1 && released(api) == 1);
     }
-    CHECK(api.stats().in_flight == 0 && released(api) == 2);
-    CHECK(api.stats().admitted == 2 && api.drift() == 0);
+    CHECK_THAT(api.stats().in_flight == 0 && released(api) == 2);
+    CHECK_THAT(api.stats().admitted == 2 && api.drift() == 0);
 
     // Move-assigning onto a held permit releases the one it held first.
     {
         Permit a = take(api);
         Permit b = take(api);
-        CHECK(api.stats().in_flight == 2);
+        CHECK_THAT(api.stats().in_flight == 2);
         a = std::move(b);
-        CHECK(api.stats().in_flight == 1 && released(api) == 3);
+        CHECK_THAT(api.stats().in_flight == 1 && released(api) == 3);
     }
-    CHECK(api.stats().in_flight == 0 && released(api) == 4);
+    CHECK_THAT(api.stats().in_flight == 0 && released(api) == 4);
 
     // The outcome setters decide what the destructor releases with.
     {
         Permit permit = take(api);
         permit.dropped();
-        CHECK(permit.outcome() == Outcome::dropped);
+        CHECK_THAT(permit.outcome() == Outcome::dropped);
     }
-    CHECK(api.stats().released_dropped == 1);
+    CHECK_THAT(api.stats().released_dropped == 1);
     {
         Permit permit = take(api);
         permit.ignored();
     }
-    CHECK(api.stats().released_ignored == 1);
+    CHECK_THAT(api.stats().released_ignored == 1);
     {
         Permit permit = take(api);
         permit.dropped();
         permit.success();  // the last word counts
     }
-    CHECK(api.stats().released_success == 5);
+    CHECK_THAT(api.stats().released_success == 5);
 
     // An explicit release, then nothing more from the destructor.
     {
         Permit permit = take(api);
         permit.release(Outcome::ignored);
-        CHECK(!permit.held() && api.stats().released_ignored == 2);
+        CHECK_THAT(!permit.held() && api.stats().released_ignored == 2);
         permit.release();  // an empty permit: nothing
     }
-    CHECK(released(api) == 8 && api.stats().admitted == 8);
+    CHECK_THAT(released(api) == 8 && api.stats().admitted == 8);
 
     // An exception unwinding a permit releases it as "dropped", unless an
     // outcome was set.
@@ -165,21 +154,21 @@ int main(int argc, char **argv) {
         throw std::runtime_error("the request failed");
     } catch (const std::runtime_error &) {
     }
-    CHECK(api.stats().released_dropped == 2 && api.stats().in_flight == 0);
+    CHECK_THAT(api.stats().released_dropped == 2 && api.stats().in_flight == 0);
     try {
         Permit permit = take(api);
         permit.success();
         throw std::runtime_error("after the answer");
     } catch (const std::runtime_error &) {
     }
-    CHECK(api.stats().released_success == 6);
+    CHECK_THAT(api.stats().released_success == 6);
 
     // A permit moved to another thread is released there.
     {
         Permit permit = take(api);
         std::thread worker([p = std::move(permit)]() mutable { p.release(); });
         worker.join();
-        CHECK(!permit && api.stats().in_flight == 0 && api.stats().released_success == 7);
+        CHECK_THAT(!permit && api.stats().in_flight == 0 && api.stats().released_success == 7);
     }
 
     // Refusals are values: the cap of 2 is full.
@@ -187,108 +176,108 @@ int main(int argc, char **argv) {
         Permit a = take(api);
         Permit b = take(api);
         Admission got = api.acquire();
-        CHECK(!got && !got.admitted());
+        CHECK_THAT(!got && !got.admitted());
         const flowctrl::Refusal &r = got.refusal();
-        CHECK(r.reason == Reason::concurrency && r.status() == FC_LIMITED_CONCURRENCY);
-        CHECK(!r.retry_after.has_value());  // a cap: a release decides
-        CHECK(r.retry_after_seconds() == 1s && r.retry_after_seconds(0s) == 0s);
-        CHECK(std::string(flowctrl::to_string(r.reason)) == "concurrency");
+        CHECK_THAT(r.reason == Reason::concurrency && r.status() == FC_LIMITED_CONCURRENCY);
+        CHECK_THAT(!r.retry_after.has_value());  // a cap: a release decides
+        CHECK_THAT(r.retry_after_seconds() == 1s && r.retry_after_seconds(0s) == 0s);
+        CHECK_THAT(std::string(flowctrl::to_string(r.reason)) == "concurrency");
         bool threw = false;
         try {
             (void)got.permit();
         } catch (const std::bad_variant_access &) {
             threw = true;
         }
-        CHECK(threw);
+        CHECK_THAT(threw);
 
         // Waiting: refused after the timeout, admitted when a permit comes back.
         auto started = std::chrono::steady_clock::now();
-        CHECK(!api.acquire_for(50ms));
-        CHECK(std::chrono::steady_clock::now() - started >= 45ms);
+        CHECK_THAT(!api.acquire_for(50ms));
+        CHECK_THAT(std::chrono::steady_clock::now() - started >= 45ms);
         std::thread releaser([&a] {
             std::this_thread::sleep_for(20ms);
             a.release();
         });
         Admission waited = api.acquire_for(5s);
         releaser.join();
-        CHECK(waited && waited.permit().held());
+        CHECK_THAT(waited && waited.permit().held());
     }
-    CHECK(api.stats().in_flight == 0 && api.drift() == 0);
+    CHECK_THAT(api.stats().in_flight == 0 && api.drift() == 0);
 
     // A refusal by the task's rate carries its wait.
     {
         Task slow = table.task("slow", TaskConfig().local_rate(1.0).burst(1));
         Permit first = take(slow);
         Admission got = slow.acquire();
-        CHECK(!got && got.refusal().reason == Reason::local);
-        CHECK(got.refusal().retry_after && *got.refusal().retry_after > 500ms &&
+        CHECK_THAT(!got && got.refusal().reason == Reason::local);
+        CHECK_THAT(got.refusal().retry_after && *got.refusal().retry_after > 500ms &&
               *got.refusal().retry_after <= 1s);
-        CHECK(got.refusal().retry_after_seconds() == 1s);
+        CHECK_THAT(got.refusal().retry_after_seconds() == 1s);
     }
 
     // Keyed acquires: every key 5/minute.
     Task keyed = table.task("keyed", TaskConfig().max_concurrency(16));
     keyed.set_keys("5/minute", 0, 1024);
-    CHECK(throws(FC_ERR_INVALID_ARGUMENT, [&] { keyed.set_keys("five a minute"); }));
+    CHECK_THAT(throws(FC_ERR_INVALID_ARGUMENT, [&] { keyed.set_keys("five a minute"); }));
     for (int i = 0; i < 5; i++) {
         Admission got = keyed.acquire_key("alice");
-        CHECK(got);
+        CHECK_THAT(got);
     }
     {
         Admission sixth = keyed.acquire_key("alice");
-        CHECK(!sixth && sixth.refusal().reason == Reason::key_rate && sixth.refusal().which_rate == 0);
-        CHECK(sixth.refusal().retry_after && *sixth.refusal().retry_after >= 11s &&
+        CHECK_THAT(!sixth && sixth.refusal().reason == Reason::key_rate && sixth.refusal().which_rate == 0);
+        CHECK_THAT(sixth.refusal().retry_after && *sixth.refusal().retry_after >= 11s &&
               *sixth.refusal().retry_after <= 12s);
-        CHECK(sixth.refusal().retry_after_seconds() == 12s);
+        CHECK_THAT(sixth.refusal().retry_after_seconds() == 12s);
         flowctrl::KeyState alice = keyed.key_state("alice");
-        CHECK(alice.present && alice.limit == 5 && alice.remaining == 0);
-        CHECK(alice.reset_after > 55s && alice.reset_after <= 60s && alice.retry_after >= 11s);
-        CHECK(keyed.acquire_key("bob"));  // another key has its own 5
+        CHECK_THAT(alice.present && alice.limit == 5 && alice.remaining == 0);
+        CHECK_THAT(alice.reset_after > 55s && alice.reset_after <= 60s && alice.retry_after >= 11s);
+        CHECK_THAT(keyed.acquire_key("bob"));  // another key has its own 5
     }
     // Which of several rates refused.
     keyed.set_key_override("multi", "100/second;2/minute");
-    CHECK(keyed.acquire_key("multi") && keyed.acquire_key("multi"));
+    CHECK_THAT(keyed.acquire_key("multi") && keyed.acquire_key("multi"));
     {
         Admission third = keyed.acquire_key("multi");
-        CHECK(!third && third.refusal().reason == Reason::key_rate && third.refusal().which_rate == 1);
+        CHECK_THAT(!third && third.refusal().reason == Reason::key_rate && third.refusal().which_rate == 1);
     }
     // A key's own cap, counted in its state, given back by the destructor.
     keyed.set_key_override("solo", "100/hour", 1);
     {
         Admission held = keyed.acquire_key("solo");
-        CHECK(held && keyed.key_state("solo").in_flight == 1);
+        CHECK_THAT(held && keyed.key_state("solo").in_flight == 1);
         Admission second = keyed.acquire_key("solo");
-        CHECK(!second && second.refusal().reason == Reason::key_concurrency);
-        CHECK(!second.refusal().retry_after);
+        CHECK_THAT(!second && second.refusal().reason == Reason::key_concurrency);
+        CHECK_THAT(!second.refusal().retry_after);
         Permit moved = std::move(held).permit();
-        CHECK(moved && keyed.key_state("solo").in_flight == 1);
+        CHECK_THAT(moved && keyed.key_state("solo").in_flight == 1);
     }
-    CHECK(keyed.key_state("solo").in_flight == 0 && keyed.key_state("solo").overridden);
+    CHECK_THAT(keyed.key_state("solo").in_flight == 0 && keyed.key_state("solo").overridden);
     // A blocked key.
     keyed.set_key_override("mallory", nullptr, 0, FC_KEY_BLOCKED);
     {
         Admission got = keyed.acquire_key("mallory");
-        CHECK(!got && got.refusal().reason == Reason::key_blocked && keyed.key_state("mallory").blocked);
+        CHECK_THAT(!got && got.refusal().reason == Reason::key_blocked && keyed.key_state("mallory").blocked);
     }
     keyed.set_key_override("mallory", nullptr, 0, FC_KEY_REMOVE);
-    CHECK(keyed.acquire_key("mallory"));
-    CHECK(keyed.stats().in_flight == 0 && keyed.drift() == 0);
+    CHECK_THAT(keyed.acquire_key("mallory"));
+    CHECK_THAT(keyed.stats().in_flight == 0 && keyed.drift() == 0);
 
     // Moving handles: a Task moved, and a Task outliving its Table.
     {
         Task moved(std::move(api));
-        CHECK(throws(FC_ERR_INVALID_ARGUMENT, [&] { (void)api.acquire(); }));
+        CHECK_THAT(throws(FC_ERR_INVALID_ARGUMENT, [&] { (void)api.acquire(); }));
         Table other(dir + "/other");
         Task alone = other.task("alone", TaskConfig().max_concurrency(1));
         Table sink(std::move(other));
         { Table gone(std::move(sink)); }  // the table handle is closed here
         Permit permit = take(alone);
-        CHECK(!alone.acquire() && alone.stats().in_flight == 1);
+        CHECK_THAT(!alone.acquire() && alone.stats().in_flight == 1);
         permit.release();
-        CHECK(alone.stats().in_flight == 0 && moved.stats().in_flight == 0);
-        CHECK(table.reap() == 0);
+        CHECK_THAT(alone.stats().in_flight == 0 && moved.stats().in_flight == 0);
+        CHECK_THAT(table.reap() == 0);
     }
 
-    std::printf("\nall %u checks passed\n", checks);
+    std::printf("\nall %u checks passed\n", g_checks);
     return 0;
 }

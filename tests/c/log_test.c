@@ -37,25 +37,8 @@
 #define CLOSED_STORE "redis://127.0.0.1:1/0"
 #define MAX_LINES 64
 
-static unsigned g_checks;
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    va_list ap;
-    printf("%-5s ", ok ? "ok" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!ok) {
-        printf("      (tests/c/log_test.c:%d) last error: %s\n", line, fc_last_error());
-        fflush(stdout);
-        exit(1);
-    }
-    g_checks++;
-}
-
-#define CHECK(cond, ...) check((cond) != 0, __LINE__, __VA_ARGS__)
+#define TEST_LAST_ERROR fc_last_error
+#include "test_util.h"
 
 /* What the callback saw, under its own lock (it runs on several threads). */
 struct line {
@@ -200,7 +183,7 @@ static void die_holding(const fc_task *task, uint32_t n)
     fflush(stdout);
     pid = fork();
     if (pid < 0)
-        check(0, __LINE__, "fork: %s", strerror(errno));
+        CHECK(0, "fork: %s", strerror(errno));
     if (pid == 0) {
         fc_permit permit;
         _exit(fc_acquire(task, n, &permit) == FC_OK ? 0 : 1);

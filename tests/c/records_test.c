@@ -20,34 +20,17 @@
 
 #include "flowctrl.h"
 
-static unsigned g_checks;
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    va_list ap;
-    printf("%-5s ", ok ? "ok" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!ok) {
-        printf("      (tests/c/records_test.c:%d) last error: %s\n", line, fc_last_error());
-        fflush(stdout);
-        exit(1);
-    }
-    g_checks++;
-}
-
-#define CHECK(cond, ...) check((cond) != 0, __LINE__, __VA_ARGS__)
+#define TEST_LAST_ERROR fc_last_error
+#include "test_util.h"
 
 /* A refusal: an error status (not a decision), and fc_last_error() saying
  * why, naming `needle` (so the text is this call's, not an earlier one's). */
 static void refused(fc_status st, fc_status want, const char *needle, int line, const char *what)
 {
     const char *error = fc_last_error();
-    check(st >= 100 && st == want && error[0] != '\0' && strstr(error, needle) != NULL, line,
-          "%s: refused with %u (%s), want %u; fc_last_error() = \"%s\", want it to name \"%s\"",
-          what, (unsigned)st, fc_status_str(st), (unsigned)want, error, needle);
+    CHECK_AT(st >= 100 && st == want && error[0] != '\0' && strstr(error, needle) != NULL, line,
+             "%s: refused with %u (%s), want %u; fc_last_error() = \"%s\", want it to name \"%s\"",
+             what, (unsigned)st, fc_status_str(st), (unsigned)want, error, needle);
 }
 
 #define REFUSED(st, want, needle, what) refused((st), (want), (needle), __LINE__, (what))

@@ -5,24 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flowctrl::{Decision, QuotaState, Table, TableOptions, TaskConfig};
+use flowctrl::{QuotaState, Table, TableOptions, TaskConfig};
 
+use super::worker::{self, Worker, Workers};
 use super::*;
 
 pub const TASK: &str = "api";
-
-/// Store options for a test host: room for a loaded 2-core machine, and a
-/// short probe interval.
-pub fn options(url: &str, probe: Duration) -> TableOptions {
-    let mut o = TableOptions::default();
-    o.store.url = Some(url.to_string());
-    o.store.timeout = Duration::from_millis(500);
-    o.store.connect_timeout = Duration::from_millis(500);
-    o.store.probe_interval = probe;
-    o
-}
 
 /// What the processes of a run saw.
 pub struct Run {
@@ -46,43 +36,6 @@ pub struct Run {
     /// Every shard host 0's task reported down (`QuotaStats::shards_down`)
     /// in those samples, or'ed.
     pub shards_down_seen: u64,
-}
-
-fn worker(
-    path: &std::path::Path,
-    opts: TableOptions,
-    (name, config): (&str, TaskConfig),
-    start: Duration,
-    secs: f64,
-    out: PathBuf,
-) -> i32 {
-    let table = Table::open(path, &opts).unwrap();
-    let task = table.task(name, &config).unwrap();
-    sleep_until(start);
-    let end = start + Duration::from_secs_f64(secs);
-    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
-    let (mut errors, mut slowest) = (0u64, Duration::ZERO);
-    while monotonic() < end {
-        let began = Instant::now();
-        let decision = task.acquire(1);
-        slowest = slowest.max(began.elapsed());
-        match decision {
-            Ok(Decision::Admitted(p)) => {
-                let slice = (wall_us() + task.quota_stats().clock_offset_us) / 1_000_000;
-                *counts.entry(slice).or_default() += 1;
-                drop(p);
-            }
-            Ok(Decision::Limited(_)) => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => {
-                errors += 1;
-                raw_eprint(&format!("acquire failed: {e}"));
-            }
-        }
-    }
-    let mut text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
-    text.push_str(&format!("end {errors} {}\n", slowest.as_micros()));
-    std::fs::write(out, text).unwrap();
-    0
 }
 
 /// The monotonic instant at which the wall clock reads the next whole
@@ -118,20 +71,12 @@ pub fn run(
         .collect();
     let watched = &watch[0];
     let start = next_wall_second();
-    let mut pids = KillOnDrop::default();
-    let mut outs = Vec::new();
-    for (i, path) in paths
+    let worker = Worker::new(name, config);
+    let workers: Vec<_> = paths
         .iter()
-        .flat_map(|p| std::iter::repeat_n(p, procs))
-        .enumerate()
-    {
-        let out = scratch.path(&format!("counts-{i}"));
-        outs.push(out.clone());
-        let (path, opts, name) = (path.clone(), opts.clone(), name.to_string());
-        pids.add(fork_guarded(move || {
-            worker(&path, opts, (&name, config), start, secs, out)
-        }));
-    }
+        .flat_map(|p| std::iter::repeat_n((p.clone(), opts.clone(), worker.clone()), procs))
+        .collect();
+    let workers = Workers::fork(scratch, &workers, start, secs);
     let (mut failed_at, mut open_again_at, mut reopened) = (None, None, 0);
     let mut shards_down_seen = 0;
     std::thread::scope(|scope| {
@@ -160,38 +105,23 @@ pub fn run(
             std::thread::sleep(Duration::from_millis(5));
         }
     });
-    for pid in pids.0.clone() {
-        assert_eq!(wait(pid), 0, "a worker failed");
-        pids.forget(pid);
-    }
-    let mut run = Run {
-        per_slice: BTreeMap::new(),
-        per_host: vec![BTreeMap::new(); hosts],
+    let tallies = workers.tallies();
+    let all = worker::sum(&tallies);
+    Run {
+        per_slice: all.per_slice,
+        per_host: tallies
+            .chunks(procs)
+            .map(|host| worker::sum(host).per_slice)
+            .collect(),
         stats: watched.quota_stats(),
         all_stats: watch.iter().map(|t| t.quota_stats()).collect(),
-        errors: 0,
-        slowest: Duration::ZERO,
+        errors: all.errors,
+        slowest: all.slowest,
         failed_at,
         open_again_at,
         reopened,
         shards_down_seen,
-    };
-    for (i, out) in outs.into_iter().enumerate() {
-        for line in std::fs::read_to_string(out).unwrap().lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            if f[0] == "end" {
-                run.errors += f[1].parse::<u64>().unwrap();
-                run.slowest = run
-                    .slowest
-                    .max(Duration::from_micros(f[2].parse().unwrap()));
-            } else {
-                let (slice, n) = (f[0].parse().unwrap(), f[1].parse::<u64>().unwrap());
-                *run.per_slice.entry(slice).or_default() += n;
-                *run.per_host[i / procs].entry(slice).or_default() += n;
-            }
-        }
     }
-    run
 }
 
 /// Asserts every full slice (not the first nor the last) admitted within

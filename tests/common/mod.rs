@@ -417,11 +417,16 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 // against the header of a table the library made.
 
 pub mod elf;
-pub mod ha;
 pub mod hosts;
+pub mod options;
 pub mod redis;
 pub mod tls;
 pub mod trickle;
+pub mod worker;
+
+// Each test binary uses a part of them (as of all of this module).
+#[allow(unused_imports)]
+pub use options::{Options, cli_options, ha_options, host_options, options};
 
 pub mod layout {
     /// The table layout version mirrored here.

@@ -8,6 +8,7 @@ pub mod mutate;
 pub mod pool;
 
 use crate::common::layout::*;
+use crate::common::{self, Options};
 use flowctrl::TableOptions;
 
 pub const TASKS: usize = 4;
@@ -24,16 +25,14 @@ pub const POOL_LANES: u32 = 4;
 /// The options of the fuzzed tables: `lanes` 0 (a set per pair, layout 3)
 /// or [`POOL_LANES`] (layout 4). Only the creation reads them.
 pub fn options(lanes: u32) -> TableOptions {
-    TableOptions {
-        capacity: TASKS as u32,
-        max_processes: PROCESSES as u32,
+    common::options()
+        .capacity(TASKS as u32)
+        .processes(PROCESSES as u32)
         // No balancer regions: the geometry below is the tasks' alone; the
         // balancer fields of the header are still fuzzed (any change to
         // them must be refused).
-        balancers: 0,
-        lanes,
-        ..Default::default()
-    }
+        .balancers(0)
+        .lanes(lanes)
 }
 
 /// One overwrite: `width` bytes at `offset`, little-endian.

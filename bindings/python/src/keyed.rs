@@ -43,7 +43,7 @@ pub(crate) fn limited(task: &flowctrl::Task, refusal: &KeyRefusal) -> PyErr {
 /// The limits the keyword arguments say.
 pub(crate) fn limits(
     rates: Option<&str>,
-    max_concurrency: u32,
+    max_concurrency: Option<u32>,
     shadow: bool,
     unlimited: bool,
     blocked: bool,
@@ -59,10 +59,14 @@ pub(crate) fn limits(
         (false, false, Some(r)) => KeyLimits::parse_rates(r).map_err(to_py)?,
         (false, false, None) => KeyLimits::new(),
     };
-    let l = if max_concurrency != 0 {
-        l.max_concurrency(max_concurrency)
-    } else {
-        l
+    let l = match max_concurrency {
+        None | Some(flowctrl::NO_CAP) => l,
+        Some(0) => {
+            return Err(InvalidArgumentError::new_err(
+                "max_concurrency = 0 would admit nothing: leave it None (or NO_CAP) for no cap",
+            ));
+        }
+        Some(n) => l.max_concurrency(n),
     };
     Ok(l.shadow(shadow))
 }

@@ -319,6 +319,7 @@ fn _flowctrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Store>()?;
     m.add("__version__", flowctrl::VERSION)?;
     m.add("LAYOUT_VERSION", flowctrl::LAYOUT_VERSION)?;
+    m.add("NO_CAP", flowctrl::NO_CAP)?;
     logging::install(m)?;
     Ok(())
 }

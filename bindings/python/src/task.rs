@@ -146,15 +146,16 @@ impl Task {
     }
 
     /// Gives the task limits per caller (every process on the host):
-    /// `rates` like "10/second;1000/hour", a per-key `max_concurrency`,
+    /// `rates` like "10/second;1000/hour", a per-key `max_concurrency`
+    /// (None or `NO_CAP`: none; 0 is refused),
     /// `capacity` keys (fixed when the key file is made), `shadow`,
     /// `overflow` "shared" or "admit".
-    #[pyo3(signature = (rates=None, *, max_concurrency=0, capacity=65536, shadow=false,
+    #[pyo3(signature = (rates=None, *, max_concurrency=None, capacity=65536, shadow=false,
                         overflow="shared"))]
     fn set_keys(
         &self,
         rates: Option<&str>,
-        max_concurrency: u32,
+        max_concurrency: Option<u32>,
         capacity: u32,
         shadow: bool,
         overflow: &str,
@@ -166,13 +167,13 @@ impl Task {
 
     /// Gives `key` limits of its own, live (or none with `unlimited`, or
     /// nothing admitted with `blocked`).
-    #[pyo3(signature = (key, rates=None, *, max_concurrency=0, unlimited=false, blocked=false,
+    #[pyo3(signature = (key, rates=None, *, max_concurrency=None, unlimited=false, blocked=false,
                         shadow=false))]
     fn set_key_override(
         &self,
         key: &Bound<'_, PyAny>,
         rates: Option<&str>,
-        max_concurrency: u32,
+        max_concurrency: Option<u32>,
         unlimited: bool,
         blocked: bool,
         shadow: bool,

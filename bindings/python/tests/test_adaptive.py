@@ -56,8 +56,12 @@ def test_update_changes_the_limiter_for_the_host(table):
     assert task.limit is None
 
 
-# The core's NO_CAP (FC_NO_CAP in C): max_concurrency asked as "no cap".
-NO_CAP = 0xFFFF_FFFE
+NO_CAP = flowctrl.NO_CAP
+
+
+def test_no_cap_is_the_cores():
+    # FC_NO_CAP in C, flowctrl::NO_CAP in Rust.
+    assert NO_CAP == 0xFFFF_FFFE
 
 
 def test_a_cap_of_0_is_refused_and_no_cap_removes_it(table):

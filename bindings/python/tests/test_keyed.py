@@ -120,3 +120,23 @@ def test_processes_share_one_keys_limits(tmp_path, task):
     total = sum(out.get(timeout=5) for _ in procs)
     # Burst 5 and 5/s over a few seconds at most: never 3 x 5.
     assert 5 <= total <= 5 + 25, total
+
+
+def test_a_key_cap_of_0_is_refused_and_none_or_no_cap_means_none(tmp_path):
+    table = flowctrl.Table(str(tmp_path / "caps"))
+    t = table.task("api")
+    with pytest.raises(flowctrl.InvalidArgumentError, match="would admit nothing"):
+        t.set_keys("100/second", max_concurrency=0)
+    with pytest.raises(flowctrl.InvalidArgumentError, match="would admit nothing"):
+        t.set_key_override("alice", "100/second", max_concurrency=0)
+    for cap in (None, flowctrl.NO_CAP):
+        t.set_keys("100/second", max_concurrency=cap)
+        permits = [t.try_acquire(key="alice") for _ in range(5)]
+        assert None not in permits, "no cap: all five held at once"
+        for p in permits:
+            p.release()
+    t.set_key_override("alice", max_concurrency=1)
+    held = t.acquire(key="alice")
+    assert t.try_acquire(key="alice") is None
+    held.release()
+    table.close()

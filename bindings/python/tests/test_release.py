@@ -62,10 +62,13 @@ class Release:
             self.module.write_bytes(wheel.read("flowctrl/_flowctrl.abi3.so"))
 
 
-@pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    for tool in ("objdump", "objcopy", "readelf", "nm", "cc", "pkg-config", "cmake", "tar"):
-        assert shutil.which(tool), f"{tool} missing: scripts/setup.sh installs it"
+def build(tmp_path_factory):
+    """The artifacts and the script's output: those scripts/test.sh built
+    (FLOWCTRL_RELEASE_DIR and _LOG; it installs that wheel for the other
+    tests), or built here."""
+    if os.environ.get("FLOWCTRL_RELEASE_DIR"):
+        out = Path(os.environ["FLOWCTRL_RELEASE_DIR"])
+        return out, Path(os.environ["FLOWCTRL_RELEASE_LOG"]).read_text()
     out = tmp_path_factory.mktemp("dist")
     started = time.monotonic()
     result = subprocess.run(
@@ -75,6 +78,14 @@ def release(tmp_path_factory):
     log = result.stdout + result.stderr
     assert result.returncode == 0, log
     print(f"scripts/release.sh took {time.monotonic() - started:.0f} s")
+    return out, log
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    for tool in ("objdump", "objcopy", "readelf", "nm", "cc", "pkg-config", "cmake", "tar"):
+        assert shutil.which(tool), f"{tool} missing: scripts/setup.sh installs it"
+    out, log = build(tmp_path_factory)
     # Unpacked away from the tree it was built in, the debug tarball over
     # the library's, as a user does.
     unpacked = tmp_path_factory.mktemp("unpacked")
@@ -137,6 +148,9 @@ def test_the_wheel_is_manylinux2014_and_abi3(release):
     }, release.wheel.name
     show = run([sys.executable, "-m", "auditwheel", "show", release.wheel])
     assert re.search(rf'"manylinux_2_17_{ARCH}"', show), show
+    # The module's SONAME must not be the C library's: cargo hands a
+    # dependency's cdylib link arguments to dependents (see build.rs).
+    assert "(SONAME)" not in run(["readelf", "-d", release.module])
 
 
 @pytest.mark.parametrize("which", ["library", "module"])

@@ -81,6 +81,7 @@ from ._errors import (
 )
 from ._flowctrl import (
     LAYOUT_VERSION,
+    NO_CAP,
     Balancer,
     Choice,
     Permit,
@@ -103,6 +104,7 @@ from ._types import (
 
 __all__ = [
     "LAYOUT_VERSION",
+    "NO_CAP",
     "BackendStats",
     "Balancer",
     "Choice",

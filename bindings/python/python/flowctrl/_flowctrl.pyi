@@ -27,10 +27,14 @@ __all__ = [
     "Store",
     "__version__",
     "LAYOUT_VERSION",
+    "NO_CAP",
 ]
 
 __version__: str
 LAYOUT_VERSION: int
+NO_CAP: int
+"""``max_concurrency = NO_CAP`` removes a cap (0 is refused: it would admit
+nothing)."""
 
 @final
 class Table:
@@ -222,20 +226,21 @@ class Task:
         self,
         rates: str | None = None,
         *,
-        max_concurrency: int = 0,
+        max_concurrency: int | None = None,
         capacity: int = 65536,
         shadow: bool = False,
         overflow: str = "shared",
     ) -> None:
         """Gives the task limits per caller: rates like "10/second;1000/hour",
-        a per-key max_concurrency, capacity keys, shadow mode, overflow
+        a per-key max_concurrency (None or NO_CAP: none), capacity keys,
+        shadow mode, overflow
         "shared" or "admit"."""
     def set_key_override(
         self,
         key: str | bytes,
         rates: str | None = None,
         *,
-        max_concurrency: int = 0,
+        max_concurrency: int | None = None,
         unlimited: bool = False,
         blocked: bool = False,
         shadow: bool = False,

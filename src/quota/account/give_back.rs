@@ -1,15 +1,7 @@
-//! Giving back an idle host's quota.
+//! Giving back an idle host's quota: the move of what the host word holds
+//! into `given`, which a SIGKILL may cut at any instruction.
 //!
-//! A host that goes quiet in the middle of a slice holds what is left of its
-//! last chunk until the slice ends, and no call of its own can hand it back:
-//! there is none. Past 100 hosts with bursty demand that was a sixth of
-//! every slice stranded while the others were refused (benches/GLOBAL.md,
-//! "The simulation"). So a host whose quota word has not moved for a while gives
-//! what it holds back to the store ([`crate::Task::return_idle_quota`],
-//! called by the table's keeper thread).
-//!
-//! **The move out** is three steps under the pull lock, and a SIGKILL may
-//! cut it anywhere:
+//! The move is three steps under the pull lock:
 //! 1. `giving` records what `given` will hold once the move is done;
 //! 2. the host word is marked (its slice tag with the top bit flipped):
 //!    admissions see no permits, and the word keeps the count in transit;
@@ -20,29 +12,37 @@
 //! marked word means step 2 happened, so step 3 is done again (each of its
 //! writes is idempotent); an unmarked one means the move never began or is
 //! over. The permits are in one place at every instruction.
-//!
-//! **The store hears of it** with the claim every pull sends: what the host
-//! took less what it gave back (`given`, sent beside it); the script puts
-//! back into the key what it was not told of before, and a key created anew
-//! deducts only the net claim. The give-back's own round trip (a pull for
-//! nothing) tells it at once; if that fails, the host's next pull does.
 
 use std::sync::atomic::Ordering;
 
-use super::pull::{just_before, tagged};
+use super::{Account, just_before, tagged};
 use crate::format::TaskSlot;
+
+impl Account<'_> {
+    /// Finishes a give-back whose mover died or stalled (under the pull
+    /// lock, before anything else touches the host word).
+    pub(in crate::quota) fn finish_give_back(self) {
+        finish(self.slot);
+    }
+
+    /// Takes every permit of `slice` out of the host word `seen` (it must
+    /// still hold exactly that) into `given`, under the pull lock. Returns
+    /// the permits taken out: 0 when the word moved meanwhile (not idle).
+    pub(in crate::quota) fn give_back(self, seen: u64, slice: u32) -> u64 {
+        take_out(self.slot, seen, slice)
+    }
+}
 
 /// The top bit of the host word's slice tag: a give-back holds the word.
 const MARK: u64 = 1 << 63;
 
-/// Permits of `slice` the host gave back.
-pub(super) fn given_in(slot: &TaskSlot, slice: u32) -> u64 {
-    tagged(slot.given.load(Ordering::Acquire), slice)
+fn given_in(slot: &TaskSlot, slice: u32) -> u64 {
+    Account::of(slot).given(slice)
 }
 
 /// Finishes a give-back whose mover died or stalled (under the pull lock,
 /// before anything else touches the host word).
-pub(super) fn finish(slot: &TaskSlot) {
+fn finish(slot: &TaskSlot) {
     let journal = slot.giving.load(Ordering::Acquire);
     if journal == 0 {
         return;
@@ -60,7 +60,7 @@ pub(super) fn finish(slot: &TaskSlot) {
 /// Takes every permit of `slice` out of the host word `seen` (it must still
 /// hold exactly that) into `given`, under the pull lock. Returns the
 /// permits taken out: 0 when the word moved meanwhile (not idle).
-pub(super) fn take_out(slot: &TaskSlot, seen: u64, slice: u32) -> u64 {
+fn take_out(slot: &TaskSlot, seen: u64, slice: u32) -> u64 {
     finish(slot);
     // A marked word is of no slice's tag: nothing to take.
     let permits = tagged(seen, slice);
@@ -143,68 +143,6 @@ fn complete(slot: &TaskSlot, marked: u64, journal: u64) {
     let _ = slot
         .giving
         .compare_exchange(journal, 0, Ordering::AcqRel, Ordering::Relaxed);
-}
-
-/// The least a give-back is worth: an eighth of an equal share (the quota
-/// over the hosts the store last counted). Less is not worth its round
-/// trip, nor the others' asking for it: measured in the simulation, a
-/// give-back of every sliver cost 0.0136 store operations per admission
-/// for 0.9 % of the slice.
-pub(super) fn floor(q: &crate::format::QuotaSlot, g: super::Global) -> u64 {
-    let hosts = q.hosts_seen.load(Ordering::Relaxed).clamp(1, 1 << 20);
-    (g.quota as u64 / hosts / 8).max(1)
-}
-
-impl super::Quota {
-    /// Whether this host gives back `g`'s idle quota: not to the embedded
-    /// store (one host: nobody to give to), nor from a task spread over
-    /// shards (its grants came from several keys).
-    pub(super) fn gives_back(&self, g: super::Global) -> bool {
-        self.store.spreads() && g.shards <= 1
-    }
-
-    /// [`crate::Task::return_idle_quota`]: gives back what the host holds
-    /// of the current slice if no admission spent any, and none was
-    /// refused, for `idle`.
-    pub(crate) fn return_idle(&self, t: super::TaskRef<'_>, idle: std::time::Duration) -> u64 {
-        let (q, g) = (&t.slot.quota, t.g);
-        // Nor while the store fails or a reservation waits.
-        if !self.gives_back(g) || super::pull::failed(q) || !super::reserve::none(t.slot) {
-            return 0;
-        }
-        let word = q.host.load(Ordering::Acquire);
-        let now = t.shm.clock.now();
-        let idle_ticks = t.shm.clock.duration_to_ticks(idle);
-        // Idle: nothing spent, nothing refused (a host refused is busy; it
-        // holds less than it asked for, so there is nothing to give back).
-        let refused = q.refused.load(Ordering::Acquire);
-        if !self
-            .keeper
-            .unmoved(t.index, [word, refused], now, idle_ticks)
-        {
-            return 0;
-        }
-        let slice = super::slice_of(self.store_now_us(q), g.slice_ms);
-        super::spell::mark_quiet(t.slot, slice);
-        if tagged(word, slice) < floor(q, g) {
-            return 0;
-        }
-        let Ok(Some(lock)) = self.try_lock(t.shm, q) else {
-            return 0;
-        };
-        // Again under the lock: a pull between the looks may have kept a
-        // reservation (the pull that tells the store would move it first
-        // and tell nothing) or found the store failing.
-        if super::pull::failed(q) || !super::reserve::none(t.slot) {
-            return 0;
-        }
-        let back = take_out(t.slot, word, slice);
-        if back > 0 {
-            // Tells the store now; if this fails, the next pull does.
-            let _ = self.pull_locked(t, 0, &lock);
-        }
-        back
-    }
 }
 
 #[cfg(test)]

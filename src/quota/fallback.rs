@@ -1,0 +1,102 @@
+//! Deciding while the store fails, by the task's fallback policy, and the
+//! share a host keeps to around a fallback.
+//!
+//! **The share.** Other hosts that fell back report what they took only
+//! when they reach the store again, up to a probe interval later and
+//! perhaps in the next slice: until then the key cannot know it. So a host
+//! that fell back in a slice keeps to its own fallback allowance in that
+//! slice and the next ([`share_left`]), and the hosts' sum stays at most
+//! the quota instead of the first host back taking what the others'
+//! fallbacks admit too.
+
+use std::sync::atomic::Ordering;
+
+use super::account::Account;
+use super::{Global, Need, Quota, Refused, Spent, TaskRef, policy};
+use crate::format::{Fallback, TaskSlot};
+use crate::limit::gcra::Gcra;
+
+/// The fallback policy's rate for this host; `None`: the local limits
+/// alone (`local`, or `share` before any history; `deny` admits nothing).
+pub(super) fn fallback_rate(slot: &TaskSlot, g: Global) -> Option<f64> {
+    match g.fallback {
+        Fallback::Rate(rate) => Some(rate),
+        Fallback::Share => policy::share_rate(
+            Account::of(slot).last_spent(),
+            slot.quota.hosts_seen.load(Ordering::Relaxed),
+            g.rate,
+            g.slice_ms,
+        ),
+        Fallback::Local | Fallback::Deny => None,
+    }
+}
+
+/// In a slice this host spent partly in fallback, or the slice after one,
+/// what its fallback rate still allows it to take from the store (`None`:
+/// no bound). See the module doc.
+pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
+    let account = Account::of(slot);
+    if account.fell_back(slice) == 0 && account.fell_back(slice.wrapping_sub(1)) == 0 {
+        return None;
+    }
+    fallback_rate(slot, g)
+        .map(|rate| policy::allowance(rate, g.slice_ms).saturating_sub(account.holds(slice)))
+}
+
+impl Quota {
+    /// The decision while the store is failing, by the task's fallback
+    /// policy; the local limits apply on top (the caller's). An admission
+    /// is counted against `slice`, for the key that may be created anew in
+    /// it. What the host already took of the slice (grants before the store
+    /// failed, fallback admissions) counts against the slice's allowance:
+    /// a host that falls back mid-slice does not admit on top of its grants.
+    pub(super) fn fallback(
+        &self,
+        t: TaskRef<'_>,
+        need: Need,
+        slice: u32,
+    ) -> Result<Spent, Refused> {
+        let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
+        let account = Account::of(t.slot);
+        let admitted = match (t.g.fallback, fallback_rate(t.slot, t.g)) {
+            (Fallback::Deny, _) => false,
+            (_, None) => true,
+            (_, Some(rate)) => {
+                let allowance = policy::allowance(rate, t.g.slice_ms);
+                let taken = account.holds(slice);
+                let gcra = Gcra {
+                    interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
+                        .max(1),
+                    burst: need.burst.max(n).max(policy::fallback_burst(rate)),
+                };
+                let tat = q.fallback_tat.load(Ordering::Relaxed);
+                let now = shm.clock.now();
+                // Behind a pro-rata share of the slice the store failed in:
+                // admitted outside the pacing (whose debt would carry the
+                // lag past the slice's end).
+                taken + n as u64 <= allowance
+                    && (self.lag(t.slot, t.g, rate, slice, taken) >= n
+                        || gcra
+                            .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
+                            .is_some())
+            }
+        };
+        if !admitted {
+            q.limited_fallback.fetch_add(n as u64, Ordering::Relaxed);
+            return Err(Refused::Fallback);
+        }
+        account.count_fallback(slice, n);
+        Ok(Spent::Fallback(slice))
+    }
+
+    /// In the slice the store failed in, how far this host is behind a
+    /// pro-rata share of `rate`; 0 in a slice spent in fallback from its
+    /// start (paced as before).
+    fn lag(&self, slot: &TaskSlot, g: Global, rate: f64, slice: u32, taken: u64) -> u32 {
+        if Account::of(slot).granted(slice) == 0 {
+            return 0;
+        }
+        let elapsed_ms = (self.store_now_us(&slot.quota).max(0) as u64 / 1000) % g.slice_ms as u64;
+        policy::lag(rate, elapsed_ms, taken)
+    }
+}

@@ -1,0 +1,157 @@
+//! The pull script's interface: its keys and arguments from an [`Ask`],
+//! and its reply read back into a [`Reply`], strictly (a store anyone can
+//! write to may answer anything). The Redis store and the simulation's
+//! store call the same script through these two functions.
+
+use super::keys::{record_key, shape_key, slice_key};
+use super::record::{MAX_VERSION, Refresh};
+use super::store::{Ask, Reply};
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{MAX_SLICE_MS, MIN_SLICE_MS};
+use crate::words::echo;
+/// One pull. The slice's key KEYS[1] is a hash: `left` (permits left),
+/// `quota` (the threshold it was created with) and one census record per
+/// host, `<host id>` → "accounted asked granted claimed offset_us":
+/// accounted is what the key has charged the host with (its grants and the
+/// deductions below), so the key can tell what the host took outside it.
+///
+/// ARGV: 1 quota (a new key starts here), 2 want, 3 slice_ms, 4 slice,
+/// 5 TTL ms, 6 host id, 7 claimed (all the host took of the slice so far:
+/// grants from this key or an earlier one, fallback admissions), 8 the
+/// host's clock offset µs, 9 redeem ("1": a puller of this host died; a
+/// charge beyond the claim is a grant it never received, handed back), 10
+/// the slice's burst: a slice releases its burst at once and the rest
+/// evenly (cluster-wide), so a grant is no more than what has been released
+/// and not yet given; with less than asked comes the wait until the ask
+/// will have been; 11 the version of the task's record KEYS[2] the host
+/// last saw, 12 the host's own slice_ms (ARGV 3 may be another host's), 13
+/// "1" when the numbers sent are the record's, 14 the host's demand, 15–18
+/// what its releases reported in the slice so far (success, dropped, mean
+/// µs, p99 µs), kept in its census record for a manager, 19 "1" when the
+/// host can keep a reservation (a grant usable only after the wait: see the
+/// script), 20 (only from a host that gives back idle quota) what the host
+/// gave back of the slice while idle (of its claim: the key puts back what
+/// it was not told of). A key a manager
+/// wrote ahead holds `left` and `quota` only: its first pull carries the
+/// census in as a host's creation does, and only a creation is reported
+/// (the 9th answer) and given a TTL.
+///
+/// First the numbers: a record whose version is not the one sent answers
+/// {-2, version} (the host fetches it and asks again); without a record
+/// (or spending by its own numbers), the task's shape key KEYS[3] holds the
+/// slice_ms of the host that cut its keys first, and a host cut otherwise
+/// is answered {-3, slice_ms} to cut its slices the same way. Only the
+/// first host's pulls keep the shape alive: when it stops, the shape
+/// expires with its keys and the others return to their own.
+///
+/// A host that claims more than the key charged it with took the rest from
+/// a key the store lost (a restart, a failover) or in fallback: the key
+/// deducts the difference once, since it then charges it. A repeated request
+/// claims no more than the first, and a lost reply leaves the key charging a
+/// grant the host never got (less admitted, never more): neither can deduct
+/// twice. A claim smaller than the host's last one in the key is another
+/// table using the same host id: reported as a conflict. Returns {granted,
+/// left, server seconds, server µs, hosts, conflict, wait ms, mismatch,
+/// created, usable ms}:
+/// mismatch = 1 when the key was created with another quota than this
+/// host's, or the host spends by another's slicing (it spends by the key's).
+/// granted = -1 when the server is in another slice (nothing taken), -2 and
+/// -3 as above. The grant rule is `store::grant`.
+pub(crate) const PULL: &str = include_str!("pull.lua");
+
+/// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
+/// host-id conflict, wait ms, threshold mismatch, key created, ms until a
+/// reserved grant is usable (0: at once).
+pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
+
+/// The KEYS and ARGV of one pull (see [`PULL`]); the simulator's store
+/// (`sim`) sends the same to the same script.
+pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String>) {
+    let (task, shard) = (ask.task, ask.shard);
+    let keys = vec![
+        slice_key(prefix, task, shard, ask.shards, ask.slice),
+        record_key(prefix, task, shard, ask.shards),
+        shape_key(prefix, task, shard, ask.shards),
+        slice_key(prefix, task, shard, ask.shards, ask.slice.wrapping_sub(1)),
+    ];
+    let flag = |on: bool| if on { "1" } else { "0" }.to_string();
+    let mut args = vec![
+        ask.quota.to_string(),
+        ask.want.to_string(),
+        ask.slice_ms.to_string(),
+        ask.slice.to_string(),
+        (2 * ask.slice_ms as u64 + 2000).to_string(),
+        ask.host.to_string(),
+        ask.claimed.to_string(),
+        ask.offset_us.to_string(),
+        flag(ask.redeem),
+        ask.burst.to_string(),
+        ask.record_version.to_string(),
+        ask.own_slice_ms.to_string(),
+        flag(ask.spends_record),
+        ask.demand.to_string(),
+        ask.health.success.to_string(),
+        ask.health.dropped.to_string(),
+        ask.health.mean_us.to_string(),
+        ask.health.p99_us.to_string(),
+        flag(ask.reserve),
+    ];
+    if ask.gives_back {
+        args.push(ask.given.to_string());
+    }
+    (keys, args)
+}
+
+/// What the host reads of the script's reply, range-checked as strictly as
+/// the same numbers from a config file: a slicing from the task's shape key
+/// outside `slice_ms`'s range (a key set by hand, or corrupted), a record
+/// version past what the script compares, or a grant above the ask is
+/// refused as a store error (a redeem's lost grant counts as a slice's
+/// quota at most). The pull then counts as failed and is logged,
+/// and the task decides by its fallback policy, probing the store once per
+/// probe interval: a hostile key never makes the host cut 1 ms slices (and
+/// refuse everything while it pulls for each) nor pull again at once.
+pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
+    let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created, usable) = reply;
+    let refused = |why: String| {
+        Err(Error::new(
+            ErrorKind::Store,
+            format!("task {}: the store answered {why}: refused", echo(ask.task)),
+        ))
+    };
+    let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
+    let refresh = match granted {
+        -2 if !(0..=MAX_VERSION as i64).contains(&left) => {
+            return refused(format!("record version {left}, not 0..={MAX_VERSION}"));
+        }
+        -2 => Some(Refresh::Record(left as u64)),
+        -3 if !(MIN_SLICE_MS as i64..=MAX_SLICE_MS as i64).contains(&left) => {
+            return refused(format!(
+                "slice_ms {left} from its shape key {}, not {MIN_SLICE_MS}..={MAX_SLICE_MS}",
+                echo(&shape_key("", ask.task, ask.shard, ask.shards))
+            ));
+        }
+        -3 => Some(Refresh::Reslice(left as u32)),
+        // A redeem may hand back a lost grant beside the ask: at most a
+        // slice's quota.
+        _ if granted > 0
+            && granted as u64 > ask.want.saturating_add(ask.redeem as u64 * ask.quota) =>
+        {
+            return refused(format!("a grant of {granted} for an ask of {}", ask.want));
+        }
+        _ => None,
+    };
+    Ok(Reply {
+        slice: super::store::slice_of(store_us, ask.slice_ms),
+        granted: granted.max(0) as u64,
+        left: left.max(0) as u64,
+        store_us,
+        hosts: hosts.max(0) as u64,
+        host_conflict: conflict != 0,
+        wait_ms: wait.max(0) as u64,
+        config_conflict: mismatch != 0,
+        refresh,
+        created: created == 1,
+        usable_ms: usable.max(0) as u64,
+    })
+}
