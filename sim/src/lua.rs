@@ -63,6 +63,16 @@ fn to_lua(lua: &Lua, reply: Reply) -> mlua::Result<Value> {
             }
             Value::Table(t)
         }
+        Reply::Scan(cursor, items) => {
+            let page = lua.create_table()?;
+            for (i, s) in items.into_iter().enumerate() {
+                page.raw_set(i + 1, lua.create_string(&s)?)?;
+            }
+            let t = lua.create_table()?;
+            t.raw_set(1, lua.create_string(&cursor)?)?;
+            t.raw_set(2, page)?;
+            Value::Table(t)
+        }
         Reply::Status(s) => {
             let t = lua.create_table()?;
             t.raw_set("ok", s)?;
@@ -94,7 +104,19 @@ fn reply_int(v: &Value) -> Result<i64> {
 
 impl LuaStore {
     pub fn new() -> Result<Self> {
-        let model = Arc::new(Mutex::new(Model::default()));
+        Self::over(
+            Arc::new(Mutex::new(Model::default())),
+            flowctrl::sim::PULL_SCRIPT,
+        )
+    }
+
+    /// A store over this one's keyspace that runs `script` instead: a host
+    /// of another release sharing the keys.
+    pub fn sharing(&self, script: &str) -> Result<Self> {
+        Self::over(self.model.clone(), script)
+    }
+
+    fn over(model: Arc<Mutex<Model>>, script: &str) -> Result<Self> {
         let lua = Lua::new();
         let setup = || -> mlua::Result<Function> {
             let redis = lua.create_table()?;
@@ -120,9 +142,7 @@ impl LuaStore {
                 })?,
             )?;
             lua.globals().set("redis", redis)?;
-            lua.load(flowctrl::sim::PULL_SCRIPT)
-                .set_name("pull.lua")
-                .into_function()
+            lua.load(script).set_name("pull.lua").into_function()
         };
         let function = setup().map_err(lua_error)?;
         Ok(Self {

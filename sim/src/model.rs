@@ -27,6 +27,8 @@ pub enum Reply {
     Array(Vec<Option<String>>),
     /// A status reply ("OK"): Lua `{ok = "OK"}`.
     Status(&'static str),
+    /// A scan's reply: the next cursor and a page of fields and values.
+    Scan(String, Vec<String>),
 }
 
 /// The keyspace and its clock.
@@ -183,6 +185,27 @@ impl Model {
                         .flat_map(|(f, v)| [Some(f.clone()), Some(v.clone())])
                         .collect(),
                 ))
+            }
+            "HSCAN" => {
+                // `HSCAN key 0 COUNT n`, a first call only (the script
+                // reads a hash whole or not at all), scanned as a hash
+                // table is: a hash of at most n fields whole (cursor 0), a
+                // larger one n of them and a cursor to go on from.
+                arity(5, false)?;
+                if args[2] != "0" || !args[3].eq_ignore_ascii_case("COUNT") {
+                    return Err("ERR the model knows HSCAN key 0 COUNT n".into());
+                }
+                let count = int(&args[4])?.max(1) as usize;
+                let h = self.hash(&args[1])?;
+                let len = h.as_ref().map_or(0, |h| h.len());
+                let page = h
+                    .into_iter()
+                    .flat_map(|h| h.iter())
+                    .take(count)
+                    .flat_map(|(f, v)| [f.clone(), v.clone()])
+                    .collect();
+                let cursor = if len <= count { "0" } else { "1" };
+                Ok(Reply::Scan(cursor.into(), page))
             }
             "HLEN" => {
                 arity(2, false)?;

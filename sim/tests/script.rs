@@ -282,3 +282,184 @@ fn a_host_asking_more_than_twice_the_release_gets_what_it_is_owed() {
     assert_eq!(second[0], 14_999, "what b is owed: {second:?}");
     assert!(second[6] > 0, "and told when to ask again: {second:?}");
 }
+
+/// The pull script of release 0.3: same keys, arguments and reply.
+const SCRIPT_0_3: &str = include_str!("data/pull-0.3.lua");
+
+/// Redis commands the model has run so far.
+fn commands(store: &LuaStore) -> u64 {
+    store.model.lock().unwrap().commands
+}
+
+/// A host's first pull in a slice checks the task's shape key (GET, and
+/// renews its TTL); its later pulls in the slice read the slice key once
+/// (HSCAN: a small key whole) and write it once: TIME, the record's
+/// version, the key, the write.
+#[test]
+fn a_later_pull_in_the_slice_runs_four_commands() {
+    let store = store_at(100);
+    assert_eq!(pull(&store, "a", 1_000, 0, 0, false)[0], 1_000);
+    assert_eq!(pull(&store, "b", 1_000, 0, 0, false)[0], 1_000);
+    let before = commands(&store);
+    let r = pull(&store, "a", 1_000, 1_000, 5_000, false);
+    assert_eq!((r[0], r[1], r[4]), (1_000, 97_000, 2), "{r:?}");
+    assert_eq!(commands(&store) - before, 4);
+    // b's first pull after its key-creating one: the shape was checked.
+    let before = commands(&store);
+    assert_eq!(pull(&store, "b", 1_000, 1_000, 5_000, false)[0], 1_000);
+    assert_eq!(commands(&store) - before, 4);
+}
+
+/// A host on another host's slicing checks the shape at every pull: when
+/// the shape expires, its next pull answers "reslice" back to its own.
+#[test]
+fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
+    let store = store_at(100);
+    let mut keys: Vec<String> = [
+        format!("k:{SLICE}"),
+        "cfg".into(),
+        "shape".into(),
+        format!("k:{}", SLICE - 1),
+    ]
+    .into();
+    let args = |own: &str| -> Vec<String> {
+        let mut a: Vec<String> = [
+            QUOTA.to_string(),
+            "10".into(),
+            "1000".into(),
+            SLICE.to_string(),
+            "4000".into(),
+            "h".into(),
+            "0".into(),
+            "0".into(),
+            "0".into(),
+            "1000".into(),
+            "0".into(),
+            own.into(),
+            "0".into(),
+            "10".into(),
+        ]
+        .into();
+        a.extend(["0", "0", "0", "0", "0"].map(String::from));
+        a
+    };
+    command(&store, &["SET", "shape", "1000"]);
+    // Cut by the shape's 1,000 ms, its own 2,000: served, a mismatch.
+    let r = store.eval(&keys, &args("2000")).unwrap();
+    assert_eq!((r[0], r[7]), (10, 1), "{r:?}");
+    let r = store.eval(&keys, &args("2000")).unwrap();
+    assert_eq!((r[0], r[7]), (10, 1), "{r:?}");
+    // The shape expires (its host stopped) 50 ms on.
+    command(&store, &["SET", "shape", "1000", "PX", "50"]);
+    store
+        .model
+        .lock()
+        .unwrap()
+        .set_now_us(SLICE * 1_000_000 + 200_000);
+    let r = store.eval(&keys, &args("2000")).unwrap();
+    assert_eq!(&r[..2], &[-3, 2000], "{r:?}");
+    // A host on its own slicing that finds another's shape at its first
+    // pull of a slice is sent to it.
+    keys[0] = format!("k:{}", SLICE + 1);
+    command(&store, &["SET", "shape", "500"]);
+    store
+        .model
+        .lock()
+        .unwrap()
+        .set_now_us((SLICE + 1) * 1_000_000 + 100_000);
+    let r = store.eval(&keys, &args("1000")).unwrap();
+    assert_eq!(&r[..2], &[-3, 500], "{r:?}");
+}
+
+/// A host of release 0.3 and a host of this one share a key: neither
+/// counts a field of the other as a host (this script adds none to the key,
+/// and a 13th field of its own record is read alike by both), the key's
+/// `left` is the quota less every grant and plus the give-back, and a
+/// record the older script rewrote (12 fields) makes this one check the
+/// shape again.
+#[test]
+fn a_host_of_release_0_3_and_one_of_this_share_a_key() {
+    let new = store_at(100);
+    let old = new.sharing(SCRIPT_0_3).unwrap();
+    // Each pull asks 1,000 with what the host took so far as its claim,
+    // and n (a host that gives back) what it gave back.
+    let (mut took, left) = (
+        std::collections::HashMap::new(),
+        std::cell::Cell::new(QUOTA),
+    );
+    let mut step = |store: &LuaStore, host: &'static str, given: Option<i64>| {
+        let claimed = *took.get(host).unwrap_or(&0);
+        let r = ask(
+            store,
+            Ask {
+                host,
+                want: 1_000,
+                claimed,
+                demand: 5_000,
+                given,
+                ..Ask::default()
+            },
+        );
+        took.insert(host, claimed + r[0].max(0));
+        left.set(left.get() - r[0].max(0));
+        r
+    };
+    let pulls = [
+        (&new, "n"),
+        (&old, "o"),
+        (&new, "n"),
+        (&old, "o"),
+        (&new, "n"),
+    ];
+    for (i, (store, host)) in pulls.into_iter().enumerate() {
+        let r = step(store, host, Some(0));
+        let hosts = if i == 0 { 1 } else { 2 };
+        assert_eq!(
+            (r[0], r[1], r[4]),
+            (1_000, left.get(), hosts),
+            "{host}: {r:?}"
+        );
+    }
+    // n gives back 500 of its 3,000 while idle: put back once, and the
+    // older script reads the give-back from n's 13-field record as told.
+    let r = ask(
+        &new,
+        Ask {
+            host: "n",
+            claimed: 3_000,
+            given: Some(500),
+            ..Ask::default()
+        },
+    );
+    left.set(left.get() + 500);
+    assert_eq!((r[1], r[4]), (left.get(), 2), "{r:?}");
+    let r = step(&old, "n", Some(500));
+    assert_eq!((r[0], r[1], r[4]), (1_000, left.get(), 2), "{r:?}");
+    let r = step(&old, "o", Some(0));
+    assert_eq!((r[0], r[1], r[4]), (1_000, left.get(), 2), "{r:?}");
+    let r = step(&new, "n", Some(500));
+    assert_eq!((r[0], r[1], r[4]), (1_000, left.get(), 2), "{r:?}");
+    // The older script's write of n's record drops the 13th field: n's
+    // next pull checks the shape again, and finds it changed.
+    step(&old, "n", Some(500));
+    command(&new, &["SET", "shape", "500"]);
+    let r = step(&new, "n", Some(500));
+    assert_eq!(&r[..2], &[-3, 500], "{r:?}");
+}
+
+/// A key past the scan's 16 fields is read by name and counted (HSCAN,
+/// HMGET, HLEN): the hosts counted and the grants are those of a small
+/// key's.
+#[test]
+fn a_key_of_many_hosts_is_read_by_name() {
+    let store = store_at(100);
+    for i in 0..20 {
+        assert_eq!(pull(&store, &format!("h{i}"), 100, 0, 100, false)[0], 100);
+    }
+    let before = commands(&store);
+    let r = pull(&store, "h0", 100, 100, 100, false);
+    assert_eq!((r[0], r[1], r[4]), (100, QUOTA - 2_100, 20), "{r:?}");
+    assert_eq!(commands(&store) - before, 6);
+    let r = pull(&store, "new", 100, 0, 100, false);
+    assert_eq!((r[0], r[4]), (100, 21), "{r:?}");
+}

@@ -8,21 +8,6 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
 if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0, 0, 0} end
-local mismatch, keeps_shape = 0, false
-if ARGV[13] ~= '1' then
-  local shape, own = tonumber(redis.call('GET', KEYS[3])), tonumber(ARGV[12])
-  if shape == nil then
-    if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0, 0, 0} end
-    redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
-  elseif shape ~= slice_ms then
-    return {-3, shape, sec, usec, 0, 0, 0, 0, 0, 0}
-  elseif shape == own then
-    keeps_shape = true
-  else
-    mismatch = 1
-  end
-end
-if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0, 0} end
 local key, host = KEYS[1], ARGV[6]
 -- A census record: accounted asked granted claimed offset_us demand.
 local function fields(rec)
@@ -34,7 +19,66 @@ local function is_host(field)
   return field ~= 'left' and field ~= 'quota' and field ~= 'demand' and field ~= 'fair'
     and field ~= 'back'
 end
-local got = redis.call('HMGET', key, 'left', 'quota', 'demand', host, 'fair', 'back')
+-- The key, read once. A small hash comes whole from HSCAN's first call
+-- (cursor 0 says it is whole: a compact hash always is, a larger one past
+-- about SCAN fields is not), and stands for HMGET, HLEN and the fair tails'
+-- HGETALL below: `all` holds each field once (one scan call over a hash
+-- nobody writes meanwhile), `at` its value, `n` their count, and the
+-- writes of this call are applied to them as they are made (`put`). A
+-- larger one is read by name (HMGET) and counted (HLEN); `all` stays nil.
+-- Either way the same fields are read.
+local SCAN = 16
+local all, at, n = nil, {}, 0
+local function put(field, value)
+  if at[field] == nil then
+    n = n + 1
+    all[#all + 1] = field
+    all[#all + 1] = value
+  else
+    for i = 1, #all, 2 do if all[i] == field then all[i + 1] = value end end
+  end
+  at[field] = value
+end
+local scan = redis.call('HSCAN', key, 0, 'COUNT', SCAN)
+local got
+if scan[1] == '0' then
+  all = scan[2]
+  n = #all / 2
+  for i = 1, #all, 2 do at[all[i]] = all[i + 1] end
+  got = {at.left or false, at.quota or false, at.demand or false, at[host] or false,
+    at.fair or false, at.back or false}
+else
+  got = redis.call('HMGET', key, 'left', 'quota', 'demand', host, 'fair', 'back')
+end
+-- The 13th field of the host's record: the slicing the shape key held at
+-- the host's pull in this key that checked it, its TTL then set to two
+-- slices and more (0: not checked, or not its own slicing). The shape
+-- holds it to the slice's end: the host's later pulls in this key, cut the
+-- same way, skip the check and answer as it would. A host on another's
+-- slicing checks at every pull: the shape's expiry sends it back at once.
+local shaped = 0
+local mismatch, keeps_shape = 0, false
+if ARGV[13] ~= '1' then
+  local own = tonumber(ARGV[12])
+  local mark = got[4] and string.match(got[4], '^' .. string.rep('%S+ ', 12) .. '(%d+)$')
+  if slice_ms == own and mark == tostring(slice_ms) then
+    shaped = slice_ms
+  else
+    local shape = tonumber(redis.call('GET', KEYS[3]))
+    if shape == nil then
+      if slice_ms ~= own then return {-3, own, sec, usec, 0, 0, 0, 0, 0, 0} end
+      redis.call('SET', KEYS[3], own, 'PX', ARGV[5])
+      shaped = own
+    elseif shape ~= slice_ms then
+      return {-3, shape, sec, usec, 0, 0, 0, 0, 0, 0}
+    elseif shape == own then
+      keeps_shape, shaped = true, own
+    else
+      mismatch = 1
+    end
+  end
+end
+if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0, 0} end
 local left, quota, demands, rec, cache = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4], got[5]
 -- What hosts gave back of the slice while idle (see below).
 local back_total = tonumber(got[6]) or 0
@@ -62,12 +106,20 @@ if left == false or got[3] == false then
         carried[#carried + 1] = before[i]
         carried[#carried + 1] = string.format('0 0 0 0 %d %d', f[5] or 0, f[6])
         sum = sum + f[6]
+        -- The host's own record is now its carried one.
+        if before[i] == host then rec = carried[#carried] end
       end
     end
   end
   redis.call('HSET', key, 'left', left, 'quota', left, 'demand', sum, unpack(carried))
+  if all then
+    put('left', left)
+    put('quota', left)
+    put('demand', sum)
+    for i = 1, #carried, 2 do put(carried[i], carried[i + 1]) end
+  end
   if created == 1 then redis.call('PEXPIRE', key, ARGV[5]) end
-  quota, demands, rec, cache = left, sum, redis.call('HGET', key, host), false
+  quota, demands, cache = left, sum, false
 else
   left = tonumber(left)
   if left == nil or left ~= math.floor(left) then
@@ -81,8 +133,9 @@ if rec then
   acc, asked, granted, before, had = f[1] or 0, f[2] or 0, f[3] or 0, f[4] or 0, f[6] or 0
   was_given = f[12]
 end
--- The shape's TTL is renewed by its hosts' first pull in each slice.
-if keeps_shape and asked == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+-- The shape's TTL is renewed by its hosts' first pull in each slice: the
+-- pull that checks it (later ones in the slice skip the check, above).
+if keeps_shape then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
 local demand = math.max(tonumber(ARGV[14]) or 0, 0)
 demands = demands + demand - had
 local claimed = tonumber(ARGV[7]) or 0
@@ -117,13 +170,16 @@ end
 -- its turn, and a host gone idle owed it again would keep it from the
 -- others (measured: bursty 0.990-0.994 admitted with 0.9 % stranded, 0.989-
 -- 0.994 with 1.0 % when owed again).
+-- The field `back` is written with the record, below.
+local back_field = {}
 if conflict == 0 and given > was_given then
   local back = math.min(given - was_given, math.max(acc - holds, 0))
   left = math.min(left + back, quota)
   acc, was_given = acc - back, given
   if back > 0 then
     back_total = back_total + back
-    redis.call('HSET', key, 'back', back_total)
+    back_field = {'back', back_total}
+    if all then put('back', back_total) end
   end
 end
 -- A grant the host never received (its puller died before the deposit):
@@ -157,7 +213,12 @@ local room = math.max(released - (quota - left), 0)
 -- estimate: it moves what a host past its due may take, never the slice's
 -- total. (An older script counts the field as a host with no demand.)
 local owed_cut, shared_out = false, false
-local hosts = redis.call('HLEN', key) - 3
+-- Counted as HLEN would count the key with `back` written.
+if not all then
+  n = redis.call('HLEN', key)
+  if back_field[1] and got[6] == false then n = n + 1 end
+end
+local hosts = n - 3
 if cache then hosts = hosts - 1 end
 if back_total > 0 then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
@@ -192,7 +253,7 @@ if demands > quota and hosts > 1 then
         c[5] = e
         if mine > 0 then c[3] = e end
       end
-      local all = redis.call('HGETALL', key)
+      all = all or redis.call('HGETALL', key)
       for i = 1, #all, 2 do
         if is_host(all[i]) and all[i] ~= host then
           local r = fields(all[i + 1])
@@ -289,7 +350,10 @@ end
 -- The record: accounted asked granted claimed offset_us demand, then what
 -- the host's releases reported in the slice so far: success dropped
 -- mean_us p99_us, then the threshold the host would create keys with when
--- it spends by its own numbers, not the record's (0 when by the record).
+-- it spends by its own numbers, not the record's (0 when by the record),
+-- what it gave back told (12th), and the slicing its shape check found
+-- (13th, see above; 0: none). A script that knows 12 fields reads them
+-- alike and writes 12: the host's next pull checks the shape again.
 local own_numbers = 0
 if ARGV[13] ~= '1' then own_numbers = tonumber(ARGV[1]) or 0 end
 local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
@@ -297,8 +361,12 @@ local fair = {}
 if shared_out and c[5] ~= nil then
   fair = {'fair', string.format('%d,%d,%d,%d,%d', c[1], c[2], c[3], c[4] + math.min(grant, mine), c[5])}
 end
+if back_field[1] then
+  fair[#fair + 1] = back_field[1]
+  fair[#fair + 1] = back_field[2]
+end
 redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
-  string.format('%d %d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want, granted + grant,
-    claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17), count(18),
-    own_numbers, was_given), unpack(fair))
+  string.format('%d %d %d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want,
+    granted + grant, claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17),
+    count(18), own_numbers, was_given, shaped), unpack(fair))
 return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created, usable}

@@ -209,6 +209,12 @@ impl Node {
         )
     }
 
+    /// Every command the server ran so far, by name, with its calls (see
+    /// [`commands_in`]).
+    pub fn commands(&self) -> std::collections::BTreeMap<String, u64> {
+        commands_in(&self.command::<String>(&["INFO", "commandstats"]))
+    }
+
     /// Script calls clients made (`EVALSHA` and script loads) on this node.
     pub fn script_calls(&self) -> u64 {
         command_calls(
@@ -282,6 +288,26 @@ pub fn command_calls(info: &str, commands: &[&str]) -> u64 {
                 .ok()
         })
         .sum()
+}
+
+/// The commands an `INFO commandstats` answer counts, by name, with their
+/// calls (the commands a script runs inside the server count), less the
+/// `INFO` and `CONFIG` calls of the test reading them.
+pub fn commands_in(info: &str) -> std::collections::BTreeMap<String, u64> {
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .filter(|(name, _): &(String, u64)| name != "info" && !name.starts_with("config"))
+        .collect()
 }
 
 /// The nodes' `host:port`s.
