@@ -34,6 +34,9 @@ struct Ask<'a> {
     reserve: bool,
     given: Option<i64>,
     redeem: bool,
+    /// The threshold and burst the host holds (default: the key's,
+    /// [`QUOTA`] and 1,000).
+    numbers: Option<(i64, i64)>,
 }
 
 /// Runs `ask`: {granted, left, sec, usec, hosts, conflict, wait ms,
@@ -47,8 +50,9 @@ fn ask(store: &LuaStore, ask: Ask) -> Vec<i64> {
     ]
     .into();
     let flag = |on: bool| if on { "1" } else { "0" }.to_string();
+    let (quota, burst) = ask.numbers.unwrap_or((QUOTA, 1000));
     let args: Vec<String> = [
-        QUOTA.to_string(),
+        quota.to_string(),
         ask.want.to_string(),
         "1000".into(),
         SLICE.to_string(),
@@ -57,7 +61,7 @@ fn ask(store: &LuaStore, ask: Ask) -> Vec<i64> {
         ask.claimed.to_string(),
         "0".into(),
         flag(ask.redeem),
-        "1000".into(),
+        burst.to_string(),
         "0".into(),
         "1000".into(),
         "0".into(),
@@ -462,4 +466,25 @@ fn a_key_of_many_hosts_is_read_by_name() {
     assert_eq!(commands(&store) - before, 6);
     let r = pull(&store, "new", 100, 0, 100, false);
     assert_eq!((r[0], r[4]), (100, 21), "{r:?}");
+}
+
+/// A host that adopted a moved threshold mid-slice (twice the key's, with
+/// twice its burst) is released the key's burst, not its own: the first
+/// host took the key's whole burst, so nothing is left to release yet.
+#[test]
+fn the_release_is_the_keys_whatever_threshold_the_host_holds() {
+    let store = store_at(0);
+    let first = pull(&store, "a", 1000, 0, 0, false);
+    assert_eq!(first[0], 1000, "the key's burst: {first:?}");
+    let moved = ask(
+        &store,
+        Ask {
+            host: "b",
+            want: 1000,
+            numbers: Some((2 * QUOTA, 2000)),
+            ..Ask::default()
+        },
+    );
+    assert_eq!(moved[0], 0, "released by the key's burst: {moved:?}");
+    assert!(moved[6] > 0, "told when it will be: {moved:?}");
 }
