@@ -397,10 +397,14 @@ def test_a_task_spread_over_shards_through_the_python_face(tmp_path, redis):
     assert task.pull_quota(30) == 30
     assert (task.settings["global_source"], task.settings["shards"]) == ("store", 3)
     # Shard 0 keeps the key names of a task that is not spread; the others
-    # have hash tags of their own and copies of the record.
-    assert redis.command("HGET", "flowctrl:cfg:{hot#2}:shard2", "version") \
+    # have hash tags of their own (`hot#<i>.<n>`, n chosen for the slot)
+    # and copies of the record.
+    found = redis.command("KEYS", "flowctrl:cfg:{hot#2.*}:shard2").split(b"\r\n")
+    assert found[0] == b"*1", found
+    copy = found[2].decode()
+    assert redis.command("HGET", copy, "version") \
         == b"$%d\r\n%d\r\n" % (len(str(version)), version)
     with pytest.raises(flowctrl.InvalidArgumentError, match="shards"):
         open_table(tmp_path / "u", redis.url).task("other", global_rate=10, shards=9)
     assert store.remove_task("hot") is True
-    assert redis.command("EXISTS", "flowctrl:cfg:{hot#2}:shard2") == b":0\r\n"
+    assert redis.command("EXISTS", copy) == b":0\r\n"
