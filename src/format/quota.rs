@@ -209,10 +209,10 @@ pub(crate) struct QuotaSlot {
     /// task spread over several keys; shard 0's is `slice_granted` minus
     /// these). Written by pulls only.
     pub shard_granted: [AtomicU64; 5],
-    /// The phase (open, limited, failed) and when it began (see `quota::pull`).
+    /// The phase (open, limited, failed) and when it began (see `quota::phase`).
     pub phase: AtomicU64,
     /// slice + 1 whose store key is known to be exhausted; 0 = none. The
-    /// top bit: quota may still come back in it (`quota::idle`), so pulls
+    /// top bit: quota may still come back in it (`quota::give_back`), so pulls
     /// go on once the pacing allows.
     pub exhausted: AtomicU64,
     /// Store clock minus this host's wall clock, in µs (i64 bits).

@@ -50,7 +50,7 @@ pub(crate) struct TaskSlot {
     /// (0.3.0 left this word zero: no shard down).
     pub shards_down: AtomicU64,
     /// A grant the store made ahead of the slice's release (see
-    /// `quota::reserve`): slice (high 32 bits) | permits, spendable once
+    /// `quota::account`): slice (high 32 bits) | permits, spendable once
     /// `quota.paced_until` has passed. Written by pulls only, under the
     /// pull lock, a few times a slice at most (0.3.0 left this word zero:
     /// none).

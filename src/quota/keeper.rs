@@ -2,7 +2,7 @@
 //!
 //! Pulls run on the callers' threads, but a host that has gone quiet makes
 //! no call, and what it holds of the slice would stay stranded until the
-//! slice ends (see `idle`). So a table handle whose store is Redis starts,
+//! slice ends (see `give_back`). So a table handle whose store is Redis starts,
 //! with its first task, one thread that looks at its tasks with a global
 //! limit every [`EVERY`] and gives back what one holds when no admission
 //! spent any of it, and none was refused, for a twentieth of a slice (the

@@ -7,7 +7,7 @@
 //! slice and the permits left), and every process on the host spends from it
 //! with one compare-and-swap. The store sees one round trip per chunk.
 //!
-//! Per task, host-wide, a small state machine:
+//! Per task, host-wide, a small state machine (`phase`):
 //! - **open**: spend, and pull the next chunk when what is left falls below
 //!   a low-water mark — before the others run dry;
 //! - **limited**: the slice's key is exhausted; refuse without asking the
@@ -21,9 +21,10 @@
 //!
 //! Pulls run on the thread that needs them, not on a helper thread: nothing
 //! to restart after `fork`, no thread in processes that never pull, and a
-//! pull is one round trip per chunk. See `pull.rs` for the lock, the chunk
-//! size and the transitions. Only giving back an idle host's quota needs a
-//! thread (`keeper`): an idle host makes no call.
+//! pull is one round trip per chunk. The room's map, and the reason for
+//! every rule beyond the protocol's few ideas: docs/design/quota.md. Only
+//! giving back an idle host's quota needs a thread (`keeper`): an idle host
+//! makes no call.
 
 mod account;
 mod census;

@@ -105,7 +105,7 @@ impl Quota {
                 burst: part(ask.burst, shards, i).max(1),
                 want,
                 claimed: claim,
-                // Nor a give-back (see `idle`).
+                // Nor a give-back (see `give_back`).
                 given: 0,
                 gives_back: false,
                 demand,

@@ -33,7 +33,7 @@ pub(crate) struct Ask<'a> {
     /// permit its fallback admitted. A key that does not know this much of
     /// the host deducts the difference once.
     pub claimed: u64,
-    /// Of `claimed`, what the host gave back while idle (see `idle`): the
+    /// Of `claimed`, what the host gave back while idle (see `give_back`): the
     /// key puts back what it was not told of before.
     pub given: u64,
     /// The host gives back idle quota (a single key on a store with other
@@ -60,7 +60,7 @@ pub(crate) struct Ask<'a> {
     pub health: super::health::Health,
     /// The embedded store's key in the task's slot.
     pub embedded: &'a AtomicU64,
-    /// The host can keep a reservation (see `reserve`): one key, not a
+    /// The host can keep a reservation (see `account::deposit`): one key, not a
     /// task spread over shards.
     pub reserve: bool,
 }
@@ -92,7 +92,7 @@ pub(crate) struct Reply {
     /// This pull created the slice's key (no manager wrote it ahead).
     pub created: bool,
     /// The grant is a reservation: usable only this many ms from now, when
-    /// the slice will have released it (0: at once). See `reserve`.
+    /// the slice will have released it (0: at once). See `account::deposit`.
     pub usable_ms: u64,
 }
 
