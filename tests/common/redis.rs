@@ -408,7 +408,10 @@ impl Sentinels {
                 let mut lines = vec![
                     format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {mport} 2"),
                     format!("sentinel down-after-milliseconds {MASTER_NAME} {down_ms}"),
-                    format!("sentinel failover-timeout {MASTER_NAME} 10000"),
+                    // A sentinel retries a failover that did not complete
+                    // after twice this: under a CPU hog the first election
+                    // can fail, and a retry 20 s later outlasts the tests.
+                    format!("sentinel failover-timeout {MASTER_NAME} 2000"),
                 ];
                 if let Some(password) = access.password {
                     lines.push(format!("sentinel auth-pass {MASTER_NAME} {password}"));
