@@ -128,16 +128,30 @@ fn readers_survive_a_table_truncated_grown_and_replaced_under_them() {
         .spawn()
         .unwrap();
     let top_out = top.stdout.take().unwrap();
+    // The storm starts once top has drawn a frame: started, it may open
+    // the table while the storm has it truncated, which is an error of its
+    // start, not of a reader under a storm.
+    let (drawn, first_frame) = std::sync::mpsc::channel();
     let frames = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = std::io::BufReader::new(top_out).read_to_end(&mut text);
-        let text = String::from_utf8_lossy(&text).into_owned();
+        let mut out = std::io::BufReader::new(top_out);
+        let mut text = String::new();
+        let mut line = Vec::new();
+        while let Ok(1..) = std::io::BufRead::read_until(&mut out, b'\n', &mut line) {
+            text.push_str(&String::from_utf8_lossy(&line));
+            line.clear();
+            if text.contains("flowctrl top") {
+                let _ = drawn.send(());
+            }
+        }
         (
             text.matches("rates over").count(),
             text.matches("shrank under the view").count(),
             text.matches("flowctrl top").count(),
         )
     });
+    first_frame
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the live top drew its first frame");
     let mut server = cli::Server::start(&path);
     let port = server.port;
 
