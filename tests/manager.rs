@@ -43,13 +43,7 @@ impl Drop for Managers {
 }
 
 fn manage(config: &std::path::Path, log: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_flowctrl"))
-        .args(["manage", "--config"])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("flowctrl manage")
+    common::managed::spawn(config, log)
 }
 
 /// The lease's holder: "<id> <token>", or None.

@@ -5,7 +5,7 @@
 //! mid-run, then comes back. `flowctrl manage` reads the hosts' health from
 //! the census and moves the threshold: the dropped ratio is under target
 //! within 10 slices of the halving and stays there, goodput stays at or
-//! above 0.85 × the capacity once settled, and the threshold is back within
+//! above 0.9 × the capacity once settled, and the threshold is back within
 //! 20 slices of the recovery. `FLOWCTRL_PLOT_CSV=path` writes the series
 //! (scripts/manager-plot.sh draws it).
 
@@ -14,7 +14,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -136,12 +136,12 @@ fn host(
                     // backend does.
                     let period = Duration::from_secs_f64(THREADS as f64 * HOSTS as f64 / OFFERED);
                     let mut next = start + period.mul_f64(k as f64 / THREADS as f64);
-                    let mut counts: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
+                    let mut counts = managed::Counts::new();
                     while next < end {
                         sleep_until(next);
                         next += period;
                         if let Decision::Admitted(p) = task.acquire(1).unwrap() {
-                            let slice = wall_us() / 1000 / SLICE_MS as i64;
+                            let slice = wall_us() as u64 / 1000 / SLICE_MS;
                             let ok = call(port);
                             let e = counts.entry(slice).or_default();
                             e[0] += 1;
@@ -158,20 +158,9 @@ fn host(
                 })
             })
             .collect();
-        let mut all: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
-        for w in workers {
-            for (s, c) in w.join().unwrap() {
-                let e = all.entry(s).or_default();
-                (0..3).for_each(|i| e[i] += c[i]);
-            }
-        }
-        all
+        managed::sum(workers.into_iter().map(|w| w.join().unwrap()))
     });
-    let text: String = counts
-        .iter()
-        .map(|(s, c)| format!("{s} {} {} {}\n", c[0], c[1], c[2]))
-        .collect();
-    std::fs::write(out, text).unwrap();
+    managed::write(out, &counts);
     0
 }
 
@@ -215,22 +204,7 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
         ),
     )
     .unwrap();
-    let manager = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
-        .args(["manage", "--config"])
-        .arg(&file)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(scratch.path("manager.log")).unwrap())
-        .spawn()
-        .unwrap();
-    /// Killed (and reaped) however the test ends.
-    struct Reaped(std::process::Child);
-    impl Drop for Reaped {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let manager = Reaped(manager);
+    let manager = managed::Manager::start(&file, &scratch.path("manager.log"));
     // The threshold in force, polled: (slice, threshold).
     let mut thresholds: BTreeMap<u64, f64> = BTreeMap::new();
     let halve = start + Duration::from_secs(PHASES[0]);
@@ -272,14 +246,10 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
     // Admitted per host, per slice.
     let mut split: BTreeMap<u64, [u64; HOSTS]> = BTreeMap::new();
     for i in 0..HOSTS {
-        for line in std::fs::read_to_string(scratch.path(&format!("counts-{i}")))
-            .unwrap()
-            .lines()
-        {
-            let f: Vec<u64> = line.split(' ').map(|v| v.parse().unwrap()).collect();
-            let e = per_slice.entry(f[0]).or_default();
-            (0..3).for_each(|k| e[k] += f[k + 1]);
-            split.entry(f[0]).or_default()[i] = f[1];
+        for (s, c) in managed::read(&scratch.path(&format!("counts-{i}"))) {
+            let e = per_slice.entry(s).or_default();
+            (0..3).for_each(|k| e[k] += c[k]);
+            split.entry(s).or_default()[i] = c[0];
         }
     }
     let slices_of = |secs: u64| secs * 1000 / SLICE_MS;
@@ -385,13 +355,10 @@ fn the_manager_moves_the_threshold_to_the_backends_capacity_and_back() {
         median <= TARGET,
         "median dropped ratio {median} once settled at half capacity"
     );
-    // 0.85: the policy holds the dropped ratio under 5 %, and this
-    // backend drops 2–4 % from burstiness alone near capacity, so where the
-    // threshold settles at half capacity varies from run to run: goodput
-    // 172–191/s over 18 runs on an idle 2-core machine (0.9 × 200 = 180
-    // failed 3 of them).
+    // 0.9: the policy holds the dropped ratio under 5 % counting what each
+    // host completed, and probes up from where drops put it (benches/MANAGER.md).
     assert!(
-        low_goodput >= 0.85 * CAPACITY / 2.0,
+        low_goodput >= 0.9 * CAPACITY / 2.0,
         "goodput {low_goodput}/s at half capacity"
     );
     // The recovery: the threshold back near capacity within 20 slices.

@@ -113,3 +113,23 @@ fn the_model_runs_the_script_as_redis_would() {
     );
     assert!(r[6] > 0, "and the wait until the ask will have been: {r:?}");
 }
+
+/// Two hosts asking the same under a threshold that moves every slice get
+/// the same of every slice (the fair tails owe them the slice's burst as
+/// it is released, not to the first to ask), and all of it is admitted.
+#[test]
+fn two_equal_hosts_share_every_slice_while_the_threshold_moves() {
+    let output = Command::new(env!("CARGO_BIN_EXE_flowctrl-sim"))
+        .args(["--slices", "12", "--check", "--only", "moving-2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let misses: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("miss moving-2: worst") || l.starts_with("miss moving-2: admitted")
+        })
+        .collect();
+    assert!(misses.is_empty(), "{text}");
+}

@@ -3,23 +3,28 @@
 //! target puts a slice in one of three zones:
 //!
 //! - **over** (dropped ratio above target, or p99 above target): decrease.
-//!   For drops (AIMD): the slice admitted `A` per second (the threshold, or
-//!   less when demand was below it) and a fraction `r` was dropped, so the
-//!   service completed about `A × (1 − r)`: the threshold goes there, times
-//!   `backoff`. For latency (a gradient, as the adaptive limits scale a
-//!   limit by the ratio of round-trip times): × target ÷ p99, at most
-//!   halved, times `backoff`.
+//!   For drops (AIMD): the threshold goes to what the service completed,
+//!   times `backoff`. What it completed is counted host by host ([`served`]):
+//!   a host that dropped past the target served its successes; one that
+//!   did not could have served at least what it was admitted or an equal
+//!   share of the threshold. So drops on a host given more than its share
+//!   while another was given less (imbalance) do not read as overload: the
+//!   estimate stays at the threshold and it holds. Without per-host figures,
+//!   the slice admitted `A` per second and dropped a fraction `r`: `A × (1 −
+//!   r)`. For latency (a gradient, as the adaptive limits scale a limit by
+//!   the ratio of round-trip times): × target ÷ p99, at most halved, times
+//!   `backoff`.
 //! - **knee** (within target, above half the dropped target or 80 % of the
 //!   p99 target): hold. The service is near its capacity.
 //! - **clean** (below both, and the slice used the threshold): probe up,
-//!   by 4 % of the threshold, doubling with each clean slice in a row up to
+//!   by 8 % of the threshold, doubling with each clean slice in a row up to
 //!   32 %: near capacity a probe overshoots by little, and after a
 //!   recovery the threshold is back within a few probes.
 //!
 //! With both targets, the lower proposal wins and any "over" decreases. A
 //! slice is judged only against the threshold it ran with, and not the
-//! first slice of a new threshold either (the manager skips it: a backlog
-//! of the old one drains there), too few samples decide nothing, and the
+//! first slice of a lowered threshold either (the manager skips it: a
+//! backlog of the old one drains there), too few samples decide nothing, and the
 //! threshold never leaves `[min, max]`.
 
 use super::config::Policy;
@@ -40,6 +45,37 @@ pub struct Observed {
     pub dropped: u64,
     /// The highest of the hosts' p99 round-trip times, µs (0: none).
     pub p99_us: u64,
+    /// Requests/s the service completed or could have, host by host
+    /// ([`served`]; 0: not known).
+    pub served: f64,
+}
+
+/// One host's slice, per second: admitted, released as success, as dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostSlice {
+    pub admitted: f64,
+    pub success: f64,
+    pub dropped: f64,
+}
+
+/// Requests/s the hosts' services completed, or could have, in a slice of
+/// `threshold` requests/s: a host that dropped more than `target` of what
+/// it released was at its capacity and counts its successes; one that did
+/// not counts what it was admitted, or an equal share of the threshold if
+/// more (it was not shown to lack it).
+pub fn served(threshold: f64, target: f64, hosts: &[HostSlice]) -> f64 {
+    let equal = threshold / hosts.len().max(1) as f64;
+    hosts
+        .iter()
+        .map(|h| {
+            let released = h.success + h.dropped;
+            if released > 0.0 && h.dropped / released > target {
+                h.success
+            } else {
+                h.admitted.max(equal)
+            }
+        })
+        .sum()
 }
 
 /// Why the threshold moved (or did not).
@@ -82,8 +118,8 @@ impl Reason {
 }
 
 /// The first probe, as a share of the threshold, and the most doublings.
-const PROBE: f64 = 0.04;
-const MAX_DOUBLINGS: u32 = 3;
+const PROBE: f64 = 0.08;
+const MAX_DOUBLINGS: u32 = 2;
 
 /// The threshold after a slice that ran `o.threshold` (`current`: what is
 /// in force now, which the slice may not have run with). `clean` counts
@@ -110,8 +146,12 @@ pub fn decide(p: &Policy, current: f64, clean: &mut u32, o: &Observed) -> (f64, 
     };
     let mut knee = false;
     if let Some(target) = p.dropped_ratio {
-        if ratio > target {
-            lower(admitted * (1.0 - ratio) * p.backoff, Reason::Dropped(ratio));
+        let completed = match o.served {
+            s if s > 0.0 => s,
+            _ => admitted * (1.0 - ratio),
+        };
+        if ratio > target && completed * p.backoff < current {
+            lower(completed * p.backoff, Reason::Dropped(ratio));
         }
         knee |= ratio > target / 2.0;
     }
@@ -165,6 +205,7 @@ mod tests {
             success,
             dropped,
             p99_us: 0,
+            served: 0.0,
         }
     }
 
@@ -191,7 +232,7 @@ mod tests {
             steps.push(((next - t) / t * 100.0).round());
             t = next;
         }
-        assert_eq!(steps, [4.0, 8.0, 16.0, 32.0, 32.0, 32.0]);
+        assert_eq!(steps, [8.0, 16.0, 32.0, 32.0, 32.0, 32.0]);
         // Drops within target but past half of it: the knee, hold.
         let (next, why) = decide(&policy(), 400.0, &mut clean, &slice(400.0, 400.0, 385, 15));
         assert_eq!((next, why, clean), (400.0, Reason::Hold, 0));
@@ -209,6 +250,37 @@ mod tests {
         assert_eq!((next, why), (380.0, Reason::Hold));
         let (next, why) = decide(&policy(), 380.0, &mut clean, &slice(380.0, 380.0, 5, 5));
         assert_eq!((next, why), (380.0, Reason::Hold));
+    }
+
+    #[test]
+    fn drops_on_a_host_given_more_than_its_share_are_imbalance_not_overload() {
+        // 165/s: one host admitted 40 and dropped nothing, the other 125
+        // and dropped 25. Served: 100 + an equal share (82.5) > 165: hold.
+        let hosts = [
+            HostSlice {
+                admitted: 40.0,
+                success: 40.0,
+                dropped: 0.0,
+            },
+            HostSlice {
+                admitted: 125.0,
+                success: 100.0,
+                dropped: 25.0,
+            },
+        ];
+        assert_eq!(served(165.0, 0.05, &hosts), 182.5);
+        let mut o = slice(165.0, 165.0, 140, 25);
+        o.served = served(165.0, 0.05, &hosts);
+        let mut clean = 0;
+        let (next, why) = decide(&policy(), 165.0, &mut clean, &o);
+        assert_eq!((next, why), (165.0, Reason::Hold));
+        // Both hosts dropping: overload, down to what they served.
+        let both = [hosts[1], hosts[1]];
+        o = slice(250.0, 250.0, 200, 50);
+        o.served = served(250.0, 0.05, &both);
+        let (next, why) = decide(&policy(), 250.0, &mut clean, &o);
+        assert!((next - 190.0).abs() < 1e-6, "{next}");
+        assert_eq!(why, Reason::Dropped(0.2));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::policy::{Observed, Reason, decide};
+use super::policy::{HostSlice, Observed, Reason, decide, served};
 use super::report::Decision;
 use super::write::{Write, decision_key};
 use super::{Alarm, Manager, ManagerConfig, fleet_alarms};
@@ -27,9 +27,9 @@ pub(super) struct TaskState {
     judged: Option<u64>,
     /// Clean slices in a row (the probe doubles with each).
     clean: u32,
-    /// The first slice to judge: the second one to run the threshold in
-    /// force (a change reaches the slice after next; the next drains the
-    /// old threshold's backlog).
+    /// The first slice to judge: the first one to run the threshold in
+    /// force (a change reaches the slice after next), or the second after a
+    /// cut (the first drains the old threshold's backlog).
     judge_from: u64,
     /// The record's version as this manager last wrote or found it.
     version: u64,
@@ -190,6 +190,25 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
         success: hosts.iter().map(|h| h.health.success).sum(),
         dropped: hosts.iter().map(|h| h.health.dropped).sum(),
         p99_us: hosts.iter().map(|h| h.health.p99_us).max().unwrap_or(0),
+        served: 0.0,
+    };
+    let per_host: Vec<HostSlice> = hosts
+        .iter()
+        .map(|h| HostSlice {
+            admitted: per_s(h.claimed),
+            success: per_s(h.health.success),
+            dropped: per_s(h.health.dropped),
+        })
+        .collect();
+    let observed = Observed {
+        served: config.policy.as_ref().map_or(0.0, |p| {
+            served(
+                observed.threshold,
+                p.dropped_ratio.unwrap_or(1.0),
+                &per_host,
+            )
+        }),
+        ..observed
     };
     let mut report = m.report.lock();
     let r = report.tasks.entry(task.to_string()).or_default();
@@ -217,8 +236,10 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
             *r.changes.entry(why.word()).or_default() += 1;
             r.last_change = Some(decision.clone());
             state.pending = Some(decision);
+            // A raise is judged from its first slice; a cut from its
+            // second (the old threshold's backlog drains in the first).
+            state.judge_from = slice + if next > state.threshold { 2 } else { 3 };
             state.threshold = next;
-            state.judge_from = slice + 3;
         }
     }
     r.threshold = state.threshold;

@@ -228,7 +228,13 @@ if cache then c = fields(cache) end
 if demands > quota and hosts > 1 then
   local share = quota / hosts
   shared_out, fair_share = true, share
-  local now = elapsed / slice_ms
+  -- Owed as the slice is released, its burst included: the burst is
+  -- everyone's share, not the first asker's. Past 100 hosts, where
+  -- reservations give the release out ahead, as time passes.
+  local lead = 0
+  if hosts <= 100 then lead = burst / quota end
+  local function at(e) return math.min(1, e / slice_ms + lead) end
+  local now = at(elapsed)
   local ahead = math.min(1, now + 0.25)
   local function part(d)
     if d < share then return d, ahead end
@@ -268,7 +274,7 @@ if demands > quota and hosts > 1 then
         end
       end
     end
-    local all_owed = c[2] + math.floor(c[3] * (elapsed - c[1]) / slice_ms) - c[4]
+    local all_owed = c[2] + math.floor(c[3] * (now - at(c[1]))) - c[4]
     local free = math.max(mine, room - math.max(all_owed - mine, 0))
     if free < room then
       room, owed_cut = free, true

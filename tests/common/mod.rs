@@ -418,6 +418,7 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 pub mod elf;
 pub mod hosts;
+pub mod managed;
 pub mod options;
 pub mod redis;
 pub mod tls;
