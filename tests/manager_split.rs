@@ -26,12 +26,13 @@ const OFFERED: f64 = 300.0;
 /// Requests each host's service completes per wall second, per phase.
 const CAPACITY: [u64; 3] = [100, 50, 100];
 /// Seconds of each phase.
-const PHASES: [u64; 3] = [10, 12, 16];
+const PHASES: [u64; 3] = [10, 12, 18];
 /// Callers per host.
 const THREADS: usize = 3;
 /// Slices (of 1 s) a phase gives the threshold to come near the capacity:
-/// from half capacity four probes (+8, 16, 32, 32 %) of two slices each.
-const SETTLE: u64 = 11;
+/// from half capacity five probes (+4, 8, 16, 32, 32 %) of two slices
+/// each, after a slice or two held at the knee.
+const SETTLE: u64 = 12;
 
 /// The capacity per host in the second `s` of the run.
 fn capacity_at(s: u64) -> u64 {
