@@ -40,7 +40,11 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
             // SAFETY: SIGKILL to our own child, by its pid.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             while ha.named_master() == Some(old_master) {
-                assert!(killed.elapsed() < Duration::from_secs(20), "no failover");
+                assert!(
+                    killed.elapsed() < Duration::from_secs(20),
+                    "no failover: {}",
+                    ha.state()
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
             failover = Some((monotonic() - start, killed.elapsed()));
@@ -48,13 +52,14 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
     );
     ha.master.kill(); // reaps it
     let (promoted_at, failover) = failover.unwrap();
+    let state = ha.state();
     eprintln!(
         "per slice: {:?}; per host {:?}; errors {}, slowest acquire {:?}; host 0: {:?}",
         run.per_slice, run.per_host, run.errors, run.slowest, run.all_stats
     );
     eprintln!(
         "killed at 2.3 s; sentinels named the replica after {failover:?} (at {promoted_at:?}); \
-         host 0 failed at {:?}, open again at {:?} (probe interval {PROBE:?})",
+         host 0 failed at {:?}, open again at {:?} (probe interval {PROBE:?}); {state}",
         run.failed_at, run.open_again_at
     );
     assert_eq!(ha.named_master(), Some(ha.replica.port));
