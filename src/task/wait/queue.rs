@@ -49,9 +49,19 @@ pub(crate) fn order(slot: &TaskSlot) -> WaitOrder {
     }
 }
 
-/// A new ticket (never 0).
+/// A new ticket (never 0). The counter wraps only in a damaged table (2^64
+/// tickets): it is then skipped past 0, not a panic.
 pub(crate) fn take_ticket(slot: &TaskSlot) -> u64 {
-    slot.adaptive.tickets.fetch_add(1, Ordering::Relaxed) + 1
+    loop {
+        let ticket = slot
+            .adaptive
+            .tickets
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        if ticket != 0 {
+            return ticket;
+        }
+    }
 }
 
 /// The words of one task's queue, as the protocol sees them: the real
@@ -272,3 +282,20 @@ fn futex(word: &AtomicU32, op: i32, value: u32, timeout: Option<Duration>) {
 #[cfg(loom)]
 #[path = "queue_loom.rs"]
 mod loom_model;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A damaged table's ticket counter at its last value: the next ticket
+    /// skips 0, and nothing overflows.
+    #[test]
+    fn a_ticket_counter_at_its_end_wraps_past_zero() {
+        // SAFETY: a task slot is atomics only; all-zero is a new file's.
+        let slot: Box<TaskSlot> = unsafe { Box::new_zeroed().assume_init() };
+        slot.adaptive.tickets.store(u64::MAX - 1, Ordering::Relaxed);
+        assert_eq!(take_ticket(&slot), u64::MAX);
+        assert_eq!(take_ticket(&slot), 1);
+        assert_eq!(take_ticket(&slot), 2);
+    }
+}
