@@ -179,18 +179,11 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
         }
     }
     let per_s = |permits: u64| permits as f64 * 1000.0 / slice_ms as f64;
-    let observed = Observed {
-        // The slice ran the threshold in force if its key holds its quota.
-        threshold: match quota {
-            Some(q) if q == quota_of(state.threshold, slice_ms) => state.threshold,
-            Some(q) => per_s(q),
-            None => 0.0,
-        },
-        admitted: per_s(hosts.iter().map(|h| h.claimed).sum()),
-        success: hosts.iter().map(|h| h.health.success).sum(),
-        dropped: hosts.iter().map(|h| h.health.dropped).sum(),
-        p99_us: hosts.iter().map(|h| h.health.p99_us).max().unwrap_or(0),
-        served: 0.0,
+    // The slice ran the threshold in force if its key holds its quota.
+    let threshold = match quota {
+        Some(q) if q == quota_of(state.threshold, slice_ms) => state.threshold,
+        Some(q) => per_s(q),
+        None => 0.0,
     };
     let per_host: Vec<HostSlice> = hosts
         .iter()
@@ -200,15 +193,14 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
             dropped: per_s(h.health.dropped),
         })
         .collect();
+    let target = config.policy.as_ref().and_then(|p| p.dropped_ratio);
     let observed = Observed {
-        served: config.policy.as_ref().map_or(0.0, |p| {
-            served(
-                observed.threshold,
-                p.dropped_ratio.unwrap_or(1.0),
-                &per_host,
-            )
-        }),
-        ..observed
+        threshold,
+        admitted: per_s(hosts.iter().map(|h| h.claimed).sum()),
+        success: hosts.iter().map(|h| h.health.success).sum(),
+        dropped: hosts.iter().map(|h| h.health.dropped).sum(),
+        p99_us: hosts.iter().map(|h| h.health.p99_us).max().unwrap_or(0),
+        served: target.map_or(0.0, |t| served(threshold, t, &per_host)),
     };
     let mut report = m.report.lock();
     let r = report.tasks.entry(task.to_string()).or_default();
