@@ -32,7 +32,7 @@ fn a_sentinel_failover_keeps_every_slice_exact() {
         &opts,
         (2, 3),
         (TASK, TaskConfig::new().global_rate(RATE)),
-        9.0,
+        11.0,
         |start| {
             sleep_until(start + Duration::from_millis(2300));
             let killed = Instant::now();

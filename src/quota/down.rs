@@ -60,6 +60,7 @@ use std::sync::atomic::Ordering;
 
 use super::account::{Account, just_before};
 use super::fallback::fallback_rate;
+use super::phase;
 use super::policy::part;
 use super::store::{released, slice_of, wait_until_released};
 use super::{Global, Quota};
@@ -94,6 +95,15 @@ fn granted_self(slot: &TaskSlot, slice: u32) -> u64 {
 /// Whether this host granted itself part of a down shard in `slice`.
 pub(super) fn granted_self_in(slot: &TaskSlot, slice: u32) -> bool {
     granted_self(slot, slice) != 0
+}
+
+/// Whether `slice`'s figures are an outage's: the store failing, a shard
+/// known down (asked or not in the slice: the pull that rolls the slice
+/// may be served by live shards alone), or part of one granted by the host
+/// itself in it. Such a slice, left behind, keeps the figures of the slice
+/// before: the share fallback would keep to a sliver.
+pub(super) fn cut_short(slot: &TaskSlot, slice: u32) -> bool {
+    phase::failed(&slot.quota) || down(slot) != 0 || granted_self_in(slot, slice)
 }
 
 /// Marks shard `i` down or up. Under the pull lock.
@@ -241,6 +251,20 @@ mod tests {
             shards: 3,
         };
         (quota, slot, g)
+    }
+
+    /// A shard found down cuts the slice short before any self-grant: the
+    /// slice the master died in, rolled by a pull the live shards served,
+    /// is not the share fallback's figure.
+    #[test]
+    fn a_shard_known_down_cuts_the_slice_short() {
+        let (me, slot, _) = setup(Fallback::Share);
+        let slice = slice_of(me.store_now_us(&slot.quota), 60_000);
+        assert!(!cut_short(&slot, slice));
+        set_down(&slot, 1, true);
+        assert!(cut_short(&slot, slice) && !granted_self_in(&slot, slice));
+        set_down(&slot, 1, false);
+        assert!(!cut_short(&slot, slice));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::account::Account;
+use super::fallback::share_left;
 use super::lock::{PullLock, try_lock};
 use super::phase::{self, Phase, Settled};
 use super::store::{Ask, slice_of, wall_us};
@@ -88,9 +89,7 @@ impl Quota {
         // when a probe is due); while only some shards are down, one pull
         // per probe interval asks the down ones too.
         let probe = phase::failed(q) && (!down::partial(slot, g) || self.probe_due(shm, q));
-        // A slice left behind while the store fails, or with a shard down,
-        // keeps the figures of the slice before (see `down`).
-        let touched = |s| phase::failed(q) || down::granted_self_in(slot, s);
+        let touched = |s| down::cut_short(slot, s);
         // A reservation comes first: it is usable once the pacing it came
         // with is over, and the host asks for no more before.
         if account.has_reservation() {
@@ -106,7 +105,7 @@ impl Quota {
             // Back from a fallback in this slice: no more than its share. A
             // probe asks for nothing then, but still asks (it ends the
             // failed phase).
-            let want = match super::fallback::share_left(slot, g, slice) {
+            let want = match share_left(slot, g, slice) {
                 Some(left) if left < want => {
                     if left == 0 && !probe {
                         return Ok(0);
@@ -199,7 +198,12 @@ impl Quota {
             if kept {
                 account.keep_reserved(slice, reply.granted);
             } else {
-                account.deposit(slice, reply.granted, touched);
+                // Back from a fallback, the share binds the grant too: the
+                // host's other processes went on admitting by the fallback
+                // while the ask was out, so what fits now may be less than
+                // what fitted when it was sent.
+                let fits = share_left(slot, g, slice).unwrap_or(u64::MAX);
+                account.deposit(slice, reply.granted, reply.granted.min(fits), touched);
             }
             // A give-back's pull for nothing only tells the store: the
             // host's pacing and low water stay the last ask's.

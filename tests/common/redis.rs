@@ -75,7 +75,7 @@ impl<'a> Redis<'a> {
 
     /// A lone server.
     pub fn server(self) -> RedisServer {
-        let scratch = Scratch::new("redis");
+        let scratch = Scratch::in_memory("redis");
         let port = free_port();
         let lines: Vec<String> = self
             .unix_socket
@@ -383,7 +383,7 @@ impl Sentinels {
     }
 
     fn start_with(down_ms: u64, access: Redis) -> Self {
-        let scratch = Scratch::new("sentinels");
+        let scratch = Scratch::in_memory("sentinels");
         let (mport, rport) = (free_port(), free_port());
         let master = Node::start(
             write_conf(&scratch, "master", mport, &[], access),
@@ -418,8 +418,9 @@ impl Sentinels {
                     format!("sentinel down-after-milliseconds {MASTER_NAME} {down_ms}"),
                     // A sentinel retries a failover that did not complete
                     // after twice this: under a CPU hog the first election
-                    // can fail, and a retry 20 s later outlasts the tests.
-                    format!("sentinel failover-timeout {MASTER_NAME} 2000"),
+                    // can split (seen: promoted 7.2 s after the kill at
+                    // 2000), and a retry 20 s later outlasts the tests.
+                    format!("sentinel failover-timeout {MASTER_NAME} 1000"),
                 ];
                 if let Some(password) = access.password {
                     lines.push(format!("sentinel auth-pass {MASTER_NAME} {password}"));
@@ -547,7 +548,7 @@ impl Cluster {
     }
 
     fn start_with(node_timeout_ms: u64, replicas: usize, access: Redis) -> Self {
-        let scratch = Scratch::new("cluster");
+        let scratch = Scratch::in_memory("cluster");
         let tls_bus: &[String] = if access.tls.is_some() {
             &["tls-cluster yes".to_string()]
         } else {

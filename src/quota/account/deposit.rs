@@ -23,11 +23,21 @@ impl Account<'_> {
     /// old one is stranded, and the old one's figures (spent, asked) are
     /// kept for sizing and for the share fallback. A grant for a slice
     /// already over is stranded whole and counts in no claim.
+    /// Only `usable` of them (at most `granted`) reach the host word: the
+    /// rest counts in the claim, charged by the key, and is stranded.
     /// `touched(s)`: slice `s` was spent with a shard down (see `down`):
     /// like one an outage cut short, its figures are not the host's share.
-    pub(in crate::quota) fn deposit(self, slice: u32, granted: u64, touched: impl Fn(u32) -> bool) {
+    pub(in crate::quota) fn deposit(
+        self,
+        slice: u32,
+        granted: u64,
+        usable: u64,
+        touched: impl Fn(u32) -> bool,
+    ) {
         let q = self.q();
         q.granted.fetch_add(granted, Ordering::Relaxed);
+        let usable = usable.min(granted);
+        q.stranded.fetch_add(granted - usable, Ordering::Relaxed);
         let mut word = q.host.load(Ordering::Acquire);
         let late = word != 0 && just_before(slice, (word >> 32) as u32);
         let sg = q.slice_granted.load(Ordering::Relaxed);
@@ -43,12 +53,12 @@ impl Account<'_> {
         loop {
             let (current, left) = ((word >> 32) as u32, word & 0xffff_ffff);
             let next = if current == slice {
-                word + granted.min(u32::MAX as u64 - left)
+                word + usable.min(u32::MAX as u64 - left)
             } else if word != 0 && just_before(slice, current) {
-                q.stranded.fetch_add(granted, Ordering::Relaxed);
+                q.stranded.fetch_add(usable, Ordering::Relaxed);
                 return;
             } else {
-                tag(slice, granted)
+                tag(slice, usable)
             };
             match q
                 .host
@@ -120,7 +130,7 @@ impl Account<'_> {
             // SIGKILL there would.
             std::process::abort();
         }
-        self.deposit((word >> 32) as u32, permits, touched);
+        self.deposit((word >> 32) as u32, permits, permits, touched);
         permits
     }
 }

@@ -311,6 +311,21 @@ mod tests {
         assert!(a.has_reservation());
     }
 
+    /// A grant past what fits (a share, after the fallback admissions made
+    /// while the ask was out) counts in the claim, as the key charged it,
+    /// and is stranded: none of it can be spent.
+    #[test]
+    fn a_grant_past_what_fits_is_claimed_and_stranded() {
+        let slot = slot();
+        let (q, a) = (&slot.quota, Account::of(&slot));
+        a.count_fallback(S, 960);
+        a.deposit(S, 146, 40, |_| false);
+        assert_eq!((a.held(S), a.taken(S)), (40, 1106));
+        assert_eq!(q.stranded.load(Ordering::Relaxed), 106);
+        a.deposit(S, 10, 10, |_| false);
+        assert_eq!((a.held(S), a.taken(S)), (50, 1116));
+    }
+
     #[test]
     fn asked_is_what_was_admitted_and_refused() {
         let slot = slot();
