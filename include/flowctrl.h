@@ -1275,10 +1275,12 @@ fc_status fc_key_state_get(const struct fc_task *task,
  * (`FC_LOG_WARN`: warnings and errors) to `callback`, called with
  * `user_data`; replaces the callback set before. `callback` NULL (or
  * `level` `FC_LOG_OFF`) turns it off: lines then go where they go without
- * a callback — to stderr if the environment variable `FLOWCTRL_LOG` is set
- * (`error`, `warn`, `info`, `debug` or `trace`: the level; read once, at
- * the first `fc_table_open`, `fc_store_open` or `fc_set_log_callback`),
- * else nowhere.
+ * a callback — to stderr, warnings and errors, unless the environment
+ * variable `FLOWCTRL_LOG` names another level (`off`, `error`, `warn`,
+ * `info`, `debug` or `trace`), in the format `FLOWCTRL_LOG_FORMAT` names
+ * (`text`, `logfmt` or `json`); both read once, at the first
+ * `fc_table_open`, `fc_store_open` or `fc_set_log_callback`. While a
+ * callback is set nothing goes to stderr.
  *
  * When it returns, no call of the previous callback is running any more
  * and none will start: its `user_data` may be freed. Called from within a

@@ -60,6 +60,9 @@ pub use balance::{
 };
 pub use config_file::{BalancerSection, CONFIG_ENV, ConfigFile, TableSection};
 pub use error::{Error, ErrorKind, Result};
+/// Log lines' times (RFC 3339, UTC): the C library's and `flowctrl`'s.
+#[doc(hidden)]
+pub use events::rfc3339;
 pub use keyed::{
     DEFAULT_KEY_CAPACITY, KeyConfig, KeyInfo, KeyLimits, KeyOverflow, KeyRate, KeyRefusal,
     KeyRefused, KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN,

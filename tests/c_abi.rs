@@ -231,6 +231,12 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
     let build_dir = lib_dir.parent().expect("deps has a parent").join("c-tests");
     std::fs::create_dir_all(&build_dir).expect("create the build directory");
     let binary = build_dir.join(format!("{}_{}", program.name(), linkage.name()));
+    // Built aside and renamed over: tests compiling the same program run
+    // at once, and one may be running the file (ETXTBSY) while another
+    // builds it again.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let building = binary.with_extension(format!("building-{}-{n}", std::process::id()));
 
     // $CC may hold arguments too ("ccache gcc").
     let (var, default) = language.compiler_var();
@@ -248,7 +254,7 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
         ))
         .arg(manifest.join("tests/c").join(program.source()))
         .arg("-o")
-        .arg(&binary)
+        .arg(&building)
         .args(linkage.args(lib_dir));
     let output = command.output().unwrap_or_else(|e| {
         panic!(
@@ -265,6 +271,7 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    std::fs::rename(&building, &binary).expect("move the program into place");
     binary
 }
 
@@ -474,19 +481,19 @@ fn log_callback_with_static_library() {
 }
 
 /// `log_test` in `mode` (`stderr`: no callback; `callback`: one set) with
-/// `FLOWCTRL_LOG` = `level` (`None`: unset): its stdout and stderr.
-fn run_log_mode(binary: &Path, mode: &str, level: Option<&str>) -> (String, String) {
+/// the environment `env` (`FLOWCTRL_LOG` and `FLOWCTRL_LOG_FORMAT` unset
+/// unless it sets them): its stdout and stderr.
+fn run_log_mode(binary: &Path, mode: &str, env: &[(&str, &str)]) -> (String, String) {
     let scratch = scratch_dir("log-env");
     let mut command = Command::new(binary);
     command
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("FLOWCTRL_LOG")
+        .env_remove("FLOWCTRL_LOG_FORMAT")
+        .envs(env.iter().copied())
         .arg(&scratch)
         .arg(mode)
         .stdin(Stdio::null());
-    if let Some(level) = level {
-        command.env("FLOWCTRL_LOG", level);
-    }
     let out = command.output().expect("run log_test");
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -494,51 +501,143 @@ fn run_log_mode(binary: &Path, mode: &str, level: Option<&str>) -> (String, Stri
     );
     assert!(
         out.status.success(),
-        "log_test {mode} with FLOWCTRL_LOG={level:?} failed ({}):\n{stdout}\n{stderr}",
+        "log_test {mode} with {env:?} failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
     let _ = std::fs::remove_dir_all(&scratch);
     (stdout, stderr)
 }
 
-/// A C program that sets no callback gets its lines on stderr with
-/// `FLOWCTRL_LOG`, at that level; a callback wins over it.
+/// The store failure's line about task "api" on `stderr`, whatever its
+/// format (every format holds the message as written).
+fn store_failure_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.contains("the quota store failed") && l.contains("api"))
+        .unwrap_or_else(|| panic!("no store failure on stderr:\n{stderr}"))
+}
+
+/// flowctrl's lines on stderr, in any format.
+fn our_lines(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("flowctrl[") || l.starts_with("time=") || l.starts_with('{'))
+        .count()
+}
+
+/// A C program that sets nothing gets its warnings on stderr, with the
+/// line's fields appended; `FLOWCTRL_LOG` sets the level (`off`: nothing);
+/// a callback wins over it.
 #[test]
-fn flowctrl_log_writes_to_stderr_when_no_callback_is_set() {
+fn warnings_reach_stderr_unless_a_callback_or_flowctrl_log_says_otherwise() {
     let _turn = one_at_a_time();
     let binary = compile(Program::Log, Linkage::Shared, &deps_dir());
-    let ours = |stderr: &str| {
-        stderr
+
+    // Nothing set: the warning, as text, with its fields.
+    let (_, stderr) = run_log_mode(&binary, "stderr", &[]);
+    let line = store_failure_line(&stderr);
+    assert!(
+        line.starts_with("flowctrl[")
+            && line.contains(" WARN flowctrl::store: task \"api\": the quota store failed"),
+        "{line}"
+    );
+    assert!(
+        line.contains(" task=api host=")
+            && line.contains(" store=\"Redis at redis://127.0.0.1:1/0\""),
+        "{line}"
+    );
+
+    let (_, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG", "warn")]);
+    store_failure_line(&stderr);
+    let (_, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG", "off")]);
+    assert_eq!(our_lines(&stderr), 0, "off: nothing\n{stderr}");
+    assert_eq!(stderr, "", "off: nothing at all");
+    let (_, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG", "error")]);
+    assert_eq!(our_lines(&stderr), 0, "a warning is below error\n{stderr}");
+
+    // A callback: it gets the lines, stderr none.
+    for env in [&[][..], &[("FLOWCTRL_LOG", "warn")]] {
+        let (stdout, stderr) = run_log_mode(&binary, "callback", env);
+        assert_eq!(our_lines(&stderr), 0, "the callback gets them\n{stderr}");
+        let lines: u32 = stdout
             .lines()
-            .filter(|l| l.starts_with("flowctrl["))
-            .count()
-    };
+            .find_map(|l| l.strip_prefix("callback lines "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(lines >= 1, "{stdout}");
+    }
 
-    let (_, stderr) = run_log_mode(&binary, "stderr", Some("warn"));
-    let line = stderr
-        .lines()
-        .find(|l| l.contains(" WARN flowctrl::store: task \"api\": the quota store failed"))
-        .unwrap_or_else(|| panic!("no store failure on stderr:\n{stderr}"));
-    assert!(line.starts_with("flowctrl["), "{line}");
-
-    let (_, stderr) = run_log_mode(&binary, "stderr", None);
-    assert_eq!(ours(&stderr), 0, "unset: nothing\n{stderr}");
-    let (_, stderr) = run_log_mode(&binary, "stderr", Some("error"));
-    assert_eq!(ours(&stderr), 0, "a warning is below error\n{stderr}");
-
-    let (stdout, stderr) = run_log_mode(&binary, "callback", Some("warn"));
-    assert_eq!(ours(&stderr), 0, "the callback gets them instead\n{stderr}");
-    let lines: u32 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("callback lines "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{stdout}"));
-    assert!(lines >= 1, "{stdout}");
-
-    let (_, stderr) = run_log_mode(&binary, "stderr", Some("loud"));
+    let (_, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG", "loud")]);
     assert!(
         stderr.contains("FLOWCTRL_LOG=\"loud\" is not one of"),
         "a bad value is reported\n{stderr}"
+    );
+    store_failure_line(&stderr);
+}
+
+/// `FLOWCTRL_LOG_FORMAT=json`: every line of flowctrl's is a JSON object
+/// with its time, level, target, message and the fields task, pid, host and
+/// store (redacted); `logfmt`: the same as `key=value` pairs; another
+/// value: one line saying so, and text.
+#[test]
+fn flowctrl_log_format_writes_json_or_logfmt_with_the_fields() {
+    let _turn = one_at_a_time();
+    let binary = compile(Program::Log, Linkage::Shared, &deps_dir());
+    let pid_of = |stdout: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("pid "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {stdout}"))
+    };
+
+    let (stdout, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG_FORMAT", "json")]);
+    let docs: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let doc = docs
+        .iter()
+        .find(|d| d["task"] == "api")
+        .unwrap_or_else(|| panic!("no line about api:\n{stderr}"));
+    assert_eq!(doc["level"], "warn", "{doc}");
+    assert_eq!(doc["target"], "flowctrl::store", "{doc}");
+    assert!(
+        doc["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("task \"api\": the quota store failed"),
+        "{doc}"
+    );
+    assert_eq!(doc["pid"], pid_of(&stdout), "{doc}");
+    assert_eq!(doc["store"], "Redis at redis://127.0.0.1:1/0", "{doc}");
+    assert_eq!(doc["host"].as_str().map(str::len), Some(16), "{doc}");
+    let time = doc["time"].as_str().unwrap();
+    assert!(time.len() == 24 && time.ends_with('Z'), "{doc}");
+
+    let (stdout, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG_FORMAT", "logfmt")]);
+    let line = store_failure_line(&stderr);
+    assert!(line.starts_with("time="), "{line}");
+    for field in [
+        " level=warn target=flowctrl::store message=\"task \\\"api\\\": the quota store failed",
+        " task=api ",
+        &format!(" pid={} ", pid_of(&stdout)),
+        " host=",
+        " store=\"Redis at redis://127.0.0.1:1/0\"",
+    ] {
+        assert!(line.contains(field), "no {field:?} in {line}");
+    }
+
+    let (_, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG_FORMAT", "yaml")]);
+    let said: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("FLOWCTRL_LOG_FORMAT=\"yaml\" is not one of text, logfmt, json"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once\n{stderr}");
+    assert!(
+        store_failure_line(&stderr).starts_with("flowctrl["),
+        "{stderr}"
     );
 }
 

@@ -109,6 +109,39 @@ fn quiet_table(path: &Path) -> libc::pid_t {
     pid
 }
 
+/// Every command's log lines on stderr begin with an RFC 3339 UTC time:
+/// `reap`'s info line (`FLOWCTRL_LOG=info`) about the permits it gave back.
+#[test]
+fn a_commands_log_lines_carry_rfc3339_utc_times() {
+    let scratch = Scratch::new("cli-log-time");
+    let path = scratch.path("table");
+    let dead = quiet_table(&path);
+    let out = cli::command(&path)
+        .env("FLOWCTRL_LOG", "info")
+        .arg("reap")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("$ FLOWCTRL_LOG=info flowctrl reap 2>&1 >/dev/null\n{stderr}");
+    let want = format!("gave back 2 permit(s) held by dead process {dead}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&want))
+        .unwrap_or_else(|| panic!("no line about the reaped permits:\n{stderr}"));
+    let (time, rest) = line.split_once(' ').unwrap();
+    assert!(
+        rest.starts_with("flowctrl reap: INFO task \"api\": "),
+        "{line}"
+    );
+    // "2026-12-06T10:24:34.123Z"
+    let shape: String = time
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(shape, "9999-99-99T99:99:99.999Z", "{line}");
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -113,11 +113,18 @@ fn a_failing_store_is_one_warning_per_task_however_often_it_fails() {
         message.contains("the quota store failed") && message.contains("127.0.0.1:1"),
         "{message}"
     );
-    // The task is a structured field too (`flowctrl manage --log-format
-    // json` writes it as one); the text is unchanged.
+    // The task, the process, the host and the store (redacted) are
+    // structured fields too (`flowctrl manage --log-format json` writes
+    // them as such); the text is unchanged.
     let fields = FIELDS.lock().unwrap();
     let (_, pairs) = fields.iter().find(|(m, _)| m == message).unwrap();
-    assert_eq!(pairs, &[("task".to_string(), "api".to_string())]);
+    let keys: Vec<_> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["task", "pid", "host", "store"], "{pairs:?}");
+    let pid = std::process::id().to_string();
+    assert_eq!(pairs[0].1, "api");
+    assert_eq!(pairs[1].1, pid);
+    assert_eq!(pairs[2].1.len(), 16, "the default host id: {pairs:?}");
+    assert_eq!(pairs[3].1, "Redis at redis://127.0.0.1:1/0");
 }
 
 /// A real Redis, killed and restarted: a warning, then an info line.

@@ -20,12 +20,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use log::Level;
 
 mod limiter;
+mod time;
 use limiter::{ARMED, Limiter};
+pub use time::rfc3339;
 
 /// One line per event kind and subject per this many milliseconds.
 pub(crate) const INTERVAL_MS: u64 = 10_000;
@@ -103,13 +106,52 @@ impl Event {
 
 /// Structured fields of a line beyond its subject, for loggers that read
 /// them (the `log` crate's key-values: `flowctrl manage --log-format
-/// json`); the C callback and Python's handlers get the text alone.
+/// json`, the C library's stderr formats); the C callback gets the text
+/// alone. Every line also carries `pid` (the process that wrote it) and,
+/// within an [`Origin`], its `host` and `store`.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Extra<'a> {
-    /// The process the event is about.
-    pub pid: Option<u32>,
-    /// The host id the event is about.
+    /// The dead process the event is about (`dead_pid`).
+    pub dead_pid: Option<u32>,
+    /// The host id the event is about, when no [`Origin`] names it.
     pub host: Option<&'a str>,
+}
+
+/// Where a table's store lines come from: its quota host id and its store
+/// as [`crate::quota`] describes it (redacted: never a password).
+#[derive(Debug)]
+pub(crate) struct Origin {
+    pub host: String,
+    pub store: String,
+}
+
+/// Lines of this thread carry `origin`'s fields until the guard drops (the
+/// origin before it comes back). Nothing is touched while no logger wants
+/// a line.
+pub(crate) fn within(origin: &Arc<Origin>) -> Within {
+    if log::max_level() == log::LevelFilter::Off {
+        return Within(None);
+    }
+    let before = ORIGIN.try_with(|o| o.replace(Some(Arc::clone(origin))));
+    Within(before.ok())
+}
+
+/// Restores the thread's previous [`Origin`] when dropped (`None`: it
+/// replaced none).
+pub(crate) struct Within(Option<Option<Arc<Origin>>>);
+
+impl Drop for Within {
+    fn drop(&mut self) {
+        if let Some(before) = self.0.take() {
+            let _ = ORIGIN.try_with(|o| o.replace(before));
+        }
+    }
+}
+
+/// The thread's origin, cloned out: no borrow is held while a logger runs
+/// (it may call back into flowctrl, which may enter another one).
+fn origin() -> Option<Arc<Origin>> {
+    ORIGIN.try_with(|o| o.borrow().clone()).ok().flatten()
 }
 
 /// Logs `event` about `subject` unless this process logged one of the same
@@ -159,6 +201,9 @@ pub(crate) fn recovered(subject: &str, observed: bool, message: fmt::Arguments<'
 
 fn emit(event: Event, subject: &str, extra: Extra<'_>, message: fmt::Arguments<'_>, left_out: u64) {
     let (level, target) = (event.level(), event.target());
+    let origin = origin();
+    let host = extra.host.or(origin.as_deref().map(|o| o.host.as_str()));
+    let store = origin.as_deref().map(|o| o.store.as_str());
     let queued = QUEUE.try_with(|queue| {
         if HELD.get() == 0 {
             return false;
@@ -169,8 +214,9 @@ fn emit(event: Event, subject: &str, extra: Extra<'_>, message: fmt::Arguments<'
             line: format!("{message}{}", LeftOut(left_out)),
             subject_key: event.subject_key(),
             subject: subject.to_string(),
-            pid: extra.pid,
-            host: extra.host.map(str::to_string),
+            dead_pid: extra.dead_pid,
+            host: host.map(str::to_string),
+            store: store.map(str::to_string),
         });
         true
     });
@@ -178,7 +224,9 @@ fn emit(event: Event, subject: &str, extra: Extra<'_>, message: fmt::Arguments<'
         let fields = Fields {
             subject_key: event.subject_key(),
             subject,
-            extra,
+            dead_pid: extra.dead_pid,
+            host,
+            store,
         };
         write(
             level,
@@ -189,11 +237,14 @@ fn emit(event: Event, subject: &str, extra: Extra<'_>, message: fmt::Arguments<'
     }
 }
 
-/// A line's structured fields: its subject under its key, and the extra.
+/// A line's structured fields: its subject under its key, then `pid`,
+/// `dead_pid`, `host` and `store` where known.
 struct Fields<'a> {
     subject_key: &'static str,
     subject: &'a str,
-    extra: Extra<'a>,
+    dead_pid: Option<u32>,
+    host: Option<&'a str>,
+    store: Option<&'a str>,
 }
 
 impl log::kv::Source for Fields<'_> {
@@ -203,11 +254,15 @@ impl log::kv::Source for Fields<'_> {
     ) -> Result<(), log::kv::Error> {
         use log::kv::{Key, Value};
         visitor.visit_pair(Key::from_str(self.subject_key), Value::from(self.subject))?;
-        if let Some(pid) = self.extra.pid {
-            visitor.visit_pair(Key::from_str("pid"), Value::from(pid))?;
+        visitor.visit_pair(Key::from_str("pid"), Value::from(std::process::id()))?;
+        if let Some(pid) = self.dead_pid {
+            visitor.visit_pair(Key::from_str("dead_pid"), Value::from(pid))?;
         }
-        if let Some(host) = self.extra.host {
+        if let Some(host) = self.host {
             visitor.visit_pair(Key::from_str("host"), Value::from(host))?;
+        }
+        if let Some(store) = self.store {
+            visitor.visit_pair(Key::from_str("store"), Value::from(store))?;
         }
         Ok(())
     }
@@ -238,8 +293,9 @@ struct Queued {
     line: String,
     subject_key: &'static str,
     subject: String,
-    pid: Option<u32>,
+    dead_pid: Option<u32>,
     host: Option<String>,
+    store: Option<String>,
 }
 
 /// " (and N more since)" after a line that stands for N left out.
@@ -258,6 +314,8 @@ thread_local! {
     /// How many [`Defer`]s this thread holds.
     static HELD: Cell<u32> = const { Cell::new(0) };
     static QUEUE: RefCell<Vec<Queued>> = const { RefCell::new(Vec::new()) };
+    /// The origin of this thread's lines (see [`within`]).
+    static ORIGIN: RefCell<Option<Arc<Origin>>> = const { RefCell::new(None) };
 }
 
 /// Holds this thread's lines back until dropped (the last one writes them):
@@ -284,10 +342,9 @@ impl Drop for Defer {
             let fields = Fields {
                 subject_key: q.subject_key,
                 subject: &q.subject,
-                extra: Extra {
-                    pid: q.pid,
-                    host: q.host.as_deref(),
-                },
+                dead_pid: q.dead_pid,
+                host: q.host.as_deref(),
+                store: q.store.as_deref(),
             };
             write(q.level, q.target, format_args!("{}", q.line), &fields);
         }
@@ -344,7 +401,7 @@ mod tests {
         let outer = defer();
         let inner = defer();
         let extra = Extra {
-            pid: Some(7),
+            dead_pid: Some(7),
             host: None,
         };
         emit(Event::NoReaper, "/t", extra, format_args!("deferred"), 3);
@@ -358,8 +415,9 @@ mod tests {
                 line: "deferred (and 3 more since)".to_string(),
                 subject_key: "table",
                 subject: "/t".to_string(),
-                pid: Some(7),
+                dead_pid: Some(7),
                 host: None,
+                store: None,
             }]
         );
         drop(outer);

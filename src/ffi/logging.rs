@@ -1,7 +1,10 @@
-//! The C face of logging: `fc_set_log_callback`, and `FLOWCTRL_LOG` for
-//! programs that set nothing. One `log::Log` for the process, installed on
-//! first use, hands flowctrl's lines (targets `flowctrl::…`) to the
-//! callback, or else writes them to stderr.
+//! The C face of logging: `fc_set_log_callback`, and stderr for programs
+//! that set nothing. One `log::Log` for the process, installed on first
+//! use, hands flowctrl's lines (targets `flowctrl::…`) to the callback, or
+//! else writes them to stderr: warnings and errors unless `FLOWCTRL_LOG`
+//! names another level (`off`: nothing), in the format
+//! `FLOWCTRL_LOG_FORMAT` names (see `log_line`). The Rust crate's own face
+//! installs nothing: a Rust program's logger is its own.
 //!
 //! The callback is read without a lock (an atomic pointer) and no lock is
 //! held while it runs, so it may call any `fc_*` function, this one too.
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
+use super::log_line::{Format, line};
 use super::status::{boundary, fc_status};
 use crate::{Error, ErrorKind};
 
@@ -74,10 +78,12 @@ pub type fc_log_callback =
 /// (`FC_LOG_WARN`: warnings and errors) to `callback`, called with
 /// `user_data`; replaces the callback set before. `callback` NULL (or
 /// `level` `FC_LOG_OFF`) turns it off: lines then go where they go without
-/// a callback — to stderr if the environment variable `FLOWCTRL_LOG` is set
-/// (`error`, `warn`, `info`, `debug` or `trace`: the level; read once, at
-/// the first `fc_table_open`, `fc_store_open` or `fc_set_log_callback`),
-/// else nowhere.
+/// a callback — to stderr, warnings and errors, unless the environment
+/// variable `FLOWCTRL_LOG` names another level (`off`, `error`, `warn`,
+/// `info`, `debug` or `trace`), in the format `FLOWCTRL_LOG_FORMAT` names
+/// (`text`, `logfmt` or `json`); both read once, at the first
+/// `fc_table_open`, `fc_store_open` or `fc_set_log_callback`. While a
+/// callback is set nothing goes to stderr.
 ///
 /// When it returns, no call of the previous callback is running any more
 /// and none will start: its `user_data` may be freed. Called from within a
@@ -167,30 +173,47 @@ fn filter_of(level: u32) -> Option<LevelFilter> {
     })
 }
 
-/// Reads `FLOWCTRL_LOG` once per process and, when it names a level,
-/// installs the logger (lines to stderr while no callback is set). Called
-/// by the C constructors: a C program that sets nothing gets its lines.
+/// Reads `FLOWCTRL_LOG` and `FLOWCTRL_LOG_FORMAT` once per process and
+/// installs the logger (lines to stderr while no callback is set; warnings
+/// and errors unless `FLOWCTRL_LOG` says otherwise). Called by the C
+/// constructors: a C program that sets nothing gets its warnings. An
+/// invalid value is one line on stderr and the default.
 pub(super) fn from_env() {
     if ENV_READ.swap(true, SeqCst) {
         return;
     }
-    let Some(value) = std::env::var_os("FLOWCTRL_LOG") else {
-        return;
-    };
-    let value = value.to_string_lossy();
-    match value.to_ascii_lowercase().parse::<LevelFilter>() {
-        Ok(filter) => {
-            ENV_FILTER.store(filter as usize, SeqCst);
-            // A foreign logger keeps the lines: nothing to do then.
-            if install() {
-                update_max_level();
-            }
+    if let Some(value) = std::env::var_os("FLOWCTRL_LOG_FORMAT") {
+        let value = value.to_string_lossy();
+        match Format::parse(&value) {
+            Some(format) => FORMAT.store(format as u8, SeqCst),
+            None => write_stderr(&format!(
+                "flowctrl[{}]: FLOWCTRL_LOG_FORMAT={value:?} is not one of text, logfmt, \
+                 json; writing text\n",
+                std::process::id()
+            )),
         }
-        Err(_) => write_stderr(&format!(
-            "flowctrl[{}]: FLOWCTRL_LOG={value:?} is not one of off, error, warn, info, \
-             debug, trace; ignored\n",
-            std::process::id()
-        )),
+    }
+    let filter = match std::env::var_os("FLOWCTRL_LOG") {
+        None => LevelFilter::Warn,
+        Some(value) => {
+            let value = value.to_string_lossy();
+            value
+                .to_ascii_lowercase()
+                .parse::<LevelFilter>()
+                .unwrap_or_else(|_| {
+                    write_stderr(&format!(
+                        "flowctrl[{}]: FLOWCTRL_LOG={value:?} is not one of off, error, warn, \
+                         info, debug, trace; logging warnings and errors\n",
+                        std::process::id()
+                    ));
+                    LevelFilter::Warn
+                })
+        }
+    };
+    ENV_FILTER.store(filter as usize, SeqCst);
+    // Off needs no logger; a foreign logger keeps the lines.
+    if filter != LevelFilter::Off && install() {
+        update_max_level();
     }
 }
 
@@ -240,8 +263,11 @@ static RUNNING: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 /// Serialises replacements (a spin lock: nothing here may block in a child
 /// after `fork`, see [`after_fork_in_child`]).
 static WRITING: AtomicBool = AtomicBool::new(false);
-/// `FLOWCTRL_LOG`'s level (a `LevelFilter` as usize; 0 = off).
+/// The level of stderr lines (a `LevelFilter` as usize; 0 = off), set by
+/// [`from_env`]: `FLOWCTRL_LOG`, else warn.
 static ENV_FILTER: AtomicUsize = AtomicUsize::new(0);
+/// `FLOWCTRL_LOG_FORMAT` (a [`Format`] as u8).
+static FORMAT: AtomicU8 = AtomicU8::new(Format::Text as u8);
 static ENV_READ: AtomicBool = AtomicBool::new(false);
 /// 0 = not tried, 1 = installing, 2 = ours, 3 = another logger's.
 static INSTALLED: AtomicU8 = AtomicU8::new(0);
@@ -408,11 +434,9 @@ fn dispatch(record: &Record<'_>) {
     }
     if level <= env_filter() {
         let message = &text[record.target().len() + 1..text.len() - 1];
-        write_stderr(&format!(
-            "flowctrl[{}] {level} {}: {message}\n",
-            std::process::id(),
-            record.target()
-        ));
+        let time = crate::events::rfc3339(std::time::SystemTime::now());
+        let format = Format::from_u8(FORMAT.load(SeqCst));
+        write_stderr(&line(format, record, message, &time));
     }
 }
 

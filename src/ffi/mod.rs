@@ -38,6 +38,7 @@ mod balance;
 mod check;
 mod config;
 mod keyed;
+mod log_line;
 mod logging;
 mod sized;
 mod stats;

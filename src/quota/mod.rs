@@ -64,6 +64,7 @@ mod store_options;
 #[cfg(test)]
 mod testing;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -208,6 +209,8 @@ pub(crate) struct Quota {
     /// The tasks whose idle quota this handle's keeper thread gives back,
     /// and what it saw of them.
     keeper: Keeper,
+    /// The host id and the redacted store its pulls' lines carry.
+    origin: Arc<crate::events::Origin>,
 }
 
 /// Checks the options' store URL as opening the store would (its scheme,
@@ -263,7 +266,12 @@ impl Quota {
             Some(url) if url == sim::URL => sim::open(options)?,
             Some(url) => Box::new(redis::RedisStore::open(url, options)?),
         };
+        let origin = Arc::new(crate::events::Origin {
+            host: host.clone(),
+            store: store.describe(),
+        });
         Ok(Self {
+            origin,
             store,
             options: options.clone(),
             host,

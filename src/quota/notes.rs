@@ -63,7 +63,7 @@ pub(super) fn conflicts(q: &QuotaSlot, task: &str, slice: u32, g: Global, host: 
             Event::HostConflict,
             task,
             events::Extra {
-                pid: None,
+                dead_pid: None,
                 host: Some(host),
             },
             format_args!(

@@ -81,6 +81,8 @@ impl Quota {
             task,
             mut g,
         } = t;
+        // Its lines carry this host's id and store.
+        let _origin = crate::events::within(&self.origin);
         let (q, account) = (&slot.quota, Account::of(slot));
         // A give-back its mover left half done comes first.
         account.finish_give_back();

@@ -98,7 +98,7 @@ fn report_reclaimed(shm: &Shm, slot: &TaskSlot, attach: u32, permits: i64) {
         Event::Reclaimed,
         &name,
         events::Extra {
-            pid: u32::try_from(pid).ok(),
+            dead_pid: u32::try_from(pid).ok(),
             host: None,
         },
         format_args!(

@@ -12,7 +12,8 @@
  *   log_test <scratch-dir> callback    a callback, then a store failure;
  *                                      prints "callback lines N"
  *
- * tests/c_abi.rs runs the last two with FLOWCTRL_LOG set and reads stderr.
+ * Both print "pid N" first. tests/c_abi.rs runs the last two with and
+ * without FLOWCTRL_LOG and FLOWCTRL_LOG_FORMAT and reads stderr.
  * The store is a closed port (redis://127.0.0.1:1/0): every pull fails at
  * once.
  *
@@ -210,6 +211,7 @@ static int store_failure_only(const char *dir, int with_callback)
     fc_table *table;
     fc_task *task;
     alarm(60);
+    printf("pid %ld\n", (long)getpid());
     if (with_callback)
         CHECK(fc_set_log_callback(FC_LOG_INFO, on_log, &g_seen) == FC_OK, "callback set");
     snprintf(path, sizeof path, "%s/env", dir);

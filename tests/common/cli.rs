@@ -25,6 +25,7 @@ pub fn command(table: &Path) -> Command {
     c.env_remove("FLOWCTRL_TABLE")
         .env_remove("FLOWCTRL_STORE")
         .env_remove("RUST_BACKTRACE")
+        .env_remove("FLOWCTRL_LOG")
         .arg("--table")
         .arg(table);
     c

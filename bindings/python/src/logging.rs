@@ -1,6 +1,8 @@
 //! flowctrl's log lines to Python's `logging`: the logger "flowctrl" and its
 //! children by target ("flowctrl.store", "flowctrl.table"), through
-//! pyo3-log.
+//! pyo3-log. A line's fields (`task`, `pid`, `host`, `store`, …) are the
+//! record's attributes, as strings. With no logging configured, Python's
+//! last-resort handler writes warnings to stderr, as the C library does.
 //!
 //! The GIL: a line takes it, since Python's handlers need it. flowctrl
 //! writes lines only off the request path's fast branch and never while it

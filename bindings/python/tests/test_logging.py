@@ -3,9 +3,12 @@
 that let the GIL go, and from the reaper thread, which never had it, while
 the main thread keeps the GIL busy. The store is a closed port: every pull
 fails at once. Task names are unique per test: lines are rate-limited per
-task and kind (one per 10 s) in this process."""
+task and kind (one per 10 s) in this process. A line's fields are the
+record's attributes (strings); with no logging set up, warnings reach
+stderr (Python's last-resort handler), as the C library's do."""
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -37,6 +40,36 @@ def test_a_store_failure_is_a_warning_of_flowctrl_store(tmp_path, caplog):
     assert line.levelno == logging.WARNING
     assert "the quota store failed" in line.getMessage()
     assert CLOSED_STORE in line.getMessage()
+
+
+def test_a_line_carries_task_pid_host_and_store(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="flowctrl")
+    name = unique("fields")
+    with flowctrl.Table(tmp_path / "t", store=CLOSED_STORE) as table:
+        assert table.task(name, global_rate=100).try_acquire() is not None
+    [line] = lines(caplog, "flowctrl.store", f'task "{name}"')
+    assert line.task == name
+    assert line.pid == str(os.getpid())
+    assert len(line.host) == 16  # the default host id
+    assert line.store == f"Redis at {CLOSED_STORE}"
+
+
+UNCONFIGURED = f"""
+import sys, flowctrl
+with flowctrl.Table(sys.argv[1], store={CLOSED_STORE!r}) as table:
+    assert table.task("api", global_rate=100).try_acquire() is not None
+"""
+
+
+def test_without_logging_set_up_warnings_reach_stderr(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", UNCONFIGURED, str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert 'task "api": the quota store failed' in out.stderr
 
 
 def test_levels_are_python_s(tmp_path, caplog):

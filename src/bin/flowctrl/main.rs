@@ -38,9 +38,10 @@ pub(crate) struct Cli {
     /// /dev/shm/flowctrl).
     #[arg(short, long, global = true, env = "FLOWCTRL_TABLE")]
     table: Option<PathBuf>,
-    /// The format of `manage`'s and `metrics`' log lines on stderr: text
-    /// (an RFC 3339 time, the level, the message) or json (one object a
-    /// line: time, level, message, and task, pid, host where known).
+    /// The format of log lines on stderr: text (an RFC 3339 time, the
+    /// level, the message) or json (one object a line: time, level,
+    /// message, and task, pid, host, store where known). Their level:
+    /// FLOWCTRL_LOG (default warn), `manage --log`, info for `metrics`.
     #[arg(long, global = true, value_enum, default_value_t = logging::Format::Text)]
     log_format: logging::Format,
     #[command(subcommand)]
@@ -304,6 +305,36 @@ fn table_path(given: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
+/// A command's name in its log lines, and its level: `manage`'s `--log`,
+/// info for `metrics`, else `FLOWCTRL_LOG` (warn when unset or invalid,
+/// the latter said once on stderr).
+fn log_setting(command: &Command) -> (&'static str, log::LevelFilter) {
+    let name = match command {
+        Command::Manage { log, .. } => return ("manage", *log),
+        Command::Metrics { .. } => return ("metrics", log::LevelFilter::Info),
+        Command::Config { .. } => "config",
+        Command::Tasks { .. } => "tasks",
+        Command::Stats { .. } => "stats",
+        Command::Top { .. } => "top",
+        Command::Set { .. } => "set",
+        Command::Keys { .. } => "keys",
+        Command::Check => "check",
+        Command::Reap => "reap",
+        Command::Fleet { .. } => "fleet",
+        Command::Table { .. } => "table",
+        Command::Completions { .. } => "completions",
+        Command::Man => "man",
+    };
+    let level = match std::env::var("FLOWCTRL_LOG") {
+        Err(_) => log::LevelFilter::Warn,
+        Ok(text) => parse_level(&text.to_ascii_lowercase()).unwrap_or_else(|e| {
+            eprintln!("flowctrl: FLOWCTRL_LOG: {e}; logging warnings and errors");
+            log::LevelFilter::Warn
+        }),
+    };
+    (name, level)
+}
+
 fn run(cli: Cli) -> Result<()> {
     let log_format = cli.log_format;
     match cli.command {
@@ -327,6 +358,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         _ => {}
     }
+    let (name, level) = log_setting(&cli.command);
+    logging::init(name, level, log_format);
     // Resolved by the commands that read a table only: `fleet` and
     // `manage` work whatever FLOWCTRL_CONFIG holds.
     let given = cli.table;
@@ -360,11 +393,9 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => fleet::run(&store, &task, slice_ms, json),
         Command::Manage {
-            config,
-            metrics,
-            log,
-        } => manage::run(&config, metrics.as_deref(), log, log_format),
-        Command::Metrics { listen } => metrics::serve(&table()?, &listen, log_format),
+            config, metrics, ..
+        } => manage::run(&config, metrics.as_deref()),
+        Command::Metrics { listen } => metrics::serve(&table()?, &listen),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => config::check(&file, &table()?),

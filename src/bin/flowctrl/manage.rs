@@ -26,15 +26,9 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-pub(crate) fn run(
-    path: &Path,
-    metrics: Option<&str>,
-    level: log::LevelFilter,
-    format: crate::logging::Format,
-) -> Result {
+/// Lines go to stderr through the logger `main` installed (`--log`).
+pub(crate) fn run(path: &Path, metrics: Option<&str>) -> Result {
     let config = ManagerConfig::load(path)?;
-    // Lines on stderr (see `crate::logging`).
-    crate::logging::init("manage", level, format);
     let mut manager = Manager::new(config)?;
     // SAFETY: the handlers only store to atomics.
     unsafe {

@@ -9,9 +9,9 @@ use flowctrl::{Error, ErrorKind, View};
 
 use crate::Result;
 
-pub(crate) fn serve(path: &Path, listen: &str, format: crate::logging::Format) -> Result {
-    // The library's lines (a table replaced, ...) and ours, on stderr.
-    crate::logging::init("metrics", log::LevelFilter::Info, format);
+/// The library's lines (a table replaced, ...) and ours go to stderr at
+/// info, through the logger `main` installed.
+pub(crate) fn serve(path: &Path, listen: &str) -> Result {
     // Refuse a table that cannot be read now, rather than at the first scrape.
     let path: PathBuf = View::open(path)?.path().to_path_buf();
     let listener = crate::http::bind(listen)?;
