@@ -26,6 +26,8 @@ apt_install() {
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 command -v cc >/dev/null && command -v c++ >/dev/null || apt_install build-essential
+# tests/c_abi.rs compiles the C++ header's test with clang++ too.
+command -v clang++ >/dev/null || apt_install clang
 command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
 # The global-quota tests start real Redis servers of their own.
 command -v redis-server >/dev/null || apt_install redis-server

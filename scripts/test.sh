@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: style checks; Rust unit and integration tests (multi-process
 # tests, a kill storm of 150 SIGKILLs, regression tests, fuzzed table files,
-# and the C/C++ programs compiled against include/flowctrl.h, linked shared
+# and the C/C++ programs compiled against include/flowctrl.h (the C++
+# header's test with clang++ too), linked shared
 # and static and once under ASan+UBSan; the install script, with CMake and
 # pkg-config programs built against what it installed); the loom model of
 # the concurrency ledger and of the wait queue; the global-quota simulation's budgets at 1,000

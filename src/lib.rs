@@ -34,6 +34,16 @@ compile_error!(
 #[cfg(not(target_os = "linux"))]
 compile_error!("flowctrl needs Linux: liveness rests on open-file-description locks");
 
+// The Rust examples of the README and of the guide to per-caller limits
+// compile as doctests (`cargo test --doc`); tests/docs.rs checks that the
+// README's stay here. The crate ships both files (`include` in Cargo.toml).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/limits-per-caller.md")]
+mod guide_limits_per_caller {}
+
 mod balance;
 pub mod clock;
 mod config_file;

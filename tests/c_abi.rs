@@ -1,6 +1,7 @@
 //! The C ABI as C and C++ programs see it: compiles `tests/c/abi_test.c`
 //! (C99) and `tests/c/abi_test.cpp` (C++11) against `include/flowctrl.h`,
-//! `tests/c/hpp_test.cpp` (C++17) against the RAII layer `include/flowctrl.hpp`,
+//! `tests/c/hpp_test.cpp` (C++17) against the RAII layer `include/flowctrl.hpp`
+//! (with `$CXX`, and again with clang++ when it is installed),
 //! and
 //! `tests/c/compat_v1.c` against the frozen `tests/c/compat_v1.h` (a program
 //! built against the smallest version of the sized structs) and
@@ -15,6 +16,9 @@
 //!
 //! The compilers are `$CC` and `$CXX`, else `cc` and `c++`. A missing compiler
 //! fails the tests: the C ABI is part of the product, it is never skipped.
+//! The second compiler of the C++ header, clang++, is the exception: its
+//! tests say so and pass when it is missing (`scripts/setup.sh` installs
+//! it).
 //! Binaries and their output (`*.log`) go to `target/<profile>/c-tests/`,
 //! the SONAME link the shared ones load to `c-tests/lib/`.
 
@@ -48,6 +52,8 @@ enum Program {
     Cxx,
     /// `hpp_test.cpp` against `include/flowctrl.hpp` (C++17).
     Hpp,
+    /// `hpp_test.cpp` again, compiled by clang++ whatever `$CXX` names.
+    HppClang,
     /// `compat_v1.c` against the frozen `tests/c/compat_v1.h`.
     CompatV1,
     /// `compat_v0_3.c` against the frozen `tests/c/flowctrl-0.3.0.h`.
@@ -69,7 +75,7 @@ impl Program {
         match self {
             Program::C => "abi_test.c",
             Program::Cxx => "abi_test.cpp",
-            Program::Hpp => "hpp_test.cpp",
+            Program::Hpp | Program::HppClang => "hpp_test.cpp",
             Program::CompatV1 => "compat_v1.c",
             Program::CompatV0_3 => "compat_v0_3.c",
             Program::QuotaWorker => "quota_worker.c",
@@ -82,7 +88,7 @@ impl Program {
 
     fn language(self) -> Language {
         match self {
-            Program::Cxx | Program::Hpp => Language::Cxx,
+            Program::Cxx | Program::Hpp | Program::HppClang => Language::Cxx,
             Program::C
             | Program::CompatV1
             | Program::CompatV0_3
@@ -100,6 +106,7 @@ impl Program {
             Program::C
             | Program::Cxx
             | Program::Hpp
+            | Program::HppClang
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
@@ -115,6 +122,7 @@ impl Program {
             Program::C => "abi_test_c",
             Program::Cxx => "abi_test_cpp",
             Program::Hpp => "hpp_test",
+            Program::HppClang => "hpp_test_clang",
             Program::CompatV1 => "compat_v1",
             Program::CompatV0_3 => "compat_v0_3",
             Program::QuotaWorker => "quota_worker",
@@ -129,10 +137,36 @@ impl Program {
     /// for the header-only C++ layer.
     fn standard(self) -> &'static str {
         match self {
-            Program::Hpp => "-std=c++17",
+            Program::Hpp | Program::HppClang => "-std=c++17",
             _ => self.language().standard(),
         }
     }
+
+    /// The compiler it is built with when not its language's: g++ and
+    /// clang++ each warn of things the other lets pass.
+    fn fixed_compiler(self) -> Option<&'static str> {
+        match self {
+            Program::HppClang => Some(CLANGXX),
+            _ => None,
+        }
+    }
+}
+
+/// The second compiler of the C++ header's test.
+const CLANGXX: &str = "clang++";
+
+/// Whether `compiler` runs here; a test that needs it says so when not.
+fn compiler_present(compiler: &str) -> bool {
+    let present = Command::new(compiler)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        println!("SKIPPED: {compiler} is not installed (scripts/setup.sh installs it)");
+    }
+    present
 }
 
 impl Language {
@@ -240,7 +274,10 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
 
     // $CC may hold arguments too ("ccache gcc").
     let (var, default) = language.compiler_var();
-    let compiler = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    let compiler = match program.fixed_compiler() {
+        Some(fixed) => fixed.to_string(),
+        None => std::env::var(var).unwrap_or_else(|_| default.to_string()),
+    };
     let mut words = compiler.split_whitespace();
     let mut command = Command::new(words.next().unwrap_or(default));
     command
@@ -438,6 +475,20 @@ fn hpp_with_shared_library() {
 #[test]
 fn hpp_with_static_library() {
     compile_and_run(Program::Hpp, Linkage::Static);
+}
+
+#[test]
+fn hpp_with_clang_and_shared_library() {
+    if compiler_present(CLANGXX) {
+        compile_and_run(Program::HppClang, Linkage::Shared);
+    }
+}
+
+#[test]
+fn hpp_with_clang_and_static_library() {
+    if compiler_present(CLANGXX) {
+        compile_and_run(Program::HppClang, Linkage::Static);
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! points into (GitHub's slugs). No file points outside the repository
 //! (`../shared`) or at an issue by number ("issue 12", "issue #12"): a
 //! reader of the repository has neither. The README stays a front page:
-//! at most `README_MAX_LINES` lines.
+//! at most `README_MAX_LINES` lines, its Rust example a doctest.
 //!
 //! Plain std: links are `[text](target)`, `![alt](target)` and
 //! `[label]: target` outside code (fenced blocks and inline spans). The
@@ -410,6 +410,35 @@ fn the_readme_is_a_front_page() {
         lines <= README_MAX_LINES,
         "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail to docs/"
     );
+}
+
+/// Files whose Rust examples compile as doctests: src/lib.rs includes each
+/// under `cfg(doctest)`, and `cargo test --doc` builds them.
+const DOCTESTED: [&str; 2] = ["README.md", "docs/guide/limits-per-caller.md"];
+
+#[test]
+fn the_rust_examples_of_the_readme_are_doctests() {
+    let lib = fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    for file in DOCTESTED {
+        let include = format!("#[doc = include_str!(\"../{file}\")]");
+        assert!(
+            lib.contains(&include),
+            "src/lib.rs no longer doctests {file}: `{include}` is gone"
+        );
+        let text = fs::read_to_string(root().join(file)).unwrap();
+        let fences: Vec<&str> = text
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with("```rust"))
+            .collect();
+        assert!(!fences.is_empty(), "{file} has no Rust example");
+        for fence in fences {
+            assert!(
+                !fence.contains("ignore"),
+                "{file}: `{fence}` is not compiled"
+            );
+        }
+    }
 }
 
 // The checker itself, on planted faults.
