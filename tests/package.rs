@@ -13,8 +13,9 @@ use std::process::Command;
 
 /// The package's files, outside `src/`, that building it needs or a user
 /// of it reads.
-const TOP_FILES: [&str; 8] = [
+const TOP_FILES: [&str; 9] = [
     "build.rs",
+    "LICENSE",
     "cbindgen.toml",
     "include/flowctrl.h",
     "include/flowctrl.hpp",
