@@ -43,6 +43,10 @@ mod readme {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/limits-per-caller.md")]
 mod guide_limits_per_caller {}
+// The tower example (`cargo test --features tower --doc`).
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../docs/guide/middleware.md")]
+mod guide_middleware {}
 
 mod balance;
 pub mod clock;
@@ -61,6 +65,8 @@ mod shm;
 pub mod table;
 mod task;
 mod token;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod view;
 mod words;
 

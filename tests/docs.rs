@@ -414,7 +414,11 @@ fn the_readme_is_a_front_page() {
 
 /// Files whose Rust examples compile as doctests: src/lib.rs includes each
 /// under `cfg(doctest)`, and `cargo test --doc` builds them.
-const DOCTESTED: [&str; 2] = ["README.md", "docs/guide/limits-per-caller.md"];
+const DOCTESTED: [&str; 3] = [
+    "README.md",
+    "docs/guide/limits-per-caller.md",
+    "docs/guide/middleware.md",
+];
 
 #[test]
 fn the_rust_examples_of_the_readme_are_doctests() {
