@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::balance::{self, Balancer, BalancerConfig};
 use crate::clock::Clock;
@@ -459,12 +460,18 @@ fn options_with(file: &ConfigFile, code: &TableOptions) -> Result<TableOptions> 
 /// [`Table::check`] of a mapping (an attached handle's or a view's), whose
 /// path no longer names it if `replaced`.
 pub(crate) fn check_region(region: &Region, replaced: bool) -> TableCheck {
+    check_within(region, replaced, Duration::from_secs(1))
+}
+
+/// [`check_region`], giving up on a task that does not hold still for
+/// `patience` (it is listed as unchecked).
+pub(crate) fn check_within(region: &Region, replaced: bool, patience: Duration) -> TableCheck {
     let mut report = TableCheck {
         replaced,
         ..TableCheck::default()
     };
     for (index, name) in task::ready(region) {
-        match task::consistency(region, index, &name) {
+        match task::consistency(region, index, &name, patience) {
             Ok(c) if c.drift() != 0 => report.drift.push((name, c.drift())),
             Ok(_) => {}
             Err(_) => report.unchecked.push(name),

@@ -192,11 +192,24 @@ fn assert_task_counters(samples: &BTreeMap<Series, f64>, task: &Task) {
 }
 
 /// The backends' families: b:1 failed five times in a row and was ejected
-/// once, a:1 never; the deprecated `flowctrl_backend_ejections` still says
-/// the same as its new name, and its HELP says it is deprecated.
+/// once, a:1 never; the four successes went to either; the deprecated
+/// `flowctrl_backend_ejections` still says the same as its new name, and
+/// its HELP says it is deprecated.
 fn assert_backend_families(samples: &BTreeMap<Series, f64>, body: &str) {
+    let mut successes = 0.0;
     for (backend, ejected, in_a_row) in [("a:1", 0.0, 0.0), ("b:1", 1.0, 1.0)] {
         let labels = [("balancer", "db"), ("backend", backend)];
+        successes += get(samples, "flowctrl_backend_successes_total", &labels);
+        assert_eq!(
+            get(samples, "flowctrl_backend_failures_total", &labels),
+            5.0 * ejected,
+            "{backend}"
+        );
+        assert_eq!(
+            get(samples, "flowctrl_backend_ejections_started_total", &labels),
+            ejected,
+            "{backend}"
+        );
         assert_eq!(
             get(samples, "flowctrl_backend_ejected", &labels),
             ejected,
@@ -211,6 +224,13 @@ fn assert_backend_families(samples: &BTreeMap<Series, f64>, body: &str) {
             get(samples, "flowctrl_backend_ejections", &labels),
             in_a_row,
             "{backend}: the old name serves the same value"
+        );
+    }
+    assert_eq!(successes, 4.0);
+    for family in ["successes", "failures", "ejections_started"] {
+        assert!(
+            body.contains(&format!("# TYPE flowctrl_backend_{family}_total counter\n")),
+            "{body}"
         );
     }
     let help = body
@@ -329,6 +349,17 @@ fn the_endpoint_serves_valid_exposition_equal_to_the_statistics_and_takes_no_slo
     );
     assert_eq!(get(&samples, "flowctrl_table_processes", &[]), 2.0);
     assert_eq!(get(&samples, "flowctrl_table_tasks", &[]), 3.0);
+    for task in [&api, &global, &weird] {
+        assert_eq!(
+            get(
+                &samples,
+                "flowctrl_concurrency_drift",
+                &[("task", task.name())]
+            ),
+            0.0,
+            "the counts match the ledgers"
+        );
+    }
     let picks: f64 = ["a:1", "b:1"]
         .iter()
         .map(|b| {

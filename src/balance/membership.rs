@@ -202,7 +202,7 @@ pub(crate) fn apply(
         s.rtt.store(pack_rtt(now_ms, seed), Ordering::Relaxed);
         s.load.store(0, Ordering::Relaxed);
         s.picked.store(0, Ordering::Relaxed);
-        for b in &s.buckets {
+        for b in s.buckets.iter().chain(&s.outcomes) {
             b.store(0, Ordering::Relaxed);
         }
         for (w, v) in s.addr.iter().zip(name_words(address)) {

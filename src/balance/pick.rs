@@ -259,6 +259,7 @@ impl Balancer {
             Outcome::Success => {
                 update_rtt(s, |w| cost::observe_success(w, elapsed_us, now_ms, decay));
                 buckets::add(&s.buckets, sec, 1, 0);
+                s.outcomes[0].fetch_add(1, Ordering::Relaxed);
                 let (ok, failed) = buckets::window(&s.buckets, sec);
                 if !penalty::failing(ok, failed) {
                     penalty::forgive(&s.penalty, now_ms);
@@ -272,9 +273,10 @@ impl Balancer {
                     cost::observe(w, sample, now_ms, decay)
                 });
                 buckets::add(&s.buckets, sec, 0, 1);
+                s.outcomes[1].fetch_add(1, Ordering::Relaxed);
                 let (ok, failed) = buckets::window(&s.buckets, sec);
-                if penalty::failing(ok, failed) {
-                    penalty::eject(&s.penalty, now_ms, unit());
+                if penalty::failing(ok, failed) && penalty::eject(&s.penalty, now_ms, unit()) {
+                    s.outcomes[2].fetch_add(1, Ordering::Relaxed);
                 }
             }
         }

@@ -29,6 +29,11 @@ pub struct BackendStats {
     /// Successes and failures in the last 10 s.
     pub recent_successes: u64,
     pub recent_failures: u64,
+    /// Successes, failures and ejections since it joined (monotonic; a
+    /// 0.3.0 process using the table counts none of its own).
+    pub successes: u64,
+    pub failures: u64,
+    pub ejections_total: u64,
     /// How long it stays ejected (zero = not ejected).
     pub ejected_for: Duration,
     /// Ejections in a row.
@@ -90,6 +95,9 @@ pub(crate) fn read(region: &Region, index: u32, now_ms: u64) -> BalancerStats {
                 rtt: Duration::from_nanos((rtt * 1e3) as u64),
                 recent_successes: ok,
                 recent_failures: failed,
+                successes: s.outcomes[0].load(Ordering::Relaxed),
+                failures: s.outcomes[1].load(Ordering::Relaxed),
+                ejections_total: s.outcomes[2].load(Ordering::Relaxed),
                 ejected_for: Duration::from_millis(until.saturating_sub(now_ms)),
                 ejections,
                 age: Duration::from_millis(age),

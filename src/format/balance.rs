@@ -67,8 +67,14 @@ pub(crate) struct BackendSlot {
     _pad2: [AtomicU64; 6],
     /// Per second: successes and failures (see `balance::buckets`).
     pub buckets: [AtomicU64; BUCKETS],
-    _pad3: [AtomicU64; 6],
+    /// Successes, failures and ejections since the backend joined, for
+    /// metrics (0.3.0 left these words zero and never writes them).
+    pub outcomes: [AtomicU64; OUTCOMES],
+    _pad3: [AtomicU64; 3],
 }
+
+/// [`BackendSlot::outcomes`]: successes, failures, ejections.
+pub(crate) const OUTCOMES: usize = 3;
 
 /// The ledger words of one attachment's picks on one backend (a lane of the
 /// backend's in-flight word).
@@ -86,5 +92,6 @@ const _: () = {
     assert!(std::mem::offset_of!(BackendSlot, in_flight) == 128);
     assert!(std::mem::offset_of!(BackendSlot, rtt) == 192);
     assert!(std::mem::offset_of!(BackendSlot, buckets) == 256);
+    assert!(std::mem::offset_of!(BackendSlot, outcomes) == 336);
     assert!(size_of::<PickLedger>() == 16);
 };

@@ -268,6 +268,23 @@ pub(super) fn tasks(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
     config(tasks, e)
 }
 
+/// `flowctrl check`'s comparison: each task's concurrency count less the
+/// sum of its processes' ledgers (0 when exact).
+pub(super) fn drift(drift: &[(String, i64)], e: &mut DescriptorEncoder) -> fmt::Result {
+    gauge(
+        e,
+        "flowctrl_concurrency_drift",
+        "The task's concurrency count less the sum of its processes' ledgers, as flowctrl \
+         check compares them (0 when exact; positive: capacity leaked, negative: handed out \
+         twice). Left out for a task too busy to read at one instant.",
+        None,
+        drift
+            .iter()
+            .map(|(name, d)| (vec![("task", name.clone())], *d))
+            .collect(),
+    )
+}
+
 /// The configuration in force, as gauges (limits to draw beside the
 /// rates) and one info series per task.
 fn config(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::Result {
@@ -393,6 +410,30 @@ pub(super) fn balancers(balancers: &[BalancerSnapshot], e: &mut DescriptorEncode
          flowctrl_backend_consecutive_ejections, a gauge and no count.",
         None,
         each(&|k| k.ejections as f64),
+    )?;
+    let total = |f: &dyn Fn(&crate::BackendStats) -> u64| -> Vec<(Labels, u64)> {
+        rows.iter().map(|(l, k)| (l.clone(), f(k))).collect()
+    };
+    counter(
+        e,
+        "flowctrl_backend_successes",
+        "Calls to the backend that succeeded since it joined, host-wide.",
+        None,
+        total(&|k| k.successes),
+    )?;
+    counter(
+        e,
+        "flowctrl_backend_failures",
+        "Calls to the backend that failed (dropped) since it joined, host-wide.",
+        None,
+        total(&|k| k.failures),
+    )?;
+    counter(
+        e,
+        "flowctrl_backend_ejections_started",
+        "Ejections of the backend for failing since it joined, host-wide.",
+        None,
+        total(&|k| k.ejections_total),
     )?;
     gauge(
         e,

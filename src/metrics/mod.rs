@@ -49,7 +49,17 @@ pub fn render_snapshot(view: &TableSnapshot) -> String {
         .iter()
         .filter_map(|t| Some((t.name.clone(), view.key_counters(&t.name).ok()??)))
         .collect();
+    let check = view.check_within(DRIFT_PATIENCE);
+    let drift = tasks
+        .iter()
+        .filter(|t| !check.unchecked.contains(&t.name))
+        .map(|t| {
+            let d = check.drift.iter().find(|(n, _)| *n == t.name);
+            (t.name.clone(), d.map_or(0, |(_, d)| *d))
+        })
+        .collect();
     let snapshot = Snapshot {
+        drift,
         keys,
         tasks,
         balancers: view.balancers(),
@@ -67,10 +77,17 @@ pub fn render_snapshot(view: &TableSnapshot) -> String {
     out
 }
 
+/// How long a scrape waits for a busy task's ledgers to hold still before
+/// it leaves the task's drift out.
+const DRIFT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// What one scrape read, encoded by [`families`].
 #[derive(Debug)]
 struct Snapshot {
     tasks: Vec<TaskSnapshot>,
+    /// Each task's concurrency count less its ledgers' sum (`check`), for
+    /// the tasks that held still long enough to compare.
+    drift: Vec<(String, i64)>,
     /// Each keyed task's key counters.
     keys: Vec<(String, crate::KeyStats)>,
     balancers: Vec<BalancerSnapshot>,
@@ -87,6 +104,7 @@ impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         families::table(self, &mut encoder)?;
         families::tasks(&self.tasks, &mut encoder)?;
+        families::drift(&self.drift, &mut encoder)?;
         quota::quota(&self.tasks, &mut encoder)?;
         families::keys(&self.keys, &mut encoder)?;
         families::balancers(&self.balancers, &mut encoder)

@@ -226,7 +226,7 @@ impl super::Task {
     /// again, until none moved meanwhile; a [`ErrorKind::Timeout`] error if
     /// traffic never lets them hold still for 1 s.
     pub fn check(&self) -> Result<Consistency> {
-        consistency(&self.shm, self.index, &self.name)
+        consistency(&self.shm, self.index, &self.name, Duration::from_secs(1))
     }
 }
 
@@ -313,8 +313,14 @@ pub(crate) fn by_process(region: &Region, index: u32) -> Vec<ProcessStats> {
 /// ledgers again: when no ledger word changed (each carries a sequence
 /// number, so "same" means "untouched"), every ledger held its value at the
 /// instant the word was read. Retries while traffic keeps moving them; a
-/// [`ErrorKind::Timeout`] error if they never hold still for a whole read.
-pub(crate) fn consistency(region: &Region, index: u32, name: &str) -> Result<Consistency> {
+/// [`ErrorKind::Timeout`] error if they never hold still for a whole read
+/// within `patience`.
+pub(crate) fn consistency(
+    region: &Region,
+    index: u32,
+    name: &str,
+    patience: Duration,
+) -> Result<Consistency> {
     let word = &region.task_slot(index).in_flight;
     let lanes: Vec<(u32, &Lane)> = (0..region.geometry.attach_capacity)
         .flat_map(|attach| lanes_of(region, index, attach, None))
@@ -358,10 +364,10 @@ pub(crate) fn consistency(region: &Region, index: u32, name: &str) -> Result<Con
                 held,
             });
         }
-        if began.elapsed() > Duration::from_secs(1) {
+        if began.elapsed() > patience {
             return Err(Error::new(
                 ErrorKind::Timeout,
-                format!("task {name:?} kept changing for 1 s: no instant to compare at"),
+                format!("task {name:?} kept changing for {patience:?}: no instant to compare at"),
             ));
         }
         std::thread::yield_now();

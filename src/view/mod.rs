@@ -369,6 +369,12 @@ impl TableSnapshot {
         table::check_region(&self.region, self.table.replaced())
     }
 
+    /// [`Self::check`], waiting at most `patience` for each task to hold
+    /// still (a scrape cannot wait a second per busy task).
+    pub(crate) fn check_within(&self, patience: std::time::Duration) -> TableCheck {
+        table::check_within(&self.region, self.table.replaced(), patience)
+    }
+
     fn task_at(&self, index: u32, name: String) -> TaskSnapshot {
         let slot = self.region.task_slot(index);
         TaskSnapshot {
