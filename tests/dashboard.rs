@@ -1,6 +1,7 @@
 //! dashboards/flowctrl.json and dashboards/alerts.yml against a real
 //! Prometheus (Debian's `prometheus`, which scripts/setup.sh installs):
-//! `promtool` accepts the rules; two tables (one with a global rate on a
+//! `promtool` accepts the rules and passes their unit tests
+//! (dashboards/alerts.test.yml, which tests every alert); two tables (one with a global rate on a
 //! real `redis-server`, a keyed task, a balancer; one with a global rate on
 //! the embedded store) and a manager, all under traffic, are scraped every
 //! second; every expression of every dashboard panel, with `$task`,
@@ -418,6 +419,18 @@ fn prometheus_answers_every_panel_and_fires_the_fallback_alert_for_the_failed_ta
     let began = Instant::now();
     let rules_path = root().join("dashboards/alerts.yml");
     promtool(&["check", "rules", rules_path.to_str().unwrap()]);
+    // Each alert's unit tests: a case that fires, one that does not.
+    let unit_tests = root().join("dashboards/alerts.test.yml");
+    promtool(&["test", "rules", unit_tests.to_str().unwrap()]);
+    let tested = std::fs::read_to_string(&unit_tests).unwrap();
+    for line in std::fs::read_to_string(&rules_path).unwrap().lines() {
+        if let Some(name) = line.trim_start().strip_prefix("- alert: ") {
+            assert!(
+                tested.contains(&format!("alertname: {name}\n")),
+                "alerts.test.yml does not test {name}"
+            );
+        }
+    }
     let rules = std::fs::read_to_string(&rules_path).unwrap();
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("dashboards/flowctrl.json")).unwrap(),
