@@ -142,13 +142,13 @@ pub fn assert_slices_exact(run: &Run, quota: f64) {
 /// How a failover's slices are judged. Every full slice outside the event
 /// keeps [0.98, 1.01] × the quota. The slices from the kill to two past the
 /// promotion are judged as hosts coming back one probe at a time make
-/// them: none above [`EVENT_CEILING`] × the quota (what a promoted replica
-/// missing the dead master's last decrements, and hosts back from their
-/// fallbacks, may hand out twice), and together at least [`EVENT_FLOOR`] ×
-/// their quota (a host still in its fallback, or whose processes the
-/// machine starved, leaves part of one slice unspent; the next ones are
-/// whole).
-pub const EVENT_CEILING: f64 = 1.05;
+/// them: none above [`EVENT_CEILING`] × the quota, the bound of every
+/// slice (the claims deduct what a promoted replica missed, and a host back
+/// from its fallback keeps to its share), and together at least
+/// [`EVENT_FLOOR`] × their quota (a host still in its fallback, or whose
+/// processes the machine starved, leaves part of one slice unspent; the
+/// next ones are whole).
+pub const EVENT_CEILING: f64 = 1.01;
 pub const EVENT_FLOOR: f64 = 0.90;
 
 /// [`assert_slices_exact`], but the slices that overlap `event` (since the
