@@ -52,8 +52,10 @@ fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" pytest pytest-timeout mypy limits \
     "gunicorn>=23,<28" "uvicorn>=0.30,<1" "starlette>=0.40,<2" "flask>=3,<4" \
+    "fastapi>=0.110,<1" "django>=4.2,<6" \
     "ziglang>=0.17,<0.18" "cargo-zigbuild>=0.24,<0.25" "auditwheel>=6,<7"
-# gunicorn to flask: the recipes' and middleware's tests. zig (ziglang, as
+# gunicorn to django: the recipes' and middleware's tests (FastAPI on
+# uvicorn, Django on gunicorn: bindings/python/tests/test_frameworks.py). zig (ziglang, as
 # `python -m ziglang`) and cargo-zigbuild link scripts/release.sh's library
 # and wheel for glibc 2.17; auditwheel checks the wheel in its test. The zig
 # ranges are the pair tried together: zig's minors break its users.

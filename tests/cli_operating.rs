@@ -122,6 +122,148 @@ fn top_into_a_pipe_prints_plain_frames_one_after_another() {
     let once = ok(&path, &["top", "--once", "--interval", "0.05"]);
     assert_eq!(once.matches("flowctrl top  ").count(), 1, "{once}");
     assert!(!once.contains('\x1b'), "{once:?}");
+    // --json: one document a line, frame after frame.
+    let mut child = cli::command(&path)
+        .args(["top", "--json", "--interval", "0.05"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..3 {
+        let line = lines.next().unwrap().unwrap();
+        let doc: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(doc["tasks"][0]["name"], "api", "{doc}");
+        assert_eq!(doc["tasks"][0]["stats"]["limit"], 4, "{doc}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Task names in the order a JSON document's `tasks` lists them.
+fn task_names(doc: &Value) -> Vec<&str> {
+    doc["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect()
+}
+
+/// Task names in the order a `top` text frame lists them.
+fn top_rows(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("TASK "))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+/// Live traffic while `top --once` samples: `alpha` holds 1 permit,
+/// `bravo` 3, `charlie` 2 and admits (and releases) a stream of requests,
+/// `delta` (0.01/s, burst 1) is refused over and over. `top --once --json`
+/// is one document carrying every task with its rates and the counters
+/// `stats --json` has; `--sort` orders the rows of both forms by its key;
+/// a key it does not know is a usage error.
+#[test]
+fn top_json_carries_the_tasks_and_sort_orders_them() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let scratch = Scratch::new("ops-top-json");
+    let path = scratch.path("t");
+    let table = Table::open(&path, &cli_options()).unwrap();
+    let cap = || TaskConfig::new().max_concurrency(8);
+    for (name, n) in [("alpha", 1), ("bravo", 3), ("charlie", 2)] {
+        let task = table.task(name, &cap()).unwrap();
+        for _ in 0..n {
+            // Held until the table is dropped (detached) at the end.
+            std::mem::forget(task.acquire(1).unwrap().permit().unwrap());
+        }
+    }
+    let charlie = table.task("charlie", &cap()).unwrap();
+    let delta = table
+        .task("delta", &TaskConfig::new().local_rate(0.01).burst(1))
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let pump = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(p) = charlie.acquire(1).unwrap().permit() {
+                    p.release(flowctrl::Outcome::Success).unwrap();
+                }
+                if let Some(p) = delta.acquire(1).unwrap().permit() {
+                    p.release(flowctrl::Outcome::Success).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+
+    let text = ok(&path, &["top", "--once", "--json", "--interval", "0.3"]);
+    assert_eq!(text.lines().count(), 1, "one document, one line: {text}");
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(doc["table"], path.display().to_string());
+    assert!(doc["interval_s"].as_f64().unwrap() >= 0.3, "{doc}");
+    assert!(doc["processes"].as_u64().unwrap() >= 1, "{doc}");
+    let tasks = doc["tasks"].as_array().unwrap();
+    let names = task_names(&doc);
+    assert_eq!(
+        names,
+        ["alpha", "bravo", "charlie", "delta"],
+        "the table's order"
+    );
+    let task = |name: &str| tasks.iter().find(|t| t["name"] == name).unwrap();
+    assert_eq!(task("bravo")["stats"]["in_flight"], 3);
+    assert_eq!(task("bravo")["stats"]["limit"], 8);
+    assert_eq!(task("bravo")["rates"]["admitted"], 0.0);
+    assert!(
+        task("charlie")["rates"]["admitted"].as_f64().unwrap() > 10.0,
+        "charlie admits a stream: {doc}"
+    );
+    assert!(task("charlie")["stats"]["admitted"].as_u64().unwrap() > 2);
+    assert!(
+        task("charlie")["stats"]["released_success"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        task("delta")["rates"]["limited_local"].as_f64().unwrap() > 10.0,
+        "delta is refused over and over: {doc}"
+    );
+    // The same fields, spelled as `stats --json` spells them.
+    let stats: Value = serde_json::from_str(&ok(&path, &["stats", "--json"])).unwrap();
+    for t in stats["tasks"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+        assert_eq!(keys(&task(name)["stats"]), keys(&t["stats"]), "{name}");
+        assert_eq!(keys(&task(name)["quota"]), keys(&t["quota"]), "{name}");
+    }
+
+    for (key, want) in [
+        ("name", ["alpha", "bravo", "charlie", "delta"]),
+        ("in_flight", ["bravo", "charlie", "alpha", "delta"]),
+        ("admitted", ["charlie", "alpha", "bravo", "delta"]),
+        ("limited", ["delta", "alpha", "bravo", "charlie"]),
+    ] {
+        let once = ["top", "--once", "--interval", "0.2", "--sort", key];
+        let rows = top_rows(&ok(&path, &once));
+        assert_eq!(rows, want, "--sort {key}");
+        let doc: Value =
+            serde_json::from_str(&ok(&path, &[&once[..], &["--json"]].concat())).unwrap();
+        let names = task_names(&doc);
+        assert_eq!(names, want, "--sort {key} --json");
+    }
+    stop.store(true, Ordering::Relaxed);
+    pump.join().unwrap();
+    drop(table);
+
+    let run = flowctrl(&path, &["top", "--once", "--sort", "loudest"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+    assert!(run.stderr.contains("'loudest'"), "{run:?}");
 }
 
 #[test]
@@ -333,12 +475,7 @@ fn without_table_the_command_reads_the_table_flowctrl_config_names() {
     let run = with_config(&config, &["stats", "--json"]);
     assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{run:?}");
     let doc: Value = serde_json::from_str(&run.stdout).unwrap();
-    let names: Vec<&str> = doc["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = task_names(&doc);
     assert_eq!(names, ["api"], "{doc}");
     assert_eq!(doc["table"], table.display().to_string(), "{doc}");
     // --table still wins; `set` on another table than the file's is
@@ -462,6 +599,10 @@ fn completions_and_the_manual_page_name_every_subcommand() {
         assert!(out.len() > 1000, "{shell}: {out}");
         for sub in SUBCOMMANDS {
             assert!(out.contains(sub), "{shell} completes {sub}");
+        }
+        // `top --sort`'s keys come from its definition too.
+        for word in ["sort", "in_flight"] {
+            assert!(out.contains(word), "{shell} completes {word}");
         }
     }
     let man = ok(none, &["man"]);

@@ -16,7 +16,13 @@ Each server gets a task of its own in that table: a cap for the task
 * releases: "success" for a 200, "dropped" for a 503 and an exception,
   "ignored" for a client that disconnects mid-body;
 * a worker SIGKILLed holding permits: the table's in-flight count and its
-  check come back to 0, the key's too.
+  check come back to 0, the key's too;
+* a task per route: /search takes the permits of a task of its own (a
+  Starlette route's own middleware; Flask through ``by_path``), its cap
+  full while the other routes' task admits;
+* a request its service's deadline cuts off (an ``asyncio.wait_for``
+  outside the ASGI middleware) is released as "dropped", one whose client
+  left first as "ignored".
 
 A few in-process calls (no server) cover what a real server cannot reach
 cheaply: a refusal by the task's rate, the flag that turns admission
@@ -67,8 +73,8 @@ def table(tmp_path_factory):
 
 
 class Served:
-    def __init__(self, name, server, task):
-        self.name, self.server, self.task = name, server, task
+    def __init__(self, name, server, task, search):
+        self.name, self.server, self.task, self.search = name, server, task, search
 
     @property
     def port(self):
@@ -80,6 +86,7 @@ def served(request, table, tmp_path_factory):
     name = request.param
     task = table.task(name, max_concurrency=OPEN_CAP)
     task.set_keys(KEY_RATE, capacity=1024)
+    search = table.task(f"{name}-search", max_concurrency=OPEN_CAP)
     tmp_path = tmp_path_factory.mktemp(name)
     start = {"uvicorn": start_uvicorn, "gunicorn": start_gunicorn}[name]
     os.environ["MW_TASK"] = name  # read by the app; Server passes os.environ on
@@ -88,17 +95,21 @@ def served(request, table, tmp_path_factory):
     finally:
         del os.environ["MW_TASK"]
     with server:
-        yield Served(name, server, task)
+        yield Served(name, server, task, search)
     # Stopped by pid: nothing stays held or attached but us.
-    wait_for(lambda: task.stats()["in_flight"] == 0, 5, "no permit held after the stop")
-    assert task.check()["drift"] == 0
+    for t in (task, search):
+        wait_for(lambda: t.stats()["in_flight"] == 0, 5, "no permit held after the stop")
+        assert t.check()["drift"] == 0
 
 
-def ask(port, path, key=None, timeout=15.0):
+def ask(port, path, key=None, timeout=15.0, headers=None):
     """(status, headers with lower-case names, body) of one GET."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path, headers={"X-API-Key": key} if key is not None else {})
+        sent = dict(headers or {})
+        if key is not None:
+            sent["X-API-Key"] = key
+        conn.request("GET", path, headers=sent)
         response = conn.getresponse()
         body = response.read()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, body
@@ -138,14 +149,14 @@ def burst(port, jobs, threads):
 class Holder:
     """A request that holds its permit on the server for ``hold`` seconds."""
 
-    def __init__(self, port, hold, key=None):
+    def __init__(self, port, hold, key=None, route="/work"):
         self.answer = None
-        self.thread = threading.Thread(target=self._run, args=(port, hold, key))
+        self.thread = threading.Thread(target=self._run, args=(port, hold, key, route))
         self.thread.start()
 
-    def _run(self, port, hold, key):
+    def _run(self, port, hold, key, route):
         try:
-            self.answer = ask(port, f"/work?hold={hold}", key, timeout=hold + 15)[0]
+            self.answer = ask(port, f"{route}?hold={hold}", key, timeout=hold + 15)[0]
         except OSError as e:
             self.answer = type(e).__name__
 
@@ -310,6 +321,49 @@ def test_permits_come_back_when_a_worker_is_sigkilled_mid_request(served):
     wait_for(lambda: get(port, "/work?hold=0")[0] == 200, 15, "a 200 after the kill")
 
 
+@pytest.mark.timeout(120)
+def test_a_route_takes_the_permits_of_its_own_task(served):
+    task, search, port = served.task, served.search, served.port
+    search.update(max_concurrency=1)
+    try:
+        before, searched = settled_releases(task), settled_releases(search)
+        holder = Holder(port, 1.5, route="/search")
+        wait_for(lambda: search.stats()["in_flight"] == 1, 10, "the search permit held")
+        assert task.stats()["in_flight"] == 0  # not the app's task
+        status, headers, _ = ask(port, "/search?hold=0")
+        assert status == 429 and headers["retry-after"] == "1", (status, headers)
+        assert ask(port, "/work?hold=0")[0] == 200  # the other routes' task admits
+        assert holder.join() == 200
+        wait_for(lambda: released(search) - searched == Counter(success=1), 5, "the search release")
+        wait_for(lambda: released(task) - before == Counter(success=1), 5, "the work release")
+        assert search.stats()["limited_concurrency"] >= 1
+    finally:
+        search.update(max_concurrency=OPEN_CAP)
+
+
+@pytest.mark.timeout(120)
+def test_a_request_cut_off_by_its_deadline_is_dropped_and_one_left_by_its_client_ignored(served):
+    if served.name != "uvicorn":
+        pytest.skip("a WSGI worker's timeout: test_frameworks.py (Django on gunicorn --timeout)")
+    task, port = served.task, served.port
+    before = settled_releases(task)
+    started = time.monotonic()
+    status, _, body = ask(port, "/work?hold=10", headers={"X-Deadline": "0.3"})
+    assert (status, body) == (504, b"deadline passed\n")
+    assert time.monotonic() - started < 5
+    wait_for(lambda: released(task) - before == Counter(dropped=1), 5, "the cut-off request dropped")
+
+    # The client leaves first, then the deadline passes: the client went away.
+    client = socket.create_connection(("127.0.0.1", port), timeout=15)
+    client.sendall(b"GET /stream?chunks=100&every=0.02 HTTP/1.1\r\nHost: x\r\nX-Deadline: 1\r\n\r\n")
+    assert b"chunk 0" in client.recv(4096) or b"chunk 0" in client.recv(4096)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    wait_for(lambda: released(task) - before == Counter(dropped=1, ignored=1), 5,
+             "the abandoned request ignored")
+    wait_for(lambda: task.stats()["in_flight"] == 0, 5, "nothing held")
+
+
 # In-process: what a real server cannot reach cheaply.
 
 
@@ -384,6 +438,155 @@ def test_asgi_releases_dropped_when_the_app_raises_before_answering(tmp_path):
         assert asyncio.run(run(asgi.RateLimitMiddleware(broken, task=task))) == []
         stats = task.stats()
         assert (stats["released_dropped"], stats["in_flight"]) == (1, 0)
+
+
+def call_asgi(app, scope):
+    """Runs ``app`` on one request of ``scope``: (status, [messages sent])."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app({"type": "http", "headers": [], "path": "/", **scope}, receive, send))
+    return sent[0]["status"] if sent else None, sent
+
+
+async def ok_asgi(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok\n"})
+
+
+def test_asgi_a_cancelled_request_is_dropped_unless_its_client_left_first(tmp_path):
+    async def run(app, disconnect):
+        messages = [{"type": "http.request", "body": b"", "more_body": False}]
+        if disconnect:
+            messages.append({"type": "http.disconnect"})
+
+        async def receive():
+            if messages:
+                return messages.pop(0)
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            pass
+
+        serving = asyncio.ensure_future(app({"type": "http", "headers": [], "path": "/"}, receive, send))
+        await asyncio.sleep(0.05)
+        serving.cancel()  # what asyncio.wait_for / asyncio.timeout around it do at the deadline
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+
+    async def slow(scope, receive, send):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        await asyncio.sleep(3600)  # the client left; the handler carries on
+
+    async def stuck(scope, receive, send):
+        await receive()
+        await asyncio.sleep(3600)
+
+    with flowctrl.Table(tmp_path / "t") as table:
+        task = table.task("api", max_concurrency=2)
+        app = asgi.RateLimitMiddleware(stuck, task=task)
+        asyncio.run(run(app, disconnect=False))
+        assert (task.stats()["released_dropped"], task.stats()["released_ignored"]) == (1, 0)
+        asyncio.run(run(asgi.RateLimitMiddleware(slow, task=task), disconnect=True))
+        assert (task.stats()["released_dropped"], task.stats()["released_ignored"]) == (1, 1)
+
+        async def times_out(scope, receive, send):
+            await asyncio.wait_for(asyncio.sleep(3600), 0.01)  # a backend's own timeout
+
+        with pytest.raises(asyncio.TimeoutError):
+            call_asgi(asgi.RateLimitMiddleware(times_out, task=task), {})
+        assert task.stats()["released_dropped"] == 2
+        assert task.stats()["in_flight"] == 0
+
+
+def test_wsgi_a_worker_aborted_by_its_timeout_is_dropped_and_one_stopped_ignored(tmp_path):
+    def aborted(environ, start_response):
+        raise SystemExit(1)  # gunicorn's worker timeout: handle_abort's sys.exit(1)
+
+    def quit(environ, start_response):
+        raise SystemExit(0)  # a quick shutdown (SIGQUIT, SIGINT): abandoned
+
+    with flowctrl.Table(tmp_path / "t") as table:
+        task = table.task("api", max_concurrency=2)
+        with pytest.raises(SystemExit):
+            call_wsgi(wsgi.RateLimitMiddleware(aborted, task=task), {})
+        with pytest.raises(SystemExit):
+            call_wsgi(wsgi.RateLimitMiddleware(quit, task=task), {})
+        stats = task.stats()
+        assert (stats["released_dropped"], stats["released_ignored"], stats["in_flight"]) == (1, 1, 0)
+
+
+class User:
+    def __init__(self, name, authenticated=True):
+        self.username, self.is_authenticated = name, authenticated
+
+    def get_username(self):
+        return self.username
+
+
+def test_client_address_and_user_keys():
+    peer = {"client": ("10.0.0.9", 5555), "headers": [(b"x-forwarded-for", b"6.6.6.6, 203.0.113.7")]}
+    assert asgi.client_address()(peer) == "10.0.0.9"  # the header is not trusted by default
+    assert asgi.client_address(trusted_hops=1)(peer) == "203.0.113.7"
+    assert asgi.client_address(trusted_hops=2)(peer) == "6.6.6.6"
+    assert asgi.client_address(trusted_hops=3)(peer) == "10.0.0.9"  # too few hops: the peer
+    two_fields = {"client": ("10.0.0.9", 1), "headers": [(b"X-Forwarded-For", b"1.1.1.1"),
+                                                           (b"x-forwarded-for", b"2.2.2.2")]}
+    assert asgi.client_address(trusted_hops=2)(two_fields) == "1.1.1.1"
+    assert asgi.client_address()({"headers": []}) is None  # a Unix socket
+    environ = {"REMOTE_ADDR": "10.0.0.9", "HTTP_X_FORWARDED_FOR": "6.6.6.6, 203.0.113.7"}
+    assert wsgi.client_address()(environ) == "10.0.0.9"
+    assert wsgi.client_address(trusted_hops=1)(environ) == "203.0.113.7"
+    assert wsgi.client_address(trusted_hops=3)(environ) == "10.0.0.9"
+    assert wsgi.client_address()({}) is None
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError):
+            asgi.client_address(trusted_hops=bad)
+
+    assert asgi.user()({"user": User("ada")}) == "ada"
+    assert asgi.user()({"user": User("ada", authenticated=False)}) is None
+    assert asgi.user()({}) is None
+    assert asgi.user("get_username")({"user": User("bob")}) == "bob"
+    assert wsgi.user()({"REMOTE_USER": "carol"}) == "carol"
+    assert wsgi.user()({"REMOTE_USER": ""}) is None
+    assert wsgi.user("flowctrl.user", attribute="username")({"flowctrl.user": User("dan")}) == "dan"
+
+
+def test_user_keys_apply_each_users_limits(tmp_path):
+    with flowctrl.Table(tmp_path / "t") as table:
+        task = table.task("api")
+        task.set_keys("2/minute")
+        app = asgi.RateLimitMiddleware(ok_asgi, task=task, key=asgi.user())
+        answers = [call_asgi(app, {"user": User(u)})[0] for u in ["ada"] * 3 + ["bob"]]
+        assert answers == [200, 200, 429, 200]
+        anonymous = [call_asgi(app, {"user": User("x", False)})[0] for _ in range(3)]
+        assert anonymous == [200, 200, 200]  # no key: the task's own limits only
+
+
+def test_by_path_chooses_the_task_by_the_longest_prefix(tmp_path):
+    with flowctrl.Table(tmp_path / "t") as table:
+        api, search, deep = table.task("api"), table.task("search"), table.task("deep")
+        choose = asgi.by_path({"/": api, "/search": search, "/search/deep/": deep, "/health": None})
+        assert choose({"path": "/"}) is api
+        assert choose({"path": "/searches"}) is api  # on a segment boundary only
+        assert choose({"path": "/search"}) is search
+        assert choose({"path": "/search/x"}) is search
+        assert choose({"path": "/search/deep/1"}) is deep
+        assert choose({"path": "/health"}) is None
+        assert wsgi.by_path({"/search": search})({"PATH_INFO": "/other"}) is None
+        with pytest.raises(ValueError):
+            wsgi.by_path({"search": search})
+        app = wsgi.RateLimitMiddleware(hello, task=wsgi.by_path({"/search": search, "/health": None}))
+        for path in ["/search/q", "/health", "/other"]:
+            assert call_wsgi(app, {"PATH_INFO": path})[0] == "200 OK"
+        assert (search.stats()["admitted"], api.stats()["admitted"]) == (1, 0)
+        assert search.stats()["released_success"] == 1
 
 
 def test_header_keys():

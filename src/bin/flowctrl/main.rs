@@ -133,6 +133,15 @@ enum Command {
         /// Seconds between frames.
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
+        /// Each frame as one JSON document on one line (newline-delimited;
+        /// tasks as `stats --json` has them, plus their rates).
+        #[arg(long)]
+        json: bool,
+        /// The order of the tasks: the table's own, by name, or largest
+        /// first by admitted/s, limited/s (every reason), in_flight, limit
+        /// or rtt.
+        #[arg(long, value_enum, default_value_t = top::SortKey::Table)]
+        sort: top::SortKey,
     },
     /// Change a task's configuration for the whole host.
     Set {
@@ -372,7 +381,20 @@ fn run(cli: Cli) -> Result<()> {
             json,
             processes,
         } => show::stats(&table()?, task.as_deref(), json, processes),
-        Command::Top { once, interval } => top::run(&table()?, once, interval),
+        Command::Top {
+            once,
+            interval,
+            json,
+            sort,
+        } => top::run(
+            &table()?,
+            top::Options {
+                once,
+                interval,
+                json,
+                sort,
+            },
+        ),
         Command::Set {
             task,
             fields,

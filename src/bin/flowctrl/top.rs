@@ -10,6 +10,11 @@
 //! when the path names another file (a table replaced by a restarted
 //! service is followed). `--once` reads one file for both samples; an
 //! error of either is the command's.
+//!
+//! `--json` prints each frame as one JSON document on one line (no screen
+//! clearing, on a terminal too), its tasks spelled as `stats --json` spells
+//! them plus their rates; `--sort` orders the tasks by a key (the table's
+//! order by default).
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Write as _};
@@ -17,10 +22,44 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flowctrl::{BalancerSnapshot, TableSnapshot, TaskSnapshot, View};
+use serde_json::{Value, json};
 
+use crate::json::{quota_json, stats_json};
 use crate::show::state_name;
 use crate::text::{duration, or_none, per_sec, table};
 use crate::{Result, usage};
+
+/// The order of a frame's tasks: `table` keeps the table's own order;
+/// the numeric keys put the largest first, ties by name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SortKey {
+    /// The table's order (its slots).
+    #[default]
+    Table,
+    /// The task's name, A to Z.
+    Name,
+    /// Admitted per second.
+    Admitted,
+    /// Refused per second, every reason summed (local, global,
+    /// concurrency, fallback).
+    Limited,
+    /// Permits held now.
+    #[value(name = "in_flight", alias = "in-flight")]
+    InFlight,
+    /// The concurrency limit in force.
+    Limit,
+    /// The mean round-trip time over the interval.
+    Rtt,
+}
+
+/// How `top` prints its frames.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Options {
+    pub once: bool,
+    pub interval: f64,
+    pub json: bool,
+    pub sort: SortKey,
+}
 
 /// What one sample read.
 struct Sample {
@@ -45,21 +84,28 @@ impl Sample {
     }
 }
 
-pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
+pub(crate) fn run(path: &Path, options: Options) -> Result {
+    let Options {
+        once,
+        interval,
+        json,
+        sort,
+    } = options;
     if !(0.01..=3600.0).contains(&interval) {
         return Err(usage(format!(
             "--interval must be between 0.01 and 3600 seconds, not {interval}"
         )));
     }
-    // Redrawn in place only on a terminal.
-    let clear = std::io::stdout().is_terminal();
+    // Redrawn in place only on a terminal, and never as JSON.
+    let clear = !json && std::io::stdout().is_terminal();
+    let out = Output { clear, json, sort };
     let interval = Duration::from_secs_f64(interval);
     let view = View::open(path)?;
     if once {
         let before = Sample::take(&view)?;
         std::thread::sleep(interval);
         let now = Sample::take(&view)?;
-        show(&frame(view.path(), &before, &now), false);
+        out.frame(view.path(), &before, &now);
         return Ok(());
     }
     let mut view = Some(view);
@@ -75,7 +121,7 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
             view = match View::open(path) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    show(&format!("flowctrl top  {}\n\n{e}\n", path.display()), clear);
+                    out.error(path, &e.to_string(), false);
                     std::thread::sleep(interval);
                     None
                 }
@@ -85,23 +131,62 @@ pub(crate) fn run(path: &Path, once: bool, interval: f64) -> Result {
         match Sample::take(current) {
             Ok(now) => {
                 if let Some(before) = &before {
-                    show(&frame(current.path(), before, &now), clear);
+                    out.frame(current.path(), before, &now);
                 }
                 before = Some(now);
             }
             Err(e) => {
-                show(
-                    &format!(
-                        "flowctrl top  {}\n\n{e}\n(opening it anew at the next pass)\n",
-                        current.path().display()
-                    ),
-                    clear,
-                );
+                out.error(current.path(), &e.to_string(), true);
                 (view, before) = (None, None);
                 std::thread::sleep(interval);
             }
         }
     }
+}
+
+/// Where and how the frames go.
+struct Output {
+    clear: bool,
+    json: bool,
+    sort: SortKey,
+}
+
+impl Output {
+    fn frame(&self, path: &Path, before: &Sample, now: &Sample) {
+        let secs = now.at.duration_since(before.at).as_secs_f64().max(1e-9);
+        let rows = rows(&before.tasks, &now.tasks, secs, self.sort);
+        if self.json {
+            show_line(&frame_json(path, before, now, secs, &rows));
+        } else {
+            show(&frame(path, before, now, secs, &rows), self.clear);
+        }
+    }
+
+    /// A pass that could not read the table: its error where a frame
+    /// would be (`{"table", "error"}` as JSON).
+    fn error(&self, path: &Path, error: &str, again: bool) {
+        if self.json {
+            show_line(&json!({"table": path.display().to_string(), "error": error}));
+        } else {
+            let next = if again {
+                "(opening it anew at the next pass)\n"
+            } else {
+                ""
+            };
+            show(
+                &format!("flowctrl top  {}\n\n{error}\n{next}", path.display()),
+                self.clear,
+            );
+        }
+    }
+}
+
+/// Prints one JSON document on one line, flushed (a reader of the pipe
+/// gets each frame as it is drawn).
+fn show_line(value: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
 }
 
 /// Prints a frame: escaped, after clearing the screen when `clear`, else
@@ -121,8 +206,77 @@ fn show(frame: &str, clear: bool) {
     let _ = out.flush();
 }
 
-fn frame(path: &Path, before: &Sample, now: &Sample) -> String {
-    let secs = now.at.duration_since(before.at).as_secs_f64().max(1e-9);
+/// A task's rates between two samples.
+struct Row<'a> {
+    task: &'a TaskSnapshot,
+    admitted: f64,
+    limited_local: f64,
+    limited_global: f64,
+    limited_concurrency: f64,
+    limited_fallback: f64,
+    /// The mean RTT of the samples taken in the interval.
+    rtt_ns: Option<u64>,
+}
+
+impl Row<'_> {
+    fn limited(&self) -> f64 {
+        self.limited_local + self.limited_global + self.limited_concurrency + self.limited_fallback
+    }
+}
+
+/// Every task's rates, in the order `sort` asks for.
+fn rows<'a>(
+    before: &[TaskSnapshot],
+    now: &'a [TaskSnapshot],
+    secs: f64,
+    sort: SortKey,
+) -> Vec<Row<'a>> {
+    let mut rows: Vec<Row<'a>> = now
+        .iter()
+        .map(|t| {
+            let old = before.iter().find(|b| b.name == t.name);
+            let s = &t.stats;
+            let delta = |f: &dyn Fn(&TaskSnapshot) -> u64| {
+                f(t).saturating_sub(old.map_or(0, f)) as f64 / secs
+            };
+            let samples = s.rtt_samples - old.map_or(0, |o| o.stats.rtt_samples.min(s.rtt_samples));
+            let rtt_ns = s
+                .rtt_sum_ns
+                .saturating_sub(old.map_or(0, |o| o.stats.rtt_sum_ns));
+            Row {
+                task: t,
+                admitted: delta(&|t| t.stats.admitted),
+                limited_local: delta(&|t| t.stats.limited_local),
+                limited_global: delta(&|t| t.stats.limited_global),
+                limited_concurrency: delta(&|t| t.stats.limited_concurrency),
+                limited_fallback: delta(&|t| t.quota.limited_fallback),
+                rtt_ns: rtt_ns.checked_div(samples),
+            }
+        })
+        .collect();
+    let by_name = |a: &Row, b: &Row| a.task.name.cmp(&b.task.name);
+    let largest = |a: f64, b: f64| b.total_cmp(&a);
+    match sort {
+        SortKey::Table => {}
+        SortKey::Name => rows.sort_by(by_name),
+        SortKey::Admitted => {
+            rows.sort_by(|a, b| largest(a.admitted, b.admitted).then_with(|| by_name(a, b)))
+        }
+        SortKey::Limited => {
+            rows.sort_by(|a, b| largest(a.limited(), b.limited()).then_with(|| by_name(a, b)))
+        }
+        SortKey::InFlight => rows.sort_by(|a, b| {
+            (b.task.stats.in_flight.cmp(&a.task.stats.in_flight)).then_with(|| by_name(a, b))
+        }),
+        SortKey::Limit => rows.sort_by(|a, b| {
+            (b.task.stats.limit.cmp(&a.task.stats.limit)).then_with(|| by_name(a, b))
+        }),
+        SortKey::Rtt => rows.sort_by(|a, b| (b.rtt_ns.cmp(&a.rtt_ns)).then_with(|| by_name(a, b))),
+    }
+    rows
+}
+
+fn frame(path: &Path, before: &Sample, now: &Sample, secs: f64, rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -133,7 +287,7 @@ fn frame(path: &Path, before: &Sample, now: &Sample) -> String {
         secs
     );
     let _ = writeln!(out);
-    out.push_str(&tasks(&before.tasks, &now.tasks, secs));
+    out.push_str(&tasks(rows));
     if !now.balancers.is_empty() {
         let _ = writeln!(out);
         out.push_str(&balancers(&before.balancers, &now.balancers, secs));
@@ -141,33 +295,57 @@ fn frame(path: &Path, before: &Sample, now: &Sample) -> String {
     out
 }
 
-fn tasks(before: &[TaskSnapshot], now: &[TaskSnapshot], secs: f64) -> String {
-    let rows: Vec<Vec<String>> = now
+/// A frame as one JSON document: each task as `stats --json` has it
+/// (`name`, `stats`, `quota`) with its `rates` per second over the
+/// interval and the interval's mean `rtt_ns`; each balancer's backends.
+fn frame_json(path: &Path, before: &Sample, now: &Sample, secs: f64, rows: &[Row]) -> Value {
+    let tasks: Vec<Value> = rows
         .iter()
-        .map(|t| {
-            let old = before.iter().find(|b| b.name == t.name);
-            let (s, q) = (&t.stats, &t.quota);
-            let delta = |f: &dyn Fn(&TaskSnapshot) -> u64| {
-                f(t).saturating_sub(old.map_or(0, f)) as f64 / secs
-            };
-            let samples = s.rtt_samples - old.map_or(0, |o| o.stats.rtt_samples.min(s.rtt_samples));
-            let rtt_ns = s
-                .rtt_sum_ns
-                .saturating_sub(old.map_or(0, |o| o.stats.rtt_sum_ns));
+        .map(|r| {
+            json!({
+                "name": r.task.name,
+                "rates": {
+                    "admitted": r.admitted,
+                    "limited_local": r.limited_local,
+                    "limited_global": r.limited_global,
+                    "limited_concurrency": r.limited_concurrency,
+                    "limited_fallback": r.limited_fallback,
+                },
+                "rtt_ns": r.rtt_ns,
+                "stats": stats_json(r.task),
+                "quota": quota_json(r.task),
+            })
+        })
+        .collect();
+    json!({
+        "table": path.display().to_string(),
+        "interval_s": secs,
+        "processes": now.processes,
+        "dead_processes": now.dead,
+        "tasks": tasks,
+        "balancers": balancers_json(&before.balancers, &now.balancers, secs),
+    })
+}
+
+fn tasks(rows: &[Row]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let t = r.task;
             vec![
                 t.name.clone(),
-                per_sec(delta(&|t| t.stats.admitted)),
-                per_sec(delta(&|t| t.stats.limited_local)),
-                per_sec(delta(&|t| t.stats.limited_global)),
-                per_sec(delta(&|t| t.stats.limited_concurrency)),
-                per_sec(delta(&|t| t.quota.limited_fallback)),
-                s.in_flight.to_string(),
-                or_none(s.limit),
-                match rtt_ns.checked_div(samples) {
+                per_sec(r.admitted),
+                per_sec(r.limited_local),
+                per_sec(r.limited_global),
+                per_sec(r.limited_concurrency),
+                per_sec(r.limited_fallback),
+                t.stats.in_flight.to_string(),
+                or_none(t.stats.limit),
+                match r.rtt_ns {
                     Some(mean) => duration(Duration::from_nanos(mean)),
                     None => "-".into(),
                 },
-                q.state.map_or("-", state_name).to_string(),
+                t.quota.state.map_or("-", state_name).to_string(),
             ]
         })
         .collect();
@@ -186,24 +364,27 @@ fn tasks(before: &[TaskSnapshot], now: &[TaskSnapshot], secs: f64) -> String {
     table(&header, &rows)
 }
 
+/// Each backend's picks between the two samples, in `b`'s order.
+fn picks(before: &[BalancerSnapshot], b: &BalancerSnapshot) -> Vec<u64> {
+    let old = before.iter().find(|o| o.name == b.name);
+    b.stats
+        .backends
+        .iter()
+        .map(|k| {
+            let was = old
+                .and_then(|o| o.stats.backends.iter().find(|o| o.address == k.address))
+                .map_or(0, |o| o.picked);
+            k.picked.saturating_sub(was)
+        })
+        .collect()
+}
+
 fn balancers(before: &[BalancerSnapshot], now: &[BalancerSnapshot], secs: f64) -> String {
     let mut rows = Vec::new();
     for b in now {
-        let old = before.iter().find(|o| o.name == b.name);
-        let picks = |address: &str, picked: u64| {
-            let was = old
-                .and_then(|o| o.stats.backends.iter().find(|k| k.address == address))
-                .map_or(0, |k| k.picked);
-            picked.saturating_sub(was)
-        };
-        let total: u64 = b
-            .stats
-            .backends
-            .iter()
-            .map(|k| picks(&k.address, k.picked))
-            .sum();
-        for k in &b.stats.backends {
-            let n = picks(&k.address, k.picked);
+        let picks = picks(before, b);
+        let total: u64 = picks.iter().sum();
+        for (k, &n) in b.stats.backends.iter().zip(&picks) {
             rows.push(vec![
                 b.name.clone(),
                 k.address.clone(),
@@ -234,4 +415,35 @@ fn balancers(before: &[BalancerSnapshot], now: &[BalancerSnapshot], secs: f64) -
         "EJECTED",
     ];
     table(&header, &rows)
+}
+
+/// The balancers of a JSON frame: each backend's share of the interval's
+/// picks (0 to 1, null without picks), picks per second, and its state.
+fn balancers_json(before: &[BalancerSnapshot], now: &[BalancerSnapshot], secs: f64) -> Value {
+    now.iter()
+        .map(|b| {
+            let picks = picks(before, b);
+            let total: u64 = picks.iter().sum();
+            let backends: Vec<Value> = b
+                .stats
+                .backends
+                .iter()
+                .zip(&picks)
+                .map(|(k, &n)| {
+                    json!({
+                        "address": k.address,
+                        "share": (total > 0).then(|| n as f64 / total as f64),
+                        "picks_per_s": n as f64 / secs,
+                        "picked": k.picked,
+                        "in_flight": k.in_flight,
+                        "rtt_ns": k.rtt.as_nanos() as u64,
+                        "weight": k.weight,
+                        "ejected_for_ms": k.ejected_for.as_millis() as u64,
+                        "ejections": k.ejections,
+                    })
+                })
+                .collect();
+            json!({"name": b.name, "backends": backends})
+        })
+        .collect()
 }

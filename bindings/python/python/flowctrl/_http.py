@@ -14,8 +14,9 @@ three-field form far more widely today.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Literal, Mapping, Optional, Tuple, Union
 
 from ._errors import Limited
 
@@ -27,6 +28,57 @@ Headers = List[Tuple[str, str]]
 
 BODY_LIMITED = b"Too Many Requests\n"
 BODY_BLOCKED = b"Forbidden\n"
+
+
+def forwarded_for(values: List[str], trusted_hops: int) -> Optional[str]:
+    """The client's address from ``X-Forwarded-For`` fields (in the order
+    received) behind ``trusted_hops`` proxies that each append the address
+    they saw: the ``trusted_hops``-th entry from the right; None when the
+    fields hold fewer entries (the request did not come through them all)."""
+    entries = [e.strip() for v in values for e in v.split(",")]
+    entries = [e for e in entries if e]
+    if trusted_hops < 1 or len(entries) < trusted_hops:
+        return None
+    return entries[-trusted_hops]
+
+
+def check_hops(trusted_hops: int) -> int:
+    if not isinstance(trusted_hops, int) or isinstance(trusted_hops, bool) or trusted_hops < 0:
+        raise ValueError(f"trusted_hops must be a whole number of proxies (0 or more), not {trusted_hops!r}")
+    return trusted_hops
+
+
+def user_key(user: Any, attribute: Optional[str]) -> Optional[str]:
+    """The key of an authenticated user object: its ``attribute`` (the
+    object itself when None) as text; None for no user, an anonymous one
+    (``is_authenticated`` false: Starlette's ``UnauthenticatedUser``,
+    Django's ``AnonymousUser``) or an empty value."""
+    if user is None or getattr(user, "is_authenticated", True) is False:
+        return None
+    value = user if attribute is None else getattr(user, attribute, None)
+    if callable(value):  # a method: Django's get_username
+        value = value()
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def by_path(routes: Mapping[str, Optional[Task]]) -> Callable[[str], Optional[Task]]:
+    """The task of a path: the value of the longest prefix of ``routes``
+    that the path starts with, on a segment boundary ("/search" matches
+    "/search" and "/search/x", not "/searches"); None when none matches."""
+    for prefix in routes:
+        if not prefix.startswith("/"):
+            raise ValueError(f"a route prefix begins with '/': {prefix!r}")
+    ordered = sorted(((p.rstrip("/"), t) for p, t in routes.items()), key=lambda e: -len(e[0]))
+
+    def task_of(path: str) -> Optional[Task]:
+        for prefix, task in ordered:
+            if path == prefix or path.startswith(prefix + "/") or not prefix:
+                return task
+        return None
+
+    return task_of
 
 
 def cost_of(cost: Union[int, Callable[[Any], int]], request: Any) -> int:
@@ -79,17 +131,24 @@ def refusal(
 
 class Exchange:
     """The permit of one request and what became of the request; released
-    once, by ``finish``, with the outcome the facts say:
+    once, by ``finish``, with the outcome the facts say. The rule: the
+    client went away → "ignored"; the service failed to answer, or to
+    answer in time → "dropped" (what adaptive limits learn from).
 
-    * ``"ignored"``: the client went away, or the request was abandoned (a
-      cancelled coroutine, a worker stopping: a BaseException that is not an
-      Exception), or the response was cut short without an error;
-    * ``"dropped"``: the application raised, answered 5xx, or answered
-      nothing at all;
+    * ``"ignored"``: the client went away (whatever happened after), or the
+      request was abandoned by the server without a deadline passing (a
+      quick shutdown: ``KeyboardInterrupt``, ``SystemExit(0)``,
+      ``GeneratorExit``), or the response was cut short without an error;
+    * ``"dropped"``: the application raised (a ``TimeoutError`` of its own
+      included), answered 5xx, or answered nothing at all; or it ran out of
+      time: its coroutine was cancelled while the client was still there
+      (``asyncio.CancelledError``: an ``asyncio.timeout``/``wait_for``
+      around it, a server's shutdown deadline), or its worker was aborted
+      (``SystemExit`` with a non-zero code: gunicorn's worker timeout);
     * ``"success"``: a whole response below 500.
     """
 
-    __slots__ = ("permit", "status", "complete", "disconnected", "failed")
+    __slots__ = ("permit", "status", "complete", "disconnected", "failed", "timed_out", "abandoned")
 
     def __init__(self, permit: Permit) -> None:
         self.permit: Optional[Permit] = permit
@@ -97,18 +156,28 @@ class Exchange:
         self.complete = False
         self.disconnected = False
         self.failed = False
+        self.timed_out = False
+        self.abandoned = False
 
     def raised(self, error: BaseException) -> None:
         """Records an exception out of the application."""
         if isinstance(error, Exception):
             self.failed = True
+        elif isinstance(error, asyncio.CancelledError) or (
+            isinstance(error, SystemExit) and error.code not in (None, 0)
+        ):
+            self.timed_out = True
         else:
-            self.disconnected = True
+            self.abandoned = True
 
     def outcome(self) -> Literal["success", "dropped", "ignored"]:
         if self.disconnected:
             return "ignored"
-        if self.failed or self.status is None or self.status >= 500:
+        if self.failed or self.timed_out:
+            return "dropped"
+        if self.abandoned:
+            return "ignored"
+        if self.status is None or self.status >= 500:
             return "dropped"
         return "success" if self.complete else "ignored"
 

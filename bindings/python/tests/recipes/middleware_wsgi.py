@@ -11,6 +11,8 @@ GET /work?hold=SECONDS   holds its permit that long, answers JSON
 GET /fail                answers 503 (released as "dropped")
 GET /raise               raises (500 by Flask; "dropped")
 GET /stream?chunks=N&every=SECONDS   a slow streamed body
+GET /search?hold=SECONDS as /work, on the permits of the task MW_TASK-search
+                         (a task per path prefix: by_path)
 """
 
 import os
@@ -18,15 +20,17 @@ import time
 
 import flowctrl
 from flask import Flask, Response, request
-from flowctrl.wsgi import RateLimitMiddleware, header
+from flowctrl.wsgi import RateLimitMiddleware, by_path, header
 from hold import report
 
 table = flowctrl.Table(os.environ["RECIPE_TABLE"])
 api = table.task(os.environ["MW_TASK"])
+search = table.task(os.environ["MW_TASK"] + "-search")
 app = Flask(__name__)
 
 
 @app.get("/work")
+@app.get("/search")
 def work():
     seconds = float(request.args.get("hold", "0"))
     t0 = time.monotonic_ns()
@@ -58,4 +62,6 @@ def stream():
     return Response(body(), mimetype="text/plain")
 
 
-app.wsgi_app = RateLimitMiddleware(app.wsgi_app, task=api, key=header("X-API-Key"))
+app.wsgi_app = RateLimitMiddleware(
+    app.wsgi_app, task=by_path({"/search": search, "/": api}), key=header("X-API-Key")
+)
