@@ -371,6 +371,7 @@ impl TableSnapshot {
 
     /// [`Self::check`], waiting at most `patience` for each task to hold
     /// still (a scrape cannot wait a second per busy task).
+    #[cfg(feature = "metrics")]
     pub(crate) fn check_within(&self, patience: std::time::Duration) -> TableCheck {
         table::check_within(&self.region, self.table.replaced(), patience)
     }
