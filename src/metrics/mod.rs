@@ -18,6 +18,7 @@
 //! (`flowctrl_requests_limited_total{task="api",reason="global"}`). The
 //! docs/reference/metrics.md lists every family.
 
+mod balance;
 mod families;
 mod manager;
 mod quota;
@@ -107,6 +108,6 @@ impl Collector for Snapshot {
         families::drift(&self.drift, &mut encoder)?;
         quota::quota(&self.tasks, &mut encoder)?;
         families::keys(&self.keys, &mut encoder)?;
-        families::balancers(&self.balancers, &mut encoder)
+        balance::balancers(&self.balancers, &mut encoder)
     }
 }
