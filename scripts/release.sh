@@ -2,7 +2,7 @@
 # Builds the release artifacts, linked for glibc 2.17 and later (RHEL 8,
 # Ubuntu 20.04, Debian 11, Amazon Linux 2 and newer), into dist/:
 #
-#   scripts/release.sh [--out DIR]   (default dist/)
+#   scripts/release.sh [--out DIR] [--no-publish-check]   (default dist/)
 #
 #   flowctrl-<version>-x86_64-linux-gnu.tar.gz
 #       flowctrl-<version>-x86_64-linux-gnu/, the layout scripts/install.sh
@@ -19,6 +19,12 @@
 #   flowctrl-<version>-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
 #       the Python module, stripped, for CPython 3.9 and later.
 #   SHA256SUMS
+#
+# Then `cargo publish --dry-run` (a clean checkout: it refuses uncommitted
+# changes) packs the crate and builds it from its package, as crates.io
+# will: a minute when target/ is warm. --no-publish-check leaves it out
+# (scripts/test.sh and test_release.py do: the suite does not build the
+# crate a second time).
 #
 # zig links both for glibc 2.17 (cargo-zigbuild for the library, maturin
 # --zig for the wheel): the symbols this machine's glibc 2.36 would bind
@@ -39,9 +45,11 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/dist
+publish_check=1
 while (($#)); do
     case $1 in
     --out) out=$(realpath -m "${2:?--out needs a directory}"); shift 2 ;;
+    --no-publish-check) publish_check=0; shift ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -164,6 +172,11 @@ EOF
 
 for arch in "${arches[@]}"; do release "$arch"; done
 (cd "$out" && sha256sum flowctrl-"$version"-* >SHA256SUMS)
+
+if ((publish_check)); then
+    echo "== cargo publish --dry-run (the crate built from its package)"
+    cargo publish --dry-run --locked --color never >&2
+fi
 
 echo "== in $out"
 (cd "$out" && ls -l flowctrl-"$version"-* SHA256SUMS | awk '{printf "%10d  %s\n", $5, $9}')

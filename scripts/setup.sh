@@ -50,15 +50,13 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" pytest pytest-timeout mypy limits \
-    "gunicorn>=23,<28" "uvicorn>=0.30,<1" "starlette>=0.40,<2" "flask>=3,<4" \
-    "fastapi>=0.110,<1" "django>=4.2,<6" \
-    "ziglang>=0.17,<0.18" "cargo-zigbuild>=0.24,<0.25" "auditwheel>=6,<7"
-# gunicorn to django: the recipes' and middleware's tests (FastAPI on
-# uvicorn, Django on gunicorn: bindings/python/tests/test_frameworks.py). zig (ziglang, as
-# `python -m ziglang`) and cargo-zigbuild link scripts/release.sh's library
-# and wheel for glibc 2.17; auditwheel checks the wheel in its test. The zig
-# ranges are the pair tried together: zig's minors break its users.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" limits \
+    "ziglang>=0.17,<0.18" "cargo-zigbuild>=0.24,<0.25" -r "$ROOT/bindings/python/tests/requirements.txt"
+# The Python tests' requirements (pytest, mypy, the recipes' servers,
+# auditwheel) are in bindings/python/tests/requirements.txt. zig (ziglang,
+# as `python -m ziglang`) and cargo-zigbuild link scripts/release.sh's
+# library and wheel for glibc 2.17. The zig ranges are the pair tried
+# together: zig's minors break its users.
 
 # Builds and installs the Python module from bindings/python into the venv.
 install_python_module() {

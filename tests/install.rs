@@ -1,10 +1,10 @@
 //! The C install as a C or C++ user meets it: runs `scripts/install.sh`
 //! into a scratch prefix (`target/<profile>/install-test/<pid>/prefix`), checks
 //! the files, the SONAME, and the version pkg-config and CMake report
-//! against Cargo.toml's; then builds `tests/install/consumer.c` against that
-//! prefix alone, with CMake (`find_package(flowctrl)`, the shared and the
-//! static target) and with make (`pkg-config --static`, the archive), and
-//! runs it.
+//! against Cargo.toml's; then builds `tests/install/consumer.c` (and its C++
+//! twin `consumer.cpp`, on `flowctrl.hpp`) against that prefix alone, with
+//! CMake (`find_package(flowctrl)`, the shared and the static target) and
+//! with make (`pkg-config --static`, the archive), and runs them.
 //!
 //! The script builds the release library: a minute or so the first time,
 //! nothing when the build is fresh. cmake, pkg-config, make, readelf and a C
@@ -242,6 +242,15 @@ fn a_cmake_project_finds_it_and_links_either_library() {
     run_consumer(&shared);
 
     let archived = build.join("consumer_static");
+    let libs = needed(&archived);
+    assert!(!libs.iter().any(|l| l.contains("flowctrl")), "{libs:?}");
+    run_consumer(&archived);
+
+    // The same from C++, on flowctrl.hpp.
+    let shared = build.join("consumer_cpp");
+    assert!(needed(&shared).contains(&format!("libflowctrl.so.{MAJOR}")));
+    run_consumer(&shared);
+    let archived = build.join("consumer_cpp_static");
     let libs = needed(&archived);
     assert!(!libs.iter().any(|l| l.contains("flowctrl")), "{libs:?}");
     run_consumer(&archived);

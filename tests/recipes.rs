@@ -1,5 +1,5 @@
 //! The C++ server recipes of docs/guide/recipes.md, run for real: `tests/c/recipe_server.cpp`
-//! compiled against `include/flowctrl.h` and linked to the `libflowctrl.so`
+//! compiled against `include/flowctrl.hpp` (C++17) and linked to the `libflowctrl.so`
 //! of this build (as `tests/c_abi.rs` does), serving HTTP on a free loopback
 //! port as a pre-fork server (the table opened before `fork`, single-threaded
 //! workers accepting on the shared socket) and as a thread-pool server.
@@ -59,7 +59,7 @@ fn server_binary() -> &'static Path {
         command
             .args(words)
             .args([
-                "-std=c++11",
+                "-std=c++17",
                 "-Wall",
                 "-Wextra",
                 "-Werror",

@@ -1,5 +1,7 @@
 // The C++ server recipes of docs/guide/recipes.md (tests/recipes.rs runs them): a tiny HTTP
-// server on 127.0.0.1 whose requests share one host-wide concurrency cap.
+// server on 127.0.0.1 whose requests share one host-wide concurrency cap, written on
+// include/flowctrl.hpp (C++17): a Table and a Task that free themselves, a move-only Permit
+// released by its destructor, a refusal as a value and an error as a flowctrl::Error.
 //
 //   recipe_server prefork TABLE WORKERS CAP   open + register, then fork
 //                                             WORKERS single-threaded
@@ -13,9 +15,9 @@
 // /work?hold=MS holds a permit MS milliseconds and answers 200 with
 // "PID TID T0 T1 IN_FLIGHT" (CLOCK_MONOTONIC ns just after the acquire and
 // just before the release; the host's in_flight then); 503 "busy" when the
-// cap is reached; 500 on an error. SIGTERM: stop accepting, finish the
-// requests in hand, exit 0.
-#include "flowctrl.h"
+// cap is reached; 500 on an error (a flowctrl::Error). SIGTERM: stop
+// accepting, finish the requests in hand, exit 0.
+#include "flowctrl.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -32,6 +34,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,11 +44,6 @@ namespace {
 
 volatile sig_atomic_t stopping = 0;
 void on_term(int) { stopping = 1; }
-
-void die(const char *what) {
-    std::fprintf(stderr, "recipe_server: %s: %s\n", what, fc_last_error());
-    std::exit(1);
-}
 
 long long now_ns() {
     timespec ts;
@@ -73,7 +72,8 @@ void answer(int fd, const char *status, const std::string &body) {
 }
 
 // One connection: read the request head, admit through the cap, answer.
-void serve(fc_task *task, int fd) {
+// Throws flowctrl::Error on an error of the library (not on a refusal).
+void serve(const flowctrl::Task &api, int fd) {
     std::string head;
     char buf[1024];
     while (head.find("\r\n\r\n") == std::string::npos && head.size() < 8192) {
@@ -86,61 +86,108 @@ void serve(fc_task *task, int fd) {
     long hold_ms = at == std::string::npos ? 100 : std::atol(head.c_str() + at + 5);
 
     // The recipe: admit, serve, release; refuse (do not queue) when limited.
-    fc_permit permit;
-    fc_status s = fc_acquire(task, 1, &permit);
-    if (s != FC_OK) {
-        if (s < 100) {
-            answer(fd, "503 Service Unavailable", "busy\n");
-        } else {
-            std::fprintf(stderr, "fc_acquire: %s: %s\n", fc_status_str(s), fc_last_error());
-            answer(fd, "500 Internal Server Error", "error\n");
-        }
+    flowctrl::Admission got = api.acquire();
+    if (!got) {  // the cap refused: a decision, not an error
+        answer(fd, "503 Service Unavailable", "busy\n");
         return;
     }
-    long long t0 = now_ns();
-    struct fc_task_stats stats;
-    fc_task_stats_init(&stats, sizeof stats);
-    fc_task_stats(task, &stats);
-    sleep_ms(hold_ms);
-    long long t1 = now_ns();
-    s = fc_release(task, &permit, FC_OUTCOME_SUCCESS);
-    if (s != FC_OK) {
-        std::fprintf(stderr, "fc_release: %s: %s\n", fc_status_str(s), fc_last_error());
-        answer(fd, "500 Internal Server Error", "error\n");
-        return;
+    long long t0, t1;
+    std::uint32_t in_flight;
+    {
+        // Move-only: released once, by release() or else by its destructor
+        // ("dropped" if an exception unwinds it, as api.stats() may throw).
+        flowctrl::Permit permit = std::move(got).permit();
+        t0 = now_ns();
+        in_flight = api.stats().in_flight;
+        sleep_ms(hold_ms);
+        t1 = now_ns();
+        permit.release();  // "success"; throws if the library refuses it
     }
     answer(fd, "200 OK",
            std::to_string(getpid()) + " " + std::to_string(syscall(SYS_gettid)) + " " +
-               std::to_string(t0) + " " + std::to_string(t1) + " " +
-               std::to_string(stats.in_flight) + "\n");
+               std::to_string(t0) + " " + std::to_string(t1) + " " + std::to_string(in_flight) +
+               "\n");
 }
 
 // Accepts on the shared (non-blocking) socket until SIGTERM; a request in
 // hand is finished first. poll wakes every 50 ms to look at the flag.
-void accept_loop(fc_task *task, int listener) {
+void accept_loop(const flowctrl::Task &api, int listener) {
     while (!stopping) {
         pollfd p = {listener, POLLIN, 0};
         if (poll(&p, 1, 50) <= 0) continue;
         int fd = accept(listener, nullptr, nullptr);
         if (fd < 0) continue;  // another worker took it (EAGAIN), or EINTR
-        serve(task, fd);
+        try {
+            serve(api, fd);
+        } catch (const flowctrl::Error &e) {  // e.status(): the C status
+            std::fprintf(stderr, "recipe_server: %s\n", e.what());
+            answer(fd, "500 Internal Server Error", "error\n");
+        }
         close(fd);
     }
 }
 
-pid_t start_worker(fc_task *task, int listener) {
+pid_t start_worker(const flowctrl::Task &api, int listener) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);  // a worker never outlives its parent
         if (getppid() != parent) _exit(0);
-        // The handles inherited from the parent: the first fc_acquire
-        // attaches this process to the table by itself.
-        accept_loop(task, listener);
+        // The Task inherited from the parent: its first acquire attaches
+        // this process to the table by itself. _exit: the parent's objects
+        // are the parent's to destroy.
+        accept_loop(api, listener);
         _exit(0);
     }
     if (pid < 0) std::perror("fork");
     return pid;
+}
+
+// Listens, then serves in WORKERS processes or THREADS threads until SIGTERM.
+int run(const std::string &mode, int n, const flowctrl::Task &api) {
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in addr;
+    std::memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // 127.0.0.1 only
+    addr.sin_port = 0;                              // a free port
+    socklen_t len = sizeof addr;
+    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
+        listen(listener, 128) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
+        std::perror("listen");
+        return 1;
+    }
+
+    if (mode == "prefork") {
+        std::vector<pid_t> workers;
+        for (int i = 0; i < n; i++) workers.push_back(start_worker(api, listener));
+        std::printf("ready %d\n", ntohs(addr.sin_port));
+        std::fflush(stdout);
+        while (!stopping) {  // replace any worker that dies
+            int status;
+            pid_t dead = waitpid(-1, &status, WNOHANG);
+            if (dead <= 0) {
+                sleep_ms(20);
+                continue;
+            }
+            for (pid_t &w : workers)
+                if (w == dead) w = start_worker(api, listener);
+        }
+        for (pid_t w : workers) kill(w, SIGTERM);
+        for (pid_t w : workers) waitpid(w, nullptr, 0);
+    } else if (mode == "threads") {
+        std::vector<std::thread> pool;
+        for (int i = 0; i < n; i++) pool.emplace_back(accept_loop, std::cref(api), listener);
+        std::printf("ready %d\n", ntohs(addr.sin_port));
+        std::fflush(stdout);
+        for (std::thread &t : pool) t.join();
+    } else {
+        std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+        return 2;
+    }
+    close(listener);
+    return 0;
 }
 
 }  // namespace
@@ -158,58 +205,16 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, nullptr);
 
-    // Before any fork: the table and the task, opened once.
-    fc_table *table = nullptr;
-    fc_task *task = nullptr;
-    fc_task_config config;
-    fc_task_config_init(&config, sizeof config);
-    config.max_concurrency = static_cast<uint32_t>(std::atoi(argv[4]));
-    if (fc_table_open(argv[2], nullptr, &table) != FC_OK) die("fc_table_open");
-    if (fc_task_register(table, "api", &config, &task) != FC_OK) die("fc_task_register");
-
-    int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    sockaddr_in addr;
-    std::memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // 127.0.0.1 only
-    addr.sin_port = 0;                              // a free port
-    socklen_t len = sizeof addr;
-    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
-        listen(listener, 128) != 0 ||
-        getsockname(listener, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
-        std::perror("listen");
+    try {
+        // Before any fork: the table and the task, opened once.
+        flowctrl::Table table(argv[2]);
+        flowctrl::Task api = table.task(
+            "api", flowctrl::TaskConfig().max_concurrency(static_cast<std::uint32_t>(std::atoi(argv[4]))));
+        return run(mode, n, api);
+    } catch (const flowctrl::Error &e) {
+        std::fprintf(stderr, "recipe_server: %s\n", e.what());
         return 1;
     }
-
-    if (mode == "prefork") {
-        std::vector<pid_t> workers;
-        for (int i = 0; i < n; i++) workers.push_back(start_worker(task, listener));
-        std::printf("ready %d\n", ntohs(addr.sin_port));
-        std::fflush(stdout);
-        while (!stopping) {  // replace any worker that dies
-            int status;
-            pid_t dead = waitpid(-1, &status, WNOHANG);
-            if (dead <= 0) {
-                sleep_ms(20);
-                continue;
-            }
-            for (pid_t &w : workers)
-                if (w == dead) w = start_worker(task, listener);
-        }
-        for (pid_t w : workers) kill(w, SIGTERM);
-        for (pid_t w : workers) waitpid(w, nullptr, 0);
-    } else if (mode == "threads") {
-        std::vector<std::thread> pool;
-        for (int i = 0; i < n; i++) pool.emplace_back(accept_loop, task, listener);
-        std::printf("ready %d\n", ntohs(addr.sin_port));
-        std::fflush(stdout);
-        for (std::thread &t : pool) t.join();
-    } else {
-        std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
-        return 2;
-    }
-    close(listener);
-    fc_task_free(task);
-    fc_table_close(table);
-    return 0;
 }
+
+

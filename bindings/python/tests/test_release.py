@@ -1,14 +1,16 @@
 """The release artifacts (scripts/release.sh) as a user meets them on an
 older Linux: built once for this module into a scratch directory, then
 checked for what a glibc 2.17 system needs (no symbol version above
-GLIBC_2.17, auditwheel's verdict), for their stripping and the debug
-file's link, and used: a C program built against the unpacked tarball
-alone (pkg-config, shared and static; CMake), the wheel installed into a
-fresh venv.
+GLIBC_2.17, auditwheel's verdict), for their stripping, the debug file's
+link and their size budgets, and used: a C program and a C++ one (on
+flowctrl.hpp) built against the unpacked tarball alone (pkg-config, shared
+and static; CMake), the wheel installed into a fresh venv. Run by
+scripts/test.sh, this suite itself runs from a venv made afresh from the
+wheel, which a test here checks.
 
 The script's builds live in target/zig/ and are kept: about 2.5 minutes
 from nothing on this 2-core machine, seconds when fresh. binutils, a C
-compiler, pkg-config, cmake and the venv's auditwheel must be there
+and a C++ compiler, pkg-config, cmake and the venv's auditwheel must be there
 (scripts/setup.sh installs them): a missing one fails, nothing is skipped.
 """
 
@@ -31,6 +33,9 @@ VERSION = re.search(
 ARCH = "x86_64"
 NAME = f"flowctrl-{VERSION}-{ARCH}-linux-gnu"
 FLOOR = (2, 17)
+# The size budgets, in bytes: the stripped shared library and the wheel.
+# Measured sizes: benches/ARTIFACTS.md (scripts/artifact-sizes.sh).
+BUDGET = {"library": 5_000_000, "wheel": 5_000_000}
 
 # The build runs in the fixture: a test's timeout counts its setup.
 pytestmark = pytest.mark.timeout(1800)
@@ -72,7 +77,7 @@ def build(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     started = time.monotonic()
     result = subprocess.run(
-        ["bash", str(ROOT / "scripts/release.sh"), "--out", str(out)],
+        ["bash", str(ROOT / "scripts/release.sh"), "--out", str(out), "--no-publish-check"],
         capture_output=True, text=True, timeout=1700,
     )
     log = result.stdout + result.stderr
@@ -83,7 +88,7 @@ def build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    for tool in ("objdump", "objcopy", "readelf", "nm", "cc", "pkg-config", "cmake", "tar"):
+    for tool in ("objdump", "objcopy", "readelf", "nm", "cc", "c++", "pkg-config", "cmake", "tar"):
         assert shutil.which(tool), f"{tool} missing: scripts/setup.sh installs it"
     out, log = build(tmp_path_factory)
     # Unpacked away from the tree it was built in, the debug tarball over
@@ -170,6 +175,13 @@ def test_the_archive_keeps_its_symbols_not_its_debug_info(release):
     assert "fc_acquire" in run(["nm", "--defined-only", archive])
 
 
+@pytest.mark.parametrize("which", ["library", "wheel"])
+def test_within_its_size_budget(release, which):
+    size = getattr(release, which).stat().st_size
+    print(f"{getattr(release, which).name}: {size:,} bytes (budget {BUDGET[which]:,})")
+    assert size <= BUDGET[which], f"{which}: {size:,} bytes, over {BUDGET[which]:,}"
+
+
 def test_the_debug_file_is_the_one_the_library_names(release, tmp_path):
     # .gnu_debuglink: the file's name, NUL, padding to 4 bytes, its CRC-32.
     link = tmp_path / "debuglink"
@@ -195,17 +207,25 @@ def needed(binary):
     return re.findall(r"\(NEEDED\).*\[(.*)\]", run(["readelf", "-d", binary]))
 
 
-def test_a_c_program_builds_against_the_tarball_with_pkg_config(release, tmp_path):
+# C, and C++17 on flowctrl.hpp: the compiler, the source, its flags.
+LANGUAGES = {
+    "c": ("cc", "consumer.c", ["-std=c99", "-Wall", "-Wextra", "-Werror"]),
+    "c++": ("c++", "consumer.cpp", ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic"]),
+}
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_program_builds_against_the_tarball_with_pkg_config(release, tmp_path, language):
+    compiler, name, cflags = LANGUAGES[language]
     env = {**os.environ, "PKG_CONFIG_PATH": str(release.prefix / "lib/pkgconfig")}
     assert run(["pkg-config", "--modversion", "flowctrl"], env=env).strip() == VERSION
     libdir = run(["pkg-config", "--variable=libdir", "flowctrl"], env=env).strip()
     assert Path(libdir).resolve() == (release.prefix / "lib").resolve()
-    source = ROOT / "tests/install/consumer.c"
-    cflags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    source = ROOT / "tests/install" / name
 
     shared = tmp_path / "consumer"
     flags = run(["pkg-config", "--cflags", "--libs", "flowctrl"], env=env).split()
-    run(["cc", *cflags, source, "-o", shared, *flags], env=env)
+    run([compiler, *cflags, source, "-o", shared, *flags], env=env)
     assert f"libflowctrl.so.{VERSION.split('.')[0]}" in needed(shared)
     consumer_runs(shared, tmp_path, LD_LIBRARY_PATH=libdir)
 
@@ -214,22 +234,24 @@ def test_a_c_program_builds_against_the_tarball_with_pkg_config(release, tmp_pat
     static = tmp_path / "consumer_static"
     flags = run(["pkg-config", "--cflags", "--libs", "--static", "flowctrl"], env=env).split()
     flags = ["-l:libflowctrl.a" if f == "-lflowctrl" else f for f in flags]
-    run(["cc", *cflags, source, "-o", static, *flags], env=env)
+    run([compiler, *cflags, source, "-o", static, *flags], env=env)
     assert not [lib for lib in needed(static) if "flowctrl" in lib]
     consumer_runs(static, tmp_path)
 
 
-def test_a_c_program_builds_against_the_tarball_with_cmake(release, tmp_path):
-    # tests/install/cmake/ builds ../consumer.c: a copy of both, side by side.
+def test_c_and_cpp_programs_build_against_the_tarball_with_cmake(release, tmp_path):
+    # tests/install/cmake/ builds ../consumer.c and ../consumer.cpp: a copy
+    # of the three, side by side.
     project = tmp_path / "project"
     shutil.copytree(ROOT / "tests/install/cmake", project / "cmake")
-    shutil.copy(ROOT / "tests/install/consumer.c", project / "consumer.c")
+    for name in ("consumer.c", "consumer.cpp"):
+        shutil.copy(ROOT / "tests/install" / name, project / name)
     build = tmp_path / "build"
     run(["cmake", "-S", project / "cmake", "-B", build, f"-DCMAKE_PREFIX_PATH={release.prefix}"])
     run(["cmake", "--build", build])
     assert (build / "flowctrl-version.txt").read_text() == VERSION
-    consumer_runs(build / "consumer", tmp_path)
-    consumer_runs(build / "consumer_static", tmp_path)
+    for program in ("consumer", "consumer_static", "consumer_cpp", "consumer_cpp_static"):
+        consumer_runs(build / program, tmp_path)
 
 
 def test_the_wheel_installs_into_a_fresh_venv(release, tmp_path):
@@ -247,3 +269,23 @@ def test_the_wheel_installs_into_a_fresh_venv(release, tmp_path):
         "print(flowctrl.__file__)\n"
     ), tmp_path / "table"], cwd=tmp_path)
     assert Path(out.strip()).is_relative_to(venv), out
+
+
+@pytest.mark.skipif(
+    not os.environ.get("FLOWCTRL_FRESH_VENV"),
+    reason="run by scripts/test.sh, which makes the venv (FLOWCTRL_FRESH_VENV)",
+)
+def test_the_suite_runs_on_the_wheel_in_a_fresh_venv(release):
+    # scripts/test.sh made this venv for this run from the release wheel
+    # and bindings/python/tests/requirements.txt alone: flowctrl is the
+    # wheel's, installed there, not the sources nor the project's .venv.
+    import importlib.metadata
+    import json
+
+    import flowctrl
+
+    venv = Path(os.environ["FLOWCTRL_FRESH_VENV"]).resolve()
+    assert Path(sys.prefix).resolve() == venv, sys.prefix
+    assert Path(flowctrl.__file__).resolve().is_relative_to(venv), flowctrl.__file__
+    origin = json.loads(importlib.metadata.distribution("flowctrl").read_text("direct_url.json"))
+    assert origin["url"] == release.wheel.resolve().as_uri(), origin
