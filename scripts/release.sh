@@ -2,21 +2,24 @@
 # Builds the release artifacts, linked for glibc 2.17 and later (RHEL 8,
 # Ubuntu 20.04, Debian 11, Amazon Linux 2 and newer), into dist/:
 #
-#   scripts/release.sh [--out DIR] [--no-publish-check]   (default dist/)
+#   scripts/release.sh [--out DIR] [--no-aarch64] [--no-publish-check]
+#   (default dist/)
 #
-#   flowctrl-<version>-x86_64-linux-gnu.tar.gz
-#       flowctrl-<version>-x86_64-linux-gnu/, the layout scripts/install.sh
+# for x86_64 and aarch64 (<arch> below):
+#
+#   flowctrl-<version>-<arch>-linux-gnu.tar.gz
+#       flowctrl-<version>-<arch>-linux-gnu/, the layout scripts/install.sh
 #       installs (scripts/layout.sh writes both): include/flowctrl.h and
 #       flowctrl.hpp; lib/libflowctrl.so.<version> (stripped) with the links
 #       libflowctrl.so.0 (its SONAME) and libflowctrl.so; lib/libflowctrl.a
 #       (its debug info stripped); lib/pkgconfig/flowctrl.pc, relocatable
 #       (prefix=${pcfiledir}/../..); lib/cmake/flowctrl/ (find_package).
-#   flowctrl-<version>-x86_64-linux-gnu-debug.tar.gz
+#   flowctrl-<version>-<arch>-linux-gnu-debug.tar.gz
 #       the same directory's lib/.debug/libflowctrl.so.<version>.debug: the
 #       shared library's debug info (objcopy --only-keep-debug), which the
 #       stripped library names by its .gnu_debuglink (name and CRC). Unpack
 #       it over the first and gdb, perf and eu-stack find it.
-#   flowctrl-<version>-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+#   flowctrl-<version>-cp39-abi3-manylinux2014_<arch>.manylinux_2_17_<arch>.whl
 #       the Python module, stripped, for CPython 3.9 and later.
 #   SHA256SUMS
 #
@@ -31,24 +34,32 @@
 # (2.34's pthread and dlsym, 2.33's stat64) are bound at their 2.17
 # versions. The script fails when a file needs a later one.
 #
-# Other targets are not built here, and the script says so: aarch64 needs
-# `rustup target add aarch64-unknown-linux-gnu` (then it is built like
-# x86_64); musl (x86_64/aarch64-unknown-linux-musl) has no recipe yet.
+# aarch64 is cross-built the same way (zig links for aarch64-linux-gnu.2.17)
+# and stripped with binutils-aarch64-linux-gnu's objcopy. It needs the
+# target's Rust standard library: when it is missing the script runs
+# `rustup target add aarch64-unknown-linux-gnu`, and when that fails it
+# builds x86_64 alone and says so. --no-aarch64 leaves aarch64 out
+# (scripts/test.sh does: the suite checks x86_64, the full run both).
+# musl (x86_64/aarch64-unknown-linux-musl) has no recipe yet; the script
+# says what it did not build at its start and end.
 #
-# Needs the venv of scripts/setup.sh (maturin, ziglang, cargo-zigbuild) and
-# binutils. The library builds in <target>/zig/lib, the module in
-# <target>/zig/python: linked by different zig wrappers, in one directory
-# each build would recompile the other's dependencies, and in target/ the
-# host's build scripts and proc-macros of target/release. About 2.5 minutes
-# from nothing on 2 cores, seconds when fresh.
+# Needs the venv of scripts/setup.sh (maturin, ziglang, cargo-zigbuild),
+# binutils, and for aarch64 binutils-aarch64-linux-gnu. The library builds
+# in <target>/zig/lib, the module in <target>/zig/python: linked by
+# different zig wrappers, in one directory each build would recompile the
+# other's dependencies, and in target/ the host's build scripts and
+# proc-macros of target/release. Both arches from nothing: about 9 minutes
+# on 2 cores; x86_64 alone about 2.5; seconds when fresh.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/dist
+aarch64=1
 publish_check=1
 while (($#)); do
     case $1 in
     --out) out=$(realpath -m "${2:?--out needs a directory}"); shift 2 ;;
+    --no-aarch64) aarch64=0; shift ;;
     --no-publish-check) publish_check=0; shift ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -65,7 +76,7 @@ done
     echo "zig not found in $venv (the ziglang package): run scripts/setup.sh" >&2
     exit 1
 }
-for tool in objcopy objdump readelf; do
+for tool in objcopy readelf; do
     command -v $tool >/dev/null || { echo "$tool not found: install binutils" >&2; exit 1; }
 done
 cd "$root"
@@ -91,17 +102,39 @@ skipped=()
 # A target's standard library is in the sysroot once rustup added it.
 sysroot=$(rustc --print sysroot)
 arches=(x86_64)
-if [[ -d $sysroot/lib/rustlib/aarch64-unknown-linux-gnu/lib ]]; then
-    arches+=(aarch64)
+aarch64_std() { [[ -d $sysroot/lib/rustlib/aarch64-unknown-linux-gnu/lib ]]; }
+if ((!aarch64)); then
+    skipped+=("aarch64-unknown-linux-gnu: left out by --no-aarch64 (scripts/release.sh alone builds it)")
 else
-    skipped+=("aarch64-unknown-linux-gnu: its Rust standard library is not installed here (rustup target add aarch64-unknown-linux-gnu; with it, this script builds aarch64 too)")
+    if ! aarch64_std && command -v rustup >/dev/null; then
+        echo "== the aarch64 Rust standard library is not installed: rustup target add aarch64-unknown-linux-gnu" >&2
+        rustup target add aarch64-unknown-linux-gnu >&2 || echo "== rustup target add aarch64-unknown-linux-gnu failed" >&2
+    fi
+    if aarch64_std; then
+        arches+=(aarch64)
+    else
+        skipped+=("aarch64-unknown-linux-gnu: its Rust standard library is not installed here (rustup target add aarch64-unknown-linux-gnu; with it, this script builds aarch64 too)")
+    fi
 fi
+# This machine's binutils read and strip its own arch; another's needs that
+# arch's (binutils-aarch64-linux-gnu: aarch64-linux-gnu-objcopy).
+host_arch=$(uname -m)
+objcopy_for() { # <arch>
+    if [[ $1 == "$host_arch" ]]; then echo objcopy; else echo "$1-linux-gnu-objcopy"; fi
+}
+for arch in "${arches[@]}"; do
+    command -v "$(objcopy_for "$arch")" >/dev/null || {
+        echo "$(objcopy_for "$arch") not found: install binutils-$arch-linux-gnu (scripts/setup.sh does)" >&2
+        exit 1
+    }
+done
 skipped+=("x86_64-unknown-linux-musl, aarch64-unknown-linux-musl: no recipe yet (rustup target add <target>; a musllinux_1_2 wheel; the cdylib needs -C target-feature=-crt-static)")
 for why in "${skipped[@]}"; do echo "== not built: $why" >&2; done
 
-# The highest GLIBC_x.y version FILE's dynamic symbols need.
+# The highest GLIBC_x.y version FILE's dynamic symbols need (readelf reads
+# any arch's ELF).
 glibc_needed() {
-    objdump -T "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1
+    readelf --dyn-syms -W "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1
 }
 check_floor() {
     local needs
@@ -118,7 +151,7 @@ tarball() { # <dir under $stage/<kind>> <file>
 }
 
 release() { # <arch>
-    local arch=$1 triple=$1-unknown-linux-gnu name log native built dest debug real module
+    local arch=$1 triple=$1-unknown-linux-gnu name log native built dest debug real module objcopy
     name=flowctrl-$version-$arch-linux-gnu
 
     # The library: one build gives the .so, the .a and the system libraries
@@ -142,12 +175,13 @@ release() { # <arch>
     # (.gnu_debuglink), found beside it in .debug/ (not in lib/ itself:
     # ldconfig would take lib*.so.* there for a library).
     mkdir -p "$debug"
-    objcopy --only-keep-debug "$dest/lib/$real" "$debug/$real.debug"
+    objcopy=$(objcopy_for "$arch")
+    $objcopy --only-keep-debug "$dest/lib/$real" "$debug/$real.debug"
     chmod 644 "$debug/$real.debug"
-    objcopy --strip-all --add-gnu-debuglink="$debug/$real.debug" "$dest/lib/$real"
+    $objcopy --strip-all --add-gnu-debuglink="$debug/$real.debug" "$dest/lib/$real"
     # The archive keeps the symbols a link needs, not the debug info
     # (about 100 MB of it).
-    objcopy --strip-debug "$dest/lib/libflowctrl.a"
+    $objcopy --strip-debug "$dest/lib/libflowctrl.a"
     tarball "$dest" "$out/$name.tar.gz"
     tarball "$stage/debug/$name" "$out/$name-debug.tar.gz"
 

@@ -41,6 +41,8 @@ command -v cmake >/dev/null || apt_install cmake
 command -v pkg-config >/dev/null || apt_install pkg-config
 # ... and readelf, to see the SONAME and what a program links.
 command -v readelf >/dev/null || apt_install binutils
+# scripts/release.sh strips its aarch64 library with aarch64 binutils.
+command -v aarch64-linux-gnu-objcopy >/dev/null || apt_install binutils-aarch64-linux-gnu
 # tests/keyed_http.rs loads a real HTTP server with wrk.
 command -v wrk >/dev/null || apt_install wrk
 # tests/dashboard.rs runs dashboards/ against a real Prometheus and promtool.

@@ -1,20 +1,28 @@
 """The release artifacts (scripts/release.sh) as a user meets them on an
 older Linux: built once for this module into a scratch directory, then
-checked for what a glibc 2.17 system needs (no symbol version above
-GLIBC_2.17, auditwheel's verdict), for their stripping, the debug file's
-link and their size budgets, and used: a C program and a C++ one (on
-flowctrl.hpp) built against the unpacked tarball alone (pkg-config, shared
-and static; CMake), the wheel installed into a fresh venv. Run by
-scripts/test.sh, this suite itself runs from a venv made afresh from the
-wheel, which a test here checks.
+checked, for each arch built (x86_64 and aarch64), for what a glibc 2.17
+system needs (no symbol version above GLIBC_2.17, auditwheel's verdict),
+their stripping, size budgets and the debug file's link; and used: a C
+program and a C++ one (on flowctrl.hpp) built against the unpacked x86_64
+tarball alone (pkg-config, shared and static; CMake), the x86_64 wheel
+installed into a fresh venv, and a C program against the aarch64 tarball
+run under qemu-user. Run by scripts/test.sh, this suite itself runs from a
+venv made afresh from the wheel, which a test here checks.
 
-The script's builds live in target/zig/ and are kept: about 2.5 minutes
-from nothing on this 2-core machine, seconds when fresh. binutils, a C
-and a C++ compiler, pkg-config, cmake and the venv's auditwheel must be there
-(scripts/setup.sh installs them): a missing one fails, nothing is skipped.
+The script's builds live in target/zig/ and are kept: minutes from nothing
+on this 2-core machine, seconds when fresh. scripts/test.sh builds x86_64
+alone (--no-aarch64): there the aarch64 cases are skipped, as the log says
+it did not build it; run alone, this module builds and checks both.
+binutils (and binutils-aarch64-linux-gnu), a C and a C++ compiler,
+pkg-config, cmake and the venv's auditwheel must be there
+(scripts/setup.sh installs them): a missing one fails. The aarch64 run
+under qemu needs qemu-user-static and libc6-arm64-cross, which
+scripts/setup.sh does not install: without them that one test is skipped,
+saying so.
 """
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -30,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[3]
 VERSION = re.search(
     r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M
 ).group(1)
-ARCH = "x86_64"
-NAME = f"flowctrl-{VERSION}-{ARCH}-linux-gnu"
+HOST = platform.machine()
+ARCHES = ("x86_64", "aarch64")
 FLOOR = (2, 17)
 # The size budgets, in bytes: the stripped shared library and the wheel.
 # Measured sizes: benches/ARTIFACTS.md (scripts/artifact-sizes.sh).
@@ -52,19 +60,47 @@ def run(args, **kwargs):
     return result.stdout
 
 
+def binutil(arch, tool):
+    """This machine's binutils for its own arch, <arch>-linux-gnu-<tool>
+    for another (readelf reads any)."""
+    return tool if arch == HOST or tool == "readelf" else f"{arch}-linux-gnu-{tool}"
+
+
+class Artifacts:
+    """One arch's tarballs, unpacked (the debug one over the other), and
+    wheel."""
+
+    def __init__(self, arch, out, unpacked):
+        self.arch = arch
+        self.name = f"flowctrl-{VERSION}-{arch}-linux-gnu"
+        self.tarballs = [out / f"{self.name}{suffix}.tar.gz" for suffix in ("", "-debug")]
+        for tarball in self.tarballs:
+            run(["tar", "-xzf", tarball, "-C", unpacked])
+        self.prefix = unpacked / self.name
+        self.library = self.prefix / "lib" / f"libflowctrl.so.{VERSION}"
+        self.debug = self.prefix / "lib" / ".debug" / f"libflowctrl.so.{VERSION}.debug"
+        wheels = sorted(out.glob(f"flowctrl-{VERSION}-*_{arch}.whl"))
+        assert len(wheels) == 1, wheels
+        self.wheel = wheels[0]
+        self.module = unpacked / f"{arch}-module" / "_flowctrl.abi3.so"
+        self.module.parent.mkdir()
+        with zipfile.ZipFile(self.wheel) as wheel:
+            self.module.write_bytes(wheel.read("flowctrl/_flowctrl.abi3.so"))
+
+
 class Release:
     def __init__(self, out, log, unpacked):
         self.out = out
         self.log = log
-        self.prefix = unpacked / NAME
-        self.library = self.prefix / "lib" / f"libflowctrl.so.{VERSION}"
-        self.debug = self.prefix / "lib" / ".debug" / f"libflowctrl.so.{VERSION}.debug"
-        wheels = sorted(out.glob(f"flowctrl-{VERSION}-*.whl"))
-        assert len(wheels) == 1, wheels
-        self.wheel = wheels[0]
-        self.module = unpacked / "_flowctrl.abi3.so"
-        with zipfile.ZipFile(self.wheel) as wheel:
-            self.module.write_bytes(wheel.read("flowctrl/_flowctrl.abi3.so"))
+        # Each arch whose tarball is there; x86_64 always.
+        self.built = {
+            arch: Artifacts(arch, out, unpacked)
+            for arch in ARCHES
+            if (out / f"flowctrl-{VERSION}-{arch}-linux-gnu.tar.gz").exists()
+        }
+        assert "x86_64" in self.built, sorted(p.name for p in out.iterdir())
+        # What runs here: C programs and the venv use this machine's arch.
+        self.host = self.built[HOST]
 
 
 def build(tmp_path_factory):
@@ -93,15 +129,24 @@ def release(tmp_path_factory):
     out, log = build(tmp_path_factory)
     # Unpacked away from the tree it was built in, the debug tarball over
     # the library's, as a user does.
-    unpacked = tmp_path_factory.mktemp("unpacked")
-    for suffix in ("", "-debug"):
-        run(["tar", "-xzf", out / f"{NAME}{suffix}.tar.gz", "-C", unpacked])
-    return Release(out, log, unpacked)
+    return Release(out, log, tmp_path_factory.mktemp("unpacked"))
+
+
+@pytest.fixture(params=ARCHES)
+def artifacts(release, request):
+    """Each arch's artifacts; an arch the script did not build is skipped,
+    and the script must have said why."""
+    arch = request.param
+    if arch not in release.built:
+        said = re.search(rf"not built: {arch}-unknown-linux-gnu: (.*)", release.log)
+        assert said, f"{arch} was not built and the script did not say why:\n{release.log}"
+        pytest.skip(f"{arch} not built: {said.group(1)}")
+    return release.built[arch]
 
 
 def glibc_versions(binary):
     """The GLIBC_x.y versions binary's dynamic symbols name."""
-    text = run(["objdump", "-T", binary])
+    text = run(["readelf", "--dyn-syms", "-W", binary])
     return sorted(
         {tuple(int(p) for p in v.split(".")) for v in re.findall(r"GLIBC_([0-9.]+)", text)}
     )
@@ -113,30 +158,47 @@ def sections(binary):
 
 def test_it_says_which_targets_it_did_not_build(release):
     assert "not built: x86_64-unknown-linux-musl" in release.log, release.log
+    # Each glibc arch is built or named as not built, never both.
+    for arch in ARCHES:
+        said = f"not built: {arch}-unknown-linux-gnu" in release.log
+        assert said != (arch in release.built), (arch, release.log)
     sysroot = run(["rustc", "--print", "sysroot"]).strip()
     if not Path(sysroot, "lib/rustlib/aarch64-unknown-linux-gnu").is_dir():
         assert "not built: aarch64-unknown-linux-gnu" in release.log, release.log
         assert "rustup target add aarch64-unknown-linux-gnu" in release.log
+    elif "aarch64" not in release.built:
+        # Installed, so left out only on request (scripts/test.sh's).
+        assert "left out by --no-aarch64" in release.log, release.log
 
 
 def test_the_files_and_their_checksums(release):
     names = sorted(p.name for p in release.out.iterdir())
-    assert names == sorted([
-        "SHA256SUMS", f"{NAME}.tar.gz", f"{NAME}-debug.tar.gz", release.wheel.name,
-    ]), names
+    expected = ["SHA256SUMS"]
+    for built in release.built.values():
+        expected += [t.name for t in built.tarballs] + [built.wheel.name]
+    assert names == sorted(expected), names
     run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=release.out)
-    lib = release.prefix / "lib"
-    assert os.readlink(lib / "libflowctrl.so") == f"libflowctrl.so.{VERSION.split('.')[0]}"
-    assert os.readlink(lib / f"libflowctrl.so.{VERSION.split('.')[0]}") == release.library.name
-    for header in ("flowctrl.h", "flowctrl.hpp"):
-        assert (release.prefix / "include" / header).read_bytes() == (
-            ROOT / "include" / header
-        ).read_bytes()
+    for built in release.built.values():
+        lib = built.prefix / "lib"
+        assert os.readlink(lib / "libflowctrl.so") == f"libflowctrl.so.{VERSION.split('.')[0]}"
+        assert os.readlink(lib / f"libflowctrl.so.{VERSION.split('.')[0]}") == built.library.name
+        for header in ("flowctrl.h", "flowctrl.hpp"):
+            assert (built.prefix / "include" / header).read_bytes() == (
+                ROOT / "include" / header
+            ).read_bytes()
+
+
+def test_each_file_is_for_its_arch(artifacts):
+    machine = {"x86_64": "Advanced Micro Devices X86-64", "aarch64": "AArch64"}[artifacts.arch]
+    for binary in (artifacts.library, artifacts.module, artifacts.prefix / "lib/libflowctrl.a"):
+        assert f"Machine:                           {machine}" in run(
+            ["readelf", "-h", binary]
+        ), binary
 
 
 @pytest.mark.parametrize("which", ["library", "module"])
-def test_no_symbol_needs_a_glibc_above_2_17(release, which):
-    binary = getattr(release, which)
+def test_no_symbol_needs_a_glibc_above_2_17(artifacts, which):
+    binary = getattr(artifacts, which)
     versions = glibc_versions(binary)
     assert versions, f"{binary} names no GLIBC_ version: not linked against glibc?"
     above = [v for v in versions if v > FLOOR]
@@ -144,54 +206,57 @@ def test_no_symbol_needs_a_glibc_above_2_17(release, which):
     print(f"{binary.name}: GLIBC_{'.'.join(map(str, versions[-1]))} at most")
 
 
-def test_the_wheel_is_manylinux2014_and_abi3(release):
+def test_the_wheel_is_manylinux2014_and_abi3(artifacts):
     # flowctrl-0.3.0-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
-    python, abi, platform = release.wheel.stem.split("-")[2:]
-    assert (python, abi) == ("cp39", "abi3"), release.wheel.name
-    assert set(platform.split(".")) == {
-        f"manylinux2014_{ARCH}", f"manylinux_2_17_{ARCH}",
-    }, release.wheel.name
-    show = run([sys.executable, "-m", "auditwheel", "show", release.wheel])
-    assert re.search(rf'"manylinux_2_17_{ARCH}"', show), show
+    arch = artifacts.arch
+    python, abi, tags = artifacts.wheel.stem.split("-")[2:]
+    assert (python, abi) == ("cp39", "abi3"), artifacts.wheel.name
+    assert set(tags.split(".")) == {
+        f"manylinux2014_{arch}", f"manylinux_2_17_{arch}",
+    }, artifacts.wheel.name
+    show = run([sys.executable, "-m", "auditwheel", "show", artifacts.wheel])
+    assert re.search(rf'"manylinux_2_17_{arch}"', show), show
     # The module's SONAME must not be the C library's: cargo hands a
     # dependency's cdylib link arguments to dependents (see build.rs).
-    assert "(SONAME)" not in run(["readelf", "-d", release.module])
+    assert "(SONAME)" not in run(["readelf", "-d", artifacts.module])
 
 
 @pytest.mark.parametrize("which", ["library", "module"])
-def test_stripped(release, which):
-    binary = getattr(release, which)
+def test_stripped(artifacts, which):
+    binary = getattr(artifacts, which)
     names = sections(binary)
     assert ".dynsym" in names, names
     assert ".symtab" not in names, names
     assert not [s for s in names if s.startswith(".debug")], names
 
 
-def test_the_archive_keeps_its_symbols_not_its_debug_info(release):
-    archive = release.prefix / "lib" / "libflowctrl.a"
+def test_the_archive_keeps_its_symbols_not_its_debug_info(artifacts):
+    archive = artifacts.prefix / "lib" / "libflowctrl.a"
     text = run(["readelf", "-S", "-W", archive])
     assert ".symtab" in text
     assert ".debug_" not in text
-    assert "fc_acquire" in run(["nm", "--defined-only", archive])
+    assert "fc_acquire" in run([binutil(artifacts.arch, "nm"), "--defined-only", archive])
 
 
 @pytest.mark.parametrize("which", ["library", "wheel"])
-def test_within_its_size_budget(release, which):
-    size = getattr(release, which).stat().st_size
-    print(f"{getattr(release, which).name}: {size:,} bytes (budget {BUDGET[which]:,})")
-    assert size <= BUDGET[which], f"{which}: {size:,} bytes, over {BUDGET[which]:,}"
+def test_within_its_size_budget(artifacts, which):
+    path = getattr(artifacts, which)
+    size = path.stat().st_size
+    print(f"{path.name}: {size:,} bytes (budget {BUDGET[which]:,})")
+    assert size <= BUDGET[which], f"{artifacts.arch} {which}: {size:,} bytes, over {BUDGET[which]:,}"
 
 
-def test_the_debug_file_is_the_one_the_library_names(release, tmp_path):
+def test_the_debug_file_is_the_one_the_library_names(artifacts, tmp_path):
     # .gnu_debuglink: the file's name, NUL, padding to 4 bytes, its CRC-32.
     link = tmp_path / "debuglink"
-    run(["objcopy", f"--dump-section=.gnu_debuglink={link}", release.library, tmp_path / "copy"])
+    run([binutil(artifacts.arch, "objcopy"), f"--dump-section=.gnu_debuglink={link}",
+         artifacts.library, tmp_path / "copy"])
     data = link.read_bytes()
     name = data.split(b"\0")[0]
-    assert name.decode() == release.debug.name
+    assert name.decode() == artifacts.debug.name
     crc = int.from_bytes(data[(len(name) + 4) // 4 * 4:][:4], "little")
-    assert crc == zlib.crc32(release.debug.read_bytes()), "the debug file's CRC differs"
-    debug_sections = sections(release.debug)
+    assert crc == zlib.crc32(artifacts.debug.read_bytes()), "the debug file's CRC differs"
+    debug_sections = sections(artifacts.debug)
     assert ".debug_info" in debug_sections and ".debug_line" in debug_sections
 
 
@@ -217,10 +282,11 @@ LANGUAGES = {
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_a_program_builds_against_the_tarball_with_pkg_config(release, tmp_path, language):
     compiler, name, cflags = LANGUAGES[language]
-    env = {**os.environ, "PKG_CONFIG_PATH": str(release.prefix / "lib/pkgconfig")}
+    prefix = release.host.prefix
+    env = {**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib/pkgconfig")}
     assert run(["pkg-config", "--modversion", "flowctrl"], env=env).strip() == VERSION
     libdir = run(["pkg-config", "--variable=libdir", "flowctrl"], env=env).strip()
-    assert Path(libdir).resolve() == (release.prefix / "lib").resolve()
+    assert Path(libdir).resolve() == (prefix / "lib").resolve()
     source = ROOT / "tests/install" / name
 
     shared = tmp_path / "consumer"
@@ -247,7 +313,7 @@ def test_c_and_cpp_programs_build_against_the_tarball_with_cmake(release, tmp_pa
     for name in ("consumer.c", "consumer.cpp"):
         shutil.copy(ROOT / "tests/install" / name, project / name)
     build = tmp_path / "build"
-    run(["cmake", "-S", project / "cmake", "-B", build, f"-DCMAKE_PREFIX_PATH={release.prefix}"])
+    run(["cmake", "-S", project / "cmake", "-B", build, f"-DCMAKE_PREFIX_PATH={release.host.prefix}"])
     run(["cmake", "--build", build])
     assert (build / "flowctrl-version.txt").read_text() == VERSION
     for program in ("consumer", "consumer_static", "consumer_cpp", "consumer_cpp_static"):
@@ -259,7 +325,7 @@ def test_the_wheel_installs_into_a_fresh_venv(release, tmp_path):
     run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
     run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "--no-index", "--no-deps", release.wheel])
+         "--no-index", "--no-deps", release.host.wheel])
     # Away from bindings/python: the installed package, not the sources.
     out = run([python, "-c", (
         "import flowctrl, sys\n"
@@ -288,4 +354,43 @@ def test_the_suite_runs_on_the_wheel_in_a_fresh_venv(release):
     assert Path(sys.prefix).resolve() == venv, sys.prefix
     assert Path(flowctrl.__file__).resolve().is_relative_to(venv), flowctrl.__file__
     origin = json.loads(importlib.metadata.distribution("flowctrl").read_text("direct_url.json"))
-    assert origin["url"] == release.wheel.resolve().as_uri(), origin
+    assert origin["url"] == release.host.wheel.resolve().as_uri(), origin
+
+
+QEMU = "qemu-aarch64-static"
+AARCH64_GLIBC = Path("/usr/aarch64-linux-gnu")
+
+
+def test_a_c_program_runs_on_the_aarch64_tarball_under_qemu(release, tmp_path):
+    """tests/install/consumer.c cross-built by zig against the unpacked
+    aarch64 tarball (as an aarch64 user's build, for glibc 2.17), shared
+    and static, and run by qemu-user on Debian's aarch64 glibc."""
+    if "aarch64" not in release.built:
+        pytest.skip("aarch64 not built (see test_it_says_which_targets_it_did_not_build)")
+    if not shutil.which(QEMU) or not (AARCH64_GLIBC / "lib/ld-linux-aarch64.so.1").exists():
+        pytest.skip(f"needs {QEMU} and {AARCH64_GLIBC}: apt-get install qemu-user-static libc6-arm64-cross")
+    prefix = release.built["aarch64"].prefix
+    # zig from the project's venv (scripts/setup.sh), as scripts/release.sh
+    # uses it: scripts/test.sh runs this suite from a venv without it.
+    zig_cc = [ROOT / ".venv/bin/python", "-m", "ziglang", "cc", "-target", "aarch64-linux-gnu.2.17",
+              "-std=c99", "-Wall", "-Wextra", "-Werror", ROOT / "tests/install/consumer.c",
+              f"-I{prefix / 'include'}"]
+    env = {**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib/pkgconfig")}
+    static_libs = run(["pkg-config", "--libs", "--static", "flowctrl"], env=env).split()
+
+    shared = tmp_path / "consumer"
+    run([*zig_cc, "-o", shared, f"-L{prefix / 'lib'}", "-lflowctrl"])
+    static = tmp_path / "consumer_static"
+    run([*zig_cc, "-o", static, f"-L{prefix / 'lib'}",
+         *["-l:libflowctrl.a" if f == "-lflowctrl" else f for f in static_libs if f.startswith("-l")]])
+    for binary in (shared, static):
+        assert "Machine:                           AArch64" in run(["readelf", "-h", binary])
+    assert f"libflowctrl.so.{VERSION.split('.')[0]}" in needed(shared)
+    assert not [lib for lib in needed(static) if "flowctrl" in lib]
+
+    qemu = [QEMU, "-L", AARCH64_GLIBC, "-E", f"LD_LIBRARY_PATH={prefix / 'lib'}"]
+    for binary in (shared, static):
+        scratch = tmp_path / f"scratch-{binary.name}"
+        scratch.mkdir()
+        out = run([*qemu, binary, scratch])
+        assert f"version {VERSION}\n" in out and "decisions ok" in out, out
