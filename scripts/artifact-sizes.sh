@@ -3,18 +3,20 @@
 # library and the wheel: 5 MB each, asserted by
 # bindings/python/tests/test_release.py). Builds them with
 # scripts/release.sh into target/release-dist (seconds when fresh; without
-# the publish check) and writes benches/ARTIFACTS.md.
+# the publish check; x86_64 and, when the script builds it, aarch64) and
+# writes benches/ARTIFACTS.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 dist="$ROOT/target/release-dist"
 ./scripts/release.sh --out "$dist" --no-publish-check >"$dist.log" 2>&1 || { cat "$dist.log"; exit 1; }
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
-name=flowctrl-$version-x86_64-linux-gnu
+arches=()
+for arch in x86_64 aarch64; do
+    [[ -e $dist/flowctrl-$version-$arch-linux-gnu.tar.gz ]] && arches+=("$arch")
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-tar -xzf "$dist/$name.tar.gz" -C "$tmp"
-wheel=$(ls "$dist"/flowctrl-"$version"-*.whl)
 budget=5000000
 size() { stat -c %s "$1"; }
 mb() { awk -v b="$1" 'BEGIN { printf "%.2f MB", b / 1000000 }'; }
@@ -28,26 +30,34 @@ row() { # <what> <file> [budget]
         echo "| $1 | $bytes | $(mb "$bytes") | |"
     fi
 }
-module=$tmp/module.so
-"$ROOT/.venv/bin/python" - "$wheel" "$module" <<'PY'
+rows() { # <arch>: its table's rows
+    local arch=$1 name wheel module
+    name=flowctrl-$version-$arch-linux-gnu
+    tar -xzf "$dist/$name.tar.gz" -C "$tmp"
+    wheel=$(ls "$dist"/flowctrl-"$version"-*_"$arch".whl)
+    module=$tmp/module-$arch.so
+    "$ROOT/.venv/bin/python" - "$wheel" "$module" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[2], "wb") as out:
     shutil.copyfileobj(wheel.open("flowctrl/_flowctrl.abi3.so"), out)
 PY
+    row "$arch: lib/libflowctrl.so.$version (stripped)" "$tmp/$name/lib/libflowctrl.so.$version" "$budget"
+    row "\`$(basename "$wheel")\`" "$wheel" "$budget"
+    row "$arch: the wheel's \`flowctrl/_flowctrl.abi3.so\` (stripped)" "$module"
+    row "$arch: lib/libflowctrl.a (symbols kept, debug info stripped)" "$tmp/$name/lib/libflowctrl.a"
+    row "\`$name.tar.gz\`" "$dist/$name.tar.gz"
+    row "\`$name-debug.tar.gz\`" "$dist/$name-debug.tar.gz"
+}
+table=$(for arch in "${arches[@]}"; do rows "$arch"; done)
 {
     echo "# Release artifacts"
     echo
-    echo "Measured $(date -u +%F) on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(rustc --version | cut -d' ' -f1-2), commit $(git rev-parse --short HEAD), by \`./scripts/artifact-sizes.sh\` (the artifacts of \`scripts/release.sh\`, x86_64, glibc 2.17). Sizes in bytes; MB = 10^6 bytes."
+    echo "Measured $(date -u +%F) on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(rustc --version | cut -d' ' -f1-2), commit $(git rev-parse --short HEAD), by \`./scripts/artifact-sizes.sh\` (the artifacts of \`scripts/release.sh\`, $(sed "s/ / and /g" <<<"${arches[*]}"), glibc 2.17). Sizes in bytes; MB = 10^6 bytes."
     echo
     echo "| file | bytes | size | budget |"
     echo "| --- | ---: | ---: | ---: |"
-    row "lib/libflowctrl.so.$version (stripped)" "$tmp/$name/lib/libflowctrl.so.$version" "$budget"
-    row "\`$(basename "$wheel")\`" "$wheel" "$budget"
-    row "the wheel's \`flowctrl/_flowctrl.abi3.so\` (stripped)" "$module"
-    row "lib/libflowctrl.a (symbols kept, debug info stripped)" "$tmp/$name/lib/libflowctrl.a"
-    row "\`$name.tar.gz\`" "$dist/$name.tar.gz"
-    row "\`$name-debug.tar.gz\`" "$dist/$name-debug.tar.gz"
+    echo "$table"
     echo
-    echo "The budgets are asserted by \`bindings/python/tests/test_release.py\` (\`test_within_its_size_budget\`), which \`./scripts/test.sh\` runs. The tarball is mostly the static archive, which has no budget: a program linked against it keeps only what it calls."
+    echo "The budgets are asserted by \`bindings/python/tests/test_release.py\` (\`test_within_its_size_budget\`), for each arch built: \`./scripts/test.sh\` runs it on x86_64 alone, the test run by itself on both. The tarball is mostly the static archive, which has no budget: a program linked against it keeps only what it calls."
 } >benches/ARTIFACTS.md
 cat benches/ARTIFACTS.md
