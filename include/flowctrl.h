@@ -1273,9 +1273,10 @@ fc_status fc_key_state_get(const struct fc_task *task,
 /**
  * Sends flowctrl's log lines of `level` and more severe ones
  * (`FC_LOG_WARN`: warnings and errors) to `callback`, called with
- * `user_data`; replaces the callback set before. `callback` NULL (or
- * `level` `FC_LOG_OFF`) turns it off: lines then go where they go without
- * a callback — to stderr, warnings and errors, unless the environment
+ * `user_data`; replaces the callback set before. `level` `FC_LOG_OFF`
+ * turns every line off, stderr's included. `callback` NULL with another
+ * level turns the callback off: lines then go where they go without a
+ * callback — to stderr, warnings and errors, unless the environment
  * variable `FLOWCTRL_LOG` names another level (`off`, `error`, `warn`,
  * `info`, `debug` or `trace`), in the format `FLOWCTRL_LOG_FORMAT` names
  * (`text`, `logfmt` or `json`); both read once, at the first

@@ -605,6 +605,12 @@ fn warnings_reach_stderr_unless_a_callback_or_flowctrl_log_says_otherwise() {
     assert_eq!(stderr, "", "off: nothing at all");
     let (_, stderr) = run_log_mode(&binary, "stderr", &[("FLOWCTRL_LOG", "error")]);
     assert_eq!(our_lines(&stderr), 0, "a warning is below error\n{stderr}");
+    // FC_LOG_OFF set by the program (as one built when the library was
+    // silent by default silences it): nothing, FLOWCTRL_LOG or not.
+    for env in [&[][..], &[("FLOWCTRL_LOG", "warn")]] {
+        let (_, stderr) = run_log_mode(&binary, "off", env);
+        assert_eq!(our_lines(&stderr), 0, "FC_LOG_OFF: nothing\n{stderr}");
+    }
 
     // A callback: it gets the lines, stderr none.
     for env in [&[][..], &[("FLOWCTRL_LOG", "warn")]] {

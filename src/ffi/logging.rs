@@ -76,9 +76,10 @@ pub type fc_log_callback =
 
 /// Sends flowctrl's log lines of `level` and more severe ones
 /// (`FC_LOG_WARN`: warnings and errors) to `callback`, called with
-/// `user_data`; replaces the callback set before. `callback` NULL (or
-/// `level` `FC_LOG_OFF`) turns it off: lines then go where they go without
-/// a callback — to stderr, warnings and errors, unless the environment
+/// `user_data`; replaces the callback set before. `level` `FC_LOG_OFF`
+/// turns every line off, stderr's included. `callback` NULL with another
+/// level turns the callback off: lines then go where they go without a
+/// callback — to stderr, warnings and errors, unless the environment
 /// variable `FLOWCTRL_LOG` names another level (`off`, `error`, `warn`,
 /// `info`, `debug` or `trace`), in the format `FLOWCTRL_LOG_FORMAT` names
 /// (`text`, `logfmt` or `json`); both read once, at the first
@@ -105,6 +106,7 @@ pub unsafe extern "C" fn fc_set_log_callback(
         let filter = filter_of(level)
             .ok_or_else(|| Error::invalid(format!("log level {level} is not one of FC_LOG_*")))?;
         from_env();
+        SILENT.store(filter == LevelFilter::Off, SeqCst);
         if !install() {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -266,6 +268,8 @@ static WRITING: AtomicBool = AtomicBool::new(false);
 /// The level of stderr lines (a `LevelFilter` as usize; 0 = off), set by
 /// [`from_env`]: `FLOWCTRL_LOG`, else warn.
 static ENV_FILTER: AtomicUsize = AtomicUsize::new(0);
+/// The program set `FC_LOG_OFF`: no line goes to stderr either.
+static SILENT: AtomicBool = AtomicBool::new(false);
 /// `FLOWCTRL_LOG_FORMAT` (a [`Format`] as u8).
 static FORMAT: AtomicU8 = AtomicU8::new(Format::Text as u8);
 static ENV_READ: AtomicBool = AtomicBool::new(false);
@@ -344,6 +348,9 @@ fn update_max_level() {
 }
 
 fn env_filter() -> LevelFilter {
+    if SILENT.load(SeqCst) {
+        return LevelFilter::Off;
+    }
     match ENV_FILTER.load(SeqCst) {
         0 => LevelFilter::Off,
         1 => LevelFilter::Error,

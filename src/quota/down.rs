@@ -102,8 +102,10 @@ pub(super) fn granted_self_in(slot: &TaskSlot, slice: u32) -> bool {
 /// may be served by live shards alone), or part of one granted by the host
 /// itself in it. Such a slice, left behind, keeps the figures of the slice
 /// before: the share fallback would keep to a sliver.
-pub(super) fn cut_short(slot: &TaskSlot, slice: u32) -> bool {
-    phase::failed(&slot.quota) || down(slot) != 0 || granted_self_in(slot, slice)
+pub(super) fn cut_short(slot: &TaskSlot, shards: u32, slice: u32) -> bool {
+    phase::failed(&slot.quota)
+        || down(slot) & all(shards.clamp(1, 8)) != 0
+        || granted_self_in(slot, slice)
 }
 
 /// Marks shard `i` down or up. Under the pull lock.
@@ -260,11 +262,13 @@ mod tests {
     fn a_shard_known_down_cuts_the_slice_short() {
         let (me, slot, _) = setup(Fallback::Share);
         let slice = slice_of(me.store_now_us(&slot.quota), 60_000);
-        assert!(!cut_short(&slot, slice));
+        assert!(!cut_short(&slot, 3, slice));
         set_down(&slot, 1, true);
-        assert!(cut_short(&slot, slice) && !granted_self_in(&slot, slice));
+        assert!(cut_short(&slot, 3, slice) && !granted_self_in(&slot, slice));
+        // A shard of a spread no longer in force counts for nothing.
+        assert!(!cut_short(&slot, 1, slice));
         set_down(&slot, 1, false);
-        assert!(!cut_short(&slot, slice));
+        assert!(!cut_short(&slot, 3, slice));
     }
 
     #[test]

@@ -32,15 +32,27 @@ pub(super) fn fallback_rate(slot: &TaskSlot, g: Global) -> Option<f64> {
 }
 
 /// In a slice this host spent partly in fallback, or the slice after one,
-/// what its fallback rate still allows it to take from the store (`None`:
-/// no bound). See the module doc.
-pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
+/// its fallback allowance of the slice (`None`: no bound). See the module
+/// doc.
+fn share_of_slice(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
     let account = Account::of(slot);
     if account.fell_back(slice) == 0 && account.fell_back(slice.wrapping_sub(1)) == 0 {
         return None;
     }
-    fallback_rate(slot, g)
-        .map(|rate| policy::allowance(rate, g.slice_ms).saturating_sub(account.holds(slice)))
+    fallback_rate(slot, g).map(|rate| policy::allowance(rate, g.slice_ms))
+}
+
+/// What the share still allows the host to take of `slice` from the store
+/// (`None`: no bound).
+pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
+    share_of_slice(slot, g, slice).map(|a| a.saturating_sub(Account::of(slot).holds(slice)))
+}
+
+/// What the host holds of `slice` past its share (0 without one): a grant
+/// that landed after the host's other processes spent the share by the
+/// fallback.
+pub(super) fn share_over(slot: &TaskSlot, g: Global, slice: u32) -> u64 {
+    share_of_slice(slot, g, slice).map_or(0, |a| Account::of(slot).holds(slice).saturating_sub(a))
 }
 
 impl Quota {

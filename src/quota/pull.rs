@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::account::Account;
-use super::fallback::share_left;
+use super::fallback::{share_left, share_over};
 use super::lock::{PullLock, try_lock};
 use super::phase::{self, Phase, Settled};
 use super::store::{Ask, slice_of, wall_us};
@@ -91,7 +91,8 @@ impl Quota {
         // when a probe is due); while only some shards are down, one pull
         // per probe interval asks the down ones too.
         let probe = phase::failed(q) && (!down::partial(slot, g) || self.probe_due(shm, q));
-        let touched = |s| down::cut_short(slot, s);
+        let shards = g.shards;
+        let touched = |s| down::cut_short(slot, shards, s);
         // A reservation comes first: it is usable once the pacing it came
         // with is over, and the host asks for no more before.
         if account.has_reservation() {
@@ -197,16 +198,16 @@ impl Quota {
             }
             notes::conflicts(q, task, slice, g, &self.host, &reply);
             let kept = reply.usable_ms > 0 && reply.granted > 0;
-            if kept {
+            let got = if kept {
                 account.keep_reserved(slice, reply.granted);
+                reply.granted
             } else {
                 // Back from a fallback, the share binds the grant too: the
                 // host's other processes went on admitting by the fallback
-                // while the ask was out, so what fits now may be less than
-                // what fitted when it was sent.
-                let fits = share_left(slot, g, slice).unwrap_or(u64::MAX);
-                account.deposit(slice, reply.granted, reply.granted.min(fits), touched);
-            }
+                // while the ask was out, so what fitted when it was sent
+                // may not fit now.
+                account.deposit(slice, reply.granted, || share_over(slot, g, slice), touched)
+            };
             // A give-back's pull for nothing only tells the store: the
             // host's pacing and low water stay the last ask's.
             let telling = want == 0;
@@ -232,7 +233,7 @@ impl Quota {
                 partial,
             };
             phase::settle(q, &settled, || self.next_probe(shm, shm.clock.now()));
-            return Ok(reply.granted);
+            return Ok(got);
         }
         Ok(0)
     }

@@ -204,7 +204,8 @@ static void replace_file(const char *path)
     CHECK(rename(fresh, path) == 0, "rename it over %s", path);
 }
 
-/* Modes stderr and callback: one store failure, for tests/c_abi.rs. */
+/* Modes stderr, callback and off (FC_LOG_OFF set, as an older program
+ * silences the library): one store failure, for tests/c_abi.rs. */
 static int store_failure_only(const char *dir, int with_callback)
 {
     char path[512];
@@ -212,13 +213,15 @@ static int store_failure_only(const char *dir, int with_callback)
     fc_task *task;
     alarm(60);
     printf("pid %ld\n", (long)getpid());
-    if (with_callback)
+    if (with_callback == 1)
         CHECK(fc_set_log_callback(FC_LOG_INFO, on_log, &g_seen) == FC_OK, "callback set");
+    if (with_callback == 2)
+        CHECK(fc_set_log_callback(FC_LOG_OFF, NULL, NULL) == FC_OK, "logging off");
     snprintf(path, sizeof path, "%s/env", dir);
     table = open_table(path);
     task = register_task(table, "api", 100, 0);
     acquire_once(task, "api");
-    if (with_callback)
+    if (with_callback == 1)
         printf("callback lines %d\n", seen_count());
     fc_task_free(task);
     fc_table_close(table);
@@ -237,6 +240,8 @@ int main(int argc, char **argv)
         return store_failure_only(argv[1], 0);
     if (argc == 3 && strcmp(argv[2], "callback") == 0)
         return store_failure_only(argv[1], 1);
+    if (argc == 3 && strcmp(argv[2], "off") == 0)
+        return store_failure_only(argv[1], 2);
     if (argc != 2) {
         fprintf(stderr, "usage: log_test <scratch-dir> [stderr|callback]\n");
         return 2;

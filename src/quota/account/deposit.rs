@@ -23,27 +23,34 @@ impl Account<'_> {
     /// old one is stranded, and the old one's figures (spent, asked) are
     /// kept for sizing and for the share fallback. A grant for a slice
     /// already over is stranded whole and counts in no claim.
-    /// Only `usable` of them (at most `granted`) reach the host word: the
-    /// rest counts in the claim, charged by the key, and is stranded.
+    /// `over()`, read once the claim counts the grant, is what the host
+    /// then holds past what it may (a share it keeps to): that much of the
+    /// grant stays out of the host word, counted in the claim as the key
+    /// charged it, and stranded. Read after the claim, so another process
+    /// deciding by the fallback meanwhile sees the grant and keeps out of
+    /// it. The stranded part counts in the slice's figures as spent, as the
+    /// key charged it, until the next full slice's replace them.
     /// `touched(s)`: slice `s` was spent with a shard down (see `down`):
     /// like one an outage cut short, its figures are not the host's share.
+    /// Returns the permits that reached the host word.
     pub(in crate::quota) fn deposit(
         self,
         slice: u32,
         granted: u64,
-        usable: u64,
+        over: impl Fn() -> u64,
         touched: impl Fn(u32) -> bool,
-    ) {
+    ) -> u64 {
         let q = self.q();
         q.granted.fetch_add(granted, Ordering::Relaxed);
-        let usable = usable.min(granted);
-        q.stranded.fetch_add(granted - usable, Ordering::Relaxed);
         let mut word = q.host.load(Ordering::Acquire);
         let late = word != 0 && just_before(slice, (word >> 32) as u32);
         let sg = q.slice_granted.load(Ordering::Relaxed);
+        let mut usable = granted;
         if !late {
             q.slice_granted
                 .store(tag(slice, tagged(sg, slice) + granted), Ordering::Relaxed);
+            usable -= over().min(granted);
+            q.stranded.fetch_add(granted - usable, Ordering::Relaxed);
         }
         if std::env::var_os("FLOWCTRL_TEST_DIE_IN_DEPOSIT").is_some() {
             // Tests of the kill inside the deposit: die between the claim
@@ -56,7 +63,7 @@ impl Account<'_> {
                 word + usable.min(u32::MAX as u64 - left)
             } else if word != 0 && just_before(slice, current) {
                 q.stranded.fetch_add(usable, Ordering::Relaxed);
-                return;
+                return 0;
             } else {
                 tag(slice, usable)
             };
@@ -74,7 +81,7 @@ impl Account<'_> {
                             self.close(current, tagged(sg, current), left);
                         }
                     }
-                    return;
+                    return usable;
                 }
                 Err(now) => word = now,
             }
@@ -130,7 +137,7 @@ impl Account<'_> {
             // SIGKILL there would.
             std::process::abort();
         }
-        self.deposit((word >> 32) as u32, permits, permits, touched);
+        self.deposit((word >> 32) as u32, permits, || 0, touched);
         permits
     }
 }

@@ -319,10 +319,13 @@ mod tests {
         let slot = slot();
         let (q, a) = (&slot.quota, Account::of(&slot));
         a.count_fallback(S, 960);
-        a.deposit(S, 146, 40, |_| false);
+        // A share of 1,000: judged with the grant in the claim, so another
+        // process's fallback meanwhile sees it too.
+        let over = || a.taken(S).saturating_sub(1000);
+        assert_eq!(a.deposit(S, 146, over, |_| false), 40);
         assert_eq!((a.held(S), a.taken(S)), (40, 1106));
         assert_eq!(q.stranded.load(Ordering::Relaxed), 106);
-        a.deposit(S, 10, 10, |_| false);
+        assert_eq!(a.deposit(S, 10, || 0, |_| false), 10);
         assert_eq!((a.held(S), a.taken(S)), (50, 1116));
     }
 
