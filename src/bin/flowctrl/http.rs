@@ -105,18 +105,32 @@ fn pollfd(fd: i32, events: i16) -> libc::pollfd {
 
 /// Accepts every connection waiting; beyond [`MAX_CONNECTIONS`], each
 /// newcomer closes the oldest connection still sending its request (or is
-/// closed itself when every one is reading its answer).
+/// closed itself when every one is reading its answer). Only one accepted
+/// before this call: one of this burst has not been read yet (a scrape
+/// that sent its whole request at once would be closed behind a flood of
+/// idle ones), so the rest of the burst waits in the backlog until the
+/// next round has read it.
 fn accept(listener: &TcpListener, conns: &mut Vec<Conn>) {
+    let before = conns.len();
+    let mut evicted = 0;
     loop {
+        let mut close_it = false;
+        if conns.len() >= MAX_CONNECTIONS {
+            // `conns` is in the order of accept: the oldest first.
+            let earlier = before - evicted;
+            let pending = |c: &Conn| c.out.is_none();
+            if let Some(oldest) = conns[..earlier].iter().position(pending) {
+                drop(conns.remove(oldest));
+                evicted += 1;
+            } else if conns[earlier..].iter().any(pending) {
+                return;
+            } else {
+                close_it = true;
+            }
+        }
         match listener.accept() {
+            Ok(_) if close_it => {}
             Ok((stream, _)) => {
-                if conns.len() >= MAX_CONNECTIONS {
-                    match conns.iter().position(|c| c.out.is_none()) {
-                        // `conns` is in the order of accept: the oldest first.
-                        Some(oldest) => drop(conns.remove(oldest)),
-                        None => continue,
-                    }
-                }
                 if stream.set_nonblocking(true).is_ok() {
                     let _ = stream.set_nodelay(true);
                     conns.push(Conn {
