@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering;
 use log::Level;
 
 mod limiter;
+pub(crate) mod line;
 mod time;
 use limiter::{ARMED, Limiter};
 pub use time::rfc3339;

@@ -3,7 +3,7 @@
 //! use, hands flowctrl's lines (targets `flowctrl::…`) to the callback, or
 //! else writes them to stderr: warnings and errors unless `FLOWCTRL_LOG`
 //! names another level (`off`: nothing), in the format
-//! `FLOWCTRL_LOG_FORMAT` names (see `log_line`). The Rust crate's own face
+//! `FLOWCTRL_LOG_FORMAT` names (see `events::line`). The Rust crate's own face
 //! installs nothing: a Rust program's logger is its own.
 //!
 //! The callback is read without a lock (an atomic pointer) and no lock is
@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
-use super::log_line::{Format, line};
 use super::status::{boundary, fc_status};
+use crate::events::line::{Format, line};
 use crate::{Error, ErrorKind};
 
 /// Log levels: a callback's `level` delivers that level and the more

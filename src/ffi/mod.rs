@@ -38,7 +38,6 @@ mod balance;
 mod check;
 mod config;
 mod keyed;
-mod log_line;
 mod logging;
 mod sized;
 mod stats;

@@ -1,4 +1,5 @@
-//! The C library's stderr lines, in the format `FLOWCTRL_LOG_FORMAT` names:
+//! A log line as the C library writes it to stderr, in the format
+//! `FLOWCTRL_LOG_FORMAT` names (the C face only chooses where it goes):
 //!
 //! - `text` (the default): `flowctrl[PID] LEVEL TARGET: MESSAGE`, then the
 //!   line's fields but `pid` (already there) in logfmt, ` task=api host=…`;
@@ -15,14 +16,14 @@ use log::kv::{Key, Value, VisitSource};
 
 /// How the C library writes lines to stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Format {
+pub(crate) enum Format {
     Text = 0,
     Logfmt = 1,
     Json = 2,
 }
 
 impl Format {
-    pub(super) fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         match text.to_ascii_lowercase().as_str() {
             "text" => Some(Format::Text),
             "logfmt" => Some(Format::Logfmt),
@@ -31,7 +32,7 @@ impl Format {
         }
     }
 
-    pub(super) fn from_u8(n: u8) -> Self {
+    pub(crate) fn from_u8(n: u8) -> Self {
         match n {
             1 => Format::Logfmt,
             2 => Format::Json,
@@ -62,7 +63,7 @@ impl<'kvs> VisitSource<'kvs> for Fields {
 
 /// `record` as one line of `format` (with `message`, its text), ending in a
 /// newline; `time` is its RFC 3339 time.
-pub(super) fn line(format: Format, record: &Record<'_>, message: &str, time: &str) -> String {
+pub(crate) fn line(format: Format, record: &Record<'_>, message: &str, time: &str) -> String {
     let mut fields = Fields(Vec::new());
     let _ = record.key_values().visit(&mut fields);
     let level = record.level();
