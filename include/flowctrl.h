@@ -241,6 +241,12 @@ enum fc_status
    */
   FC_LIMITED_KEY_BLOCKED = 6,
   /**
+   * A key's global rate refused it: the key's slice is spent across
+   * the fleet (or the host's fallback share of it, while the store
+   * fails).
+   */
+  FC_LIMITED_KEY_GLOBAL = 7,
+  /**
    * A NULL pointer, n = 0, n above the burst, a bad option or permit.
    */
   FC_ERR_INVALID_ARGUMENT = 100,

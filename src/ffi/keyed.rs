@@ -159,6 +159,7 @@ pub unsafe extern "C" fn fc_acquire_key(
                         (fc_status::FC_LIMITED_KEY_CONCURRENCY, 0)
                     }
                     KeyRefused::Blocked => (fc_status::FC_LIMITED_KEY_BLOCKED, 0),
+                    KeyRefused::Global => (fc_status::FC_LIMITED_KEY_GLOBAL, 0),
                 };
                 let ns = refusal.retry_after.map_or(FC_RETRY_UNKNOWN, |d| {
                     d.as_nanos().min(u64::MAX as u128 - 1) as u64

@@ -25,6 +25,10 @@ pub enum fc_status {
     FC_LIMITED_KEY_CONCURRENCY = 5,
     /// The key is blocked (an override admitting nothing).
     FC_LIMITED_KEY_BLOCKED = 6,
+    /// A key's global rate refused it: the key's slice is spent across
+    /// the fleet (or the host's fallback share of it, while the store
+    /// fails).
+    FC_LIMITED_KEY_GLOBAL = 7,
     /// A NULL pointer, n = 0, n above the burst, a bad option or permit.
     FC_ERR_INVALID_ARGUMENT = 100,
     /// A task name that is empty, over 63 bytes, not UTF-8 or not printable.
@@ -107,6 +111,10 @@ const STATUS_TEXT: &[(fc_status, &str)] = &[
         "limited by the key's concurrency\0",
     ),
     (fc_status::FC_LIMITED_KEY_BLOCKED, "the key is blocked\0"),
+    (
+        fc_status::FC_LIMITED_KEY_GLOBAL,
+        "limited by the key's global rate\0",
+    ),
     (fc_status::FC_ERR_INVALID_ARGUMENT, "invalid argument\0"),
     (fc_status::FC_ERR_INVALID_NAME, "invalid task name\0"),
     (fc_status::FC_ERR_TABLE_FULL, "table full\0"),

@@ -7,17 +7,19 @@
 //! | KeyConfig × 2                       double-buffered limits        8 KiB each
 //! | KeyRecord × processes × records     what each process holds       32 B
 //! | NameSlot × names                    display names of keys         64 B
-//! | Bucket × buckets ]                  8 keys each                   512 B
+//! | Bucket × buckets                    8 keys each                   512 B
+//! | GlobalWords × keys ]                a key's global rate on the host 32 B
 //! ```
 //!
 //! A bucket is one line of eight identities (a key's keyed hash) and eight
-//! 56-byte entries: 64 bytes a key, all included. The identity words sit
-//! together so a lookup reads one line to find its key among eight.
+//! 56-byte entries: 64 bytes a key, and 32 more for its global rate (see
+//! `keyed::global`). The identity words sit together so a lookup reads one
+//! line to find its key among eight.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) const KEYS_MAGIC: u64 = u64::from_le_bytes(*b"FCKEYS01");
-pub(crate) const KEYS_VERSION: u32 = 1;
+pub(crate) const KEYS_VERSION: u32 = 2;
 pub(crate) const KEYS_HEADER_SIZE: usize = 4096;
 /// Keys in a bucket.
 pub(crate) const BUCKET_KEYS: usize = 8;
@@ -57,10 +59,14 @@ pub(crate) struct KeysHeader {
     pub config_version: AtomicU64,
     /// Writer lock of the limits: 0 or the writer's `Owner`.
     pub config_lock: AtomicU64,
-    _pad0: [AtomicU64; 5],
+    /// What the keys' global rates share on the host (see `keyed::global`).
+    pub global: GlobalHeader,
+    _pad0: AtomicU64,
     /// Counters, each on the line of the rare event it counts.
     pub counters: [AtomicU64; KEY_COUNTERS],
-    _pad1: [AtomicU64; 16 - KEY_COUNTERS],
+    /// The overflow state's global words.
+    pub overflow_global: GlobalWords,
+    _pad1: [AtomicU64; 16 - KEY_COUNTERS - 4],
     /// The state every key shares that found no entry (the region full of
     /// live keys): limited as one key, never refusing every new caller.
     pub overflow: KeyEntry,
@@ -87,6 +93,32 @@ pub(crate) enum KeyCounter {
 }
 
 pub(crate) const KEY_COUNTERS: usize = 7;
+
+/// The host-wide words of the keys' global rates.
+#[repr(C)]
+pub(crate) struct GlobalHeader {
+    /// The slice (low 32 bits of its id) whose chunks were asked ahead.
+    pub ahead: AtomicU64,
+    /// The store's clock minus this host's, ms (i64 bits), as last measured.
+    pub offset_ms: AtomicU64,
+    /// Hosts the store counted pulling keys, at the last pull.
+    pub hosts: AtomicU64,
+    /// Until when (store ms) the store is taken as down: no pull is tried.
+    pub failed_until_ms: AtomicU64,
+}
+
+/// One key's global rate on the host: its state in the current slice, the
+/// chunk asked ahead for the next, and what the host saw of it (bit layouts
+/// in `keyed::global`).
+#[repr(C)]
+pub(crate) struct GlobalWords {
+    pub now: AtomicU64,
+    pub next: AtomicU64,
+    pub seen: AtomicU64,
+    /// The key's id in the store (the same on every host), written with
+    /// each new slice of `now`.
+    pub id: AtomicU64,
+}
 
 /// One key's state: 56 bytes. `W` is the word: the file's atomics, or
 /// loom's in a model of key placement (`scripts/loom.sh`).
@@ -150,6 +182,12 @@ pub(crate) struct LimitsCopy {
     pub flags: AtomicU64,
     /// The period each rate was stated over, in ms (for reports).
     pub periods: AtomicU64,
+    /// The key's global rate: permits per slice (low 32 bits; 0: none) |
+    /// allowance per host and slice (bits 32..40) | fallback (bits 40..42).
+    pub global: AtomicU64,
+    /// The global rate's slice in ms (low 32) | its stated period in ms
+    /// (high 32, for reports).
+    pub global_ms: AtomicU64,
 }
 
 pub(crate) const LIMITS_SHADOW: u64 = 1;
@@ -177,7 +215,8 @@ const _: () = {
     assert!(size_of::<Bucket>() == 512);
     assert!(size_of::<KeyRecord>() == 32);
     assert!(size_of::<NameSlot>() == 64);
-    assert!(size_of::<LimitsCopy>() == 80);
+    assert!(size_of::<LimitsCopy>() == 96);
+    assert!(size_of::<GlobalWords>() == 32);
 };
 
 /// Where each region of a key file starts.
@@ -203,8 +242,11 @@ impl KeysGeometry {
     pub fn buckets_offset(&self) -> usize {
         (self.names_offset() + self.names as usize * size_of::<NameSlot>()).next_multiple_of(4096)
     }
-    pub fn total_size(&self) -> usize {
+    pub fn globals_offset(&self) -> usize {
         self.buckets_offset() + self.buckets as usize * size_of::<Bucket>()
+    }
+    pub fn total_size(&self) -> usize {
+        self.globals_offset() + self.buckets as usize * BUCKET_KEYS * size_of::<GlobalWords>()
     }
 }
 

@@ -5,6 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::fleet::GlobalPaid;
+use super::global::GlobalRule;
 use super::hold::Using;
 use super::limits::Rules;
 use super::map::{self, Hashed, Place};
@@ -18,6 +20,7 @@ use crate::format::{
 };
 use crate::limit::gcra::Gcra;
 use crate::limit::ledger::{Update, Word};
+use crate::quota::Quota;
 use crate::shm::Shm;
 
 /// What a keyed acquire took of the key, to give back if the task's own
@@ -29,6 +32,8 @@ pub(crate) struct Taken<'a> {
     /// The record holding the key's permits (with the cap), and `n`.
     using: Option<Using<'a>>,
     n: u32,
+    /// What the key's global rate took.
+    global: Option<GlobalPaid>,
 }
 
 impl Taken<'_> {
@@ -39,6 +44,9 @@ impl Taken<'_> {
 
     /// Gives everything back (the task's own limits refused).
     pub(crate) fn undo(self) {
+        if let Some(paid) = self.global {
+            self.keys.give_back_global(paid);
+        }
         if let Some(entry) = self.entry {
             give_back_rates(entry, &self.spent);
         }
@@ -93,13 +101,14 @@ pub(super) fn spend_rate<W: Word>(word: &W, g: Gcra, now: u64, n: u32) -> Result
 
 impl Keys {
     /// Spends `n` of the key's limits for this process (`attach`, its
-    /// compact owner `me`): all of them, or none and the refusal.
+    /// compact owner `me`): all of them, or none and the refusal. A key's
+    /// global rate is decided last, against `fleet`'s store.
     #[inline]
     pub(crate) fn take<'a>(
         &'a self,
         shm: &Shm,
-        attach: u32,
-        me: u32,
+        (attach, me): (u32, u32),
+        fleet: (&Quota, &str),
         key: &[u8],
         n: u32,
     ) -> Result<std::result::Result<Taken<'a>, KeyRefusal>> {
@@ -112,6 +121,7 @@ impl Keys {
             spent: [0; MAX_KEY_RATES],
             using: None,
             n,
+            global: None,
         };
         if rules.flags & LIMITS_UNLIMITED != 0 {
             return Ok(Ok(none()));
@@ -144,13 +154,17 @@ impl Keys {
         }
         // A spend is kept only while the entry is still this key's (see
         // `map`): else it landed on a key moving in, and goes back.
+        let mut placed = region::OVERFLOW;
         let decided = map::decide(
             &self.region,
             h,
             || self.place(shm, h, me, key),
             |place| {
                 let (index, entry) = match place {
-                    Place::Entry(e) => (e, self.region.entry(e).expect("placed in range")),
+                    Place::Entry(e) => {
+                        placed = e;
+                        (e, self.region.entry(e).expect("placed in range"))
+                    }
                     Place::Overflow => {
                         self.region.count(KeyCounter::Overflowed, n as u64);
                         if self.overflow_admits() {
@@ -174,7 +188,19 @@ impl Keys {
             Taken::undo,
         );
         match decided {
-            Ok(taken) => {
+            Ok(mut taken) => {
+                if let (Some(rule), Some(entry)) = (GlobalRule::of(&rules), taken.entry) {
+                    let (quota, task) = fleet;
+                    let at = (placed, h.ident);
+                    match self.take_global(quota, task, at, key, &rule, shadow, n) {
+                        Ok(paid) => taken.global = paid,
+                        Err(refusal) => {
+                            entry.refused.fetch_add(n as u64, Ordering::Relaxed);
+                            taken.undo();
+                            return Ok(Err(refusal));
+                        }
+                    }
+                }
                 if let Some(entry) = taken.entry {
                     count_approx(&entry.admitted);
                 }
@@ -286,6 +312,7 @@ impl Keys {
             spent,
             using,
             n,
+            global: None,
         }))
     }
 

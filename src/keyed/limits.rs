@@ -156,11 +156,136 @@ impl std::fmt::Display for KeyRate {
     }
 }
 
+/// A key's rate across every host of the fleet: `rate.count` per
+/// `rate.period`, kept in slices of the store's clock (see
+/// `docs/guide/keyed.md`, "Global rates per key").
+///
+/// Each slice admits at most `permits()` of the key fleet-wide, plus what
+/// hosts admit on their own: a key not hot on a host passes there up to
+/// `local` requests a slice without asking the store; a key hot on a host
+/// (past that allowance, in this slice or the last) spends only chunks the
+/// store granted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeyGlobal {
+    pub rate: KeyRate,
+    /// The slice, a divisor of nothing: `rate.count × slice / period`
+    /// permits each (rounded down, at least 1). `None`: the period.
+    pub slice: Option<Duration>,
+    /// Requests of a key a host admits per slice without the store while
+    /// the key is not hot there (at most [`MAX_LOCAL`]).
+    pub local: u32,
+    /// What a host admits of a key while the store fails: `Share` (the
+    /// slice ÷ the hosts the store last counted, at least `local`), `Local`
+    /// (the key's local limits alone) or `Deny`.
+    pub fallback: crate::Fallback,
+}
+
+/// The most a host admits of a key per slice on its own.
+pub const MAX_LOCAL: u32 = 31;
+
+impl KeyGlobal {
+    /// `rate` fleet-wide, in slices of its period, one request a slice on
+    /// each host's own, fallback by share.
+    pub fn new(rate: KeyRate) -> Self {
+        Self {
+            rate,
+            slice: None,
+            local: 1,
+            fallback: crate::Fallback::Share,
+        }
+    }
+
+    pub fn slice(mut self, slice: Duration) -> Self {
+        self.slice = Some(slice);
+        self
+    }
+
+    pub fn local(mut self, requests: u32) -> Self {
+        self.local = requests;
+        self
+    }
+
+    pub fn fallback(mut self, fallback: crate::Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// The slice in force.
+    pub fn slice_in_force(&self) -> Duration {
+        self.slice.unwrap_or(self.rate.period)
+    }
+
+    /// Permits of one slice, fleet-wide.
+    pub fn permits(&self) -> u64 {
+        let ratio = self.slice_in_force().as_secs_f64() / self.rate.period.as_secs_f64();
+        ((self.rate.count * ratio + 1e-9).floor() as u64).max(1)
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.rate.validate()?;
+        if self.rate.burst != 0 {
+            return Err(Error::invalid(
+                "a key's global rate takes no burst: each slice's permits may all pass at once"
+                    .to_string(),
+            ));
+        }
+        let slice = self.slice_in_force();
+        if !(Duration::from_millis(10)..=Duration::from_secs(86_400)).contains(&slice)
+            || !slice.subsec_nanos().is_multiple_of(1_000_000)
+        {
+            return Err(Error::invalid(format!(
+                "a key's global slice must be whole ms between 10 ms and a day, not {slice:?}"
+            )));
+        }
+        if self.rate.period > Duration::from_secs(49 * 86_400) {
+            return Err(Error::invalid(format!(
+                "a key's global rate's period must be at most 49 days, not {:?}",
+                self.rate.period
+            )));
+        }
+        let ratio = slice.as_secs_f64() / self.rate.period.as_secs_f64();
+        let permits = self.rate.count * ratio;
+        if !(1.0..=(1u64 << 31) as f64).contains(&(permits + 1e-9)) {
+            return Err(Error::invalid(format!(
+                "a key's global rate of {} gives {permits:.3} permits per slice of {slice:?}:                  a slice needs 1 to 2^31 (make the slice longer or shorter)",
+                self.rate
+            )));
+        }
+        if self.local > MAX_LOCAL {
+            return Err(Error::invalid(format!(
+                "a key's local allowance is at most {MAX_LOCAL} requests a slice, not {}",
+                self.local
+            )));
+        }
+        if let crate::Fallback::Rate(_) = self.fallback {
+            return Err(Error::invalid(
+                "a key's global fallback is share, local or deny (not a rate)".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn fallback_code(&self) -> u64 {
+        match self.fallback {
+            crate::Fallback::Local => FALLBACK_LOCAL,
+            crate::Fallback::Deny => FALLBACK_DENY,
+            _ => FALLBACK_SHARE,
+        }
+    }
+}
+
+/// A global rate's fallback in its copy (bits 40..42 of `global`).
+pub(crate) const FALLBACK_SHARE: u64 = 0;
+pub(crate) const FALLBACK_LOCAL: u64 = 1;
+pub(crate) const FALLBACK_DENY: u64 = 2;
+
 /// What a key is limited by. Several rates apply at once: a request is
 /// admitted only if every rate admits it, and a refused one spends none.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct KeyLimits {
     rates: [Option<KeyRate>; MAX_KEY_RATES],
+    /// The key's rate across the fleet (needs the table's store).
+    pub global: Option<KeyGlobal>,
     /// Permits of one key in flight on the host at most; 0: no cap.
     pub max_concurrency: u32,
     /// Decide and count "would have refused", and admit anyway.
@@ -248,9 +373,18 @@ impl KeyLimits {
         self.kind == Kind::Blocked
     }
 
+    /// Adds a rate across the fleet (see [`KeyGlobal`]).
+    pub fn global(mut self, global: KeyGlobal) -> Self {
+        self.global = Some(global);
+        self
+    }
+
     /// Whether these limits limit anything.
     pub fn is_empty(&self) -> bool {
-        self.kind == Kind::Limited && self.rates().next().is_none() && self.max_concurrency == 0
+        self.kind == Kind::Limited
+            && self.rates().next().is_none()
+            && self.max_concurrency == 0
+            && self.global.is_none()
     }
 
     /// Checks the limits as setting them would (`flowctrl set --dry-run`).
@@ -264,8 +398,11 @@ impl KeyLimits {
                 self.max_concurrency
             )));
         }
+        if let Some(g) = &self.global {
+            g.validate()?;
+        }
         if self.kind != Kind::Limited
-            && (self.rates().next().is_some() || self.max_concurrency != 0)
+            && (self.rates().next().is_some() || self.max_concurrency != 0 || self.global.is_some())
         {
             return Err(Error::invalid(
                 "an unlimited or blocked key takes no rate or cap".to_string(),
@@ -318,6 +455,15 @@ impl KeyLimits {
                 0
             };
         copy.flags.store(flags, Ordering::Relaxed);
+        let (global, global_ms) = match &self.global {
+            Some(g) => (
+                g.permits() | (g.local as u64) << 32 | g.fallback_code() << 40,
+                g.slice_in_force().as_millis() as u64 | (g.rate.period.as_millis() as u64) << 32,
+            ),
+            None => (0, 0),
+        };
+        copy.global.store(global, Ordering::Relaxed);
+        copy.global_ms.store(global_ms, Ordering::Relaxed);
     }
 
     pub(crate) fn load(copy: &LimitsCopy, clock: &Clock) -> Self {
@@ -355,6 +501,26 @@ impl KeyLimits {
             }
             limits.rates[i] = Some(r);
         }
+        let (global, global_ms) = (
+            copy.global.load(Ordering::Relaxed),
+            copy.global_ms.load(Ordering::Relaxed),
+        );
+        let permits = global & 0xffff_ffff;
+        let (slice_ms, period_ms) = (global_ms & 0xffff_ffff, global_ms >> 32);
+        if permits != 0 && slice_ms != 0 && period_ms != 0 {
+            let period = Duration::from_millis(period_ms);
+            let slice = Duration::from_millis(slice_ms);
+            limits.global = Some(KeyGlobal {
+                rate: KeyRate::new(permits as f64 * period_ms as f64 / slice_ms as f64, period),
+                slice: (slice != period).then_some(slice),
+                local: ((global >> 32) & 0xff) as u32,
+                fallback: match (global >> 40) & 3 {
+                    FALLBACK_LOCAL => crate::Fallback::Local,
+                    FALLBACK_DENY => crate::Fallback::Deny,
+                    _ => crate::Fallback::Share,
+                },
+            });
+        }
         limits
     }
 }
@@ -366,6 +532,9 @@ pub(crate) struct Rules {
     pub burst: [u32; MAX_KEY_RATES],
     pub cap: u32,
     pub flags: u64,
+    /// The global rate's words (see `LimitsCopy::global`); 0: none.
+    pub global: u64,
+    pub global_ms: u64,
 }
 
 impl Rules {
@@ -382,6 +551,8 @@ impl Rules {
             burst: [bursts as u32, (bursts >> 32) as u32, burst2_cap as u32],
             cap: ((burst2_cap >> 32) as u32).min(MAX_COUNT as u32),
             flags: copy.flags.load(Ordering::Relaxed),
+            global: copy.global.load(Ordering::Relaxed),
+            global_ms: copy.global_ms.load(Ordering::Relaxed),
         }
     }
 }

@@ -10,6 +10,8 @@
 
 mod config;
 mod decide;
+mod fleet;
+mod global;
 mod hold;
 mod limits;
 mod map;
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 pub(crate) use config::{config_of, normalized};
 pub(crate) use decide::drift_of;
-pub use limits::{KeyLimits, KeyRate};
+pub use limits::{KeyGlobal, KeyLimits, KeyRate, MAX_LOCAL};
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub use view::{KeyInfo, KeyStats};
@@ -101,6 +103,9 @@ pub enum KeyRefused {
     Concurrency,
     /// The key is blocked (an override admitting nothing).
     Blocked,
+    /// The key's global rate: its slice is spent fleet-wide (or, while
+    /// the store fails, the host's fallback share of it).
+    Global,
     /// The process holds permits of as many distinct keys as it has
     /// records for (see `KeyStats::records`).
     Records,

@@ -10,8 +10,8 @@ use memmap2::MmapRaw;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    BUCKET_KEYS, Bucket, KEYS_HEADER_SIZE, KEYS_MAGIC, KEYS_VERSION, KeyConfig, KeyCounter,
-    KeyEntry, KeyRecord, KeysGeometry, KeysHeader, NameSlot,
+    BUCKET_KEYS, Bucket, GlobalWords, KEYS_HEADER_SIZE, KEYS_MAGIC, KEYS_VERSION, KeyConfig,
+    KeyCounter, KeyEntry, KeyRecord, KeysGeometry, KeysHeader, NameSlot,
 };
 use crate::shm::Shm;
 use crate::shm::copy::Copied;
@@ -256,6 +256,22 @@ impl KeyRegion {
 
     pub fn entries(&self) -> u32 {
         self.geometry.buckets * BUCKET_KEYS as u32
+    }
+
+    /// The global words of entry `index`, or of the overflow state; `None`
+    /// for an index no entry has.
+    #[inline]
+    pub fn globals(&self, index: u32) -> Option<&GlobalWords> {
+        if index == OVERFLOW {
+            return Some(&self.header().overflow_global);
+        }
+        (index < self.entries()).then(|| {
+            // SAFETY: `index` is below the entries the geometry holds, and
+            // their global words end where the mapping does.
+            unsafe {
+                self.at(self.geometry.globals_offset() + index as usize * size_of::<GlobalWords>())
+            }
+        })
     }
 
     /// Record `r` of attachment `attach`, or `None` out of range.

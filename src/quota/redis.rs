@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 
 use super::connect::{Conn, Target};
 use super::deadline::Budget;
+use super::keyed::{KEYED, KeyBatch, KeyReply, key_call, key_reply};
 use super::keys::record_key;
 
 use super::script::{PULL, ScriptReply, pull_call, pull_reply};
@@ -44,6 +45,7 @@ pub(crate) struct RedisStore {
     target: Target,
     settings: RedisSettings,
     script: redis::Script,
+    keyed: redis::Script,
     /// Idle connections with the pid that opened them: a forked child never
     /// uses its parent's socket. Taken with `try_lock` only, so a fork while
     /// another thread held the lock cannot freeze the child.
@@ -74,6 +76,7 @@ impl RedisStore {
             target,
             settings,
             script: redis::Script::new(PULL),
+            keyed: redis::Script::new(KEYED),
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -222,6 +225,24 @@ impl QuotaStore for RedisStore {
             invocation.invoke(conn)
         };
         pull_reply(ask, self.round_trip("pull", call)?)
+    }
+
+    fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
+        let (keys, args) = key_call(&self.settings.prefix, batch);
+        let call = |conn: &mut Conn| -> redis::RedisResult<Vec<i64>> {
+            let mut invocation = self.keyed.prepare_invoke();
+            for key in &keys {
+                invocation.key(key);
+            }
+            for arg in &args {
+                invocation.arg(arg);
+            }
+            invocation.invoke(conn)
+        };
+        Some(
+            self.round_trip("pull keys' quota", call)
+                .and_then(|r| key_reply(batch, &r)),
+        )
     }
 
     fn describe(&self) -> String {

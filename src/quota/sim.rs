@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::keyed::{KeyBatch, KeyReply, key_call, key_reply};
 use super::script::{PULL, pull_call, pull_reply};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
@@ -28,7 +29,17 @@ pub trait Script: Send + Sync {
     fn hash(&self, _key: &str) -> Result<Vec<(String, String)>> {
         Ok(Vec::new())
     }
+    /// Runs [`KEYED_SCRIPT`] with these KEYS and ARGV; the reply's integers.
+    fn eval_keyed(&self, _keys: &[String], _args: &[String]) -> Result<Vec<i64>> {
+        Err(Error::new(
+            ErrorKind::Store,
+            "the simulated store runs no key script",
+        ))
+    }
 }
+
+/// The keys' global-rate script, as Redis runs it.
+pub const KEYED_SCRIPT: &str = super::keyed::KEYED;
 
 static INSTALLED: Mutex<Option<Arc<dyn Script>>> = Mutex::new(None);
 
@@ -67,6 +78,15 @@ impl QuotaStore for SimStore {
         pull_reply(
             ask,
             (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]),
+        )
+    }
+
+    fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
+        let (keys, args) = key_call(&self.prefix, batch);
+        Some(
+            self.script
+                .eval_keyed(&keys, &args)
+                .and_then(|r| key_reply(batch, &r)),
         )
     }
 

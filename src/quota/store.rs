@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::keyed::{KeyBatch, KeyReply};
 use super::record::Refresh;
 use crate::error::Result;
 
@@ -124,6 +125,11 @@ pub(crate) fn wait_until_released(
 
 pub(crate) trait QuotaStore: Send + Sync {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply>;
+    /// Grants chunks of keys' global rates (see `keyed`); `None` from a
+    /// store that keeps none: the embedded store's host is the whole fleet.
+    fn pull_keys(&self, _batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
+        None
+    }
     /// The store's clock is this host's: there is no offset to measure (a
     /// measurement could only add the noise of a descheduled puller).
     fn shares_host_clock(&self) -> bool {

@@ -149,7 +149,8 @@ impl Task {
         let keys = self.keys_in_use()?;
         let owner = self.shm.owner()?;
         let attach = owner.index().unwrap_or(0);
-        let taken = match keys.take(&self.shm, attach, owner.compact(), key, n)? {
+        let who = (attach, owner.compact());
+        let taken = match keys.take(&self.shm, who, (&self.quota, &self.name), key, n)? {
             Ok(t) => t,
             Err(refusal) => return Ok(Err(refusal)),
         };

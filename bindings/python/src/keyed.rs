@@ -23,7 +23,7 @@ pub(crate) fn key_bytes(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 }
 
 /// A keyed refusal as `Limited`: `reason` "key_rate", "key_concurrency",
-/// "key_blocked", or the task's own ("local", "global", "concurrency").
+/// "key_blocked", "key_global", or the task's own ("local", "global", "concurrency").
 pub(crate) fn limited(task: &flowctrl::Task, refusal: &KeyRefusal) -> PyErr {
     let reason = match refusal.by {
         KeyRefused::Task(Why::Local) => "local",
@@ -32,6 +32,7 @@ pub(crate) fn limited(task: &flowctrl::Task, refusal: &KeyRefusal) -> PyErr {
         KeyRefused::Rate(_) => "key_rate",
         KeyRefused::Concurrency | KeyRefused::Records => "key_concurrency",
         KeyRefused::Blocked => "key_blocked",
+        KeyRefused::Global => "key_global",
     };
     Limited::new_err((
         format!("task {:?} limited by {reason}", task.name()),

@@ -1,0 +1,190 @@
+//! The store's side of keys' global rates: one call grants a host chunks of
+//! many keys' slices (see `keyed::global` for the host's side). The store
+//! keeps, per task and slice, one hash of what each key was given — only
+//! keys some host pulled — and a census of the hosts that pull keys.
+
+use super::keys::manager_key;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Grants chunks of keys' slices to one host.
+///
+/// KEYS: 1 the task's key counts (the slice's hash is `KEYS[1]:<slice>`,
+/// field: a key's id, value: what was given of it in the slice), 2 the
+/// census (host → ms of its last call). ARGV: 1 slice_ms, 2 the slice asked
+/// (the store's current one or the next), 3 the host id, then four per key:
+/// its id, its permits per slice, the chunk wanted, and what the host
+/// admitted of it on its own in the slice and has not reported yet (the
+/// charge, counted before the grant). Answers the store's ms, its current
+/// slice, the hosts in the census, 1 (or 0: another slice was asked,
+/// nothing granted), then granted and left for each key.
+pub(crate) const KEYED: &str = include_str!("keyed.lua");
+
+/// Keys one call carries at most.
+pub(crate) const MAX_BATCH: usize = 1024;
+
+/// One key of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeyAsk {
+    /// The key's id in the store (the same on every host).
+    pub id: u64,
+    /// Its permits per slice, fleet-wide.
+    pub permits: u64,
+    pub want: u64,
+    /// Admitted on the host's own and not yet counted in the store.
+    pub charge: u64,
+}
+
+/// A host's asks for one slice.
+pub(crate) struct KeyBatch<'a> {
+    pub task: &'a str,
+    pub host: &'a str,
+    pub slice: u64,
+    pub slice_ms: u32,
+    pub asks: &'a [KeyAsk],
+}
+
+/// What the store answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyReply {
+    pub store_ms: i64,
+    /// The store's current slice.
+    pub slice: u64,
+    pub hosts: u64,
+    /// Granted and left of each ask, in order; empty when the store was in
+    /// another slice than asked.
+    pub grants: Vec<(u64, u64)>,
+}
+
+impl super::Quota {
+    /// One round trip granting `asks` of `slice`; `None` from the embedded
+    /// store (its host is the fleet: it decides alone).
+    pub(crate) fn pull_keys(
+        &self,
+        task: &str,
+        (slice, slice_ms): (u64, u32),
+        asks: &[KeyAsk],
+    ) -> Option<Result<KeyReply>> {
+        self.store.pull_keys(&KeyBatch {
+            task,
+            host: &self.host,
+            slice,
+            slice_ms,
+            asks,
+        })
+    }
+
+    /// This host's wall clock (with the table's test skew), ms.
+    pub(crate) fn host_ms(&self) -> i64 {
+        (super::wall_us() + self.skew_us) / 1000
+    }
+}
+
+/// The script's keys and arguments for `batch`.
+pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<String>) {
+    let keys = vec![
+        manager_key(prefix, batch.task, 0, 1, "k"),
+        manager_key(prefix, batch.task, 0, 1, "k-hosts"),
+    ];
+    let mut args = Vec::with_capacity(3 + 4 * batch.asks.len());
+    args.push(batch.slice_ms.to_string());
+    args.push(batch.slice.to_string());
+    args.push(batch.host.to_string());
+    for a in batch.asks {
+        args.push(format!("{:016x}", a.id));
+        args.push(a.permits.to_string());
+        args.push(a.want.to_string());
+        args.push(a.charge.to_string());
+    }
+    (keys, args)
+}
+
+/// The script's answer, checked as strictly as any value from the store.
+pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
+    let bad = |why: String| {
+        Err(Error::new(
+            ErrorKind::Store,
+            format!("the store answered a key pull with {why}"),
+        ))
+    };
+    let [store_ms, slice, hosts, granted, rest @ ..] = r else {
+        return bad(format!("{} integers, fewer than 4", r.len()));
+    };
+    if *store_ms <= 0 || *slice < 0 || *hosts < 0 || !(0..=1).contains(granted) {
+        return bad(format!(
+            "a header of {store_ms}, {slice}, {hosts}, {granted}"
+        ));
+    }
+    let expected = if *granted == 1 {
+        2 * batch.asks.len()
+    } else {
+        0
+    };
+    if rest.len() != expected {
+        return bad(format!("{} grant values for {expected}", rest.len()));
+    }
+    let mut grants = Vec::with_capacity(batch.asks.len());
+    for (ask, pair) in batch.asks.iter().zip(rest.chunks(2)) {
+        let (g, left) = (pair[0], pair[1]);
+        if g < 0 || g as u64 > ask.want || left < 0 || left as u64 > ask.permits {
+            return bad(format!(
+                "{g} granted and {left} left for {} wanted of {}",
+                ask.want, ask.permits
+            ));
+        }
+        grants.push((g as u64, left as u64));
+    }
+    Ok(KeyReply {
+        store_ms: *store_ms,
+        slice: *slice as u64,
+        hosts: *hosts as u64,
+        grants,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(asks: &[KeyAsk]) -> KeyBatch<'_> {
+        KeyBatch {
+            task: "api",
+            host: "h1",
+            slice: 7,
+            slice_ms: 1000,
+            asks,
+        }
+    }
+
+    #[test]
+    fn a_reply_is_read_only_when_every_value_fits_its_ask() {
+        let asks = [KeyAsk {
+            id: 0xab,
+            permits: 10,
+            want: 4,
+            charge: 1,
+        }];
+        let b = batch(&asks);
+        let (keys, args) = key_call("", &b);
+        assert_eq!(keys, ["{api}:k", "{api}:k-hosts"]);
+        assert_eq!(
+            args,
+            ["1000", "7", "h1", "00000000000000ab", "10", "4", "1"]
+        );
+        let ok = key_reply(&b, &[1_700_000_000_000, 7, 3, 1, 4, 5]).unwrap();
+        assert_eq!(ok.grants, [(4, 5)]);
+        assert_eq!(ok.hosts, 3);
+        let other = key_reply(&b, &[1_700_000_000_000, 9, 3, 0]).unwrap();
+        assert!(other.grants.is_empty());
+        for hostile in [
+            &[1, 7, 3, 1, 5, 5][..],  // more than wanted
+            &[1, 7, 3, 1, 4, 11][..], // more left than a slice holds
+            &[1, 7, 3, 1, -1, 5][..],
+            &[1, 7, 3, 1, 4][..],
+            &[1, 7, 3, 2, 4, 5][..],
+            &[0, 7, 3, 1, 4, 5][..],
+            &[1, 7, 3][..],
+        ] {
+            assert!(key_reply(&b, hostile).is_err(), "{hostile:?}");
+        }
+    }
+}
