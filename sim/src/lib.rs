@@ -7,6 +7,7 @@
 //! sets, and the `sim:` store).
 
 pub mod fleet;
+pub mod keyed;
 pub mod lua;
 pub mod model;
 pub mod report;

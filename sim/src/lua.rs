@@ -16,6 +16,8 @@ use crate::model::{Model, Reply};
 /// The script and its store: what the simulated tables pull from.
 pub struct LuaStore {
     lua: Mutex<(Lua, Function)>,
+    /// The keys' global-rate script, over the same keyspace.
+    keyed: Mutex<Function>,
     pub model: Arc<Mutex<Model>>,
     /// Script calls: the store's round trips.
     pub evals: AtomicU64,
@@ -145,8 +147,14 @@ impl LuaStore {
             lua.load(script).set_name("pull.lua").into_function()
         };
         let function = setup().map_err(lua_error)?;
+        let keyed = lua
+            .load(flowctrl::sim::KEYED_SCRIPT)
+            .set_name("keyed.lua")
+            .into_function()
+            .map_err(lua_error)?;
         Ok(Self {
             lua: Mutex::new((lua, function)),
+            keyed: Mutex::new(keyed),
             model,
             evals: AtomicU64::new(0),
             kinds: Default::default(),
@@ -172,6 +180,32 @@ impl flowctrl::sim::Script for LuaStore {
             .chunks(2)
             .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
             .collect())
+    }
+
+    fn eval_keyed(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>> {
+        self.evals.fetch_add(1, Ordering::Relaxed);
+        let guard = self.lua.lock().unwrap();
+        let lua = &guard.0;
+        let function = self.keyed.lock().unwrap();
+        let run = || -> mlua::Result<Value> {
+            let g = lua.globals();
+            g.set(
+                "KEYS",
+                lua.create_sequence_from(keys.iter().map(|s| s.as_str()))?,
+            )?;
+            g.set(
+                "ARGV",
+                lua.create_sequence_from(args.iter().map(|s| s.as_str()))?,
+            )?;
+            function.call::<Value>(())
+        };
+        match run().map_err(lua_error)? {
+            Value::Table(t) => t
+                .sequence_values::<Value>()
+                .map(|v| reply_int(&v.map_err(lua_error)?))
+                .collect(),
+            other => Ok(vec![reply_int(&other)?]),
+        }
     }
 
     fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>> {

@@ -9,7 +9,48 @@ use std::time::Instant;
 use flowctrl_sim::report::{self, Summary};
 use flowctrl_sim::scenario;
 
+/// `flowctrl-sim keys [--hosts N] [--slices N] [--local N] [--only NAME,...]
+/// [--check]`: the keys' global-rate scenarios (`keyed::scenarios`), a table
+/// row per slice, and with `--check` a line per budget missed.
+fn keys(mut args: impl Iterator<Item = String>) -> Result<(), Box<dyn std::error::Error>> {
+    let (mut hosts, mut slices, mut local, mut only) = (1000, 5, None, None::<String>);
+    let mut check = false;
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--hosts" => hosts = value()?.parse()?,
+            "--slices" => slices = value()?.parse()?,
+            "--local" => local = Some(value()?.parse()?),
+            "--only" => only = Some(value()?),
+            "--check" => check = true,
+            _ => return Err(format!("unknown argument {arg}").into()),
+        }
+    }
+    println!("{}", flowctrl_sim::keyed::HEADER);
+    for s in flowctrl_sim::keyed::scenarios(hosts, slices, local) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|o| o == s.name))
+        {
+            continue;
+        }
+        let began = Instant::now();
+        let run = flowctrl_sim::keyed::run(&s)?;
+        print!("{}", flowctrl_sim::keyed::rows(&run));
+        if check {
+            for miss in flowctrl_sim::keyed::misses(&run) {
+                println!("miss {}: {miss}", s.name);
+            }
+        }
+        eprintln!("{}: {:.1} s", s.name, began.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().nth(1).as_deref() == Some("keys") {
+        return keys(std::env::args().skip(2));
+    }
     let (mut hosts, mut slices, mut overload) = (1000, 10, 1.25);
     let (mut only, mut csv, mut check) = (None::<String>, None::<String>, false);
     let mut args = std::env::args().skip(1);

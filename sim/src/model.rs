@@ -9,6 +9,8 @@ use std::collections::HashMap;
 enum Value {
     Str(String),
     Hash(HashMap<String, String>),
+    /// A sorted set: member → score.
+    ZSet(HashMap<String, f64>),
 }
 
 struct Entry {
@@ -90,6 +92,43 @@ impl Model {
             }) => Ok(Some(h)),
             Some(_) => Err(WRONGTYPE.into()),
         }
+    }
+
+    /// The sorted set at `key`, made if `create` and absent.
+    fn zset(
+        &mut self,
+        key: &str,
+        create: bool,
+    ) -> Result<Option<&mut HashMap<String, f64>>, String> {
+        if create && self.live(key).is_none() {
+            let value = Value::ZSet(HashMap::new());
+            let entry = Entry {
+                value,
+                expires_us: None,
+            };
+            self.keys.insert(key.to_string(), entry);
+        }
+        match self.live(key) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::ZSet(z),
+                ..
+            }) => Ok(Some(z)),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    /// Fields of every live hash whose name starts with `prefix`.
+    pub fn hash_fields(&mut self, prefix: &str) -> usize {
+        let now = self.now_us;
+        self.keys
+            .iter()
+            .filter(|(k, e)| k.starts_with(prefix) && e.expires_us.is_none_or(|at| at > now))
+            .map(|(_, e)| match &e.value {
+                Value::Hash(h) => h.len(),
+                _ => 0,
+            })
+            .sum()
     }
 
     /// Runs one command, `args[0]` its name.
@@ -212,6 +251,75 @@ impl Model {
                 Ok(Reply::Int(
                     self.hash(&args[1])?.map_or(0, |h| h.len()) as i64
                 ))
+            }
+            "HINCRBY" => {
+                arity(4, false)?;
+                let by = int(&args[3])?;
+                if self.hash(&args[1])?.is_none() {
+                    let value = Value::Hash(HashMap::new());
+                    let entry = Entry {
+                        value,
+                        expires_us: None,
+                    };
+                    self.keys.insert(args[1].clone(), entry);
+                }
+                let h = self.hash(&args[1])?.expect("just created");
+                let old = match h.get(&args[2]) {
+                    Some(v) => {
+                        int(v).map_err(|_| "ERR hash value is not an integer".to_string())?
+                    }
+                    None => 0,
+                };
+                h.insert(args[2].clone(), (old + by).to_string());
+                Ok(Reply::Int(old + by))
+            }
+            "ZADD" => {
+                arity(4, true)?;
+                let z = self.zset(&args[1], true)?.expect("just created");
+                let mut added = 0;
+                for pair in args[2..].chunks(2) {
+                    let score: f64 = pair[0]
+                        .parse()
+                        .map_err(|_| "ERR value is not a valid float".to_string())?;
+                    added += z.insert(pair[1].clone(), score).is_none() as i64;
+                }
+                Ok(Reply::Int(added))
+            }
+            "ZREMRANGEBYSCORE" => {
+                arity(4, false)?;
+                let bound = |s: &str| -> Result<f64, String> {
+                    match s {
+                        "-inf" => Ok(f64::NEG_INFINITY),
+                        "+inf" => Ok(f64::INFINITY),
+                        s => s
+                            .parse()
+                            .map_err(|_| "ERR min or max is not a float".into()),
+                    }
+                };
+                let (lo, hi) = (bound(&args[2])?, bound(&args[3])?);
+                let Some(z) = self.zset(&args[1], false)? else {
+                    return Ok(Reply::Int(0));
+                };
+                let before = z.len();
+                z.retain(|_, s| *s < lo || *s > hi);
+                Ok(Reply::Int((before - z.len()) as i64))
+            }
+            "ZCARD" => {
+                arity(2, false)?;
+                Ok(Reply::Int(
+                    self.zset(&args[1], false)?.map_or(0, |z| z.len()) as i64,
+                ))
+            }
+            "PEXPIREAT" => {
+                arity(3, false)?;
+                let at = int(&args[2])? * 1000;
+                Ok(Reply::Int(match self.live(&args[1]) {
+                    Some(e) => {
+                        e.expires_us = Some(at);
+                        1
+                    }
+                    None => 0,
+                }))
             }
             "PEXPIRE" => {
                 arity(3, false)?;

@@ -1,15 +1,18 @@
-//! Keys' global rates against the table's store: a request of a key that
-//! needs the store asks for that key alone; near a slice's end one process
-//! of the host asks ahead, in one call, for every key hot on the host; a
-//! store that fails leaves each key its fallback share (see `global` for
-//! the words, `quota::keyed` for the store's side).
+//! Keys' global rates against the table's store. A host calls the store
+//! at most once per call window (a slice, or a second of a longer one), at
+//! four fifths of it: one call asks for the chunks of every key that waits
+//! for the store in the current slice, and, in the slice's last window, for
+//! the next slice's chunks of every key hot on the host. A request that
+//! needs the store between calls is refused until the next one. A store
+//! that fails leaves each key its fallback share (see `global` for the
+//! words, `quota::keyed` for the store's side).
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::time::Duration;
 
 use siphasher::sip::SipHasher13;
 
-use super::global::{self, GlobalRule, Paid, Seen, Step};
+use super::global::{self, GlobalRule, Now, Paid, Seen, Step};
 use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
 use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK};
@@ -17,10 +20,13 @@ use crate::quota::{KeyAsk, MAX_KEY_BATCH, Quota};
 
 /// How long a failed store is left alone before a key asks it again.
 const PROBE_MS: i64 = 1000;
-/// How far into a slice the host asks ahead for the next one, in tenths:
-/// late enough that the slice's demand is known, early enough that the
-/// answer lands before the next slice begins.
-const AHEAD_AT_TENTHS: u64 = 8;
+/// The longest call window: a key waiting for the store waits at most
+/// about this long, whatever its slice.
+const WINDOW_MS: u64 = 1000;
+/// Where in its window a call is made, in tenths: late enough that the
+/// window's demand is known, early enough that the answer lands before the
+/// next slice begins.
+const CALL_AT_TENTHS: u64 = 8;
 
 /// A key's global payment, given back if the task's own limits refuse.
 #[derive(Clone, Copy, Debug)]
@@ -43,8 +49,15 @@ pub(crate) fn store_id(task: &str, key: &[u8]) -> u64 {
 
 /// Where the store's clock is for a key's slices.
 struct Clock {
+    /// The store's ms, as this host estimates it.
+    ms: u64,
     slice: u64,
     elapsed_ms: u64,
+}
+
+/// The call windows of slices of `slice_ms`.
+fn window(slice_ms: u64) -> u64 {
+    slice_ms.min(WINDOW_MS)
 }
 
 impl Keys {
@@ -52,6 +65,7 @@ impl Keys {
         let offset = self.region.header().global.offset_ms.load(Relaxed) as i64;
         let ms = (quota.host_ms() + offset).max(0) as u64;
         Clock {
+            ms,
             slice: ms / slice_ms,
             elapsed_ms: ms % slice_ms,
         }
@@ -84,11 +98,15 @@ impl Keys {
         };
         let (tag, id) = (global::tag_of(ident), store_id(task, key));
         let n = n as u64;
-        let mut clock = self.store_clock(quota, rule.slice_ms);
-        self.ask_ahead(quota, task, &clock, rule.slice_ms);
+        let keeps = quota.keeps_keys();
+        if keeps {
+            self.call_if_due(quota, task, rule.slice_ms);
+        }
+        let clock = self.store_clock(quota, rule.slice_ms);
+        let mut wait = rule.slice_ms - clock.elapsed_ms;
         for _ in 0..3 {
             let step = global::decide(w, (tag, id), clock.slice, rule, n, clock.elapsed_ms);
-            let (want, charge) = match step {
+            let charge = match step {
                 Step::Admit(paid) => {
                     return Ok(Some(GlobalPaid {
                         index,
@@ -98,63 +116,36 @@ impl Keys {
                     }));
                 }
                 Step::Refuse => break,
-                Step::Pull { want, charge } => (want, charge),
+                Step::Pull { charge, .. } => charge,
             };
             let g = &self.region.header().global;
-            let store_ms = quota.host_ms() + g.offset_ms.load(Relaxed) as i64;
-            if g.failed_until_ms.load(Relaxed) as i64 > store_ms {
+            if !keeps {
+                // The embedded store: the host is the fleet, its slice all
+                // the host's.
+                let rest = rule.permits.saturating_sub(charge);
+                global::deposit(w, (tag, id), clock.slice, rest, charge, true);
+                continue;
+            }
+            if g.failed_until_ms.load(Relaxed) > clock.ms {
                 match rule.fallback_share(g.hosts.load(Relaxed)) {
                     None => return Ok(None),
                     Some(share) => global::fall_back(w, (tag, id), clock.slice, share),
                 }
                 continue;
             }
-            let asks = [KeyAsk {
-                id,
-                permits: rule.permits,
-                want,
-                charge,
-            }];
-            let sent = quota.host_ms();
-            match quota.pull_keys(task, (clock.slice, rule.slice_ms as u32), &asks) {
-                // The embedded store: the host is the fleet, its slice all
-                // the host's.
-                None => global::deposit(
-                    w,
-                    (tag, id),
-                    clock.slice,
-                    rule.permits.saturating_sub(charge),
-                    charge,
-                    true,
-                ),
-                Some(Ok(reply)) => {
-                    self.note_reply(quota, sent, reply.store_ms, reply.hosts);
-                    match reply.grants.first() {
-                        Some(&(granted, left)) => {
-                            global::deposit(w, (tag, id), clock.slice, granted, charge, left == 0)
-                        }
-                        // Another slice: the offset is corrected.
-                        None => clock = self.store_clock(quota, rule.slice_ms),
-                    }
-                }
-                Some(Err(e)) => {
-                    g.failed_until_ms
-                        .store((store_ms + PROBE_MS) as u64, Relaxed);
-                    crate::events::report(
-                        crate::events::Event::StoreFailed,
-                        task,
-                        format_args!("task {task:?}: keys' global rates fall back: {e}"),
-                    );
-                }
+            global::wait_for_store(w, tag, clock.slice);
+            if !self.call_if_due(quota, task, rule.slice_ms) {
+                let next = g.ahead.load(Relaxed);
+                wait = next.saturating_sub(clock.ms).max(1);
+                break;
             }
         }
         if shadow {
             return Ok(None);
         }
-        let wait = rule.slice_ms.saturating_sub(clock.elapsed_ms).max(1);
         Err(KeyRefusal {
             by: KeyRefused::Global,
-            retry_after: Some(Duration::from_millis(wait)),
+            retry_after: Some(Duration::from_millis(wait.max(1))),
         })
     }
 
@@ -165,81 +156,143 @@ impl Keys {
         }
     }
 
-    /// Past [`AHEAD_AT_TENTHS`] of a slice, the first process of the host
-    /// to get here asks the store, in one call, for the next slice's chunks
-    /// of the keys hot on the host (the most asked first). Its answer goes
-    /// to the keys' `next` words. A process killed meanwhile leaves the
-    /// keys to ask when the slice begins.
-    fn ask_ahead(&self, quota: &Quota, task: &str, clock: &Clock, slice_ms: u64) {
-        if clock.elapsed_ms * 10 < slice_ms * AHEAD_AT_TENTHS {
-            return;
+    /// Makes the host's call to the store if one is due (the first process
+    /// of the host to see it due makes it; `GlobalHeader::ahead` holds when
+    /// the next is due, store ms): true if this process made one.
+    fn call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64) -> bool {
+        let clock = self.store_clock(quota, slice_ms);
+        let due = &self.region.header().global.ahead;
+        let at = due.load(Acquire);
+        let w = window(slice_ms);
+        let this = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
+        // A host's first call is at its first window's call point.
+        if clock.ms < at || (at == 0 && clock.ms < this) {
+            return false;
         }
-        let next = clock.slice + 1;
-        let ahead = &self.region.header().global.ahead;
-        let old = ahead.load(Acquire);
-        if old >= next || ahead.compare_exchange(old, next, AcqRel, Acquire).is_err() {
-            return;
+        let next = this + if clock.ms < this { 0 } else { w };
+        if due.compare_exchange(at, next, AcqRel, Acquire).is_err() {
+            return false;
         }
-        let mut hot: Vec<(u64, u32, u64, KeyAsk)> = Vec::new();
+        // Asked ahead only from the last window's call point: a call late
+        // for an earlier window would ask before the slice's demand is
+        // known, and before the store counted the key's askers.
+        let last = clock.elapsed_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
+        self.call(quota, task, &clock, slice_ms, last);
+        true
+    }
+
+    /// One call: the current slice's chunks of the keys waiting for the
+    /// store, and (in the slice's `last` window) the next slice's of the
+    /// keys hot on the host; the most asked first. A process killed
+    /// meanwhile leaves its keys waiting, and the grants unspent (less
+    /// admitted, never more).
+    fn call(&self, quota: &Quota, task: &str, clock: &Clock, slice_ms: u64, last: bool) {
+        let mut asks: Vec<(u64, u32, u64, KeyAsk)> = Vec::new();
         for index in 0..self.region.entries() {
             let Some(w) = self.region.globals(index) else {
                 break;
             };
-            if let Some((tag, asked, ask)) = self.hot_ask(w, index, clock, slice_ms) {
-                hot.push((asked, index, tag, ask));
-            }
+            self.asks_of(w, index, clock, slice_ms, last, &mut asks);
         }
-        if hot.is_empty() {
+        if asks.is_empty() {
             return;
         }
-        hot.sort_unstable_by_key(|h| std::cmp::Reverse(h.0));
-        hot.truncate(MAX_KEY_BATCH);
-        let asks: Vec<KeyAsk> = hot.iter().map(|h| h.3).collect();
+        asks.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
+        asks.truncate(MAX_KEY_BATCH);
+        let batch: Vec<KeyAsk> = asks.iter().map(|a| a.3).collect();
         let sent = quota.host_ms();
-        let Some(Ok(reply)) = quota.pull_keys(task, (next, slice_ms as u32), &asks) else {
-            return;
-        };
-        self.note_reply(quota, sent, reply.store_ms, reply.hosts);
-        for ((_, index, tag, _), (granted, left)) in hot.iter().zip(&reply.grants) {
-            if let Some(w) = self.region.globals(*index) {
-                global::deposit_ahead(w, *tag, next, *granted, *left == 0);
+        let g = &self.region.header().global;
+        match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch) {
+            Some(Ok(reply)) => {
+                self.note_reply(quota, sent, reply.store_ms, reply.hosts);
+                for ((_, index, tag, ask), &(granted, left)) in asks.iter().zip(&reply.grants) {
+                    let Some(w) = self.region.globals(*index) else {
+                        continue;
+                    };
+                    if ask.next {
+                        global::deposit_ahead(w, *tag, clock.slice + 1, granted, left == 0);
+                    } else {
+                        let key = (*tag, ask.id);
+                        global::deposit(w, key, clock.slice, granted, ask.charge, left == 0);
+                    }
+                }
             }
+            Some(Err(e)) => {
+                g.failed_until_ms.store(clock.ms + PROBE_MS as u64, Relaxed);
+                crate::events::report(
+                    crate::events::Event::StoreFailed,
+                    task,
+                    format_args!("task {task:?}: keys' global rates fall back: {e}"),
+                );
+            }
+            None => {}
         }
     }
 
-    /// The ask ahead for entry `index`, if its key is hot on the host now
-    /// (with its tag and what it was asked in the slice).
-    fn hot_ask(
+    /// The asks of entry `index`'s key (with what it was asked in the
+    /// slice, its entry and tag): for the current slice if it waits for
+    /// the store, for the next if the slice's `last` window is on and the
+    /// key is hot on the host.
+    fn asks_of(
         &self,
         w: &GlobalWords,
         index: u32,
         clock: &Clock,
         slice_ms: u64,
-    ) -> Option<(u64, u64, KeyAsk)> {
+        last: bool,
+        asks: &mut Vec<(u64, u32, u64, KeyAsk)>,
+    ) {
         let seen = Seen::unpack(w.seen.load(Relaxed));
-        if seen.slice != clock.slice & 0xff_ffff || index == OVERFLOW {
-            return None;
+        let current = seen.slice == clock.slice & 0xff_ffff;
+        if index == OVERFLOW || !(current && seen.wants || last) {
+            return;
         }
         let bucket = self.region.bucket(index / BUCKET_KEYS as u32);
         let ident = bucket.ident[index as usize % BUCKET_KEYS].load(Relaxed);
         if ident == 0 || ident & IDENT_LOCK != 0 || global::tag_of(ident) != seen.tag {
-            return None;
+            return;
         }
         let (rules, _) = self.rules(ident);
-        let rule = GlobalRule::of(&rules)?;
-        if rule.slice_ms != slice_ms || !seen.hot(&rule) {
-            return None;
+        let Some(rule) = GlobalRule::of(&rules) else {
+            return;
+        };
+        if rule.slice_ms != slice_ms {
+            return;
         }
-        Some((
-            seen.tag,
-            seen.asked,
-            KeyAsk {
-                id: w.id.load(Relaxed),
-                permits: rule.permits,
-                want: rule.want_ahead(seen.asked, clock.elapsed_ms),
-                charge: 0,
-            },
-        ))
+        let id = w.id.load(Relaxed);
+        let now = Now::unpack(w.now.load(Relaxed));
+        if current && seen.wants && now.tag == seen.tag && now.slice == seen.slice && !now.exhausted
+        {
+            asks.push((
+                seen.asked,
+                index,
+                seen.tag,
+                KeyAsk {
+                    id,
+                    permits: rule.permits,
+                    want: rule.want(seen.asked, clock.elapsed_ms, 1),
+                    charge: now.local - now.charged.min(now.local),
+                    next: false,
+                },
+            ));
+        }
+        // A key still hot next slice has no allowance there: it is asked
+        // ahead even if this slice did not see it.
+        if last && seen.hot_for_in(&rule, clock.slice + 1) > 0 {
+            let asked = if current { seen.asked } else { 0 };
+            asks.push((
+                asked,
+                index,
+                seen.tag,
+                KeyAsk {
+                    id,
+                    permits: rule.permits,
+                    want: rule.want_ahead(asked, clock.elapsed_ms),
+                    charge: 0,
+                    next: true,
+                },
+            ));
+        }
     }
 }
 

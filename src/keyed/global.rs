@@ -74,22 +74,25 @@ impl GlobalRule {
     }
 
     /// The chunk to ask for the rest of a slice `elapsed_ms` in, having
-    /// been asked `asked` in it, for a request of `n`: the rate so far
-    /// projected over what is left, a quarter over, at most the slice.
+    /// been asked `asked` in it, for a request of `n`: twice the rate so far
+    /// projected over what is left, at most the slice. A key asked a few
+    /// times a slice varies by as much again; asking over costs nothing
+    /// the key's other hosts need, since the store divides a key asked for
+    /// by many hosts among them.
     pub(crate) fn want(&self, asked: u64, elapsed_ms: u64, n: u64) -> u64 {
         let rest = self.slice_ms.saturating_sub(elapsed_ms);
         // An early rate is a guess from few requests: judged over at least
         // an eighth of the slice.
         let seen = elapsed_ms.max(self.slice_ms / 8).max(1);
         let projected = (asked * rest).div_ceil(seen);
-        (projected + projected / 4 + n).clamp(n, self.permits.min(MAX_HELD))
+        (2 * projected + n).clamp(n, self.permits.min(MAX_HELD))
     }
 
     /// The chunk to ask ahead for the next slice, having been asked `asked`
-    /// in this one by `elapsed_ms`.
+    /// in this one by `elapsed_ms`: twice the rate, and two.
     pub(crate) fn want_ahead(&self, asked: u64, elapsed_ms: u64) -> u64 {
         let projected = (asked * self.slice_ms).div_ceil(elapsed_ms.max(1));
-        (projected + projected / 4).clamp(1, self.permits.min(MAX_HELD))
+        (2 * projected + 2).clamp(1, self.permits.min(MAX_HELD))
     }
 }
 
@@ -146,21 +149,31 @@ fn next_word(tag: u64, slice: u64, held: u64, exhausted: bool) -> u64 {
     .pack()
 }
 
-/// `seen`: asked 16 | pulled | hot before | slice 24 | tag 12.
+/// Slices a key stays hot on a host after the last one it was hot in: a
+/// key hot on many hosts, each asking a few a slice, is no host's
+/// allowance each time one of them saw it less than twice.
+pub(crate) const HOT_SLICES: u64 = 8;
+
+/// `seen`: asked 16 | pulled | waits for the store | slices still hot 4
+/// (bits 18..22) | slice 24 | tag 12.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Seen {
     pub tag: u64,
     pub slice: u64,
     pub asked: u64,
     pub pulled: bool,
-    pub hot_before: bool,
+    /// A request needed the store since the host's last call to it.
+    pub wants: bool,
+    /// Slices the key is still hot in, from earlier ones (0: it is not).
+    pub hot_for: u64,
 }
 
 impl Seen {
     fn pack(&self) -> u64 {
         self.asked.min(0xffff)
             | (self.pulled as u64) << 16
-            | (self.hot_before as u64) << 17
+            | (self.wants as u64) << 17
+            | self.hot_for.min(15) << 18
             | (self.slice & SLICE_MASK) << 28
             | self.tag << 52
     }
@@ -169,7 +182,8 @@ impl Seen {
         Self {
             asked: w & 0xffff,
             pulled: w >> 16 & 1 != 0,
-            hot_before: w >> 17 & 1 != 0,
+            wants: w >> 17 & 1 != 0,
+            hot_for: (w >> 18) & 0xf,
             slice: (w >> 28) & SLICE_MASK,
             tag: w >> 52,
         }
@@ -183,6 +197,17 @@ impl Seen {
     /// its allowance.
     pub(crate) fn hot(&self, rule: &GlobalRule) -> bool {
         self.pulled || self.asked > rule.local
+    }
+
+    /// Of the same key, the slices it is still hot in from this word's on,
+    /// `slice` (a later one) included: [`HOT_SLICES`] after a hot one.
+    pub(crate) fn hot_for_in(&self, rule: &GlobalRule, slice: u64) -> u64 {
+        let gap = slice.wrapping_sub(self.slice) & SLICE_MASK;
+        if self.hot(rule) {
+            (HOT_SLICES + 1).saturating_sub(gap)
+        } else {
+            self.hot_for.saturating_sub(gap)
+        }
     }
 }
 
@@ -223,13 +248,18 @@ pub(crate) fn note(w: &GlobalWords, tag: u64, slice: u64, rule: &GlobalRule, n: 
                 ..s
             }
         } else {
-            let before = s.tag == tag && s.slice == slice.wrapping_sub(1) & SLICE_MASK;
+            let hot_for = if s.tag == tag {
+                s.hot_for_in(rule, slice)
+            } else {
+                0
+            };
             Seen {
                 tag,
                 slice: slice & SLICE_MASK,
                 asked: n,
                 pulled: false,
-                hot_before: before && s.hot(rule),
+                wants: false,
+                hot_for,
             }
         };
         match cas(&w.seen, old, new.pack()) {
@@ -239,15 +269,21 @@ pub(crate) fn note(w: &GlobalWords, tag: u64, slice: u64, rule: &GlobalRule, n: 
     }
 }
 
-/// Marks the key as pulling in `slice`.
-fn mark_pulled(w: &GlobalWords, tag: u64, slice: u64) {
+/// Marks the key as pulling in `slice` (`pulled`), or as waiting for the
+/// store (`!pulled`).
+fn mark(w: &GlobalWords, tag: u64, slice: u64, pulled: bool) {
     let mut old = w.seen.load(Acquire);
     loop {
         let s = Seen::unpack(old);
-        if !s.is(tag, slice) || s.pulled {
+        let new = Seen {
+            pulled: s.pulled || pulled,
+            wants: !pulled,
+            ..s
+        };
+        if !s.is(tag, slice) || new == s {
             return;
         }
-        match cas(&w.seen, old, Seen { pulled: true, ..s }.pack()) {
+        match cas(&w.seen, old, new.pack()) {
             Ok(_) => return,
             Err(actual) => old = actual,
         }
@@ -321,7 +357,7 @@ pub(crate) fn decide(
             )
         } else if now.exhausted {
             return Step::Refuse;
-        } else if !seen.hot_before && !seen.pulled && now.local + n <= rule.local {
+        } else if seen.hot_for == 0 && !seen.pulled && now.local + n <= rule.local {
             (
                 Now {
                     local: now.local + n,
@@ -358,7 +394,7 @@ pub(crate) fn deposit(
     charge: u64,
     spent: bool,
 ) {
-    mark_pulled(w, tag, slice);
+    mark(w, tag, slice, true);
     let mut now = roll(w, tag, slice, id);
     loop {
         let new = Now {
@@ -377,6 +413,11 @@ pub(crate) fn deposit(
             }
         }
     }
+}
+
+/// Marks the key as waiting for the host's next call to the store.
+pub(crate) fn wait_for_store(w: &GlobalWords, tag: u64, slice: u64) {
+    mark(w, tag, slice, false);
 }
 
 /// Puts a grant asked ahead for `slice` (the next one) into `next`, or into
@@ -493,7 +534,8 @@ mod tests {
             slice: 5,
             asked: 0xffff,
             pulled: true,
-            hot_before: true,
+            wants: true,
+            hot_for: 15,
         };
         assert_eq!(Seen::unpack(seen.pack()), seen);
     }
@@ -531,9 +573,13 @@ mod tests {
             decide(&w, KEY, 101, &RULE, 1, 0),
             Step::Pull { charge: 0, .. }
         ));
-        // Two slices cold: the allowance again.
+        // Hot for HOT_SLICES after the last hot one, then the allowance.
+        assert!(matches!(
+            decide(&w, KEY, 100 + HOT_SLICES, &RULE, 1, 0),
+            Step::Pull { .. }
+        ));
         assert_eq!(
-            decide(&w, KEY, 103, &RULE, 1, 0),
+            decide(&w, KEY, 101 + HOT_SLICES, &RULE, 1, 0),
             Step::Admit(Paid::Local(1))
         );
     }
@@ -621,10 +667,10 @@ mod tests {
 
     #[test]
     fn chunks_follow_the_rate_seen_and_never_pass_the_slice() {
-        assert_eq!(RULE.want(1, 500, 1), 2);
+        assert_eq!(RULE.want(1, 500, 1), 3);
         assert_eq!(RULE.want(100, 500, 1), 10);
         assert_eq!(RULE.want(0, 0, 1), 1);
-        assert_eq!(RULE.want_ahead(4, 800), 6);
-        assert_eq!(RULE.want_ahead(0, 800), 1);
+        assert_eq!(RULE.want_ahead(2, 800), 8);
+        assert_eq!(RULE.want_ahead(0, 800), 2);
     }
 }

@@ -5,7 +5,6 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local slice_ms = tonumber(ARGV[1])
-local asked = tonumber(ARGV[2])
 local current = math.floor(now / slice_ms)
 -- The census: who pulled keys lately, for the fallback's share.
 local window = math.max(3 * slice_ms, 60000)
@@ -13,23 +12,39 @@ redis.call('ZADD', KEYS[2], now, ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[2], window)
 local out = {now, current, redis.call('ZCARD', KEYS[2]), 0}
-if asked ~= current and asked ~= current + 1 then return out end
+if tonumber(ARGV[2]) ~= current then return out end
 out[4] = 1
-local counts = KEYS[1] .. ':' .. asked
-local wrote = false
-for i = 4, #ARGV - 3, 4 do
+-- A store that lost the keys' counts (a restart, a failover to a replica
+-- that missed them) cannot tell what the current slice gave: it grants
+-- nothing of it, only of the next. `born` marks the slice it found none in.
+local born = tonumber(redis.call('GET', KEYS[1] .. ':born'))
+if not born then
+  born = current
+  redis.call('SET', KEYS[1] .. ':born', born)
+end
+local expiring = {}
+for i = 4, #ARGV - 4, 5 do
+  local id = ARGV[i]
   local permits, want, charge = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local slice = current + tonumber(ARGV[i + 4])
+  local counts = KEYS[1] .. ':' .. slice
   -- A count anyone wrote that is no whole number reads as a spent slice.
-  local given = tonumber(redis.call('HGET', counts, ARGV[i]) or '0') or permits
+  local given = tonumber(redis.call('HGET', counts, id) or '0') or permits
   if given ~= math.floor(given) or given < 0 then given = permits end
   local used = given + charge
-  local grant = math.max(0, math.min(want, permits - used))
-  if charge + grant > 0 then
-    redis.call('HINCRBY', counts, ARGV[i], charge + grant)
-    wrote = true
-  end
+  -- A key asked for by many hosts is divided among them: each ask gets at
+  -- most the slice over the asks of the slice before (so a key spread over
+  -- a thousand hosts is not given whole to the first few, to be stranded).
+  local askers = tonumber(redis.call('HGET', KEYS[1] .. ':' .. (slice - 1), id .. ':n') or '0') or 0
+  local share = permits
+  if askers > 1 then share = math.max(1, math.floor(permits / askers)) end
+  local grant = math.max(0, math.min(want, share, permits - used))
+  if slice == born then grant = 0 end
+  if charge + grant > 0 then redis.call('HINCRBY', counts, id, charge + grant) end
+  redis.call('HINCRBY', counts, id .. ':n', 1)
+  expiring[counts] = (slice + 2) * slice_ms
   out[#out + 1] = grant
   out[#out + 1] = math.max(0, permits - used - grant)
 end
-if wrote then redis.call('PEXPIREAT', counts, (asked + 2) * slice_ms) end
+for key, at in pairs(expiring) do redis.call('PEXPIREAT', key, at) end
 return out

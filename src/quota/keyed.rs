@@ -10,13 +10,16 @@ use crate::error::{Error, ErrorKind, Result};
 ///
 /// KEYS: 1 the task's key counts (the slice's hash is `KEYS[1]:<slice>`,
 /// field: a key's id, value: what was given of it in the slice), 2 the
-/// census (host → ms of its last call). ARGV: 1 slice_ms, 2 the slice asked
-/// (the store's current one or the next), 3 the host id, then four per key:
-/// its id, its permits per slice, the chunk wanted, and what the host
-/// admitted of it on its own in the slice and has not reported yet (the
-/// charge, counted before the grant). Answers the store's ms, its current
-/// slice, the hosts in the census, 1 (or 0: another slice was asked,
-/// nothing granted), then granted and left for each key.
+/// census (host → ms of its last call). ARGV: 1 slice_ms, 2 the slice the
+/// host takes as current, 3 the host id, then five per key: its id, its
+/// permits per slice, the chunk wanted, what the host admitted of it on its
+/// own and has not reported yet (the charge, counted before the grant), and
+/// 0 for the current slice or 1 for the next. A store that finds no mark
+/// of its own (`<KEYS[1]>:born`: a restart or a failover lost its counts)
+/// grants nothing of the slice it is in, only of the next ones: what the
+/// hosts took of it is unknown. Answers the store's ms, its
+/// current slice, the hosts in the census, 1 (or 0: the store is in
+/// another slice, nothing granted), then granted and left for each key.
 pub(crate) const KEYED: &str = include_str!("keyed.lua");
 
 /// Keys one call carries at most.
@@ -32,6 +35,8 @@ pub(crate) struct KeyAsk {
     pub want: u64,
     /// Admitted on the host's own and not yet counted in the store.
     pub charge: u64,
+    /// For the next slice (asked ahead), not the current one.
+    pub next: bool,
 }
 
 /// A host's asks for one slice.
@@ -73,6 +78,12 @@ impl super::Quota {
         })
     }
 
+    /// Whether the store keeps keys' global rates (the embedded one does
+    /// not: its host is the fleet).
+    pub(crate) fn keeps_keys(&self) -> bool {
+        self.store.keeps_keys()
+    }
+
     /// This host's wall clock (with the table's test skew), ms.
     pub(crate) fn host_ms(&self) -> i64 {
         (super::wall_us() + self.skew_us) / 1000
@@ -85,7 +96,7 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         manager_key(prefix, batch.task, 0, 1, "k"),
         manager_key(prefix, batch.task, 0, 1, "k-hosts"),
     ];
-    let mut args = Vec::with_capacity(3 + 4 * batch.asks.len());
+    let mut args = Vec::with_capacity(3 + 5 * batch.asks.len());
     args.push(batch.slice_ms.to_string());
     args.push(batch.slice.to_string());
     args.push(batch.host.to_string());
@@ -94,6 +105,7 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         args.push(a.permits.to_string());
         args.push(a.want.to_string());
         args.push(a.charge.to_string());
+        args.push((a.next as u8).to_string());
     }
     (keys, args)
 }
@@ -162,13 +174,14 @@ mod tests {
             permits: 10,
             want: 4,
             charge: 1,
+            next: false,
         }];
         let b = batch(&asks);
         let (keys, args) = key_call("", &b);
         assert_eq!(keys, ["{api}:k", "{api}:k-hosts"]);
         assert_eq!(
             args,
-            ["1000", "7", "h1", "00000000000000ab", "10", "4", "1"]
+            ["1000", "7", "h1", "00000000000000ab", "10", "4", "1", "0"]
         );
         let ok = key_reply(&b, &[1_700_000_000_000, 7, 3, 1, 4, 5]).unwrap();
         assert_eq!(ok.grants, [(4, 5)]);

@@ -130,6 +130,10 @@ pub(crate) trait QuotaStore: Send + Sync {
     fn pull_keys(&self, _batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
         None
     }
+    /// Whether [`QuotaStore::pull_keys`] answers.
+    fn keeps_keys(&self) -> bool {
+        self.spreads()
+    }
     /// The store's clock is this host's: there is no offset to measure (a
     /// measurement could only add the noise of a descheduled puller).
     fn shares_host_clock(&self) -> bool {
