@@ -98,6 +98,7 @@ impl Keys {
         };
         let (tag, id) = (global::tag_of(ident), store_id(task, key));
         let n = n as u64;
+        let rule = &rule.among(self.region.header().global.hosts.load(Relaxed));
         let keeps = quota.keeps_keys();
         if keeps {
             self.call_if_due(quota, task, rule.slice_ms);
@@ -127,6 +128,11 @@ impl Keys {
                 continue;
             }
             if g.failed_until_ms.load(Relaxed) > clock.ms {
+                // A key that pulled in this slice falls back from the next:
+                // the host does not count what the store gave it.
+                if global::pulled_in(w, tag, clock.slice) {
+                    break;
+                }
                 match rule.fallback_share(g.hosts.load(Relaxed)) {
                     None => return Ok(None),
                     Some(share) => global::fall_back(w, (tag, id), clock.slice, share),
@@ -198,7 +204,22 @@ impl Keys {
             return;
         }
         asks.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
-        asks.truncate(MAX_KEY_BATCH);
+        for part in asks.chunks(MAX_KEY_BATCH) {
+            if !self.call_part(quota, task, clock, slice_ms, part) {
+                return;
+            }
+        }
+    }
+
+    /// One round trip of a call: false when the store failed.
+    fn call_part(
+        &self,
+        quota: &Quota,
+        task: &str,
+        clock: &Clock,
+        slice_ms: u64,
+        asks: &[(u64, u32, u64, KeyAsk)],
+    ) -> bool {
         let batch: Vec<KeyAsk> = asks.iter().map(|a| a.3).collect();
         let sent = quota.host_ms();
         let g = &self.region.header().global;
@@ -224,9 +245,11 @@ impl Keys {
                     task,
                     format_args!("task {task:?}: keys' global rates fall back: {e}"),
                 );
+                return false;
             }
             None => {}
         }
+        true
     }
 
     /// The asks of entry `index`'s key (with what it was asked in the
@@ -256,12 +279,19 @@ impl Keys {
         let Some(rule) = GlobalRule::of(&rules) else {
             return;
         };
+        let rule = rule.among(self.region.header().global.hosts.load(Relaxed));
         if rule.slice_ms != slice_ms {
             return;
         }
         let id = w.id.load(Relaxed);
         let now = Now::unpack(w.now.load(Relaxed));
-        if current && seen.wants && now.tag == seen.tag && now.slice == seen.slice && !now.exhausted
+        // A key on its fallback share keeps to it for the slice.
+        if current
+            && seen.wants
+            && now.tag == seen.tag
+            && now.slice == seen.slice
+            && !now.exhausted
+            && !now.fallback
         {
             asks.push((
                 seen.asked,

@@ -26,7 +26,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
-use super::limits::{FALLBACK_DENY, FALLBACK_LOCAL, Rules};
+use super::limits::{FALLBACK_DENY, FALLBACK_LOCAL, MAX_LOCAL, Rules};
 use crate::format::GlobalWords;
 
 /// Bits of a slice id a word keeps.
@@ -61,6 +61,19 @@ impl GlobalRule {
             slice_ms,
             fallback: (rules.global >> 40) & 3,
         })
+    }
+
+    /// The rule with its allowance in force among `hosts` (the store's
+    /// census; 0: unknown): the configured one, or half the slice over the
+    /// hosts if more (at most [`MAX_LOCAL`]) — a key a few hosts share is
+    /// not kept waiting for the store at its second request of a slice,
+    /// and its hosts' allowances together pass half its slice at most.
+    pub(crate) fn among(mut self, hosts: u64) -> Self {
+        if hosts > 0 {
+            let share = self.permits / (2 * hosts);
+            self.local = self.local.max(share.min(MAX_LOCAL as u64));
+        }
+        self
     }
 
     /// What the host admits of the key in a slice while the store fails:
@@ -415,6 +428,13 @@ pub(crate) fn deposit(
     }
 }
 
+/// Whether the key pulled from the store in `slice` on this host (its
+/// fallback share would come on top of grants the host does not count).
+pub(crate) fn pulled_in(w: &GlobalWords, tag: u64, slice: u64) -> bool {
+    let s = Seen::unpack(w.seen.load(Acquire));
+    s.is(tag, slice) && s.pulled
+}
+
 /// Marks the key as waiting for the host's next call to the store.
 pub(crate) fn wait_for_store(w: &GlobalWords, tag: u64, slice: u64) {
     mark(w, tag, slice, false);
@@ -663,6 +683,22 @@ mod tests {
         decide(&w, KEY, 101, &RULE, 1, 0);
         give_back(&w, KEY.0, 100, paid);
         assert_eq!(Now::unpack(w.now.load(Relaxed)).held, 0, "another slice");
+    }
+
+    #[test]
+    fn the_allowance_grows_to_half_the_slice_over_the_hosts() {
+        let rule = GlobalRule {
+            permits: 20,
+            ..RULE
+        };
+        assert_eq!(rule.among(0).local, 1, "hosts unknown: as configured");
+        assert_eq!(rule.among(3).local, 3);
+        assert_eq!(rule.among(1000).local, 1);
+        let big = GlobalRule {
+            permits: 100_000,
+            ..RULE
+        };
+        assert_eq!(big.among(2).local, MAX_LOCAL as u64);
     }
 
     #[test]

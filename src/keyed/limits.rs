@@ -172,7 +172,8 @@ pub struct KeyGlobal {
     /// permits each (rounded down, at least 1). `None`: the period.
     pub slice: Option<Duration>,
     /// Requests of a key a host admits per slice without the store while
-    /// the key is not hot there (at most [`MAX_LOCAL`]).
+    /// the key is not hot there (at most [`MAX_LOCAL`]): at least this
+    /// many, or half the slice over the hosts the store counts, if more.
     pub local: u32,
     /// What a host admits of a key while the store fails: `Share` (the
     /// slice ÷ the hosts the store last counted, at least `local`), `Local`

@@ -22,27 +22,34 @@ if not born then
   born = current
   redis.call('SET', KEYS[1] .. ':born', born)
 end
+-- A key's field in a slice's hash: given + asks × 2^32 (what the slice gave
+-- of it, its own hosts' charges included, and how many asks it had).
+local ASK = 4294967296
+local function read(hash, id)
+  local v = tonumber(redis.call('HGET', hash, id) or '0')
+  -- Anything but a whole number in range reads as a spent slice asked once.
+  if not v or v ~= math.floor(v) or v < 0 or v >= 2 ^ 53 then return nil, 1 end
+  return v % ASK, math.floor(v / ASK)
+end
+local here = KEYS[1] .. ':' .. current
 local expiring = {}
 for i = 4, #ARGV - 4, 5 do
   local id = ARGV[i]
   local permits, want, charge = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local slice = current + tonumber(ARGV[i + 4])
   local counts = KEYS[1] .. ':' .. slice
-  -- A count anyone wrote that is no whole number reads as a spent slice.
-  local given = tonumber(redis.call('HGET', counts, id) or '0') or permits
-  if given ~= math.floor(given) or given < 0 then given = permits end
+  local given = read(counts, id) or permits
   local used = given + charge
   -- A key asked for by many hosts is divided among them: each ask gets at
-  -- most the slice over the asks of the slice before (so a key spread over
-  -- a thousand hosts is not given whole to the first few, to be stranded).
-  local askers = tonumber(redis.call('HGET', KEYS[1] .. ':' .. (slice - 1), id .. ':n') or '0') or 0
+  -- most the slice over the asks of the current slice (so a key spread
+  -- over a thousand hosts is not given whole to the first few, stranded).
+  local _, askers = read(here, id)
   local share = permits
   if askers > 1 then share = math.max(1, math.floor(permits / askers)) end
   local grant = math.max(0, math.min(want, share, permits - used))
   if slice == born then grant = 0 end
-  if charge + grant > 0 then redis.call('HINCRBY', counts, id, charge + grant) end
-  redis.call('HINCRBY', counts, id .. ':n', 1)
-  expiring[counts] = (slice + 2) * slice_ms
+  redis.call('HINCRBY', counts, id, charge + grant + ASK)
+  expiring[counts] = (slice + 1) * slice_ms + 1000
   out[#out + 1] = grant
   out[#out + 1] = math.max(0, permits - used - grant)
 end

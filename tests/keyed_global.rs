@@ -1,0 +1,242 @@
+//! Keys' global rates on a real Redis (standalone, restarted inside a
+//! slice; and a 3-master Cluster): 3 hosts × 2 processes, 10,000 keys. Five
+//! hot keys, each asked far past its limit on every host, stay within their
+//! limit in every slice; cold keys (each asked about once in five slices)
+//! are admitted whatever they ask, on each host alone.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::options::host_options;
+use common::redis::{Redis, RedisServer};
+use common::*;
+use flowctrl::{KeyConfig, KeyGlobal, KeyLimits, KeyRate, Outcome, Table, TaskConfig};
+
+const HOSTS: usize = 3;
+const PROCESSES: usize = 2;
+const HOT: usize = 5;
+const COLD: usize = 10_000;
+/// Each key's limit per 1-s slice, fleet-wide.
+const LIMIT: u64 = 20;
+const SECS: u64 = 7;
+
+/// (slice, key) → (asked, admitted).
+type Counts = HashMap<(u64, String), (u64, u64)>;
+
+fn wall_ms() -> u64 {
+    (wall_us() / 1000) as u64
+}
+
+/// One process of host `host`: from `start_ms` (wall) for SECS seconds,
+/// 800 asks a second, five in eight for a hot key (in turn), the rest for
+/// a cold key at random; none within 5 ms of a slice's edge, where the
+/// host's clock and the store's may name different slices. Writes what it
+/// saw to `out`.
+fn worker(url: &str, table: &Path, host: usize, seed: u64, start_ms: u64, out: &Path) -> i32 {
+    let table = Table::open(table, &host_options(url, &*format!("h{host}"))).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(LIMIT as f64)));
+    task.set_keys(&KeyConfig::new(limits).capacity(16_384))
+        .unwrap();
+    let mut counts = Counts::new();
+    let mut rng = seed;
+    let mut next = start_ms as f64;
+    let (mut i, end) = (0u64, start_ms + SECS * 1000);
+    loop {
+        let now = wall_ms();
+        if now >= end {
+            break;
+        }
+        if (now as f64) < next {
+            std::thread::sleep(Duration::from_micros(((next - now as f64) * 1000.0) as u64));
+            continue;
+        }
+        next += 1000.0 / 800.0;
+        let edge = now % 1000;
+        if !(5..995).contains(&edge) {
+            continue;
+        }
+        i += 1;
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let key = if i % 8 < 5 {
+            format!("hot{}", i % HOT as u64)
+        } else {
+            format!("cold{}", (rng >> 33) % COLD as u64)
+        };
+        let entry = counts.entry((now / 1000, key.clone())).or_default();
+        entry.0 += 1;
+        if let Ok(mut permit) = task.acquire_key_raw(key.as_bytes(), 1).unwrap() {
+            entry.1 += 1;
+            task.release_raw(&mut permit, Outcome::Success).unwrap();
+        }
+    }
+    let text: String = counts
+        .iter()
+        .map(|((s, k), (a, d))| format!("{s} {k} {a} {d}\n"))
+        .collect();
+    std::fs::write(out, text).unwrap();
+    0
+}
+
+/// Runs the fleet against `url`; `during` runs in the parent while the
+/// workers ask (from their start, in ms). Returns the merged counts and
+/// the first slice.
+fn fleet(url: &str, scratch: &Scratch, during: impl FnOnce(u64)) -> (Counts, u64) {
+    let start_ms = (wall_ms() / 1000 + 2) * 1000;
+    let mut pids = Vec::new();
+    for h in 0..HOSTS {
+        for p in 0..PROCESSES {
+            let table = scratch.path(&format!("h{h}"));
+            let out = scratch.path(&format!("h{h}p{p}.txt"));
+            let url = url.to_string();
+            let seed = (h * PROCESSES + p) as u64 + 1;
+            pids.push(fork_guarded(move || {
+                worker(&url, &table, h, seed, start_ms, &out)
+            }));
+        }
+    }
+    during(start_ms);
+    for pid in pids {
+        assert_eq!(wait(pid), 0, "a worker failed");
+    }
+    let mut counts = Counts::new();
+    for h in 0..HOSTS {
+        for p in 0..PROCESSES {
+            let text = std::fs::read_to_string(scratch.path(&format!("h{h}p{p}.txt"))).unwrap();
+            for line in text.lines() {
+                let f: Vec<&str> = line.split(' ').collect();
+                let e = counts
+                    .entry((f[0].parse().unwrap(), f[1].to_string()))
+                    .or_default();
+                e.0 += f[2].parse::<u64>().unwrap();
+                e.1 += f[3].parse::<u64>().unwrap();
+            }
+        }
+    }
+    (counts, start_ms / 1000)
+}
+
+/// The bounds: every hot key within its limit in every slice from the
+/// second (the first is each host's allowance: cold everywhere), and at
+/// least 0.9 of it in the slices `whole`; cold keys admitted ≥ 0.99 of
+/// what they asked.
+fn check(counts: &Counts, first: u64, whole: impl Fn(u64) -> bool) {
+    let (mut cold_asked, mut cold_admitted) = (0, 0);
+    for slice in first + 1..first + SECS {
+        for k in 0..HOT {
+            let (asked, admitted) = counts
+                .get(&(slice, format!("hot{k}")))
+                .copied()
+                .unwrap_or_default();
+            eprintln!("slice {} hot{k}: {admitted} of {asked}", slice - first);
+            assert!(
+                admitted <= LIMIT,
+                "slice {}: hot{k} admitted {admitted} of a limit of {LIMIT}",
+                slice - first
+            );
+            if whole(slice - first) {
+                assert!(
+                    admitted as f64 >= 0.9 * LIMIT as f64,
+                    "slice {}: hot{k} admitted only {admitted} of {LIMIT}",
+                    slice - first
+                );
+            }
+        }
+    }
+    for ((_, key), (asked, admitted)) in counts {
+        if key.starts_with("cold") {
+            cold_asked += asked;
+            cold_admitted += admitted;
+        }
+    }
+    let ratio = cold_admitted as f64 / cold_asked as f64;
+    eprintln!("cold keys: {cold_admitted} of {cold_asked} ({ratio:.4})");
+    assert!(
+        ratio >= 0.99,
+        "cold keys admitted {ratio:.4} of what they asked"
+    );
+}
+
+#[test]
+fn keys_keep_their_global_rate_through_a_restart_inside_a_slice() {
+    let scratch = Scratch::in_memory("keyed-global");
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let (counts, first) = fleet(&url, &scratch, |start_ms| {
+        // Killed 3.4 s in, started again (empty) at once.
+        std::thread::sleep(Duration::from_millis(
+            (start_ms + 3400).saturating_sub(wall_ms()),
+        ));
+        redis.kill();
+        redis.restart();
+    });
+    // The restart's slice (3) keeps only what was granted before it; the
+    // slice after it may be asked ahead of the empty store late.
+    check(&counts, first, |s| s >= 2 && s != 3 && s != 4);
+    let fields: i64 = redis.command(&["DBSIZE"]);
+    assert!(fields > 0, "the store holds the hot keys' slices");
+}
+
+#[test]
+fn keys_keep_their_global_rate_on_a_cluster() {
+    let scratch = Scratch::in_memory("keyed-global-cluster");
+    let cluster = Redis::new().cluster(5000, 0);
+    let (counts, first) = fleet(&cluster.url(), &scratch, |_| {});
+    check(&counts, first, |s| s >= 2);
+}
+
+#[test]
+fn a_key_that_pulled_holds_at_most_200_bytes_of_the_store() {
+    let scratch = Scratch::in_memory("keyed-global-memory");
+    let redis = RedisServer::start();
+    let table = Table::open(scratch.path("h"), &host_options(&redis.url(), "h0")).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(LIMIT as f64)));
+    task.set_keys(&KeyConfig::new(limits).capacity(16_384))
+        .unwrap();
+    // 4,000 keys asked past their allowance in every slice for 3 s: each
+    // pulls in every slice.
+    let end = wall_ms() + 3000;
+    while wall_ms() < end {
+        for k in 0..4000 {
+            let key = format!("user-{k}");
+            if let Ok(mut permit) = task.acquire_key_raw(key.as_bytes(), 1).unwrap() {
+                task.release_raw(&mut permit, Outcome::Success).unwrap();
+            }
+        }
+    }
+    let stats = |key: &str| -> (i64, i64) {
+        let bytes: i64 = redis.command(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+        let fields: i64 = redis.command(&["HLEN", key]);
+        (bytes, fields)
+    };
+    let keys: Vec<String> = redis.command(&["KEYS", "*:k:*"]);
+    let (mut bytes, mut pulled_last) = (0i64, 0i64);
+    let last = keys
+        .iter()
+        .filter_map(|k| k.rsplit(':').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    for key in keys.iter().filter(|k| !k.ends_with(":born")) {
+        let (b, fields) = stats(key);
+        bytes += b;
+        // The newest hash is the next slice's, asked ahead: the keys that
+        // pulled in the last slice are the ones asked ahead.
+        if key.ends_with(&format!(":{last}")) {
+            pulled_last = fields;
+        }
+    }
+    let census_key: Vec<String> = redis.command(&["KEYS", "*:k-hosts"]);
+    let census: i64 = redis.command(&["MEMORY", "USAGE", &census_key[0]]);
+    eprintln!("{bytes} bytes of slices (+{census} of census) for {pulled_last} keys");
+    assert!(pulled_last >= 3900, "{pulled_last} keys pulled");
+    assert!(
+        bytes <= 200 * pulled_last,
+        "{bytes} bytes for {pulled_last} keys that pulled"
+    );
+}
