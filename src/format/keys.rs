@@ -255,3 +255,23 @@ impl LimitsCopy {
         self.flags.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figure docs/guide/limits-per-caller.md gives: a million keys of
+    /// a table of 64 processes (256 records each), names cache included.
+    #[test]
+    fn a_million_keys_take_92_mib() {
+        let geometry = KeysGeometry {
+            buckets: 1_000_000 / BUCKET_KEYS as u32,
+            records: 256,
+            processes: 64,
+            names: 4096,
+        };
+        let mib = geometry.total_size() as f64 / (1 << 20) as f64;
+        assert!((92.0..92.7).contains(&mib), "{mib:.2} MiB");
+        eprintln!("{mib:.2} MiB");
+    }
+}

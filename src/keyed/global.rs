@@ -450,6 +450,12 @@ pub(crate) fn deposit_ahead(w: &GlobalWords, tag: u64, slice: u64, granted: u64,
         }
         let old = w.next.load(Acquire);
         let n = Now::unpack(old);
+        // A chunk of the slice before (the current one, not begun on this
+        // key yet) moves into `now` first, not overwritten.
+        if n.is(tag, slice.wrapping_sub(1)) && n.held > 0 {
+            roll(w, tag, slice.wrapping_sub(1), w.id.load(Relaxed));
+            continue;
+        }
         let new = if n.is(tag, slice) && old != 0 {
             next_word(
                 tag,
@@ -638,6 +644,26 @@ mod tests {
         );
         decide(&w, KEY, 101, &RULE, 1, 0);
         assert_eq!(decide(&w, KEY, 101, &RULE, 1, 0), Step::Refuse);
+    }
+
+    #[test]
+    fn a_chunk_asked_ahead_of_a_slice_not_begun_on_the_key_is_kept() {
+        let w = words();
+        decide(&w, KEY, 100, &RULE, 1, 900);
+        deposit_ahead(&w, KEY.0, 101, 1, false);
+        // The key's first request of 101 comes after the next call, which
+        // asked ahead for 102.
+        deposit_ahead(&w, KEY.0, 102, 3, false);
+        assert_eq!(
+            decide(&w, KEY, 101, &RULE, 1, 950),
+            Step::Admit(Paid::Held(1))
+        );
+        for _ in 0..3 {
+            assert_eq!(
+                decide(&w, KEY, 102, &RULE, 1, 0),
+                Step::Admit(Paid::Held(1))
+            );
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! refusal by either gives back what the other took, so a request passes
 //! both or spends neither. Keys are bytes of at most [`MAX_KEY_LEN`];
 //! entries hold a keyed hash of them (see `map`), so a key of any length
-//! costs its 64 bytes.
+//! costs its 96 bytes (64, and 32 for its global rate).
 
 mod config;
 mod decide;
@@ -45,7 +45,7 @@ pub struct KeyConfig {
     /// Every key's limits, unless it has an override.
     pub limits: KeyLimits,
     /// Keys the key file holds (fixed when it is made; default
-    /// [`DEFAULT_KEY_CAPACITY`]). 64 bytes each.
+    /// [`DEFAULT_KEY_CAPACITY`]). 96 bytes each.
     pub capacity: u32,
     /// What a key gets that finds no entry because every entry holds a
     /// live key.

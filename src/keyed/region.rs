@@ -161,7 +161,7 @@ impl KeyRegion {
 
     /// The counters of task `task`'s key file and its capacity, read with
     /// `pread` from its header alone (what a scrape needs: a copy of the
-    /// whole file would be 64 bytes a key). `None`: no key file.
+    /// whole file would be 96 bytes a key). `None`: no key file.
     pub(crate) fn counters(
         table: &Path,
         table_id: u64,
