@@ -240,3 +240,104 @@ fn a_key_that_pulled_holds_at_most_200_bytes_of_the_store() {
         "{bytes} bytes for {pulled_last} keys that pulled"
     );
 }
+
+/// Per (slice from the start, hot key): admissions, in a file every process
+/// maps (so a killed process's count stays).
+struct Shared(memmap2::MmapRaw);
+
+impl Shared {
+    fn new(path: &Path) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
+        file.set_len(8 * 64 * HOT as u64).unwrap();
+        Self(memmap2::MmapOptions::new().map_raw(&file).unwrap())
+    }
+
+    fn at(&self, slice: usize, key: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(slice < 64 && key < HOT);
+        // SAFETY: in range of the mapping, 8-aligned, only atomics use it.
+        unsafe { &*(self.0.as_ptr().add(8 * (slice * HOT + key)) as *const _) }
+    }
+}
+
+/// SIGKILLed at any instruction every 20–120 ms, a process of the fleet
+/// leaves no key past its slice: what it held or was being granted is lost
+/// to the slice, never given twice.
+#[test]
+fn killed_processes_leave_no_key_past_its_slice() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let scratch = Scratch::in_memory("keyed-global-storm");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let shared = Shared::new(&scratch.path("counts"));
+    let start_ms = (wall_ms() / 1000 + 1) * 1000;
+    let storm = |host: usize, seed: u64| {
+        let url = url.clone();
+        let table = scratch.path(&format!("h{host}"));
+        let shared = &shared;
+        fork_guarded(move || {
+            let t = Table::open(&table, &host_options(&url, &*format!("h{host}"))).unwrap();
+            let task = t.task("api", &TaskConfig::new()).unwrap();
+            let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(LIMIT as f64)));
+            task.set_keys(&KeyConfig::new(limits).capacity(1024))
+                .unwrap();
+            let mut i = seed;
+            loop {
+                let now = wall_ms();
+                if !(5..995).contains(&(now % 1000)) || now < start_ms {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                i += 1;
+                let k = (i % HOT as u64) as usize;
+                let key = format!("hot{k}");
+                if let Ok(mut permit) = task.acquire_key_raw(key.as_bytes(), 1).unwrap() {
+                    let slice = ((now - start_ms) / 1000) as usize;
+                    shared.at(slice.min(63), k).fetch_add(1, Relaxed);
+                    task.release_raw(&mut permit, Outcome::Success).unwrap();
+                }
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        })
+    };
+    let mut pids: Vec<(usize, i32)> = (0..HOSTS * PROCESSES)
+        .map(|i| (i % HOSTS, storm(i % HOSTS, i as u64)))
+        .collect();
+    let mut kills = 0;
+    let mut rng = 7u64;
+    while wall_ms() < start_ms + SECS * 1000 {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1);
+        std::thread::sleep(Duration::from_millis(20 + (rng >> 33) % 100));
+        let victim = ((rng >> 40) % pids.len() as u64) as usize;
+        let (host, pid) = pids[victim];
+        kill(pid, libc::SIGKILL);
+        wait(pid);
+        kills += 1;
+        pids[victim] = (host, storm(host, rng));
+    }
+    for (_, pid) in &pids {
+        kill(*pid, libc::SIGKILL);
+        wait(*pid);
+    }
+    let mut total = 0;
+    for slice in 1..SECS as usize {
+        for k in 0..HOT {
+            let n = shared.at(slice, k).load(Relaxed);
+            eprintln!("slice {slice} hot{k}: {n}");
+            assert!(n <= LIMIT, "slice {slice}: hot{k} admitted {n} of {LIMIT}");
+            total += n;
+        }
+    }
+    let possible = LIMIT * (SECS - 1) * HOT as u64;
+    eprintln!("{kills} kills; {total} of {possible} admitted");
+    assert!(kills >= 40, "{kills} kills");
+    assert!(
+        total as f64 >= 0.7 * possible as f64,
+        "{total} of {possible}: kills lost more than a few grants"
+    );
+}
