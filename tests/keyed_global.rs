@@ -341,3 +341,38 @@ fn killed_processes_leave_no_key_past_its_slice() {
         "{total} of {possible}: kills lost more than a few grants"
     );
 }
+
+/// Without a store (the embedded one) the host is the fleet: a key's slice
+/// is exact on it, and `top_keys` shows the key hot, spent and refused.
+#[test]
+fn the_embedded_store_keeps_a_keys_slice_on_the_host_alone() {
+    let scratch = Scratch::in_memory("keyed-global-embedded");
+    let table = Table::open(scratch.path("t"), &flowctrl::TableOptions::default()).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let global = KeyGlobal::new(KeyRate::new(5.0, Duration::from_secs(60)));
+    task.set_keys(&KeyConfig::new(KeyLimits::new().global(global)))
+        .unwrap();
+    // Within one minute slice (a test at a minute's edge waits it out).
+    if wall_ms() % 60_000 > 55_000 {
+        std::thread::sleep(Duration::from_millis(60_000 - wall_ms() % 60_000 + 10));
+    }
+    let mut admitted = 0;
+    for _ in 0..8 {
+        match task.acquire_key_raw(b"alice", 1).unwrap() {
+            Ok(mut permit) => {
+                admitted += 1;
+                task.release_raw(&mut permit, Outcome::Success).unwrap();
+            }
+            Err(refusal) => {
+                assert_eq!(refusal.by, flowctrl::KeyRefused::Global);
+                let wait = refusal.retry_after.unwrap();
+                assert!(wait <= Duration::from_secs(60) && wait > Duration::ZERO);
+            }
+        }
+    }
+    assert_eq!(admitted, 5, "a slice of 5 on a host alone");
+    let top = task.top_keys(1, false).unwrap();
+    let g = top[0].global.expect("alice has a global rate");
+    assert!(g.hot && g.spent && g.held == 0, "{g:?}");
+    assert_eq!(g.asked, 8);
+}

@@ -104,6 +104,7 @@ impl Keys {
             self.call_if_due(quota, task, rule.slice_ms);
         }
         let clock = self.store_clock(quota, rule.slice_ms);
+        global::note(w, tag, clock.slice, rule, n);
         let mut wait = rule.slice_ms - clock.elapsed_ms;
         for _ in 0..3 {
             let step = global::decide(w, (tag, id), clock.slice, rule, n, clock.elapsed_ms);

@@ -348,7 +348,8 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
 }
 
 /// Decides `n` of a key with global rule `rule` in `slice`, `elapsed_ms`
-/// into it: from its chunk, on the host's own, or not without the store.
+/// into it (the request counted by [`note`]): from its chunk, on the host's
+/// own, or not without the store.
 pub(crate) fn decide(
     w: &GlobalWords,
     (tag, id): (u64, u64),
@@ -357,7 +358,12 @@ pub(crate) fn decide(
     n: u64,
     elapsed_ms: u64,
 ) -> Step {
-    let seen = note(w, tag, slice, rule, n);
+    let read = Seen::unpack(w.seen.load(Acquire));
+    let seen = if read.is(tag, slice) {
+        read
+    } else {
+        note(w, tag, slice, rule, 0)
+    };
     let mut now = roll(w, tag, slice, id);
     loop {
         let (new, step) = if now.held >= n {
@@ -530,6 +536,19 @@ pub(crate) fn give_back(w: &GlobalWords, tag: u64, slice: u64, paid: Paid) {
 mod tests {
     use super::*;
 
+    /// A request: counted, then decided.
+    fn ask(
+        w: &GlobalWords,
+        key: (u64, u64),
+        slice: u64,
+        rule: &GlobalRule,
+        n: u64,
+        at: u64,
+    ) -> Step {
+        note(w, key.0, slice, rule, n);
+        decide(w, key, slice, rule, n, at)
+    }
+
     fn words() -> GlobalWords {
         // SAFETY: atomics are valid zeroed.
         unsafe { std::mem::zeroed() }
@@ -569,43 +588,37 @@ mod tests {
     #[test]
     fn a_cold_key_passes_its_allowance_then_pulls_telling_the_store_of_it() {
         let w = words();
-        assert_eq!(
-            decide(&w, KEY, 100, &RULE, 1, 10),
-            Step::Admit(Paid::Local(1))
-        );
-        let Step::Pull { want, charge } = decide(&w, KEY, 100, &RULE, 1, 10) else {
+        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 10), Step::Admit(Paid::Local(1)));
+        let Step::Pull { want, charge } = ask(&w, KEY, 100, &RULE, 1, 10) else {
             panic!("past the allowance a key asks the store");
         };
         assert_eq!(charge, 1, "the allowance spent is charged before a grant");
         assert!((1..=10).contains(&want));
         deposit(&w, KEY, 100, 3, charge, false);
         for _ in 0..3 {
-            assert_eq!(
-                decide(&w, KEY, 100, &RULE, 1, 20),
-                Step::Admit(Paid::Held(1))
-            );
+            assert_eq!(ask(&w, KEY, 100, &RULE, 1, 20), Step::Admit(Paid::Held(1)));
         }
         assert!(
             matches!(
-                decide(&w, KEY, 100, &RULE, 1, 20),
+                ask(&w, KEY, 100, &RULE, 1, 20),
                 Step::Pull { charge: 0, .. }
             ),
             "charged once"
         );
         deposit(&w, KEY, 100, 0, 0, true);
-        assert_eq!(decide(&w, KEY, 100, &RULE, 1, 20), Step::Refuse);
+        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 20), Step::Refuse);
         // The next slice: hot before, so no allowance.
         assert!(matches!(
-            decide(&w, KEY, 101, &RULE, 1, 0),
+            ask(&w, KEY, 101, &RULE, 1, 0),
             Step::Pull { charge: 0, .. }
         ));
         // Hot for HOT_SLICES after the last hot one, then the allowance.
         assert!(matches!(
-            decide(&w, KEY, 100 + HOT_SLICES, &RULE, 1, 0),
+            ask(&w, KEY, 100 + HOT_SLICES, &RULE, 1, 0),
             Step::Pull { .. }
         ));
         assert_eq!(
-            decide(&w, KEY, 101 + HOT_SLICES, &RULE, 1, 0),
+            ask(&w, KEY, 101 + HOT_SLICES, &RULE, 1, 0),
             Step::Admit(Paid::Local(1))
         );
     }
@@ -613,7 +626,7 @@ mod tests {
     #[test]
     fn a_chunk_asked_ahead_is_spent_in_its_slice_once() {
         let w = words();
-        decide(&w, KEY, 100, &RULE, 1, 900);
+        ask(&w, KEY, 100, &RULE, 1, 900);
         deposit_ahead(&w, KEY.0, 101, 4, false);
         assert_eq!(
             Now::unpack(w.now.load(Relaxed)).held,
@@ -621,48 +634,33 @@ mod tests {
             "not in this slice"
         );
         for _ in 0..4 {
-            assert_eq!(
-                decide(&w, KEY, 101, &RULE, 1, 0),
-                Step::Admit(Paid::Held(1))
-            );
+            assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
         }
         assert_eq!(
-            decide(&w, KEY, 101, &RULE, 1, 0),
+            ask(&w, KEY, 101, &RULE, 1, 0),
             Step::Admit(Paid::Local(1)),
             "not hot before: its allowance"
         );
-        assert!(matches!(
-            decide(&w, KEY, 101, &RULE, 1, 0),
-            Step::Pull { .. }
-        ));
+        assert!(matches!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Pull { .. }));
         assert_eq!(w.next.load(Relaxed), 0, "taken when the slice began");
         // Asked ahead after the slice began: straight into `now`.
         deposit_ahead(&w, KEY.0, 101, 2, true);
-        assert_eq!(
-            decide(&w, KEY, 101, &RULE, 1, 0),
-            Step::Admit(Paid::Held(1))
-        );
-        decide(&w, KEY, 101, &RULE, 1, 0);
-        assert_eq!(decide(&w, KEY, 101, &RULE, 1, 0), Step::Refuse);
+        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
+        ask(&w, KEY, 101, &RULE, 1, 0);
+        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Refuse);
     }
 
     #[test]
     fn a_chunk_asked_ahead_of_a_slice_not_begun_on_the_key_is_kept() {
         let w = words();
-        decide(&w, KEY, 100, &RULE, 1, 900);
+        ask(&w, KEY, 100, &RULE, 1, 900);
         deposit_ahead(&w, KEY.0, 101, 1, false);
         // The key's first request of 101 comes after the next call, which
         // asked ahead for 102.
         deposit_ahead(&w, KEY.0, 102, 3, false);
-        assert_eq!(
-            decide(&w, KEY, 101, &RULE, 1, 950),
-            Step::Admit(Paid::Held(1))
-        );
+        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 950), Step::Admit(Paid::Held(1)));
         for _ in 0..3 {
-            assert_eq!(
-                decide(&w, KEY, 102, &RULE, 1, 0),
-                Step::Admit(Paid::Held(1))
-            );
+            assert_eq!(ask(&w, KEY, 102, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
         }
     }
 
@@ -672,7 +670,7 @@ mod tests {
         deposit(&w, KEY, 100, 5, 0, false);
         let other = (0x123, 9);
         assert_eq!(
-            decide(&w, other, 100, &RULE, 1, 0),
+            ask(&w, other, 100, &RULE, 1, 0),
             Step::Admit(Paid::Local(1)),
             "a key given the entry of another does not spend its chunk"
         );
@@ -682,31 +680,25 @@ mod tests {
     #[test]
     fn the_fallback_gives_its_share_once_a_slice_less_the_allowance_spent() {
         let w = words();
-        decide(&w, KEY, 100, &RULE, 1, 0);
+        ask(&w, KEY, 100, &RULE, 1, 0);
         assert_eq!(RULE.fallback_share(4), Some(2));
         assert_eq!(RULE.fallback_share(100), Some(1), "at least the allowance");
         fall_back(&w, KEY, 100, 2);
         fall_back(&w, KEY, 100, 2);
-        assert_eq!(
-            decide(&w, KEY, 100, &RULE, 1, 0),
-            Step::Admit(Paid::Held(1))
-        );
-        assert!(matches!(
-            decide(&w, KEY, 100, &RULE, 1, 0),
-            Step::Pull { .. }
-        ));
+        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
+        assert!(matches!(ask(&w, KEY, 100, &RULE, 1, 0), Step::Pull { .. }));
     }
 
     #[test]
     fn a_give_back_returns_to_what_paid_within_the_slice_only() {
         let w = words();
         deposit(&w, KEY, 100, 2, 0, false);
-        let Step::Admit(paid) = decide(&w, KEY, 100, &RULE, 2, 0) else {
+        let Step::Admit(paid) = ask(&w, KEY, 100, &RULE, 2, 0) else {
             panic!()
         };
         give_back(&w, KEY.0, 100, paid);
         assert_eq!(Now::unpack(w.now.load(Relaxed)).held, 2);
-        decide(&w, KEY, 101, &RULE, 1, 0);
+        ask(&w, KEY, 101, &RULE, 1, 0);
         give_back(&w, KEY.0, 100, paid);
         assert_eq!(Now::unpack(w.now.load(Relaxed)).held, 0, "another slice");
     }

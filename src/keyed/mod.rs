@@ -27,7 +27,7 @@ pub(crate) use decide::drift_of;
 pub use limits::{KeyGlobal, KeyLimits, KeyRate, MAX_LOCAL};
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
-pub use view::{KeyInfo, KeyStats};
+pub use view::{KeyGlobalNow, KeyInfo, KeyStats};
 pub(crate) use view::{counters_only, key_infos, key_stats};
 
 use crate::error::{Error, Result};

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::global::{self, Now, Seen};
 use super::region::KeyRegion;
 use crate::format::{BUCKET_KEYS, IDENT_LOCK, KeyCounter};
 use crate::limit::ledger::word_count;
@@ -43,6 +44,52 @@ pub struct KeyInfo {
     pub in_flight: u64,
     /// Whether its state carries something now.
     pub live: bool,
+    /// Its global rate on this host, as of the last slice it was asked in
+    /// (`None`: no global rate, or never asked).
+    pub global: Option<KeyGlobalNow>,
+}
+
+/// A key's global rate on one host, in the last slice it was asked in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyGlobalNow {
+    /// The slice (low 24 bits of its id: store ms ÷ slice ms).
+    pub slice: u64,
+    /// Hot on the host: it spends chunks from the store, with no
+    /// allowance (it pulled, or was asked past its allowance lately).
+    pub hot: bool,
+    /// Asked in the slice, admitted on the host's own, and held of a
+    /// chunk the store granted.
+    pub asked: u64,
+    pub local: u64,
+    pub held: u64,
+    /// The store said the slice is spent.
+    pub spent: bool,
+    /// A request waits for the host's next call to the store.
+    pub waiting: bool,
+    /// Admitting by the fallback's share (the store failed).
+    pub fallback: bool,
+}
+
+/// [`KeyGlobalNow`] of entry `index`, holding the key `ident`.
+fn global_now(region: &KeyRegion, index: u32, ident: u64) -> Option<KeyGlobalNow> {
+    let w = region.globals(index)?;
+    let tag = global::tag_of(ident);
+    let seen = Seen::unpack(w.seen.load(Relaxed));
+    if seen.tag != tag || w.seen.load(Relaxed) == 0 {
+        return None;
+    }
+    let now = Now::unpack(w.now.load(Relaxed));
+    let current = now.tag == tag && now.slice == seen.slice;
+    Some(KeyGlobalNow {
+        slice: seen.slice,
+        hot: seen.pulled || seen.hot_for > 0,
+        asked: seen.asked,
+        local: if current { now.local } else { 0 },
+        held: if current { now.held } else { 0 },
+        spent: current && now.exhausted,
+        waiting: seen.wants,
+        fallback: current && now.fallback,
+    })
 }
 
 /// The counters alone, as [`KeyRegion::counters`] read them: `keys` from
@@ -121,13 +168,14 @@ pub(crate) fn key_infos(
                 admitted,
                 refused,
                 e,
+                b * BUCKET_KEYS as u32 + i as u32,
             ));
         }
     }
     all.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
     all.truncate(top);
     all.into_iter()
-        .map(|(_, ident, admitted, refused, e)| {
+        .map(|(_, ident, admitted, refused, e, index)| {
             let name = super::names::name_of(region, ident);
             KeyInfo {
                 whole: name.as_ref().is_some_and(|n| n.1),
@@ -138,6 +186,7 @@ pub(crate) fn key_infos(
                 in_flight: word_count(e.held.load(Relaxed)),
                 live: e.tat.iter().any(|t| t.load(Relaxed) > now)
                     || word_count(e.held.load(Relaxed)) != 0,
+                global: global_now(region, index, ident),
             }
         })
         .collect()
