@@ -16,15 +16,17 @@ mod hold;
 mod limits;
 mod map;
 mod names;
+mod rate;
 mod region;
 mod view;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use config::{config_of, normalized};
+pub(crate) use config::{config_of, normalized, overrides_of};
 pub(crate) use decide::drift_of;
-pub use limits::{KeyGlobal, KeyLimits, KeyRate, MAX_LOCAL};
+pub use limits::KeyLimits;
+pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub use view::{KeyInfo, KeyStats};
