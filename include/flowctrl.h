@@ -573,12 +573,16 @@ typedef struct fc_key_state {
    */
   uint32_t present;
   /**
-   * The tightest rate's limit (its burst), and what it admits now.
+   * The tightest of the key's rates on the host: its limit (its burst;
+   * 0: the key has none), and what it admits now. A global rate is not
+   * one of them: its slice is the fleet's (`fc_key_global_get` reads
+   * its settings; a refusal by it says when to retry).
    */
   uint32_t limit;
   uint32_t remaining;
   /**
-   * When that rate is whole again, and when one request can pass, ns.
+   * When that rate is whole again, and when one request can pass the
+   * key's rates on the host, ns.
    */
   uint64_t reset_after_ns;
   uint64_t retry_after_ns;
@@ -1217,7 +1221,8 @@ fc_status fc_table_check(const struct fc_table *table, struct fc_table_report *r
  * them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
  * `max_concurrency` (0 or `FC_NO_CAP`: none), `capacity` keys (0: 65,536; fixed when
  * the task's key file is made), `flags` `FC_KEYS_SHADOW`,
- * `FC_KEYS_OVERFLOW_ADMIT`. Thread-safe.
+ * `FC_KEYS_OVERFLOW_ADMIT`. A global rate the task's keys have
+ * (`fc_task_set_key_global`) is kept. Thread-safe.
  */
 fc_status fc_task_set_keys(const struct fc_task *task,
                            const char *rates,
@@ -1229,7 +1234,10 @@ fc_status fc_task_set_keys(const struct fc_task *task,
  * Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
  * `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
  * `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
- * `FC_KEYS_SHADOW`. Thread-safe.
+ * `FC_KEYS_SHADOW`. A global rate the key's override has
+ * (`fc_task_set_key_override_global`) is kept, unless the key becomes
+ * unlimited or blocked; a new override has none (an override's limits are
+ * all its own). Thread-safe.
  */
 fc_status fc_task_set_key_override(const struct fc_task *task,
                                    const uint8_t *key,
@@ -1239,12 +1247,63 @@ fc_status fc_task_set_key_override(const struct fc_task *task,
                                    uint32_t flags);
 
 /**
+ * Gives every key of the task a rate across the fleet, or changes it:
+ * `count` requests per `period_ms`, kept in slices of `slice_ms` (0: the
+ * period; whole ms from 10 ms to a day, with 1 to 2^31 permits a slice),
+ * of which a host admits `local` (0 to 31) a slice without the store
+ * while the key is not hot there, and `fallback` `FC_FALLBACK_SHARE`,
+ * `FC_FALLBACK_LOCAL` or `FC_FALLBACK_DENY` while the store fails.
+ * `count` 0 (every other argument 0) takes it away. The task's other key
+ * limits are kept; it needs key limits first (`fc_task_set_keys`). A
+ * table without a store URL is a fleet of one: the host decides alone.
+ * Refusals are `FC_LIMITED_KEY_GLOBAL`. Thread-safe.
+ */
+fc_status fc_task_set_key_global(const struct fc_task *task,
+                                 double count,
+                                 uint64_t period_ms,
+                                 uint64_t slice_ms,
+                                 uint32_t local,
+                                 uint32_t fallback);
+
+/**
+ * As `fc_task_set_key_global`, for `key`'s override alone (`key_len`
+ * bytes), keeping its other limits: a key without an override is refused
+ * (give it one with `fc_task_set_key_override` first). Thread-safe.
+ */
+fc_status fc_task_set_key_override_global(const struct fc_task *task,
+                                          const uint8_t *key,
+                                          size_t key_len,
+                                          double count,
+                                          uint64_t period_ms,
+                                          uint64_t slice_ms,
+                                          uint32_t local,
+                                          uint32_t fallback);
+
+/**
+ * The global rate in force for `key` (its override's, or the task's),
+ * as the key file holds it: `*count` per `*period_ms` (0: none, and every
+ * other value 0), in slices of `*slice_ms`, `*local`, `*fallback`
+ * (`FC_FALLBACK_*`). The count is the slice's permits × period / slice:
+ * 1000 per hour in slices of a minute is 16 a slice, read as 960. Any
+ * pointer may be NULL. Thread-safe.
+ */
+fc_status fc_key_global_get(const struct fc_task *task,
+                            const uint8_t *key,
+                            size_t key_len,
+                            double *count,
+                            uint64_t *period_ms,
+                            uint64_t *slice_ms,
+                            uint32_t *local,
+                            uint32_t *fallback);
+
+/**
  * Asks for `n` permits for `key` (`key_len` bytes, at most 4,096): `FC_OK`
  * with `*permit` filled (release it with `fc_release`) only if the key's
  * limits and the task's own admit it; a refusal spends neither.
- * `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED` for the key's
- * limits, the task's own `FC_LIMITED_*` for its; `fc_last_refusal` then
- * says when an identical request can pass. Thread-safe; no allocation.
+ * `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED`, `_KEY_GLOBAL`
+ * for the key's limits, the task's own `FC_LIMITED_*` for its;
+ * `fc_last_refusal` then says when an identical request can pass.
+ * Thread-safe; no allocation (a key's global rate may ask the store).
  */
 fc_status fc_acquire_key(const struct fc_task *task,
                          const uint8_t *key,

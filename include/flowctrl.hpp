@@ -72,9 +72,11 @@ enum class Reason : std::uint32_t {
     key_rate = FC_LIMITED_KEY_RATE,                 ///< one of the key's rates
     key_concurrency = FC_LIMITED_KEY_CONCURRENCY,   ///< the key's cap
     key_blocked = FC_LIMITED_KEY_BLOCKED,           ///< the key is blocked
+    key_global = FC_LIMITED_KEY_GLOBAL,             ///< the key's rate across the fleet
 };
 
-/** "local", "global", "concurrency", "key_rate", "key_concurrency", "key_blocked". */
+/** "local", "global", "concurrency", "key_rate", "key_concurrency",
+ *  "key_blocked", "key_global". */
 inline const char *to_string(Reason reason) noexcept {
     switch (reason) {
     case Reason::local: return "local";
@@ -83,6 +85,7 @@ inline const char *to_string(Reason reason) noexcept {
     case Reason::key_rate: return "key_rate";
     case Reason::key_concurrency: return "key_concurrency";
     case Reason::key_blocked: return "key_blocked";
+    case Reason::key_global: return "key_global";
     }
     return "unknown";
 }
@@ -107,6 +110,10 @@ inline void check(fc_status status, const char *call) {
 }
 inline const std::uint8_t *bytes(std::string_view key) noexcept {
     return reinterpret_cast<const std::uint8_t *>(key.data());
+}
+/** A duration as whole ms for the C API (a negative one: 0, refused there). */
+inline std::uint64_t ms(std::chrono::milliseconds d) noexcept {
+    return d.count() < 0 ? 0 : static_cast<std::uint64_t>(d.count());
 }
 }  // namespace detail
 
@@ -135,6 +142,7 @@ struct Refusal {
 /** A key's state, read without spending: the numbers of Retry-After and the
  *  RateLimit-* headers. */
 struct KeyState {
+    // The key's rates on the host (a global rate is not one: its slice is the fleet's).
     std::uint32_t limit = 0;      ///< the tightest rate's limit (its burst); 0: no rate
     std::uint32_t remaining = 0;  ///< what that rate admits now
     std::chrono::nanoseconds reset_after{0};  ///< until that rate is whole again
@@ -326,6 +334,34 @@ public:
         detail::check(fc_task_set_key_override(task_, detail::bytes(key), key.size(), rates,
                                                max_concurrency, flags),
                       "fc_task_set_key_override");
+    }
+
+    /** Gives every key a rate across the fleet (or changes it), keeping the
+     *  other key limits: `count` per `period`, in slices of `slice` (zero:
+     *  the period), `local` a slice on a host's own, `fallback`
+     *  FC_FALLBACK_SHARE, _LOCAL or _DENY while the store fails. */
+    void set_key_global(double count, std::chrono::milliseconds period,
+                        std::chrono::milliseconds slice = std::chrono::milliseconds(0),
+                        std::uint32_t local = 1, std::uint32_t fallback = FC_FALLBACK_SHARE) const {
+        detail::check(fc_task_set_key_global(task_, count, detail::ms(period), detail::ms(slice), local,
+                                             fallback),
+                      "fc_task_set_key_global");
+    }
+
+    /** Takes the keys' global rate away. */
+    void remove_key_global() const {
+        detail::check(fc_task_set_key_global(task_, 0, 0, 0, 0, 0), "fc_task_set_key_global");
+    }
+
+    /** As set_key_global, for `key`'s override (which must exist). */
+    void set_key_override_global(std::string_view key, double count, std::chrono::milliseconds period,
+                                 std::chrono::milliseconds slice = std::chrono::milliseconds(0),
+                                 std::uint32_t local = 1,
+                                 std::uint32_t fallback = FC_FALLBACK_SHARE) const {
+        detail::check(fc_task_set_key_override_global(task_, detail::bytes(key), key.size(), count,
+                                                      detail::ms(period), detail::ms(slice), local,
+                                                      fallback),
+                      "fc_task_set_key_override_global");
     }
 
     /** `key`'s state, spending nothing. */

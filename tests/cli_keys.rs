@@ -163,3 +163,154 @@ fn keys_set_stats_check_and_metrics_show_a_keyed_task() {
     let err = fails(cli::flowctrl(&path, &["keys", "nope"]));
     assert!(err.contains("nope"), "{err}");
 }
+
+#[test]
+fn set_gives_keys_a_global_rate_and_keys_shows_each_keys() {
+    use flowctrl::{Fallback, KeyGlobal, KeyLimits, KeyRate};
+    let scratch = Scratch::new("keys-global");
+    let path = scratch.path("t");
+    let table = Table::open(&path, &TableOptions::default()).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let out = ok(
+        &path,
+        &[
+            "set",
+            "api",
+            "key_rate=100/second",
+            "key_global=5/s",
+            "key_global_slice=1s",
+            "key_capacity=64",
+        ],
+    );
+    assert!(
+        out.contains("key_global 5/s slice 1s local 1 fallback share (5 a slice)"),
+        "{out}"
+    );
+    // --dry-run says old -> new for each field, and writes nothing.
+    let out = ok(
+        &path,
+        &[
+            "set",
+            "--dry-run",
+            "api",
+            "key_global=1000/h",
+            "key_global_slice=1m",
+            "key_global_local=2",
+            "key_global_fallback=deny",
+        ],
+    );
+    assert_eq!(
+        out,
+        "task \"api\": key_global 5/s slice 1s local 1 fallback share (5 a slice) -> \
+         1000/h slice 1m local 2 fallback deny (16 a slice), key_global_slice 1s -> 1m, \
+         key_global_local 1 -> 2, key_global_fallback share -> deny (dry run: nothing changed)\n"
+    );
+    let global = || task.key_config().unwrap().unwrap().limits.global.unwrap();
+    assert_eq!(
+        (global().permits(), global().local),
+        (5, 1),
+        "nothing written"
+    );
+    // A field alone changes that field; key_rate keeps the global rate.
+    ok(
+        &path,
+        &["set", "api", "key_global_local=3", "key_rate=50/second"],
+    );
+    assert_eq!((global().permits(), global().local), (5, 3));
+    ok(&path, &["set", "api", "key_global_local=1"]);
+    // Bad fields: usage errors (exit 2) or refusals (exit 1), nothing changed.
+    for (args, code, says) in [
+        (&["key_global=fast"][..], 2, "key rate"),
+        (&["key_global_slice=1 fortnight"][..], 2, "unknown unit"),
+        (&["key_global_fallback=5"][..], 2, "\"deny\""),
+        (
+            &["key_global=none", "key_global_local=1"][..],
+            2,
+            "key_global=none",
+        ),
+        (&["key_global_local=32"][..], 1, "at most 31"),
+        (&["key_global_slice=5ms"][..], 1, "between 10 ms and a day"),
+        (&["--dry-run", "key_global_local=32"][..], 1, "at most 31"),
+    ] {
+        let mut words = vec!["set"];
+        let (flags, fields): (Vec<&str>, Vec<&str>) =
+            args.iter().partition(|a| a.starts_with("--"));
+        words.extend(flags);
+        words.push("api");
+        words.extend(fields);
+        let mut run = cli::flowctrl(&path, &words);
+        assert_eq!(run.code, code, "{args:?}: {run:?}");
+        run.code = 1;
+        let err = fails(run);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!((global().permits(), global().local), (5, 1));
+    // A key with an override has its own global rate (or none).
+    task.set_key_override(
+        b"vip",
+        Some(
+            &KeyLimits::parse_rates("100/second")
+                .unwrap()
+                .global(KeyGlobal::new(KeyRate::per_second(2.0)).fallback(Fallback::Deny)),
+        ),
+    )
+    .unwrap();
+    task.set_key_override(
+        b"free",
+        Some(&KeyLimits::parse_rates("100/second").unwrap()),
+    )
+    .unwrap();
+    for key in [&b"alice"[..], b"vip", b"free"] {
+        for _ in 0..10 {
+            let _ = task.acquire_key(key, 1).unwrap();
+        }
+    }
+    let text = ok(&path, &["keys", "api"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[1].starts_with("key_global 5/s slice 1s local 1 fallback share (5 a slice)"),
+        "{text}"
+    );
+    assert!(lines[2].ends_with("  global"), "{text}");
+    let line_of = |key: &str| {
+        *lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no {key}: {text}"))
+    };
+    assert!(line_of("alice").ends_with("  5/s slice 1s local 1 fallback share (5 a slice)"));
+    assert!(line_of("vip").ends_with("  2/s slice 1s local 1 fallback deny (2 a slice)"));
+    assert!(line_of("free").ends_with("  none"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&path, &["keys", "api", "--json"])).unwrap();
+    assert_eq!(json["global"]["permits_per_slice"], 5);
+    assert_eq!(json["global"]["slice_ms"], 1000);
+    let key = |name: &str| {
+        json["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(key("alice")["overridden"], false);
+    assert_eq!(key("alice")["global"]["rate"], "5/s");
+    assert_eq!(key("vip")["overridden"], true);
+    assert_eq!(key("vip")["global"]["fallback"], "deny");
+    assert_eq!(key("vip")["global"]["local"], 1);
+    assert!(key("free")["global"].is_null());
+    // Taken away: no column, a null in JSON.
+    let out = ok(&path, &["set", "api", "key_global=none"]);
+    assert!(out.contains("key_global none,"), "{out}");
+    task.set_key_override(b"vip", None).unwrap();
+    task.set_key_override(b"free", None).unwrap();
+    let text = ok(&path, &["keys", "api"]);
+    assert!(!text.contains("global"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&path, &["keys", "api", "--json"])).unwrap();
+    assert!(json["global"].is_null() && json["keys"][0]["global"].is_null());
+    // Fields without a global rate to change are refused.
+    let err = fails(cli::flowctrl(&path, &["set", "api", "key_global_local=2"]));
+    assert!(err.contains("no global rate"), "{err}");
+}

@@ -468,3 +468,152 @@ fn names_prefixes_and_host_ids_that_break_hash_tags_are_refused() {
         "{err}"
     );
 }
+
+/// A keyed task's global rate per key from the file (`key_global` and its
+/// slice, allowance and fallback), in the task and in an override, applied
+/// at registration; each bad value refused at its own line and column.
+#[test]
+fn key_global_rates_are_read_and_bad_ones_refused_at_their_line() {
+    use flowctrl::{KeyGlobal, KeyLimits, KeyRate};
+    let scratch = Scratch::new("config-key-global");
+    let path = scratch.path("flowctrl.toml");
+    let table_path = scratch.path("table");
+    let text = format!(
+        "[table]\npath = {table_path:?}\n\n[tasks.api]\nkey_rate = \"100/second\"\n\
+         key_global = \"1000/hour\"\nkey_global_slice = \"1m\"\nkey_global_local = 2\n\
+         key_global_fallback = \"deny\"\n\n[tasks.api.key_overrides]\n\
+         \"vip\" = {{ key_rate = \"50/s\", key_global = \"5/s\", key_global_slice = \"500ms\" }}\n\
+         \"plain\" = {{ key_global = \"10/s\" }}\n\n[tasks.solo]\nkey_global = \"5/s\"\n"
+    );
+    let file = ConfigFile::parse(&path, &text).unwrap();
+    let api = &file.keys["api"];
+    let expected = KeyGlobal::new(KeyRate::new(1000.0, Duration::from_secs(3600)))
+        .slice(Duration::from_secs(60))
+        .local(2)
+        .fallback(Fallback::Deny);
+    assert_eq!(api.config.limits.global, Some(expected));
+    assert_eq!(api.config.limits.rates().count(), 1);
+    let vip = &api.overrides.iter().find(|(k, _)| k == "vip").unwrap().1;
+    let vip_global = vip.global.unwrap();
+    assert_eq!(vip_global.slice, Some(Duration::from_millis(500)));
+    assert_eq!(
+        (vip_global.local, vip_global.fallback),
+        (1, Fallback::Share)
+    );
+    assert_eq!(vip_global.permits(), 2, "5/s in slices of 500 ms");
+    let plain = &api.overrides.iter().find(|(k, _)| k == "plain").unwrap().1;
+    assert_eq!(plain.rates().count(), 0, "an override's limits are its own");
+    assert_eq!(
+        file.keys["solo"].config.limits,
+        KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(5.0)))
+    );
+
+    // Applied when a process registers the task.
+    std::fs::write(&path, &text).unwrap();
+    let table = Table::open("/ignored", &TableOptions::default().config(&path)).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let got = task.key_config().unwrap().unwrap().limits.global.unwrap();
+    assert_eq!(
+        (got.permits(), got.slice_in_force(), got.local, got.fallback),
+        (16, Duration::from_secs(60), 2, Fallback::Deny),
+        "1000/hour in slices of a minute: 16 a slice"
+    );
+    let (vip, overridden) = task.key_limits(b"vip").unwrap();
+    assert!(overridden && vip.global.is_some_and(|g| g.permits() == 2));
+
+    let f = path.display();
+    for (text, at, says) in [
+        (
+            "[tasks.a]\nkey_global = \"10/fortnight\"\n",
+            format!("{f}:2:14: tasks.\"a\".key_global: "),
+            "unknown unit",
+        ),
+        (
+            "[tasks.a]\nkey_rate = \"1/s\"\n  key_global_slice = \"1s\"\n",
+            format!("{f}:3:22: tasks.\"a\".key_global_slice: "),
+            "key_global_slice needs key_global",
+        ),
+        (
+            "[tasks.a]\nkey_global_fallback = \"deny\"\n",
+            format!("{f}:2:23: tasks.\"a\".key_global_fallback: "),
+            "needs key_global",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_local = 32\n",
+            format!("{f}:3:20: tasks.\"a\".key_global_local: "),
+            "0 to 31",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_local = -1\n",
+            format!("{f}:3:20: tasks.\"a\".key_global_local: "),
+            "not -1",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_local = \"two\"\n",
+            format!("{f}:3:20: `key_global_local = \"two\"`"),
+            "",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_fallback = \"5\"\n",
+            format!("{f}:3:23: tasks.\"a\".key_global_fallback: "),
+            "\"share\", \"local\" or \"deny\"",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_slice = \"5ms\"\n",
+            format!("{f}:3:20: tasks.\"a\".key_global_slice: "),
+            "between 10 ms and a day",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_slice = \"1 fortnight\"\n",
+            format!("{f}:3:20: tasks.\"a\".key_global_slice: "),
+            "unknown unit",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"1/hour\"\nkey_global_slice = \"1s\"\n",
+            format!("{f}:3:20: tasks.\"a\".key_global_slice: "),
+            "permits per slice",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s burst 3\"\n",
+            format!("{f}:2:14: tasks.\"a\".key_global: "),
+            "key rate",
+        ),
+        (
+            "[tasks.a]\nkey_global = \"5/s\"\nkey_global_slic = \"1s\"\n",
+            format!("{f}:3:1: "),
+            "key_global_slic",
+        ),
+        (
+            "[tasks.a]\nkey_rate = \"1/s\"\n[tasks.a.key_overrides]\n\
+             \"vip\" = { key_global_slice = \"1s\" }\n",
+            format!("{f}:4:9: tasks.\"a\".key_overrides.\"vip\".key_global_slice: "),
+            "needs key_global",
+        ),
+        (
+            "[tasks.a]\nkey_rate = \"1/s\"\n[tasks.a.key_overrides]\n\
+             \"vip\" = { key_global = 5 }\n",
+            format!("{f}:4:9: tasks.\"a\".key_overrides.\"vip\".key_global: "),
+            "unknown or mistyped field",
+        ),
+        (
+            "[tasks.a]\nkey_rate = \"1/s\"\n[tasks.a.key_overrides]\n\
+             \"vip\" = { key_global = \"5/s\", key_global_local = 99 }\n",
+            format!("{f}:4:9: tasks.\"a\".key_overrides.\"vip\".key_global_local: "),
+            "0 to 31",
+        ),
+        (
+            "[tasks.a]\nkey_rate = \"1/fortnight\"\n",
+            format!("{f}:2:12: tasks.\"a\".key_rate: "),
+            "unknown unit",
+        ),
+    ] {
+        let err = ConfigFile::parse(&path, text).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{text}");
+        let message = err.message();
+        assert!(
+            message.starts_with(&at) && message.contains(says),
+            "{text:?}: {message}\n  wanted it to start with {at:?} and say {says:?}"
+        );
+        assert!(!message.contains('\n') && message.len() < 400, "{message}");
+    }
+}

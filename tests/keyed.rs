@@ -518,3 +518,90 @@ fn a_tasks_shadow_mode_counts_its_refusals_and_admits() {
         "refused once shadow is off"
     );
 }
+
+/// Sleeps, if needed, until a slice of `slice_ms` on the wall clock (the
+/// embedded store's) has most of it left.
+fn early_in_a_slice(slice_ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let into = now % slice_ms;
+    if into > slice_ms / 2 {
+        std::thread::sleep(Duration::from_millis(slice_ms - into + 5));
+    }
+}
+
+#[test]
+fn a_keys_global_rate_is_exact_per_slice_on_a_table_without_a_store() {
+    use flowctrl::{Fallback, KeyGlobal};
+    let scratch = Scratch::new("keyed-global");
+    let table = table(&scratch);
+    // 5 a second, in slices of 1 s, 1 a slice on the host's own.
+    let global = KeyGlobal::new(KeyRate::per_second(5.0))
+        .slice(Duration::from_secs(1))
+        .local(1);
+    let task = keyed(
+        &table,
+        "api",
+        TaskConfig::new(),
+        KeyConfig::new(KeyLimits::parse_rates("1000/s").unwrap().global(global)),
+    );
+    // The embedded store: the host is the whole fleet, its slice exact.
+    early_in_a_slice(1000);
+    assert_eq!((0..5).filter(|_| admitted(&task, "alice")).count(), 5);
+    let r = refusal(&task, "alice");
+    assert_eq!(r.by, KeyRefused::Global);
+    assert!(
+        r.retry_after
+            .is_some_and(|d| d > Duration::ZERO && d <= Duration::from_secs(1)),
+        "{r:?}"
+    );
+    assert!(admitted(&task, "bob"), "each key has its own slice");
+    // Other writes keep the default's global rate and an override's.
+    task.set_key_override(b"vip", Some(&KeyLimits::parse_rates("100/s").unwrap()))
+        .unwrap();
+    let vip = KeyGlobal::new(KeyRate::new(60.0, Duration::from_secs(60)))
+        .slice(Duration::from_secs(1))
+        .fallback(Fallback::Deny);
+    task.set_key_global(Some(b"vip"), Some(&vip)).unwrap();
+    task.set_key_override(b"other", Some(&KeyLimits::unlimited()))
+        .unwrap();
+    task.set_key_override(b"other", None).unwrap();
+    let config = task.key_config().unwrap().unwrap();
+    let kept = config.limits.global.expect("the default's kept");
+    assert_eq!(
+        (kept.permits(), kept.slice_in_force(), kept.local),
+        (5, Duration::from_secs(1), 1)
+    );
+    let (limits, overridden) = task.key_limits(b"vip").unwrap();
+    assert!(overridden);
+    assert_eq!(limits.rates().count(), 1, "the override's rate kept");
+    let got = limits.global.unwrap();
+    assert_eq!((got.permits(), got.fallback), (1, Fallback::Deny));
+    assert_eq!(got.slice_in_force(), Duration::from_secs(1));
+    // The default's global rate changed alone, then taken away.
+    let ten = KeyGlobal::new(KeyRate::per_second(10.0)).local(3);
+    task.set_key_global(None, Some(&ten)).unwrap();
+    let config = task.key_config().unwrap().unwrap();
+    assert_eq!(config.limits.global, Some(ten));
+    assert_eq!(config.limits.rates().count(), 1, "the rates kept");
+    task.set_key_global(None, None).unwrap();
+    assert_eq!(task.key_config().unwrap().unwrap().limits.global, None);
+    // Refused: a key without an override, a blocked one, bad values.
+    let err = task
+        .set_key_global(Some(b"nobody"), Some(&ten))
+        .unwrap_err();
+    assert!(err.to_string().contains("no override"), "{err}");
+    task.set_key_override(b"bad", Some(&KeyLimits::blocked()))
+        .unwrap();
+    assert!(task.set_key_global(Some(b"bad"), Some(&ten)).is_err());
+    for bad in [
+        ten.local(32),
+        ten.fallback(Fallback::Rate(5.0)),
+        ten.slice(Duration::from_millis(1)),
+    ] {
+        assert!(task.set_key_global(None, Some(&bad)).is_err(), "{bad:?}");
+    }
+    assert_eq!(task.key_config().unwrap().unwrap().limits.global, None);
+}

@@ -374,3 +374,36 @@ async fn keys_are_limited_apart() {
     let stats = stats_once(&task, |s| s.released_success == 7).await;
     assert_eq!((stats.released_success, stats.in_flight), (7, 0));
 }
+
+/// A key refused by its global rate gets its wait, and none of the key's
+/// numbers on the host: they would say it has room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_refusal_says_when_and_claims_no_room() {
+    use flowctrl::KeyGlobal;
+    let scratch = Scratch::new("tower-global");
+    let table = Table::open(scratch.path("t"), &TableOptions::default()).unwrap();
+    // 100 a minute on the host, 1 a day across the fleet (no store: this
+    // host is the fleet).
+    let day = KeyGlobal::new(KeyRate::new(1.0, Duration::from_secs(86_400)));
+    let task = keyed_task(
+        &table,
+        KeyLimits::new()
+            .rate(KeyRate::new(100.0, Duration::from_secs(60)))
+            .global(day),
+    );
+    let app = Arc::new(App::default());
+    let addr = serve(
+        FlowctrlLayer::new(task.clone()).key(header(API_KEY)),
+        app.clone(),
+    )
+    .await;
+    let (status, headers) = fetch(addr, "/", Some("key-g")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(number(&headers, "ratelimit-remaining"), Some(99));
+    let (status, headers) = fetch(addr, "/", Some("key-g")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let wait = number(&headers, "retry-after").expect("a wait");
+    assert!((1..=86_400).contains(&wait), "{wait}");
+    assert_eq!(headers.get("ratelimit-remaining"), None, "{headers:?}");
+    assert_eq!(app.calls.load(Ordering::SeqCst), 1);
+}

@@ -4,39 +4,61 @@
 //! [tasks.api]
 //! key_rate = "10/second;1000/hour"   # every key; up to three rates
 //! key_max_concurrency = 5            # per key in flight on the host
+//! key_global = "5000/hour"           # every key across the fleet
+//! key_global_slice = "1m"            # its slices (default: its period)
+//! key_global_local = 1               # per host and slice without the store
+//! key_global_fallback = "share"      # or "local", "deny": the store failing
 //! key_capacity = 100000              # keys the key file holds (at its making)
 //! key_shadow = true                  # count "would refuse", admit
 //! key_overflow = "shared"            # or "admit"
 //! [tasks.api.key_overrides]
-//! "premium-key" = { key_rate = "100/second" }
+//! "premium-key" = { key_rate = "100/second", key_global = "50000/hour" }
 //! "internal" = "unlimited"
 //! "abuser" = "blocked"
 //! ```
 //!
 //! Applied host-wide like the task's other fields; the file's overrides
-//! replace the task's overrides as a whole (the file wins over code).
+//! replace the task's overrides as a whole (the file wins over code). A
+//! refusal names the field, at its own line where the file says it.
 
 use std::collections::BTreeMap;
 
+use toml::Spanned;
+
 use crate::error::{Error, Result};
-use crate::keyed::{KeyConfig, KeyLimits, KeyOverflow};
+use crate::keyed::{KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, KeyRate, MAX_LOCAL};
 use crate::task::Task;
 
 /// An override as written: `"unlimited"`, `"blocked"`, rates, or a table
-/// of `key_rate`, `key_max_concurrency`, `key_shadow`. Read from the TOML
-/// value by hand: serde's untagged enums buffer and recurse, and the file
-/// is also read on the reaper thread's small stack.
-pub(crate) type OverrideField = toml::Value;
+/// of `key_rate`, `key_max_concurrency`, `key_shadow` and the `key_global`
+/// fields. Read from the TOML value by hand: serde's untagged enums buffer
+/// and recurse, and the file is also read on the reaper thread's small
+/// stack.
+pub(crate) type OverrideField = Spanned<toml::Value>;
 
 /// The key fields of one task, as read.
 pub(super) struct Fields {
-    pub rate: Option<String>,
+    pub rate: Option<Spanned<String>>,
     pub max_concurrency: Option<u32>,
     pub capacity: Option<u32>,
     pub shadow: Option<bool>,
     pub overflow: Option<String>,
+    pub global: GlobalFields<Spanned<String>, Spanned<i64>>,
     pub overrides: Option<BTreeMap<String, OverrideField>>,
 }
+
+/// The `key_global` fields of a task (spanned) or of an override.
+#[derive(Default)]
+pub(super) struct GlobalFields<S, N> {
+    pub rate: Option<S>,
+    pub slice: Option<S>,
+    pub local: Option<N>,
+    pub fallback: Option<S>,
+}
+
+/// A refusal of a task's key fields: where (`None`: the task's section),
+/// the field's path after the task (`.key_global_slice`), and why.
+pub(super) type Refusal = (Option<usize>, String, Error);
 
 /// A task's limits per caller, checked.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,110 +68,228 @@ pub struct KeySection {
     pub overrides: Vec<(String, KeyLimits)>,
 }
 
-fn limits(rate: Option<&str>, cap: Option<u32>, shadow: Option<bool>) -> Result<KeyLimits> {
+/// A key's global rate from its fields, or the field that is wrong and
+/// why. The other fields without `key_global` are refused, never ignored.
+fn global(
+    f: &GlobalFields<&str, i64>,
+) -> std::result::Result<Option<KeyGlobal>, (&'static str, Error)> {
+    let Some(rate) = f.rate else {
+        for (field, set) in [
+            ("key_global_slice", f.slice.is_some()),
+            ("key_global_local", f.local.is_some()),
+            ("key_global_fallback", f.fallback.is_some()),
+        ] {
+            if set {
+                return Err((
+                    field,
+                    Error::invalid(format!(
+                        "{field} needs key_global, the key's rate across the fleet \
+                         (e.g. key_global = \"1000/hour\")"
+                    )),
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    let mut g = KeyGlobal::new(KeyRate::parse(rate).map_err(|e| ("key_global", e))?);
+    if let Some(slice) = f.slice {
+        g = g.slice(KeyGlobal::parse_slice(slice).map_err(|e| ("key_global_slice", e))?);
+    }
+    if let Some(n) = f.local {
+        let local = u32::try_from(n).ok().filter(|n| *n <= MAX_LOCAL);
+        g = g.local(local.ok_or_else(|| {
+            (
+                "key_global_local",
+                Error::invalid(format!(
+                    "key_global_local is 0 to {MAX_LOCAL} requests a slice, not {n}"
+                )),
+            )
+        })?);
+    }
+    if let Some(fallback) = f.fallback {
+        g = g
+            .fallback(KeyGlobal::parse_fallback(fallback).map_err(|e| ("key_global_fallback", e))?);
+    }
+    // The checks of the whole: the slice's range, its permits.
+    let blamed = if f.slice.is_some() {
+        "key_global_slice"
+    } else {
+        "key_global"
+    };
+    KeyLimits::new()
+        .global(g)
+        .validate()
+        .map_err(|e| (blamed, e))?;
+    Ok(Some(g))
+}
+
+fn limits(
+    rate: Option<&str>,
+    cap: Option<u32>,
+    shadow: Option<bool>,
+    global: Option<KeyGlobal>,
+) -> Result<KeyLimits> {
     let mut l = match rate {
         Some(r) => KeyLimits::parse_rates(r)?,
         None => KeyLimits::new(),
     };
     l.max_concurrency = cap.unwrap_or(0);
     l.shadow = shadow.unwrap_or(false);
+    l.global = global;
     l.validate()?;
     Ok(l)
 }
 
-fn override_limits(v: &toml::Value) -> Result<KeyLimits> {
+/// An override's limits, or the refusal: the field (if one is to blame)
+/// and why.
+fn override_limits(v: &toml::Value) -> std::result::Result<KeyLimits, (Option<&str>, Error)> {
+    let whole = |e| (None, e);
     match v {
         toml::Value::String(w) => match w.as_str() {
             "unlimited" => Ok(KeyLimits::unlimited()),
             "blocked" => Ok(KeyLimits::blocked()),
-            rates => limits(Some(rates), None, None),
+            rates => limits(Some(rates), None, None, None).map_err(whole),
         },
         toml::Value::Table(t) => {
             let mut rate = None;
             let mut cap = None;
             let mut shadow = None;
+            let mut g = GlobalFields::default();
             for (k, v) in t {
+                let field = |e| (Some(k.as_str()), e);
                 match (k.as_str(), v) {
                     ("key_rate", toml::Value::String(r)) => rate = Some(r.as_str()),
                     ("key_max_concurrency", toml::Value::Integer(0)) => {
-                        return Err(crate::task::zero_cap("key_max_concurrency"));
+                        return Err(field(crate::task::zero_cap("key_max_concurrency")));
                     }
                     ("key_max_concurrency", toml::Value::Integer(n)) => {
                         cap = Some(u32::try_from(*n).map_err(|_| {
-                            Error::invalid(format!("key_max_concurrency {n} is out of range"))
+                            field(Error::invalid(format!(
+                                "key_max_concurrency {n} is out of range"
+                            )))
                         })?)
                     }
                     ("key_max_concurrency", toml::Value::String(w)) => {
-                        let c = crate::task::parse_cap("key_max_concurrency", w)?;
+                        let c = crate::task::parse_cap("key_max_concurrency", w).map_err(field)?;
                         cap = Some(if c == crate::task::NO_CAP { 0 } else { c });
                     }
                     ("key_shadow", toml::Value::Boolean(b)) => shadow = Some(*b),
+                    ("key_global", toml::Value::String(r)) => g.rate = Some(r.as_str()),
+                    ("key_global_slice", toml::Value::String(s)) => g.slice = Some(s.as_str()),
+                    ("key_global_local", toml::Value::Integer(n)) => g.local = Some(*n),
+                    ("key_global_fallback", toml::Value::String(f)) => {
+                        g.fallback = Some(f.as_str())
+                    }
                     _ => {
-                        return Err(Error::invalid(format!(
+                        return Err(field(Error::invalid(format!(
                             "unknown or mistyped field {k:?} (key_rate = \"...\", \
-                             key_max_concurrency = N or \"none\", key_shadow = true|false)"
-                        )));
+                             key_max_concurrency = N or \"none\", key_shadow = true|false, \
+                             key_global = \"...\", key_global_slice = \"1s\", \
+                             key_global_local = N, key_global_fallback = \"share\"|\"local\"|\"deny\")"
+                        ))));
                     }
                 }
             }
-            limits(rate, cap, shadow)
+            let global = global(&g).map_err(|(f, e)| (Some(f), e))?;
+            limits(rate, cap, shadow, global).map_err(whole)
         }
-        _ => Err(Error::invalid(
+        _ => Err(whole(Error::invalid(
             "\"unlimited\", \"blocked\", rates such as \"10/second\", or a table".to_string(),
-        )),
+        ))),
     }
 }
 
-pub(super) fn section(f: Fields) -> Result<Option<KeySection>> {
+pub(super) fn section(f: Fields) -> std::result::Result<Option<KeySection>, Refusal> {
+    let g = &f.global;
     let any = f.rate.is_some()
         || f.max_concurrency.is_some()
         || f.capacity.is_some()
         || f.shadow.is_some()
         || f.overflow.is_some()
+        || g.rate.is_some()
+        || g.slice.is_some()
+        || g.local.is_some()
+        || g.fallback.is_some()
         || f.overrides.is_some();
     if !any {
         return Ok(None);
     }
+    let whole = |e: Error| (None, String::new(), e);
     let overflow = match f.overflow.as_deref() {
         None | Some("shared") => KeyOverflow::Shared,
         Some("admit") => KeyOverflow::Admit,
         Some(other) => {
-            return Err(Error::invalid(format!(
+            return Err(whole(Error::invalid(format!(
                 "key_overflow must be \"shared\" or \"admit\", not {other:?}"
-            )));
+            ))));
         }
     };
     let capacity = f.capacity.unwrap_or(crate::keyed::DEFAULT_KEY_CAPACITY);
     if !(1..=crate::keyed::MAX_KEY_CAPACITY).contains(&capacity) {
-        return Err(Error::invalid(format!(
+        return Err(whole(Error::invalid(format!(
             "key_capacity must be between 1 and {}, not {capacity}",
             crate::keyed::MAX_KEY_CAPACITY
-        )));
+        ))));
+    }
+    let text = GlobalFields {
+        rate: g.rate.as_ref().map(|s| s.get_ref().as_str()),
+        slice: g.slice.as_ref().map(|s| s.get_ref().as_str()),
+        local: g.local.as_ref().map(|n| *n.get_ref()),
+        fallback: g.fallback.as_ref().map(|s| s.get_ref().as_str()),
+    };
+    let global = global(&text).map_err(|(field, e)| {
+        let at = match field {
+            "key_global_slice" => g.slice.as_ref().map(|s| s.span().start),
+            "key_global_local" => g.local.as_ref().map(|n| n.span().start),
+            "key_global_fallback" => g.fallback.as_ref().map(|s| s.span().start),
+            _ => g.rate.as_ref().map(|s| s.span().start),
+        };
+        (at, format!(".{field}"), e)
+    })?;
+    let rate = f.rate.as_ref().map(|r| r.get_ref().as_str());
+    if let Some(r) = &f.rate {
+        KeyLimits::parse_rates(r.get_ref())
+            .map_err(|e| (Some(r.span().start), ".key_rate".to_string(), e))?;
     }
     let config = KeyConfig {
-        limits: limits(f.rate.as_deref(), f.max_concurrency, f.shadow)?,
+        limits: limits(rate, f.max_concurrency, f.shadow, global).map_err(whole)?,
         capacity,
         overflow,
     };
     let mut overrides = Vec::new();
     for (key, o) in f.overrides.unwrap_or_default() {
+        let at = o.span().start;
+        let path = format!(".key_overrides.{}", crate::words::echo(&key));
         if key.len() > crate::keyed::MAX_KEY_LEN {
-            return Err(Error::invalid(format!(
-                "key_overrides: a key of {} bytes is longer than {}",
-                key.len(),
-                crate::keyed::MAX_KEY_LEN
-            )));
+            return Err((
+                Some(at),
+                ".key_overrides".to_string(),
+                Error::invalid(format!(
+                    "a key of {} bytes is longer than {}",
+                    key.len(),
+                    crate::keyed::MAX_KEY_LEN
+                )),
+            ));
         }
-        let l = override_limits(&o)
-            .map_err(|e| Error::invalid(format!("key_overrides.{key:?}: {}", e.message())))?;
+        let l = override_limits(o.get_ref()).map_err(|(field, e)| {
+            let path = match field {
+                Some(f) => format!("{path}.{f}"),
+                None => path.clone(),
+            };
+            (Some(at), path, e)
+        })?;
         overrides.push((key, l));
     }
     if overrides.len() > crate::format::MAX_OVERRIDES {
-        return Err(Error::invalid(format!(
-            "key_overrides: at most {} keys, not {}",
-            crate::format::MAX_OVERRIDES,
-            overrides.len()
-        )));
+        return Err((
+            None,
+            ".key_overrides".to_string(),
+            Error::invalid(format!(
+                "at most {} keys, not {}",
+                crate::format::MAX_OVERRIDES,
+                overrides.len()
+            )),
+        ));
     }
     Ok(Some(KeySection { config, overrides }))
 }

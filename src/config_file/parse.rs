@@ -77,11 +77,15 @@ struct TaskFields {
     managed: Option<bool>,
     policy: Option<Raw>,
     /// Limits per caller (see `keys.rs`).
-    key_rate: Option<String>,
+    key_rate: Option<Spanned<String>>,
     key_max_concurrency: Option<Spanned<toml::Value>>,
     key_capacity: Option<u32>,
     key_shadow: Option<bool>,
     key_overflow: Option<String>,
+    key_global: Option<Spanned<String>>,
+    key_global_slice: Option<Spanned<String>>,
+    key_global_local: Option<Spanned<i64>>,
+    key_global_fallback: Option<Spanned<String>>,
     key_overrides: Option<BTreeMap<String, super::keys::OverrideField>>,
 }
 
@@ -180,6 +184,12 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
             capacity: fields.key_capacity.take(),
             shadow: fields.key_shadow.take(),
             overflow: fields.key_overflow.take(),
+            global: super::keys::GlobalFields {
+                rate: fields.key_global.take(),
+                slice: fields.key_global_slice.take(),
+                local: fields.key_global_local.take(),
+                fallback: fields.key_global_fallback.take(),
+            },
             overrides: fields.key_overrides.take(),
         };
         match super::keys::section(key_fields) {
@@ -187,7 +197,15 @@ pub(super) fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
                 keys.insert(name.clone(), k);
             }
             Ok(None) => {}
-            Err(e) => return Err(refuse("tasks", &name, offset, e)),
+            Err((at, field, e)) => {
+                return Err(refuse_field(
+                    "tasks",
+                    &name,
+                    at.unwrap_or(offset),
+                    e,
+                    &field,
+                ));
+            }
         }
         let config = task_config(fields, task_cap)
             .and_then(|c| {

@@ -1,17 +1,24 @@
 //! Keyed tasks (limits per caller) through the C ABI: thin conversions of
-//! `Task::set_keys`, `set_key_override`, `acquire_key_raw` and `key_state`.
+//! `Task::set_keys`, `set_key_override`, `set_key_global`,
+//! `acquire_key_raw` and `key_state`.
 
 use std::cell::Cell;
 use std::ffi::c_char;
+use std::time::Duration;
 
 use super::args::{arg, out_arg, put, text_arg};
 use super::sized::{Out, SizedStruct, init_sized};
 use super::stats::FC_RETRY_UNKNOWN;
 use super::status::{boundary, fc_status};
 use super::task::task_of;
-use super::types::{FC_NO_CAP, fc_permit, fc_task};
+use super::types::{
+    FC_FALLBACK_DENY, FC_FALLBACK_LOCAL, FC_FALLBACK_RATE, FC_FALLBACK_SHARE, FC_NO_CAP, fc_permit,
+    fc_task,
+};
 use crate::error::Error;
-use crate::{KeyConfig, KeyLimits, KeyOverflow, KeyRefused, MAX_KEY_LEN};
+use crate::{
+    Fallback, KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, KeyRate, KeyRefused, MAX_KEY_LEN,
+};
 
 /// `fc_task_set_keys` flags: shadow mode (count what the key limits would
 /// refuse, admit).
@@ -68,7 +75,8 @@ unsafe fn key_arg<'a>(key: *const u8, len: usize) -> Result<&'a [u8], Error> {
 /// them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
 /// `max_concurrency` (0 or `FC_NO_CAP`: none), `capacity` keys (0: 65,536; fixed when
 /// the task's key file is made), `flags` `FC_KEYS_SHADOW`,
-/// `FC_KEYS_OVERFLOW_ADMIT`. Thread-safe.
+/// `FC_KEYS_OVERFLOW_ADMIT`. A global rate the task's keys have
+/// (`fc_task_set_key_global`) is kept. Thread-safe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_set_keys(
     task: *const fc_task,
@@ -84,14 +92,18 @@ pub unsafe extern "C" fn fc_task_set_keys(
                 "fc_task_set_keys: unknown flags {flags:#x}"
             )));
         }
-        let mut config = KeyConfig::new(limits(rates, max_concurrency, flags)?);
+        let task = task_of(task);
+        let mut limits = limits(rates, max_concurrency, flags)?;
+        // A global rate is set apart (fc_task_set_key_global): kept here.
+        limits.global = task.key_config()?.and_then(|c| c.limits.global);
+        let mut config = KeyConfig::new(limits);
         if capacity != 0 {
             config = config.capacity(capacity);
         }
         if flags & FC_KEYS_OVERFLOW_ADMIT != 0 {
             config = config.overflow(KeyOverflow::Admit);
         }
-        task_of(task).set_keys(&config)?;
+        task.set_keys(&config)?;
         Ok(fc_status::FC_OK)
     })
 }
@@ -99,7 +111,10 @@ pub unsafe extern "C" fn fc_task_set_keys(
 /// Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
 /// `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
 /// `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
-/// `FC_KEYS_SHADOW`. Thread-safe.
+/// `FC_KEYS_SHADOW`. A global rate the key's override has
+/// (`fc_task_set_key_override_global`) is kept, unless the key becomes
+/// unlimited or blocked; a new override has none (an override's limits are
+/// all its own). Thread-safe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_task_set_key_override(
     task: *const fc_task,
@@ -118,12 +133,175 @@ pub unsafe extern "C" fn fc_task_set_key_override(
                 "fc_task_set_key_override: flags {flags:#x} are unknown or contradict"
             )));
         }
+        let task = task_of(task);
         let l = if flags & FC_KEY_REMOVE != 0 {
             None
         } else {
-            Some(limits(rates, max_concurrency, flags)?)
+            let mut l = limits(rates, max_concurrency, flags)?;
+            // The override's own global rate is kept (not the task's).
+            if flags & (FC_KEY_UNLIMITED | FC_KEY_BLOCKED) == 0 {
+                l.global = match task.key_limits(key)? {
+                    (current, true) => current.global,
+                    (_, false) => None,
+                };
+            }
+            Some(l)
         };
-        task_of(task).set_key_override(key, l.as_ref())?;
+        task.set_key_override(key, l.as_ref())?;
+        Ok(fc_status::FC_OK)
+    })
+}
+
+/// A global rate from C's arguments; `None` for `count` 0 (every other
+/// argument 0 too).
+fn global(
+    count: f64,
+    period_ms: u64,
+    slice_ms: u64,
+    local: u32,
+    fallback: u32,
+) -> Result<Option<KeyGlobal>, Error> {
+    if count == 0.0 {
+        if period_ms != 0 || slice_ms != 0 || local != 0 || fallback != 0 {
+            return Err(Error::invalid(
+                "count 0 takes the key's global rate away: pass 0 for every other argument"
+                    .to_string(),
+            ));
+        }
+        return Ok(None);
+    }
+    let fallback = match fallback {
+        FC_FALLBACK_SHARE => Fallback::Share,
+        FC_FALLBACK_LOCAL => Fallback::Local,
+        FC_FALLBACK_DENY => Fallback::Deny,
+        FC_FALLBACK_RATE => {
+            return Err(Error::invalid(
+                "a key's global fallback is FC_FALLBACK_SHARE, _LOCAL or _DENY: \
+                 FC_FALLBACK_RATE has no rate to name here"
+                    .to_string(),
+            ));
+        }
+        other => {
+            return Err(Error::invalid(format!(
+                "fallback must be FC_FALLBACK_SHARE, _LOCAL or _DENY, not {other}"
+            )));
+        }
+    };
+    let mut g = KeyGlobal::new(KeyRate::new(count, Duration::from_millis(period_ms)))
+        .local(local)
+        .fallback(fallback);
+    if slice_ms != 0 {
+        g = g.slice(Duration::from_millis(slice_ms));
+    }
+    KeyLimits::new().global(g).validate()?;
+    Ok(Some(g))
+}
+
+/// Gives every key of the task a rate across the fleet, or changes it:
+/// `count` requests per `period_ms`, kept in slices of `slice_ms` (0: the
+/// period; whole ms from 10 ms to a day, with 1 to 2^31 permits a slice),
+/// of which a host admits `local` (0 to 31) a slice without the store
+/// while the key is not hot there, and `fallback` `FC_FALLBACK_SHARE`,
+/// `FC_FALLBACK_LOCAL` or `FC_FALLBACK_DENY` while the store fails.
+/// `count` 0 (every other argument 0) takes it away. The task's other key
+/// limits are kept; it needs key limits first (`fc_task_set_keys`). A
+/// table without a store URL is a fleet of one: the host decides alone.
+/// Refusals are `FC_LIMITED_KEY_GLOBAL`. Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fc_task_set_key_global(
+    task: *const fc_task,
+    count: f64,
+    period_ms: u64,
+    slice_ms: u64,
+    local: u32,
+    fallback: u32,
+) -> fc_status {
+    boundary(|| {
+        let task = unsafe { arg(task, "task") }?;
+        let g = global(count, period_ms, slice_ms, local, fallback)?;
+        task_of(task).set_key_global(None, g.as_ref())?;
+        Ok(fc_status::FC_OK)
+    })
+}
+
+/// As `fc_task_set_key_global`, for `key`'s override alone (`key_len`
+/// bytes), keeping its other limits: a key without an override is refused
+/// (give it one with `fc_task_set_key_override` first). Thread-safe.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fc_task_set_key_override_global(
+    task: *const fc_task,
+    key: *const u8,
+    key_len: usize,
+    count: f64,
+    period_ms: u64,
+    slice_ms: u64,
+    local: u32,
+    fallback: u32,
+) -> fc_status {
+    boundary(|| {
+        let task = unsafe { arg(task, "task") }?;
+        let key = unsafe { key_arg(key, key_len) }?;
+        let g = global(count, period_ms, slice_ms, local, fallback)?;
+        task_of(task).set_key_global(Some(key), g.as_ref())?;
+        Ok(fc_status::FC_OK)
+    })
+}
+
+/// The global rate in force for `key` (its override's, or the task's),
+/// as the key file holds it: `*count` per `*period_ms` (0: none, and every
+/// other value 0), in slices of `*slice_ms`, `*local`, `*fallback`
+/// (`FC_FALLBACK_*`). The count is the slice's permits × period / slice:
+/// 1000 per hour in slices of a minute is 16 a slice, read as 960. Any
+/// pointer may be NULL. Thread-safe.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fc_key_global_get(
+    task: *const fc_task,
+    key: *const u8,
+    key_len: usize,
+    count: *mut f64,
+    period_ms: *mut u64,
+    slice_ms: *mut u64,
+    local: *mut u32,
+    fallback: *mut u32,
+) -> fc_status {
+    boundary(|| {
+        let task = unsafe { arg(task, "task") }?;
+        let key = unsafe { key_arg(key, key_len) }?;
+        let g = task_of(task).key_limits(key)?.0.global;
+        let ms = |d: Duration| d.as_millis().min(u64::MAX as u128) as u64;
+        let values = match g {
+            None => (0.0, 0, 0, 0, 0),
+            Some(g) => (
+                g.rate.count,
+                ms(g.rate.period),
+                ms(g.slice_in_force()),
+                g.local,
+                match g.fallback {
+                    Fallback::Local => FC_FALLBACK_LOCAL,
+                    Fallback::Deny => FC_FALLBACK_DENY,
+                    _ => FC_FALLBACK_SHARE,
+                },
+            ),
+        };
+        unsafe {
+            if !count.is_null() {
+                put(count, values.0);
+            }
+            if !period_ms.is_null() {
+                put(period_ms, values.1);
+            }
+            if !slice_ms.is_null() {
+                put(slice_ms, values.2);
+            }
+            if !local.is_null() {
+                put(local, values.3);
+            }
+            if !fallback.is_null() {
+                put(fallback, values.4);
+            }
+        }
         Ok(fc_status::FC_OK)
     })
 }
@@ -131,9 +309,10 @@ pub unsafe extern "C" fn fc_task_set_key_override(
 /// Asks for `n` permits for `key` (`key_len` bytes, at most 4,096): `FC_OK`
 /// with `*permit` filled (release it with `fc_release`) only if the key's
 /// limits and the task's own admit it; a refusal spends neither.
-/// `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED` for the key's
-/// limits, the task's own `FC_LIMITED_*` for its; `fc_last_refusal` then
-/// says when an identical request can pass. Thread-safe; no allocation.
+/// `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED`, `_KEY_GLOBAL`
+/// for the key's limits, the task's own `FC_LIMITED_*` for its;
+/// `fc_last_refusal` then says when an identical request can pass.
+/// Thread-safe; no allocation (a key's global rate may ask the store).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_acquire_key(
     task: *const fc_task,
@@ -202,10 +381,14 @@ pub struct fc_key_state {
     pub size: u32,
     /// 1 if the key holds an entry now.
     pub present: u32,
-    /// The tightest rate's limit (its burst), and what it admits now.
+    /// The tightest of the key's rates on the host: its limit (its burst;
+    /// 0: the key has none), and what it admits now. A global rate is not
+    /// one of them: its slice is the fleet's (`fc_key_global_get` reads
+    /// its settings; a refusal by it says when to retry).
     pub limit: u32,
     pub remaining: u32,
-    /// When that rate is whole again, and when one request can pass, ns.
+    /// When that rate is whole again, and when one request can pass the
+    /// key's rates on the host, ns.
     pub reset_after_ns: u64,
     pub retry_after_ns: u64,
     /// Permits of the key in flight on the host, and its cap (0: none).

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::limits::Rules;
-use super::{KeyConfig, KeyLimits, KeyOverflow, Keys};
+use super::{KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, Keys};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::format::{
@@ -109,6 +109,40 @@ impl Keys {
         Ok(true)
     }
 
+    /// Gives the default limits (`key` `None`) or `key`'s override the
+    /// global rate `global` (`None`: none), keeping the rest of them, under
+    /// the configuration lock: a concurrent change of the other limits is
+    /// never lost. A key without an override is refused.
+    pub(crate) fn write_global(
+        &self,
+        shm: &Shm,
+        key: Option<&[u8]>,
+        global: Option<KeyGlobal>,
+    ) -> Result<()> {
+        let ident = key.map(|k| self.hash(k)).transpose()?.map(|h| h.ident);
+        self.write(shm, |c, clock| {
+            let copy = match ident {
+                None => &c.default,
+                Some(ident) => match override_of(c, ident) {
+                    Some(o) => &c.overrides[o],
+                    None => {
+                        return Err(Error::invalid(
+                            "the key has no override: give it one first (its rates, or none), \
+                             then its global rate"
+                                .to_string(),
+                        ));
+                    }
+                },
+            };
+            let mut limits = KeyLimits::load(copy, clock);
+            limits.global = global;
+            limits.validate()?;
+            let overflow_admit = ident.is_none() && copy.flags() & LIMITS_OVERFLOW_ADMIT != 0;
+            limits.store(copy, clock, overflow_admit);
+            Ok(())
+        })
+    }
+
     /// Copies the current limits to the next copy, lets `edit` change it,
     /// and makes it current, under the file's configuration lock.
     pub(super) fn write(
@@ -165,6 +199,21 @@ pub(crate) fn config_of(region: &super::KeyRegion, clock: &Clock) -> KeyConfig {
     })
 }
 
+/// A key file's overrides: each key's identity (as `KeyInfo::ident`) and
+/// its limits, in the order they were written.
+pub(crate) fn overrides_of(region: &super::KeyRegion, clock: &Clock) -> Vec<(u64, KeyLimits)> {
+    let h = region.header();
+    read_versioned(&h.config_version, |i| {
+        let c = region.config(i);
+        (0..MAX_OVERRIDES)
+            .filter_map(|o| {
+                let k = c.override_keys[o].load(Ordering::Relaxed);
+                (k != 0).then(|| (k, KeyLimits::load(&c.overrides[o], clock)))
+            })
+            .collect()
+    })
+}
+
 /// `limits` as they read back from the file (bursts in force, rates
 /// rounded to ticks): what a comparison with the file's limits needs.
 pub(crate) fn normalized(limits: &KeyLimits, clock: &Clock) -> KeyLimits {
@@ -216,6 +265,8 @@ fn copy_config(from: &ConfigCopy, to: &ConfigCopy) {
             (&a.burst2_cap, &b.burst2_cap),
             (&a.flags, &b.flags),
             (&a.periods, &b.periods),
+            (&a.global, &b.global),
+            (&a.global_ms, &b.global_ms),
         ] {
             y.store(x.load(Ordering::Relaxed), Ordering::Relaxed);
         }

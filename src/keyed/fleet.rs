@@ -309,7 +309,7 @@ impl Keys {
         }
         // A key still hot next slice has no allowance there: it is asked
         // ahead even if this slice did not see it.
-        if last && seen.hot_for_in(&rule, clock.slice + 1) > 0 {
+        if last && seen.hot_for_in(rule.local, clock.slice + 1) > 0 {
             let asked = if current { seen.asked } else { 0 };
             asks.push((
                 asked,

@@ -16,15 +16,17 @@ mod hold;
 mod limits;
 mod map;
 mod names;
+mod rate;
 mod region;
 mod view;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use config::{config_of, normalized};
+pub(crate) use config::{config_of, normalized, overrides_of};
 pub(crate) use decide::drift_of;
-pub use limits::{KeyGlobal, KeyLimits, KeyRate, MAX_LOCAL};
+pub use limits::KeyLimits;
+pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub use view::{KeyGlobalNow, KeyInfo, KeyStats};
@@ -121,7 +123,9 @@ pub struct KeyRefusal {
 }
 
 /// A key's state for the answers a refusal needs (`RateLimit-*` headers),
-/// read without spending.
+/// read without spending. Its rates are the key's on the host: a global
+/// rate is not one of them (its slice is the fleet's; a refusal by it says
+/// when to retry, and [`crate::Task::key_limits`] its settings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct KeyState {
     /// The limit of the key's tightest rate now: its burst (0: no rate).
@@ -130,7 +134,7 @@ pub struct KeyState {
     pub remaining: u32,
     /// When that rate is whole again.
     pub reset_after: Duration,
-    /// When one request can pass every rate (zero: now).
+    /// When one request can pass every rate on the host (zero: now).
     pub retry_after: Duration,
     /// Permits of the key in flight on the host, and the cap (0: none).
     pub in_flight: u32,

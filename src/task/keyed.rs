@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::{OwnedPermit, Permit, RawPermit, Task};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keyed::{
-    KeyConfig, KeyInfo, KeyLimits, KeyRefusal, KeyRefused, KeyState, KeyStats, Keys,
+    KeyConfig, KeyGlobal, KeyInfo, KeyLimits, KeyRefusal, KeyRefused, KeyState, KeyStats, Keys,
 };
 
 /// The answer to a keyed acquire.
@@ -72,6 +72,18 @@ impl Task {
             l.validate()?;
         }
         self.keys_in_use()?.write_override(&self.shm, key, limits)
+    }
+
+    /// Gives the task's key limits (`key` `None`) or `key`'s override a
+    /// rate across the fleet ([`KeyGlobal`]), or takes it away (`global`
+    /// `None`), keeping their other limits, for every process on the host.
+    /// A key without an override is refused: give it one first.
+    pub fn set_key_global(&self, key: Option<&[u8]>, global: Option<&KeyGlobal>) -> Result<()> {
+        if let Some(g) = global {
+            KeyLimits::new().global(*g).validate()?;
+        }
+        self.keys_in_use()?
+            .write_global(&self.shm, key, global.copied())
     }
 
     /// Makes `overrides` the task's overrides as a whole (what a config

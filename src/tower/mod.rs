@@ -21,8 +21,10 @@
 //!   concurrency cap: a release decides), `unknown_retry_after` (default
 //!   1; `None` leaves it out); for a keyed request the key's
 //!   `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
-//!   (draft-ietf-httpapi-ratelimit-headers-06) from [`Task::key_state`]. A
-//!   blocked key gets 403, without `Retry-After`.
+//!   (draft-ietf-httpapi-ratelimit-headers-06) from [`Task::key_state`],
+//!   unless the key's global rate refused it (those numbers are the key's
+//!   rates on the host, which did not refuse). A blocked key gets 403,
+//!   without `Retry-After`.
 //! - **The permit is held to the end of the response body** and released
 //!   once: `Success` when the body ends; `Dropped` when the inner service
 //!   failed, answered 5xx, its body failed, or its future was dropped
@@ -238,7 +240,12 @@ fn admit(shared: &Shared<impl Sized>, key: Option<&[u8]>) -> Result<OwnedPermit,
         Ok(Err(refused)) if refused.by == KeyRefused::Blocked => {
             Err(Answer::plain(StatusCode::FORBIDDEN, FORBIDDEN))
         }
-        Ok(Err(refused)) => Err(refusal(shared, Some(key), refused.retry_after)),
+        // A global refusal: the key's numbers on the host would say it
+        // has room. Retry-After alone.
+        Ok(Err(refused)) => {
+            let key = (refused.by != KeyRefused::Global).then_some(key);
+            Err(refusal(shared, key, refused.retry_after))
+        }
         Err(_) => Err(Answer::plain(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE)),
     }
 }

@@ -163,6 +163,11 @@ impl View {
         self.snapshot()?.key_config(name)
     }
 
+    /// Keyed task `name`'s overrides: [`TableSnapshot::key_overrides`].
+    pub fn key_overrides(&self, name: &str) -> Result<Option<Vec<(u64, crate::KeyLimits)>>> {
+        self.snapshot()?.key_overrides(name)
+    }
+
     /// Keyed task `name`'s key counters (`None`: it has no key limits).
     pub fn key_stats(&self, name: &str) -> Result<Option<crate::KeyStats>> {
         self.snapshot()?.key_stats(name)
@@ -297,6 +302,16 @@ impl TableSnapshot {
         Ok(self
             .keys_of(name)?
             .map(|k| crate::keyed::config_of(&k, &clock)))
+    }
+
+    /// Keyed task `name`'s overrides (`None`: it has no key limits): each
+    /// key's identity ([`crate::KeyInfo::ident`]) and its limits. A key
+    /// without one has the task's ([`TableSnapshot::key_config`]).
+    pub fn key_overrides(&self, name: &str) -> Result<Option<Vec<(u64, crate::KeyLimits)>>> {
+        let clock = self.region.clock;
+        Ok(self
+            .keys_of(name)?
+            .map(|k| crate::keyed::overrides_of(&k, &clock)))
     }
 
     /// Keyed task `name`'s key counters (`None`: it has no key limits).

@@ -62,6 +62,7 @@ static const char *status_name(uint32_t status)
     case FC_LIMITED_KEY_RATE: return "FC_LIMITED_KEY_RATE";
     case FC_LIMITED_KEY_CONCURRENCY: return "FC_LIMITED_KEY_CONCURRENCY";
     case FC_LIMITED_KEY_BLOCKED: return "FC_LIMITED_KEY_BLOCKED";
+    case FC_LIMITED_KEY_GLOBAL: return "FC_LIMITED_KEY_GLOBAL";
     case FC_ERR_INVALID_ARGUMENT: return "FC_ERR_INVALID_ARGUMENT";
     case FC_ERR_INVALID_NAME: return "FC_ERR_INVALID_NAME";
     case FC_ERR_TABLE_FULL: return "FC_ERR_TABLE_FULL";
@@ -303,12 +304,12 @@ static void test_version_and_status_strings(void)
     static const uint32_t statuses[] = {
         FC_OK, FC_LIMITED_LOCAL, FC_LIMITED_GLOBAL, FC_LIMITED_CONCURRENCY,
         FC_LIMITED_KEY_RATE, FC_LIMITED_KEY_CONCURRENCY, FC_LIMITED_KEY_BLOCKED,
-        FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_NAME, FC_ERR_TABLE_FULL,
+        FC_LIMITED_KEY_GLOBAL, FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_NAME, FC_ERR_TABLE_FULL,
         FC_ERR_TOO_MANY_PROCESSES, FC_ERR_CONFIG_MISMATCH, FC_ERR_INCOMPATIBLE,
         FC_ERR_CORRUPT, FC_ERR_IO, FC_ERR_PERMISSION, FC_ERR_TIMEOUT,
         FC_ERR_INTERNAL,
     };
-    static const uint32_t unknown[] = { 7, 99, 111, 198, 200, 0xffffffffu };
+    static const uint32_t unknown[] = { 8, 99, 111, 198, 200, 0xffffffffu };
     const size_t count = sizeof statuses / sizeof statuses[0];
     char expected[32];
     const char *unknown_text = fc_status_str(unknown[0]);
@@ -2240,6 +2241,183 @@ static void test_keyed(void)
     }
 }
 
+/* Sleeps, if needed, until the wall clock's slice of `slice_ms` (the
+ * embedded store's) has most of it left. */
+static void early_in_a_slice(uint64_t slice_ms)
+{
+    struct timespec now, pause;
+    uint64_t ms, into;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+    into = ms % slice_ms;
+    if (into <= slice_ms / 2)
+        return;
+    ms = slice_ms - into + 5;
+    pause.tv_sec = (time_t)(ms / 1000u);
+    pause.tv_nsec = (long)(ms % 1000u) * 1000000L;
+    nanosleep(&pause, NULL);
+}
+
+/* Admits `key` until refused (at most `most` times): the number admitted;
+ * the permits are released, the refusal's status is in *refused. */
+static uint64_t admit_until_refused(const fc_task *task, const char *key, int most,
+                                    fc_status *refused)
+{
+    fc_permit p;
+    uint64_t admitted = 0;
+    int i;
+
+    *refused = FC_OK;
+    for (i = 0; i < most; i++) {
+        fc_status st = fc_acquire_key(task, (const uint8_t *)key, strlen(key), 1, &p);
+        if (st != FC_OK) {
+            *refused = st;
+            break;
+        }
+        admitted++;
+        if (fc_release(task, &p, FC_OUTCOME_SUCCESS) != FC_OK)
+            FAIL_AT(__LINE__, "fc_release of %s's permit: %s", key, fc_last_error());
+    }
+    return admitted;
+}
+
+/* EXPECT an error whose fc_last_error() names `needle`. */
+#define EXPECT_SAYS(call, want, needle)                                           \
+    do {                                                                          \
+        EXPECT(call, want);                                                       \
+        CHECK(strstr(fc_last_error(), (needle)) != NULL, "  ... and says \"%s\"", \
+              (needle));                                                          \
+    } while (0)
+
+static void test_key_global(void)
+{
+    char path[PATH_LEN], keys_path[PATH_LEN + 16];
+    fc_table *table;
+    fc_task *task;
+    fc_status refused;
+    double count = -1;
+    uint64_t period_ms = 1, slice_ms = 1, retry_ns = 0;
+    uint32_t local = 99, fallback = 99, which = 99;
+    int i;
+
+    section("keyed: a global rate per key, exact per slice on a table without a store");
+    scratch_path(path, "key-global");
+    table = open_table(path, NULL); /* no store URL: the host is the fleet */
+    task = register_task(table, "api", 0, 1, 0);
+    EXPECT_SAYS(fc_task_set_key_global(task, 5, 1000, 1000, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "no key limits");
+    EXPECT(fc_task_set_keys(task, "1000/second", 0, 64, 0), FC_OK);
+    EXPECT(fc_task_set_key_global(task, 5, 1000, 1000, 1, FC_FALLBACK_SHARE), FC_OK);
+    EXPECT(fc_key_global_get(task, (const uint8_t *)"alice", 5, &count, &period_ms, &slice_ms,
+                             &local, &fallback),
+           FC_OK);
+    CHECK(count == 5 && period_ms == 1000 && slice_ms == 1000 && local == 1 &&
+              fallback == FC_FALLBACK_SHARE,
+          "read back: %g per %" PRIu64 " ms, slices of %" PRIu64 " ms, local %" PRIu32
+          ", fallback %" PRIu32,
+          count, period_ms, slice_ms, local, fallback);
+    /* 5 a slice of 1 s, 1 of them on the host's own: exactly 5, then refused. */
+    early_in_a_slice(1000);
+    check_eq(admit_until_refused(task, "alice", 20, &refused), 5,
+             "alice admitted in one slice", __LINE__);
+    CHECK_STATUS(refused, FC_LIMITED_KEY_GLOBAL, "alice's 6th request");
+    EXPECT(fc_last_refusal(&retry_ns, &which), FC_OK);
+    CHECK(retry_ns > 0 && retry_ns <= 1000000000ull,
+          "retry at the slice's end, within 1 s: %llu ns", (unsigned long long)retry_ns);
+    check_eq(admit_until_refused(task, "bob", 20, &refused), 5, "bob has a slice of his own",
+             __LINE__);
+    /* fc_task_set_keys keeps the global rate; an override has its own. */
+    EXPECT(fc_task_set_keys(task, "500/second", 0, 64, 0), FC_OK);
+    EXPECT(fc_key_global_get(task, (const uint8_t *)"carol", 5, &count, NULL, NULL, NULL, NULL),
+           FC_OK);
+    CHECK(count == 5, "fc_task_set_keys kept the global rate: %g", count);
+    EXPECT_SAYS(fc_task_set_key_override_global(task, (const uint8_t *)"vip", 3, 2, 1000, 0, 0,
+                                                FC_FALLBACK_DENY),
+                FC_ERR_INVALID_ARGUMENT, "no override");
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"vip", 3, "1000/second", 0, 0), FC_OK);
+    EXPECT(fc_key_global_get(task, (const uint8_t *)"vip", 3, &count, &period_ms, &slice_ms,
+                             &local, &fallback),
+           FC_OK);
+    CHECK(count == 0 && period_ms == 0 && slice_ms == 0 && local == 0 && fallback == 0,
+          "a new override has no global rate: %g", count);
+    EXPECT(fc_task_set_key_override_global(task, (const uint8_t *)"vip", 3, 2, 1000, 0, 0,
+                                           FC_FALLBACK_DENY),
+           FC_OK);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"vip", 3, "900/second", 0, 0), FC_OK);
+    EXPECT(fc_key_global_get(task, (const uint8_t *)"vip", 3, &count, &period_ms, &slice_ms,
+                             &local, &fallback),
+           FC_OK);
+    CHECK(count == 2 && period_ms == 1000 && slice_ms == 1000 && local == 0 &&
+              fallback == FC_FALLBACK_DENY,
+          "the override's global rate, kept by a new override of the key: %g, local %" PRIu32
+          ", fallback %" PRIu32,
+          count, local, fallback);
+    early_in_a_slice(1000);
+    check_eq(admit_until_refused(task, "vip", 20, &refused), 2, "vip admitted in one slice",
+             __LINE__);
+    CHECK_STATUS(refused, FC_LIMITED_KEY_GLOBAL, "vip's 3rd request");
+    /* Bad input: a status and a reason, nothing changed. */
+    EXPECT_SAYS(fc_task_set_key_global(task, -1, 1000, 0, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "count");
+    EXPECT_SAYS(fc_task_set_key_global(task, NAN, 1000, 0, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "count");
+    EXPECT_SAYS(fc_task_set_key_global(task, INFINITY, 1000, 0, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "count");
+    EXPECT_SAYS(fc_task_set_key_global(task, 5, 0, 0, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "period");
+    EXPECT_SAYS(fc_task_set_key_global(task, 5, 1000, 5, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "slice");
+    EXPECT_SAYS(fc_task_set_key_global(task, 1, 3600000, 1000, 1, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "permits per slice");
+    EXPECT_SAYS(fc_task_set_key_global(task, 5, 1000, 0, 32, FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "at most 31");
+    EXPECT_SAYS(fc_task_set_key_global(task, 5, 1000, 0, 1, FC_FALLBACK_RATE),
+                FC_ERR_INVALID_ARGUMENT, "FC_FALLBACK_RATE");
+    EXPECT_SAYS(fc_task_set_key_global(task, 5, 1000, 0, 1, 9), FC_ERR_INVALID_ARGUMENT,
+                "not 9");
+    EXPECT_SAYS(fc_task_set_key_global(task, 0, 1000, 0, 0, 0), FC_ERR_INVALID_ARGUMENT,
+                "count 0");
+    EXPECT(fc_task_set_key_global(NULL, 5, 1000, 0, 1, FC_FALLBACK_SHARE),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override_global(task, NULL, 3, 5, 1000, 0, 1, FC_FALLBACK_SHARE),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override_global(task, (const uint8_t *)"x", 5000, 5, 1000, 0, 1,
+                                           FC_FALLBACK_SHARE),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_key_global_get(task, NULL, 3, &count, NULL, NULL, NULL, NULL),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_key_global_get(NULL, (const uint8_t *)"x", 1, &count, NULL, NULL, NULL, NULL),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"bad", 3, NULL, 0, FC_KEY_BLOCKED),
+           FC_OK);
+    EXPECT_SAYS(fc_task_set_key_override_global(task, (const uint8_t *)"bad", 3, 5, 1000, 0, 1,
+                                                FC_FALLBACK_SHARE),
+                FC_ERR_INVALID_ARGUMENT, "blocked");
+    EXPECT(fc_key_global_get(task, (const uint8_t *)"carol", 5, &count, &period_ms, &slice_ms,
+                             &local, &fallback),
+           FC_OK);
+    CHECK(count == 5 && period_ms == 1000 && slice_ms == 1000 && local == 1 &&
+              fallback == FC_FALLBACK_SHARE,
+          "bad input changed nothing");
+    /* Taken away: the keys' own rates alone. */
+    EXPECT(fc_task_set_key_global(task, 0, 0, 0, 0, 0), FC_OK);
+    EXPECT(fc_key_global_get(task, (const uint8_t *)"alice", 5, &count, NULL, NULL, NULL, NULL),
+           FC_OK);
+    CHECK(count == 0, "no global rate: %g", count);
+    check_eq(admit_until_refused(task, "alice", 20, &refused), 20,
+             "alice admitted past her slice", __LINE__);
+    fc_task_free(task);
+    fc_table_close(table);
+    snprintf(keys_path, sizeof keys_path, "%s.keys.", path);
+    for (i = 0; i < 4096; i++) {
+        char k[PATH_LEN + 32];
+        snprintf(k, sizeof k, "%s%d", keys_path, i);
+        if (unlink(k) == 0)
+            break;
+    }
+}
+
 int main(int argc, char **argv)
 {
     int len;
@@ -2273,6 +2451,7 @@ int main(int argc, char **argv)
     test_cap_set_later();
     test_fork_reclaim();
     test_keyed();
+    test_key_global();
     test_permit_does_not_cross_fork();
     test_check_and_reap();
     test_main_thread_exited();

@@ -261,6 +261,26 @@ int main(int argc, char **argv) {
     }
     keyed.set_key_override("mallory", nullptr, 0, FC_KEY_REMOVE);
     CHECK_THAT(keyed.acquire_key("mallory"));
+    // A key's rate across the fleet (no store: the host is the fleet), in
+    // slices of 10 s of the wall clock, taken well inside one.
+    keyed.set_key_override("quota", "100/second");
+    keyed.set_key_override_global("quota", 2, 10s, 0ms, 0, FC_FALLBACK_DENY);
+    {
+        auto into = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()) % 10000;
+        if (into > 8s) std::this_thread::sleep_for(10s - into + 5ms);
+        Admission first = keyed.acquire_key("quota");
+        Admission second = keyed.acquire_key("quota");
+        Admission third = keyed.acquire_key("quota");
+        CHECK_THAT(first && second && !third && third.refusal().reason == Reason::key_global);
+        CHECK_THAT(third.refusal().retry_after && *third.refusal().retry_after <= 10s);
+        CHECK_THAT(std::string(to_string(third.refusal().reason)) == "key_global");
+    }
+    CHECK_THAT(throws(FC_ERR_INVALID_ARGUMENT, [&] { keyed.set_key_global(1, 1h, 1s); }));
+    CHECK_THAT(throws(FC_ERR_INVALID_ARGUMENT, [&] { keyed.set_key_override_global("nobody", 5, 1s); }));
+    keyed.set_key_global(1000, 1s);
+    keyed.remove_key_global();
+    keyed.set_key_override("quota", nullptr, 0, FC_KEY_REMOVE);
     CHECK_THAT(keyed.stats().in_flight == 0 && keyed.drift() == 0);
 
     // Moving handles: a Task moved, and a Task outliving its Table.

@@ -2,7 +2,12 @@
 //! refusal as `Limited`, a key's state and the key file's counters as
 //! dicts. Conversions only: the decisions are the core's.
 
-use flowctrl::{KeyConfig, KeyLimits, KeyOverflow, KeyRefusal, KeyRefused, Limited as Why};
+use std::time::Duration;
+
+use flowctrl::{
+    KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, KeyRate, KeyRefusal, KeyRefused, Limited as Why,
+    MAX_LOCAL,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
@@ -23,7 +28,8 @@ pub(crate) fn key_bytes(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 }
 
 /// A keyed refusal as `Limited`: `reason` "key_rate", "key_concurrency",
-/// "key_blocked", "key_global", or the task's own ("local", "global", "concurrency").
+/// "key_blocked", "key_global", or the task's own ("local", "global",
+/// "concurrency").
 pub(crate) fn limited(task: &flowctrl::Task, refusal: &KeyRefusal) -> PyErr {
     let reason = match refusal.by {
         KeyRefused::Task(Why::Local) => "local",
@@ -70,6 +76,76 @@ pub(crate) fn limits(
         Some(n) => l.max_concurrency(n),
     };
     Ok(l.shadow(shadow))
+}
+
+/// The keys' rate across the fleet the keyword arguments say: `key_global`
+/// (a rate as "1000/hour"), `key_global_slice` (seconds, or text as "1s",
+/// "500ms"), `key_global_local`, `key_global_fallback`. `None` without
+/// `key_global`; its other arguments without it are refused.
+pub(crate) fn global(
+    rate: Option<&str>,
+    slice: Option<&Bound<'_, PyAny>>,
+    local: Option<i64>,
+    fallback: Option<&str>,
+) -> PyResult<Option<KeyGlobal>> {
+    let Some(rate) = rate else {
+        for (name, set) in [
+            ("key_global_slice", slice.is_some()),
+            ("key_global_local", local.is_some()),
+            ("key_global_fallback", fallback.is_some()),
+        ] {
+            if set {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "{name} needs key_global, the keys' rate across the fleet \
+                     (e.g. key_global=\"1000/hour\")"
+                )));
+            }
+        }
+        return Ok(None);
+    };
+    let mut g = KeyGlobal::new(KeyRate::parse(rate).map_err(to_py)?);
+    if let Some(slice) = slice {
+        g = g.slice(slice_of(slice)?);
+    }
+    if let Some(n) = local {
+        let n = u32::try_from(n)
+            .ok()
+            .filter(|n| *n <= MAX_LOCAL)
+            .ok_or_else(|| {
+                InvalidArgumentError::new_err(format!(
+                    "key_global_local is 0 to {MAX_LOCAL} requests a slice, not {n}"
+                ))
+            })?;
+        g = g.local(n);
+    }
+    if let Some(f) = fallback {
+        g = g.fallback(KeyGlobal::parse_fallback(f).map_err(to_py)?);
+    }
+    KeyLimits::new().global(g).validate().map_err(to_py)?;
+    Ok(Some(g))
+}
+
+/// A slice: seconds (whole ms), or its text.
+fn slice_of(slice: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    if let Ok(text) = slice.cast::<PyString>() {
+        return KeyGlobal::parse_slice(&text.to_cow()?).map_err(to_py);
+    }
+    let secs: f64 = match slice.extract() {
+        Ok(s) if !slice.is_instance_of::<pyo3::types::PyBool>() => s,
+        _ => {
+            return Err(InvalidArgumentError::new_err(format!(
+                "key_global_slice is seconds or text such as \"500ms\", not {}",
+                slice.get_type().name()?
+            )));
+        }
+    };
+    let ms = secs * 1000.0;
+    if !(ms.is_finite() && ms > 0.0 && ms <= 86_400_000.0) || (ms - ms.round()).abs() > 1e-6 {
+        return Err(InvalidArgumentError::new_err(format!(
+            "key_global_slice is whole milliseconds from 0.01 s to a day, not {secs} s"
+        )));
+    }
+    Ok(Duration::from_millis(ms.round() as u64))
 }
 
 pub(crate) fn config(limits: KeyLimits, capacity: u32, overflow: &str) -> PyResult<KeyConfig> {

@@ -149,9 +149,15 @@ impl Task {
     /// `rates` like "10/second;1000/hour", a per-key `max_concurrency`
     /// (None or `NO_CAP`: none; 0 is refused),
     /// `capacity` keys (fixed when the key file is made), `shadow`,
-    /// `overflow` "shared" or "admit".
+    /// `overflow` "shared" or "admit", and a rate across the fleet:
+    /// `key_global` ("1000/hour"), `key_global_slice` (seconds or "1m";
+    /// default the rate's period), `key_global_local` (default 1),
+    /// `key_global_fallback` ("share", "local", "deny"). Every call sets
+    /// all of them: without `key_global`, the keys have none.
     #[pyo3(signature = (rates=None, *, max_concurrency=None, capacity=65536, shadow=false,
-                        overflow="shared"))]
+                        overflow="shared", key_global=None, key_global_slice=None,
+                        key_global_local=None, key_global_fallback=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn set_keys(
         &self,
         rates: Option<&str>,
@@ -159,16 +165,29 @@ impl Task {
         capacity: u32,
         shadow: bool,
         overflow: &str,
+        key_global: Option<&str>,
+        key_global_slice: Option<&Bound<'_, PyAny>>,
+        key_global_local: Option<i64>,
+        key_global_fallback: Option<&str>,
     ) -> PyResult<()> {
-        let limits = keyed::limits(rates, max_concurrency, shadow, false, false)?;
+        let mut limits = keyed::limits(rates, max_concurrency, shadow, false, false)?;
+        limits.global = keyed::global(
+            key_global,
+            key_global_slice,
+            key_global_local,
+            key_global_fallback,
+        )?;
         let config = keyed::config(limits, capacity, overflow)?;
         self.live()?.set_keys(&config).map_err(to_py)
     }
 
     /// Gives `key` limits of its own, live (or none with `unlimited`, or
-    /// nothing admitted with `blocked`).
+    /// nothing admitted with `blocked`): the arguments of `set_keys`, all
+    /// its own (none taken from the task's).
     #[pyo3(signature = (key, rates=None, *, max_concurrency=None, unlimited=false, blocked=false,
-                        shadow=false))]
+                        shadow=false, key_global=None, key_global_slice=None,
+                        key_global_local=None, key_global_fallback=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn set_key_override(
         &self,
         key: &Bound<'_, PyAny>,
@@ -177,9 +196,19 @@ impl Task {
         unlimited: bool,
         blocked: bool,
         shadow: bool,
+        key_global: Option<&str>,
+        key_global_slice: Option<&Bound<'_, PyAny>>,
+        key_global_local: Option<i64>,
+        key_global_fallback: Option<&str>,
     ) -> PyResult<()> {
         let key = keyed::key_bytes(key)?;
-        let limits = keyed::limits(rates, max_concurrency, shadow, unlimited, blocked)?;
+        let mut limits = keyed::limits(rates, max_concurrency, shadow, unlimited, blocked)?;
+        limits.global = keyed::global(
+            key_global,
+            key_global_slice,
+            key_global_local,
+            key_global_fallback,
+        )?;
         self.live()?
             .set_key_override(&key, Some(&limits))
             .map_err(to_py)
@@ -192,8 +221,9 @@ impl Task {
     }
 
     /// `key`'s state, spending nothing: limit, remaining, reset_after and
-    /// retry_after (seconds), in_flight, max_concurrency, present,
-    /// overridden, blocked, unlimited.
+    /// retry_after (seconds) of its rates on the host (a global rate's
+    /// slice is the fleet's: not among them), in_flight, max_concurrency,
+    /// present, overridden, blocked, unlimited.
     fn key_state<'py>(
         &self,
         py: Python<'py>,

@@ -140,3 +140,91 @@ def test_a_key_cap_of_0_is_refused_and_none_or_no_cap_means_none(tmp_path):
     assert t.try_acquire(key="alice") is None
     held.release()
     table.close()
+
+
+def _early_in_a_slice(slice_seconds):
+    """Sleeps, if needed, until the wall clock's slice (the embedded
+    store's) has most of it left."""
+    into = time.time() % slice_seconds
+    if into > slice_seconds / 2:
+        time.sleep(slice_seconds - into + 0.005)
+
+
+def _admitted(t, key, most=20):
+    admitted = 0
+    for _ in range(most):
+        p = t.try_acquire(key=key)
+        if p is None:
+            break
+        admitted += 1
+        p.release()
+    return admitted
+
+
+def test_a_keys_global_rate_is_exact_per_slice_on_a_table_without_a_store(tmp_path):
+    # No store: the host is the whole fleet, each key's slice exact on it.
+    table = flowctrl.Table(str(tmp_path / "g"))
+    t = table.task("api")
+    t.set_keys(
+        "1000/second",
+        capacity=1024,
+        key_global="5/s",
+        key_global_slice=1.0,
+        key_global_local=1,
+        key_global_fallback="share",
+    )
+    _early_in_a_slice(1.0)
+    assert _admitted(t, "alice") == 5
+    with pytest.raises(flowctrl.Limited) as refused:
+        t.acquire(key="alice")
+    assert refused.value.reason == "key_global"
+    assert 0 < refused.value.retry_after <= 1.0
+    assert _admitted(t, b"bob") == 5, "each key has its own slice"
+    # An override's own global rate, its slice as text: 2/s in slices of
+    # 500 ms is 1 a slice.
+    t.set_key_override(
+        "vip",
+        "1000/second",
+        key_global="2/s",
+        key_global_slice="500ms",
+        key_global_local=0,
+        key_global_fallback="deny",
+    )
+    _early_in_a_slice(0.5)
+    assert _admitted(t, "vip") == 1
+    with pytest.raises(flowctrl.Limited) as refused:
+        t.acquire(key="vip")
+    assert refused.value.reason == "key_global" and refused.value.retry_after <= 0.5
+    # set_keys sets every key limit: without key_global, the keys have none.
+    t.set_keys("1000/second", capacity=1024)
+    assert _admitted(t, "alice") == 20
+    table.close()
+
+
+def test_bad_global_rates_are_refused(task):
+    for kwargs, says in [
+        ({"key_global": "10/fortnight"}, "unknown unit"),
+        ({"key_global": "5/s burst 2"}, "key rate"),
+        ({"key_global_slice": 1.0}, "needs key_global"),
+        ({"key_global_local": 1}, "needs key_global"),
+        ({"key_global_fallback": "deny"}, "needs key_global"),
+        ({"key_global": "5/s", "key_global_local": 32}, "0 to 31"),
+        ({"key_global": "5/s", "key_global_local": -1}, "0 to 31"),
+        ({"key_global": "5/s", "key_global_fallback": "rate"}, "share"),
+        ({"key_global": "5/s", "key_global_slice": 0.0005}, "whole milliseconds"),
+        ({"key_global": "5/s", "key_global_slice": -1}, "whole milliseconds"),
+        ({"key_global": "5/s", "key_global_slice": float("nan")}, "whole milliseconds"),
+        ({"key_global": "5/s", "key_global_slice": "5ms"}, "between 10 ms and a day"),
+        ({"key_global": "5/s", "key_global_slice": "1 fortnight"}, "unknown unit"),
+        ({"key_global": "5/s", "key_global_slice": True}, "seconds or text"),
+        ({"key_global": "5/s", "key_global_slice": [1]}, "seconds or text"),
+        ({"key_global": "1/hour", "key_global_slice": 1}, "permits per slice"),
+    ]:
+        with pytest.raises(flowctrl.InvalidArgumentError, match=says):
+            task.set_keys("5/second", capacity=1024, **kwargs)
+        with pytest.raises(flowctrl.InvalidArgumentError, match=says):
+            task.set_key_override("k", "5/second", **kwargs)
+    with pytest.raises(flowctrl.InvalidArgumentError, match="unlimited or blocked"):
+        task.set_key_override("k", blocked=True, key_global="5/s")
+    # Nothing changed: the task's 5/second, no global rate.
+    assert _admitted(task, "fresh") == 5

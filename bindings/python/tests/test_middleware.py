@@ -416,6 +416,22 @@ def test_admission_headers_can_be_turned_off_and_an_unknown_wait_left_out(tmp_pa
         permit.release()
 
 
+def test_a_refusal_by_a_keys_global_rate_carries_its_wait_and_no_rate_numbers(tmp_path):
+    # 1 a day across the fleet (no store: this host is the fleet), 100 a
+    # minute on the host: the second request is refused by the global rate,
+    # and the host's numbers (99 remaining) would say otherwise.
+    with flowctrl.Table(tmp_path / "t") as table:
+        task = table.task("keyed")
+        task.set_keys("100/minute", key_global="1/day")
+        app = wsgi.RateLimitMiddleware(hello, task=task, key=wsgi.header("X-API-Key"))
+        status, headers, _ = call_wsgi(app, {"HTTP_X_API_KEY": "a"})
+        assert status.startswith("200") and headers["RateLimit-Remaining"] == "99"
+        status, headers, _ = call_wsgi(app, {"HTTP_X_API_KEY": "a"})
+        assert status == "429 Too Many Requests", status
+        assert 1 <= int(headers["Retry-After"]) <= 86400, headers
+        assert not any(h.startswith("RateLimit") for h in headers), headers
+
+
 def test_asgi_releases_dropped_when_the_app_raises_before_answering(tmp_path):
     async def broken(scope, receive, send):
         raise ValueError("no answer")

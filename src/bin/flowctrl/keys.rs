@@ -2,11 +2,12 @@
 //! hottest (or most refused) keys. Entries hold hashes; names come from
 //! the key file's name cache (a key's first 40 bytes, kept when it got
 //! its entry and when it was refused): a key whose name is not kept shows
-//! as `#` and its hash.
+//! as `#` and its hash. A key's global rate is its override's, else the
+//! task's: listed in a column of its own when any key has one.
 
 use std::path::Path;
 
-use flowctrl::{KeyInfo, KeyStats, View};
+use flowctrl::{KeyGlobal, KeyInfo, KeyStats, View};
 use serde_json::{Value, json};
 
 use crate::{Result, invalid};
@@ -26,12 +27,32 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
         return Err(invalid(format!("task {task:?} has no key limits")));
     };
     let keys = view.top_keys(task, top, by_refused)?.unwrap_or_default();
+    let default = view.key_config(task)?.unwrap_or_default().limits;
+    let overrides = view.key_overrides(task)?.unwrap_or_default();
+    // A key's limits: its override's, else the task's.
+    let limits_of = |k: &KeyInfo| {
+        overrides
+            .iter()
+            .find(|(ident, _)| *ident == k.ident)
+            .map_or((default, false), |(_, l)| (*l, true))
+    };
+    let any_global = default.global.is_some() || overrides.iter().any(|(_, l)| l.global.is_some());
     if json {
         let doc = json!({
             "task": task,
             "stats": stats_json(&stats),
+            "global": global_json(default.global),
             "by": by,
-            "keys": keys.iter().map(key_json).collect::<Vec<_>>(),
+            "keys": keys
+                .iter()
+                .map(|k| {
+                    let (limits, overridden) = limits_of(k);
+                    let mut v = key_json(k);
+                    v["overridden"] = overridden.into();
+                    v["global"] = global_json(limits.global);
+                    v
+                })
+                .collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(());
@@ -50,18 +71,37 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
         stats.refused_rate,
         stats.refused_concurrency
     );
+    if any_global {
+        println!(
+            "key_global {} for every key without an override",
+            crate::set_keys::global_text(default.global)
+        );
+    }
+    let global_column = |g: Option<KeyGlobal>| {
+        if any_global {
+            format!("  {}", crate::set_keys::global_text(g))
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "{:<44} {:>12} {:>12} {:>9} {:>5}",
-        "key", "admitted", "refused", "in flight", "live"
+        "{:<44} {:>12} {:>12} {:>9} {:>5}{}",
+        "key",
+        "admitted",
+        "refused",
+        "in flight",
+        "live",
+        if any_global { "  global" } else { "" }
     );
     for k in &keys {
         println!(
-            "{:<44} {:>12} {:>12} {:>9} {:>5}",
+            "{:<44} {:>12} {:>12} {:>9} {:>5}{}",
             name(k),
             k.admitted,
             k.refused,
             k.in_flight,
-            if k.live { "yes" } else { "no" }
+            if k.live { "yes" } else { "no" },
+            global_column(limits_of(k).0.global)
         );
     }
     Ok(())
@@ -115,4 +155,22 @@ fn key_json(k: &KeyInfo) -> Value {
         "in_flight": k.in_flight,
         "live": k.live,
     })
+}
+
+/// A global rate as the key file holds it (`null`: none): its rate as
+/// read back (the slice's permits × period / slice), period and slice in
+/// ms, permits a slice, the allowance a host passes on its own, fallback.
+pub(crate) fn global_json(g: Option<KeyGlobal>) -> Value {
+    match g {
+        None => Value::Null,
+        Some(g) => json!({
+            "rate": g.rate.to_string(),
+            "count": g.rate.count,
+            "period_ms": g.rate.period.as_millis() as u64,
+            "slice_ms": g.slice_in_force().as_millis() as u64,
+            "permits_per_slice": g.permits(),
+            "local": g.local,
+            "fallback": g.fallback.to_string(),
+        }),
+    }
 }

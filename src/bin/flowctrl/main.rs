@@ -19,6 +19,7 @@ mod manage;
 mod metrics;
 mod reap;
 mod set;
+mod set_keys;
 mod show;
 mod table;
 mod text;
@@ -153,11 +154,12 @@ enum Command {
         /// Fields to change, all at once: local_rate, burst,
         /// max_concurrency (at least 1; none or off: no cap), global_rate, slice_ms, chunk, fallback
         /// (share, local, deny or a rate), global_burst, shards, limiter ("aimd",
-        /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit, shadow (true: refusals counted and admitted); key_rate, key_max_concurrency, key_shadow, key_overflow, key_capacity, key_override.NAME for limits per caller.
+        /// "vegas alpha=3", ...), min_limit, max_limit, initial_limit, shadow (true: refusals counted and admitted); key_rate, key_max_concurrency, key_shadow, key_overflow, key_capacity, key_global (a rate across the fleet, or none), key_global_slice, key_global_local, key_global_fallback, key_override.NAME for limits per caller.
         #[arg(required = true, value_name = "KEY=VALUE")]
         fields: Vec<String>,
     },
-    /// A keyed task's keys: its key file's counters and its hottest keys.
+    /// A keyed task's keys: its key file's counters and its hottest keys
+    /// (with each key's global rate, where the task's keys have one).
     Keys {
         /// The task's name.
         task: String,

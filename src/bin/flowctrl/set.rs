@@ -6,11 +6,9 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use flowctrl::{
-    Fallback, KeyConfig, KeyLimits, KeyOverflow, LimiterSpec, NO_CAP, Table, TableOptions,
-    TaskConfig, TaskSettings, View,
-};
+use flowctrl::{Fallback, LimiterSpec, Table, TableOptions, TaskConfig, TaskSettings, View};
 
+use crate::set_keys::KeyEdits;
 use crate::{Result, invalid, usage, usage_of};
 
 /// The fields `set` takes, in the order they are reported.
@@ -45,7 +43,7 @@ pub(crate) fn run(path: &Path, name: &str, fields: &[String], dry_run: bool) -> 
         return preview(path, name, &fields, &config, &keys);
     }
     if !key_fields.is_empty() {
-        set_keys(path, name, &keys)?;
+        crate::set_keys::set(path, name, &keys)?;
         if fields.is_empty() {
             return Ok(());
         }
@@ -103,223 +101,14 @@ fn preview(
             changes(fields, &before, &after).join(", ")
         ));
     }
-    if !keys.given.is_empty() {
-        let current = view.key_config(name)?;
-        let after = keys.apply(name, current.as_ref())?;
-        after.limits.validate()?;
-        for (_, limits) in &keys.overrides {
-            if let Some(l) = limits {
-                l.validate()?;
-            }
-        }
-        let before = current.unwrap_or_default();
-        let mut list = Vec::new();
-        for key in &keys.given {
-            let (old, new) = match key.as_str() {
-                "key_rate" => (key_rates(&before.limits), key_rates(&after.limits)),
-                "key_max_concurrency" => (
-                    cap(before.limits.max_concurrency),
-                    cap(after.limits.max_concurrency),
-                ),
-                "key_shadow" => (
-                    before.limits.shadow.to_string(),
-                    after.limits.shadow.to_string(),
-                ),
-                "key_overflow" => (
-                    overflow(before.overflow).into(),
-                    overflow(after.overflow).into(),
-                ),
-                "key_capacity" => (
-                    current.map_or("-".into(), |c| c.capacity.to_string()),
-                    after.capacity.to_string(),
-                ),
-                _ => continue,
-            };
-            list.push(format!("{key} {old} -> {new}"));
-        }
-        for (k, limits) in &keys.overrides {
-            let new = match limits {
-                None => "none (removed)".to_string(),
-                Some(l) => override_text(l),
-            };
-            list.push(format!("key_override.{k} -> {new}"));
-        }
-        crate::text::line(format_args!(
-            "task {name:?}: {} (dry run: nothing changed)",
-            list.join(", ")
-        ));
+    if !keys.is_empty() {
+        crate::set_keys::preview(&view, name, keys)?;
     }
     Ok(())
 }
 
-fn key_rates(l: &KeyLimits) -> String {
-    let rates: Vec<String> = l.rates().map(|r| r.to_string()).collect();
-    format!("{:?}", rates.join(";"))
-}
-
-fn cap(n: u32) -> String {
+pub(crate) fn cap(n: u32) -> String {
     if n == 0 { "none".into() } else { n.to_string() }
-}
-
-fn overflow(o: KeyOverflow) -> &'static str {
-    match o {
-        KeyOverflow::Shared => "shared",
-        KeyOverflow::Admit => "admit",
-    }
-}
-
-fn override_text(l: &KeyLimits) -> String {
-    if *l == KeyLimits::unlimited() {
-        "unlimited".into()
-    } else if *l == KeyLimits::blocked() {
-        "blocked".into()
-    } else {
-        key_rates(l)
-    }
-}
-
-/// The key fields of `set`, parsed: `key_rate="10/s;1000/h"`,
-/// `key_max_concurrency=N|none|off`, `key_shadow=true|false`,
-/// `key_overflow=shared|admit`, `key_capacity=N` (a new key file only), and
-/// `key_override.NAME=RATES|unlimited|blocked|none` (none: removed).
-#[derive(Default)]
-struct KeyEdits {
-    /// The default's fields given, in order.
-    given: Vec<String>,
-    rates: Option<KeyLimits>,
-    /// 0: no cap per key.
-    max_concurrency: Option<u32>,
-    shadow: Option<bool>,
-    overflow: Option<KeyOverflow>,
-    capacity: Option<u32>,
-    overrides: Vec<(String, Option<KeyLimits>)>,
-}
-
-impl KeyEdits {
-    fn parse(fields: &[String]) -> Result<Self> {
-        let mut edits = Self::default();
-        let mut seen: Vec<&str> = Vec::new();
-        for field in fields {
-            let Some((key, value)) = field.split_once('=') else {
-                return Err(usage(format!("{field:?} is not KEY=VALUE")));
-            };
-            if seen.contains(&key) {
-                return Err(usage(format!("{key} is given twice")));
-            }
-            seen.push(key);
-            let value = value.trim();
-            match key {
-                "key_rate" => {
-                    edits.rates = Some(KeyLimits::parse_rates(value).map_err(usage_of)?);
-                }
-                "key_max_concurrency" => {
-                    let c = flowctrl::parse_cap(key, value).map_err(usage_of)?;
-                    edits.max_concurrency = Some(if c == NO_CAP { 0 } else { c });
-                }
-                "key_shadow" => {
-                    edits.shadow = Some(
-                        value
-                            .parse()
-                            .map_err(|_| usage(format!("{key}={value:?} is not true or false")))?,
-                    )
-                }
-                "key_overflow" => {
-                    edits.overflow = Some(match value {
-                        "shared" => KeyOverflow::Shared,
-                        "admit" => KeyOverflow::Admit,
-                        _ => return Err(usage(format!("{key}={value:?}: shared or admit"))),
-                    })
-                }
-                "key_capacity" => edits.capacity = Some(count(key, value)?),
-                _ => match key.strip_prefix("key_override.") {
-                    Some(k) if !k.is_empty() => {
-                        let limits = match value {
-                            "none" => None,
-                            "unlimited" => Some(KeyLimits::unlimited()),
-                            "blocked" => Some(KeyLimits::blocked()),
-                            rates => Some(KeyLimits::parse_rates(rates).map_err(usage_of)?),
-                        };
-                        edits.overrides.push((k.to_string(), limits));
-                        continue;
-                    }
-                    _ => {
-                        return Err(usage(format!(
-                            "unknown key {key:?}; the key fields are key_rate, \
-                             key_max_concurrency, key_shadow, key_overflow, key_capacity, \
-                             key_override.NAME"
-                        )));
-                    }
-                },
-            }
-            edits.given.push(key.to_string());
-        }
-        Ok(edits)
-    }
-
-    /// The task's default key configuration with these edits over
-    /// `current` (`None`: the task has no key limits yet).
-    fn apply(&self, name: &str, current: Option<&KeyConfig>) -> Result<KeyConfig> {
-        let mut config = current.cloned().unwrap_or_default();
-        if let Some(rates) = &self.rates {
-            let mut limits = KeyLimits::new()
-                .max_concurrency(config.limits.max_concurrency)
-                .shadow(config.limits.shadow);
-            for r in rates.rates() {
-                limits = limits.rate(*r);
-            }
-            config.limits = limits;
-        }
-        if let Some(c) = self.max_concurrency {
-            config.limits.max_concurrency = c;
-        }
-        if let Some(s) = self.shadow {
-            config.limits.shadow = s;
-        }
-        if let Some(o) = self.overflow {
-            config.overflow = o;
-        }
-        if let Some(keys) = self.capacity {
-            if current.is_some_and(|c| c.capacity != keys.div_ceil(8) * 8) {
-                return Err(invalid(format!(
-                    "task {name:?} holds {} keys: key_capacity is set when its key file \
-                     is made",
-                    current.map_or(0, |c| c.capacity)
-                )));
-            }
-            config.capacity = keys;
-        }
-        Ok(config)
-    }
-}
-
-fn set_keys(path: &Path, name: &str, edits: &KeyEdits) -> Result {
-    let table = attach(path)?;
-    let task = table.task(name, &TaskConfig::new())?;
-    let current = task.key_config()?;
-    let config = edits.apply(name, current.as_ref())?;
-    if !edits.given.is_empty() || current.is_none() {
-        task.set_keys(&config)?;
-    }
-    for (k, l) in &edits.overrides {
-        task.set_key_override(k.as_bytes(), l.as_ref())?;
-    }
-    let after = task.key_config()?.unwrap_or_default();
-    let rates: Vec<String> = after.limits.rates().map(|r| r.to_string()).collect();
-    println!(
-        "task {name:?}: key_rate {:?}, key_max_concurrency {}, key_shadow {}, key_overflow {}, \
-         {} keys{}",
-        rates.join(";"),
-        after.limits.max_concurrency,
-        after.limits.shadow,
-        overflow(after.overflow),
-        after.capacity,
-        if edits.overrides.is_empty() {
-            String::new()
-        } else {
-            format!("; {} override(s) set", edits.overrides.len())
-        }
-    );
-    Ok(())
 }
 
 /// The normal attached open of an existing table, trusting its owner: the
@@ -404,7 +193,7 @@ fn number(key: &str, value: &str) -> Result<f64> {
     }
 }
 
-fn count(key: &str, value: &str) -> Result<u32> {
+pub(crate) fn count(key: &str, value: &str) -> Result<u32> {
     value.parse::<u32>().map_err(|_| {
         usage(format!(
             "{key}={value:?} is not a whole number of 0..={}",
@@ -437,6 +226,7 @@ fn values(s: &TaskSettings) -> [String; 14] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowctrl::NO_CAP;
 
     fn words(text: &str) -> Vec<String> {
         text.split(',').map(str::to_string).collect()

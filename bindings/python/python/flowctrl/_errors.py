@@ -30,7 +30,9 @@ class Limited(Exception):
     ``reason`` is ``"local"`` (the host's rate for the task is used up),
     ``"global"`` (the cluster-wide quota) or ``"concurrency"`` (the host's
     concurrency cap is reached); for a keyed acquire also ``"key_rate"``,
-    ``"key_concurrency"`` or ``"key_blocked"`` (the key's own limits). Not a FlowctrlError: a rejection is a
+    ``"key_concurrency"``, ``"key_blocked"`` or ``"key_global"`` (the key's
+    own limits; ``"key_global"``: its rate across the fleet, with
+    ``retry_after`` at its slice's end). Not a FlowctrlError: a rejection is a
     decision, not a failure. ``retry_after`` is how many seconds until the
     request may be admitted where that is known (the local rate's next
     admission; when the slice releases more, or ends, for ``"global"``),
@@ -38,7 +40,13 @@ class Limited(Exception):
     """
 
     reason: Literal[
-        "local", "global", "concurrency", "key_rate", "key_concurrency", "key_blocked"
+        "local",
+        "global",
+        "concurrency",
+        "key_rate",
+        "key_concurrency",
+        "key_blocked",
+        "key_global",
     ]
     retry_after: Optional[float]
 
@@ -46,7 +54,13 @@ class Limited(Exception):
         self,
         message: str,
         reason: Literal[
-            "local", "global", "concurrency", "key_rate", "key_concurrency", "key_blocked"
+            "local",
+            "global",
+            "concurrency",
+            "key_rate",
+            "key_concurrency",
+            "key_blocked",
+            "key_global",
         ],
         retry_after: Optional[float] = None,
     ) -> None:

@@ -230,11 +230,18 @@ class Task:
         capacity: int = 65536,
         shadow: bool = False,
         overflow: str = "shared",
+        key_global: str | None = None,
+        key_global_slice: float | str | None = None,
+        key_global_local: int | None = None,
+        key_global_fallback: str | None = None,
     ) -> None:
         """Gives the task limits per caller: rates like "10/second;1000/hour",
         a per-key max_concurrency (None or NO_CAP: none), capacity keys,
         shadow mode, overflow
-        "shared" or "admit"."""
+        "shared" or "admit", and a rate across the fleet: key_global
+        ("1000/hour"), key_global_slice (seconds or "1m"; default the
+        rate's period), key_global_local (default 1), key_global_fallback
+        ("share", "local" or "deny"). Each call sets them all."""
     def set_key_override(
         self,
         key: str | bytes,
@@ -244,14 +251,20 @@ class Task:
         unlimited: bool = False,
         blocked: bool = False,
         shadow: bool = False,
+        key_global: str | None = None,
+        key_global_slice: float | str | None = None,
+        key_global_local: int | None = None,
+        key_global_fallback: str | None = None,
     ) -> None:
-        """Gives ``key`` limits of its own, live."""
+        """Gives ``key`` limits of its own, live (the arguments of
+        set_keys, none taken from the task's)."""
     def remove_key_override(self, key: str | bytes) -> None:
         """Takes ``key``'s override away."""
     def key_state(self, key: str | bytes) -> dict[str, Any]:
         """The key's state, spending nothing: limit, remaining, reset_after,
-        retry_after (seconds), in_flight, max_concurrency, present,
-        overridden, blocked, unlimited."""
+        retry_after (seconds) of its rates on the host (not its global
+        rate: its slice is the fleet's), in_flight, max_concurrency,
+        present, overridden, blocked, unlimited."""
     def key_stats(self) -> dict[str, int] | None:
         """The key file's counters; None without key limits."""
     @property

@@ -114,8 +114,9 @@ def refusal(
     429 with ``Retry-After`` the refusal's own wait (whole seconds, rounded
     up) or, where the library knows none (a concurrency cap: a release
     decides), ``unknown_retry_after`` (None: no header); for a keyed request
-    the key's RateLimit-* headers too. A blocked key gets 403 and no
-    ``Retry-After``: waiting does not help it.
+    the key's RateLimit-* headers too, unless its global rate refused it
+    (they are the key's rates on the host, which did not). A blocked key
+    gets 403 and no ``Retry-After``: waiting does not help it.
     """
     headers: Headers = [("Content-Type", "text/plain; charset=utf-8")]
     if refused.reason == "key_blocked":
@@ -124,7 +125,7 @@ def refusal(
         headers.append(("Retry-After", str(whole_seconds(refused.retry_after))))
     elif unknown_retry_after is not None:
         headers.append(("Retry-After", str(unknown_retry_after)))
-    if key is not None:
+    if key is not None and refused.reason != "key_global":
         headers.extend(rate_limit_headers(task, key))
     return 429, "Too Many Requests", headers, BODY_LIMITED
 

@@ -26,14 +26,15 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
-use super::limits::{FALLBACK_DENY, FALLBACK_LOCAL, MAX_LOCAL, Rules};
+use super::limits::Rules;
+use super::rate::{FALLBACK_DENY, FALLBACK_LOCAL, MAX_LOCAL};
 use crate::format::GlobalWords;
 
-/// Bits of a slice id a word keeps.
-const SLICE_BITS: u32 = 24;
-const SLICE_MASK: u64 = (1 << SLICE_BITS) - 1;
-/// The most a word holds of a key's slice: a larger chunk is asked again.
-pub(crate) const MAX_HELD: u64 = 0xffff;
+mod words;
+pub(crate) use words::{MAX_HELD, Now, SLICE_MASK, Seen, next_word};
+#[cfg(test)]
+use words::HOT_SLICES;
+
 
 /// A key's tag in its words (12 bits of its identity).
 pub(crate) fn tag_of(ident: u64) -> u64 {
@@ -109,121 +110,6 @@ impl GlobalRule {
     }
 }
 
-/// `now`: held 16 | local 5 | charged 5 | exhausted | fallback | slice 24 |
-/// tag 12.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Now {
-    pub tag: u64,
-    pub slice: u64,
-    pub held: u64,
-    pub local: u64,
-    pub charged: u64,
-    pub exhausted: bool,
-    pub fallback: bool,
-}
-
-impl Now {
-    fn pack(&self) -> u64 {
-        self.held
-            | self.local << 16
-            | self.charged << 21
-            | (self.exhausted as u64) << 26
-            | (self.fallback as u64) << 27
-            | (self.slice & SLICE_MASK) << 28
-            | self.tag << 52
-    }
-
-    pub(crate) fn unpack(w: u64) -> Self {
-        Self {
-            held: w & 0xffff,
-            local: (w >> 16) & 0x1f,
-            charged: (w >> 21) & 0x1f,
-            exhausted: w >> 26 & 1 != 0,
-            fallback: w >> 27 & 1 != 0,
-            slice: (w >> 28) & SLICE_MASK,
-            tag: w >> 52,
-        }
-    }
-
-    fn is(&self, tag: u64, slice: u64) -> bool {
-        self.tag == tag && self.slice == slice & SLICE_MASK
-    }
-}
-
-/// `next`: held 16 | exhausted (bit 26) | slice 24 | tag 12, as `now`.
-fn next_word(tag: u64, slice: u64, held: u64, exhausted: bool) -> u64 {
-    Now {
-        tag,
-        slice,
-        held,
-        exhausted,
-        ..Now::default()
-    }
-    .pack()
-}
-
-/// Slices a key stays hot on a host after the last one it was hot in: a
-/// key hot on many hosts, each asking a few a slice, is no host's
-/// allowance each time one of them saw it less than twice.
-pub(crate) const HOT_SLICES: u64 = 8;
-
-/// `seen`: asked 16 | pulled | waits for the store | slices still hot 4
-/// (bits 18..22) | slice 24 | tag 12.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Seen {
-    pub tag: u64,
-    pub slice: u64,
-    pub asked: u64,
-    pub pulled: bool,
-    /// A request needed the store since the host's last call to it.
-    pub wants: bool,
-    /// Slices the key is still hot in, from earlier ones (0: it is not).
-    pub hot_for: u64,
-}
-
-impl Seen {
-    fn pack(&self) -> u64 {
-        self.asked.min(0xffff)
-            | (self.pulled as u64) << 16
-            | (self.wants as u64) << 17
-            | self.hot_for.min(15) << 18
-            | (self.slice & SLICE_MASK) << 28
-            | self.tag << 52
-    }
-
-    pub(crate) fn unpack(w: u64) -> Self {
-        Self {
-            asked: w & 0xffff,
-            pulled: w >> 16 & 1 != 0,
-            wants: w >> 17 & 1 != 0,
-            hot_for: (w >> 18) & 0xf,
-            slice: (w >> 28) & SLICE_MASK,
-            tag: w >> 52,
-        }
-    }
-
-    fn is(&self, tag: u64, slice: u64) -> bool {
-        self.tag == tag && self.slice == slice & SLICE_MASK
-    }
-
-    /// Whether the key is hot on the host: it pulls, or it was asked past
-    /// its allowance.
-    pub(crate) fn hot(&self, rule: &GlobalRule) -> bool {
-        self.pulled || self.asked > rule.local
-    }
-
-    /// Of the same key, the slices it is still hot in from this word's on,
-    /// `slice` (a later one) included: [`HOT_SLICES`] after a hot one.
-    pub(crate) fn hot_for_in(&self, rule: &GlobalRule, slice: u64) -> u64 {
-        let gap = slice.wrapping_sub(self.slice) & SLICE_MASK;
-        if self.hot(rule) {
-            (HOT_SLICES + 1).saturating_sub(gap)
-        } else {
-            self.hot_for.saturating_sub(gap)
-        }
-    }
-}
-
 /// What a global rate says to a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -262,7 +148,7 @@ pub(crate) fn note(w: &GlobalWords, tag: u64, slice: u64, rule: &GlobalRule, n: 
             }
         } else {
             let hot_for = if s.tag == tag {
-                s.hot_for_in(rule, slice)
+                s.hot_for_in(rule.local, slice)
             } else {
                 0
             };
@@ -533,198 +419,4 @@ pub(crate) fn give_back(w: &GlobalWords, tag: u64, slice: u64, paid: Paid) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A request: counted, then decided.
-    fn ask(
-        w: &GlobalWords,
-        key: (u64, u64),
-        slice: u64,
-        rule: &GlobalRule,
-        n: u64,
-        at: u64,
-    ) -> Step {
-        note(w, key.0, slice, rule, n);
-        decide(w, key, slice, rule, n, at)
-    }
-
-    fn words() -> GlobalWords {
-        // SAFETY: atomics are valid zeroed.
-        unsafe { std::mem::zeroed() }
-    }
-
-    const RULE: GlobalRule = GlobalRule {
-        permits: 10,
-        local: 1,
-        slice_ms: 1000,
-        fallback: 0,
-    };
-    const KEY: (u64, u64) = (0x5a5, 77);
-
-    #[test]
-    fn words_round_trip_their_fields() {
-        let now = Now {
-            tag: 0xfff,
-            slice: SLICE_MASK,
-            held: MAX_HELD,
-            local: 31,
-            charged: 31,
-            exhausted: true,
-            fallback: true,
-        };
-        assert_eq!(Now::unpack(now.pack()), now);
-        let seen = Seen {
-            tag: 1,
-            slice: 5,
-            asked: 0xffff,
-            pulled: true,
-            wants: true,
-            hot_for: 15,
-        };
-        assert_eq!(Seen::unpack(seen.pack()), seen);
-    }
-
-    #[test]
-    fn a_cold_key_passes_its_allowance_then_pulls_telling_the_store_of_it() {
-        let w = words();
-        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 10), Step::Admit(Paid::Local(1)));
-        let Step::Pull { want, charge } = ask(&w, KEY, 100, &RULE, 1, 10) else {
-            panic!("past the allowance a key asks the store");
-        };
-        assert_eq!(charge, 1, "the allowance spent is charged before a grant");
-        assert!((1..=10).contains(&want));
-        deposit(&w, KEY, 100, 3, charge, false);
-        for _ in 0..3 {
-            assert_eq!(ask(&w, KEY, 100, &RULE, 1, 20), Step::Admit(Paid::Held(1)));
-        }
-        assert!(
-            matches!(
-                ask(&w, KEY, 100, &RULE, 1, 20),
-                Step::Pull { charge: 0, .. }
-            ),
-            "charged once"
-        );
-        deposit(&w, KEY, 100, 0, 0, true);
-        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 20), Step::Refuse);
-        // The next slice: hot before, so no allowance.
-        assert!(matches!(
-            ask(&w, KEY, 101, &RULE, 1, 0),
-            Step::Pull { charge: 0, .. }
-        ));
-        // Hot for HOT_SLICES after the last hot one, then the allowance.
-        assert!(matches!(
-            ask(&w, KEY, 100 + HOT_SLICES, &RULE, 1, 0),
-            Step::Pull { .. }
-        ));
-        assert_eq!(
-            ask(&w, KEY, 101 + HOT_SLICES, &RULE, 1, 0),
-            Step::Admit(Paid::Local(1))
-        );
-    }
-
-    #[test]
-    fn a_chunk_asked_ahead_is_spent_in_its_slice_once() {
-        let w = words();
-        ask(&w, KEY, 100, &RULE, 1, 900);
-        deposit_ahead(&w, KEY.0, 101, 4, false);
-        assert_eq!(
-            Now::unpack(w.now.load(Relaxed)).held,
-            0,
-            "not in this slice"
-        );
-        for _ in 0..4 {
-            assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
-        }
-        assert_eq!(
-            ask(&w, KEY, 101, &RULE, 1, 0),
-            Step::Admit(Paid::Local(1)),
-            "not hot before: its allowance"
-        );
-        assert!(matches!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Pull { .. }));
-        assert_eq!(w.next.load(Relaxed), 0, "taken when the slice began");
-        // Asked ahead after the slice began: straight into `now`.
-        deposit_ahead(&w, KEY.0, 101, 2, true);
-        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
-        ask(&w, KEY, 101, &RULE, 1, 0);
-        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Refuse);
-    }
-
-    #[test]
-    fn a_chunk_asked_ahead_of_a_slice_not_begun_on_the_key_is_kept() {
-        let w = words();
-        ask(&w, KEY, 100, &RULE, 1, 900);
-        deposit_ahead(&w, KEY.0, 101, 1, false);
-        // The key's first request of 101 comes after the next call, which
-        // asked ahead for 102.
-        deposit_ahead(&w, KEY.0, 102, 3, false);
-        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 950), Step::Admit(Paid::Held(1)));
-        for _ in 0..3 {
-            assert_eq!(ask(&w, KEY, 102, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
-        }
-    }
-
-    #[test]
-    fn another_keys_words_read_as_empty() {
-        let w = words();
-        deposit(&w, KEY, 100, 5, 0, false);
-        let other = (0x123, 9);
-        assert_eq!(
-            ask(&w, other, 100, &RULE, 1, 0),
-            Step::Admit(Paid::Local(1)),
-            "a key given the entry of another does not spend its chunk"
-        );
-        assert_eq!(w.id.load(Relaxed), 9);
-    }
-
-    #[test]
-    fn the_fallback_gives_its_share_once_a_slice_less_the_allowance_spent() {
-        let w = words();
-        ask(&w, KEY, 100, &RULE, 1, 0);
-        assert_eq!(RULE.fallback_share(4), Some(2));
-        assert_eq!(RULE.fallback_share(100), Some(1), "at least the allowance");
-        fall_back(&w, KEY, 100, 2);
-        fall_back(&w, KEY, 100, 2);
-        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
-        assert!(matches!(ask(&w, KEY, 100, &RULE, 1, 0), Step::Pull { .. }));
-    }
-
-    #[test]
-    fn a_give_back_returns_to_what_paid_within_the_slice_only() {
-        let w = words();
-        deposit(&w, KEY, 100, 2, 0, false);
-        let Step::Admit(paid) = ask(&w, KEY, 100, &RULE, 2, 0) else {
-            panic!()
-        };
-        give_back(&w, KEY.0, 100, paid);
-        assert_eq!(Now::unpack(w.now.load(Relaxed)).held, 2);
-        ask(&w, KEY, 101, &RULE, 1, 0);
-        give_back(&w, KEY.0, 100, paid);
-        assert_eq!(Now::unpack(w.now.load(Relaxed)).held, 0, "another slice");
-    }
-
-    #[test]
-    fn the_allowance_grows_to_half_the_slice_over_the_hosts() {
-        let rule = GlobalRule {
-            permits: 20,
-            ..RULE
-        };
-        assert_eq!(rule.among(0).local, 1, "hosts unknown: as configured");
-        assert_eq!(rule.among(3).local, 3);
-        assert_eq!(rule.among(1000).local, 1);
-        let big = GlobalRule {
-            permits: 100_000,
-            ..RULE
-        };
-        assert_eq!(big.among(2).local, MAX_LOCAL as u64);
-    }
-
-    #[test]
-    fn chunks_follow_the_rate_seen_and_never_pass_the_slice() {
-        assert_eq!(RULE.want(1, 500, 1), 3);
-        assert_eq!(RULE.want(100, 500, 1), 10);
-        assert_eq!(RULE.want(0, 0, 1), 1);
-        assert_eq!(RULE.want_ahead(2, 800), 8);
-        assert_eq!(RULE.want_ahead(0, 800), 2);
-    }
-}
+mod tests;
