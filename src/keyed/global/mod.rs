@@ -31,10 +31,9 @@ use super::rate::{FALLBACK_DENY, FALLBACK_LOCAL, MAX_LOCAL};
 use crate::format::GlobalWords;
 
 mod words;
-pub(crate) use words::{MAX_HELD, Now, SLICE_MASK, Seen, next_word};
 #[cfg(test)]
 use words::HOT_SLICES;
-
+pub(crate) use words::{MAX_HELD, Now, SLICE_MASK, Seen, next_word};
 
 /// A key's tag in its words (12 bits of its identity).
 pub(crate) fn tag_of(ident: u64) -> u64 {
