@@ -271,15 +271,23 @@ fn set_gives_keys_a_global_rate_and_keys_shows_each_keys() {
         lines[1].starts_with("key_global 5/s slice 1s local 1 fallback share (5 a slice)"),
         "{text}"
     );
-    assert!(lines[2].ends_with("  global"), "{text}");
+    assert!(
+        lines[2].ends_with("  global (rate; on this host now)"),
+        "{text}"
+    );
     let line_of = |key: &str| {
         *lines
             .iter()
             .find(|l| l.starts_with(&format!("{key} ")))
             .unwrap_or_else(|| panic!("no {key}: {text}"))
     };
-    assert!(line_of("alice").ends_with("  5/s slice 1s local 1 fallback share (5 a slice)"));
-    assert!(line_of("vip").ends_with("  2/s slice 1s local 1 fallback deny (2 a slice)"));
+    // Asked 10 of a slice of 5 on a host alone: hot (whatever slice edge
+    // the asks crossed: a key asked past its allowance stays hot).
+    assert!(
+        line_of("alice").contains("  5/s slice 1s local 1 fallback share (5 a slice); hot, held "),
+        "{text}"
+    );
+    assert!(line_of("vip").contains("  2/s slice 1s local 1 fallback deny (2 a slice); hot"));
     assert!(line_of("free").ends_with("  none"), "{text}");
     let json: serde_json::Value =
         serde_json::from_str(&ok(&path, &["keys", "api", "--json"])).unwrap();
@@ -295,6 +303,9 @@ fn set_gives_keys_a_global_rate_and_keys_shows_each_keys() {
             .clone()
     };
     assert_eq!(key("alice")["overridden"], false);
+    assert_eq!(key("alice")["global_now"]["hot"], true, "{json}");
+    assert!(key("alice")["global_now"]["asked"].as_u64().unwrap() >= 5);
+    assert_eq!(key("free")["global_now"], serde_json::Value::Null);
     assert_eq!(key("alice")["global"]["rate"], "5/s");
     assert_eq!(key("vip")["overridden"], true);
     assert_eq!(key("vip")["global"]["fallback"], "deny");

@@ -50,6 +50,18 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
                     let mut v = key_json(k);
                     v["overridden"] = overridden.into();
                     v["global"] = global_json(limits.global);
+                    v["global_now"] = k.global.map_or(Value::Null, |g| {
+                        json!({
+                            "slice": g.slice,
+                            "hot": g.hot,
+                            "asked": g.asked,
+                            "local": g.local,
+                            "held": g.held,
+                            "spent": g.spent,
+                            "waiting": g.waiting,
+                            "fallback": g.fallback,
+                        })
+                    });
                     v
                 })
                 .collect::<Vec<_>>(),
@@ -91,7 +103,11 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
         "refused",
         "in flight",
         "live",
-        if any_global { "  global" } else { "" }
+        if any_global {
+            "  global (rate; on this host now)"
+        } else {
+            ""
+        }
     );
     for k in &keys {
         println!(
@@ -101,10 +117,35 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
             k.refused,
             k.in_flight,
             if k.live { "yes" } else { "no" },
-            global_column(limits_of(k).0.global)
+            global_column(limits_of(k).0.global) + &now_column(k)
         );
     }
     Ok(())
+}
+
+/// A key's global rate on this host now: `on host` (within its
+/// allowance), or `hot` with its chunk, and `spent`, `waiting` or
+/// `fallback`; in the last slice it was asked in (low 24 bits of its id).
+fn now_column(k: &KeyInfo) -> String {
+    let Some(g) = k.global else {
+        return String::new();
+    };
+    let mut s = if g.hot {
+        format!("; hot, held {}", g.held)
+    } else {
+        format!("; on host, {} own", g.local)
+    };
+    for (on, word) in [
+        (g.spent, "spent"),
+        (g.waiting, "waiting"),
+        (g.fallback, "fallback"),
+    ] {
+        if on {
+            s += ", ";
+            s += word;
+        }
+    }
+    s + &format!(" (slice {}, asked {})", g.slice, g.asked)
 }
 
 /// A key as text: its kept bytes with control characters and non-UTF-8
