@@ -49,7 +49,7 @@ for i = 4, #ARGV - 4, 5 do
   local grant = math.max(0, math.min(want, share, permits - used))
   if slice == born then grant = 0 end
   redis.call('HINCRBY', counts, id, charge + grant + ASK)
-  expiring[counts] = (slice + 1) * slice_ms + 1000
+  expiring[counts] = (slice + 1) * slice_ms
   out[#out + 1] = grant
   out[#out + 1] = math.max(0, permits - used - grant)
 end

@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 ///
 /// KEYS: 1 the task's key counts (the slice's hash is `KEYS[1]:<slice>`,
 /// field: a key's id, value: what was given of it in the slice and how
-/// many asks it had, lasting to a second past the slice's end), 2 the
+/// many asks it had, lasting to the slice's end), 2 the
 /// census (host → ms of its last call). ARGV: 1 slice_ms, 2 the slice the
 /// host takes as current, 3 the host id, then five per key: its id, its
 /// permits per slice, the chunk wanted, what the host admitted of it on its
