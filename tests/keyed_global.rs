@@ -371,6 +371,9 @@ fn the_embedded_store_keeps_a_keys_slice_on_the_host_alone() {
         }
     }
     assert_eq!(admitted, 5, "a slice of 5 on a host alone");
+    let stats = task.key_stats().unwrap().unwrap();
+    assert_eq!(stats.refused_global, 3, "{stats:?}");
+    assert_eq!(stats.refused_rate + stats.refused_concurrency, 0);
     let top = task.top_keys(1, false).unwrap();
     let g = top[0].global.expect("alice has a global rate");
     assert!(g.hot && g.spent && g.held == 0, "{g:?}");

@@ -90,9 +90,11 @@ pub(crate) enum KeyCounter {
     RefusedConcurrency,
     /// Keyed permits refused for want of a record in their process.
     RecordsFull,
+    /// Requests refused by a key's global rate.
+    RefusedGlobal,
 }
 
-pub(crate) const KEY_COUNTERS: usize = 7;
+pub(crate) const KEY_COUNTERS: usize = 8;
 
 /// The host-wide words of the keys' global rates.
 #[repr(C)]

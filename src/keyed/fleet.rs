@@ -15,7 +15,7 @@ use siphasher::sip::SipHasher13;
 use super::global::{self, GlobalRule, Now, Paid, Seen, Step};
 use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
-use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK};
+use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK, KeyCounter};
 use crate::quota::{KeyAsk, MAX_KEY_BATCH, Quota};
 
 /// How long a failed store is left alone before a key asks it again.
@@ -148,8 +148,10 @@ impl Keys {
             }
         }
         if shadow {
+            self.region.count(KeyCounter::ShadowRefused, n);
             return Ok(None);
         }
+        self.region.count(KeyCounter::RefusedGlobal, n);
         Err(KeyRefusal {
             by: KeyRefused::Global,
             retry_after: Some(Duration::from_millis(wait.max(1))),

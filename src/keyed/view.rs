@@ -25,6 +25,9 @@ pub struct KeyStats {
     pub shadow_refused: u64,
     pub refused_rate: u64,
     pub refused_concurrency: u64,
+    /// Refused by a key's global rate (its slice spent fleet-wide, or the
+    /// host's fallback share of it, or waiting for the store).
+    pub refused_global: u64,
     /// Refused for want of a record (distinct keys held by one process).
     pub records_full: u64,
     /// Records per process.
@@ -109,6 +112,7 @@ pub(crate) fn counters_only(
         shadow_refused: c(KeyCounter::ShadowRefused),
         refused_rate: c(KeyCounter::RefusedRate),
         refused_concurrency: c(KeyCounter::RefusedConcurrency),
+        refused_global: c(KeyCounter::RefusedGlobal),
         records_full: c(KeyCounter::RecordsFull),
         ..KeyStats::default()
     }
@@ -123,6 +127,7 @@ pub(crate) fn key_stats(region: &KeyRegion, now: u64) -> KeyStats {
         shadow_refused: region.counter(KeyCounter::ShadowRefused),
         refused_rate: region.counter(KeyCounter::RefusedRate),
         refused_concurrency: region.counter(KeyCounter::RefusedConcurrency),
+        refused_global: region.counter(KeyCounter::RefusedGlobal),
         records_full: region.counter(KeyCounter::RecordsFull),
         records: region.geometry.records,
         ..KeyStats::default()

@@ -389,6 +389,7 @@ pub(super) fn keys(keys: &[(String, crate::KeyStats)], e: &mut DescriptorEncoder
         for (reason, n) in [
             ("rate", s.refused_rate),
             ("concurrency", s.refused_concurrency),
+            ("global", s.refused_global),
             ("records", s.records_full),
         ] {
             refused.push((with(vec![("task", name.clone())], "reason", reason), n));
@@ -398,7 +399,7 @@ pub(super) fn keys(keys: &[(String, crate::KeyStats)], e: &mut DescriptorEncoder
         e,
         "flowctrl_keys_refused",
         "Keyed requests refused by a key's limit, by the limit (records: the process held \
-         permits of as many keys as it has records).",
+         permits of as many keys as it has records; global: the key's global rate).",
         None,
         refused,
     )

@@ -193,5 +193,6 @@ pub(crate) fn stats_dict<'py>(
     d.set_item("shadow_refused", s.shadow_refused)?;
     d.set_item("refused_rate", s.refused_rate)?;
     d.set_item("refused_concurrency", s.refused_concurrency)?;
+    d.set_item("refused_global", s.refused_global)?;
     Ok(d)
 }

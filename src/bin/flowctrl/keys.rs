@@ -71,7 +71,7 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
     }
     println!(
         "task {}: {} keys of {} ({} live); inserted {}, reused {}, overflowed {}, \
-         shadow refusals {}, refused by rate {}, by cap {}",
+         shadow refusals {}, refused by rate {}, by cap {}, by global rate {}",
         escaped(task.as_bytes()),
         stats.keys,
         stats.capacity,
@@ -81,7 +81,8 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
         stats.overflowed,
         stats.shadow_refused,
         stats.refused_rate,
-        stats.refused_concurrency
+        stats.refused_concurrency,
+        stats.refused_global
     );
     if any_global {
         println!(
@@ -181,6 +182,7 @@ pub(crate) fn stats_json(s: &KeyStats) -> Value {
         "shadow_refused": s.shadow_refused,
         "refused_rate": s.refused_rate,
         "refused_concurrency": s.refused_concurrency,
+        "refused_global": s.refused_global,
         "records_full": s.records_full,
         "records_per_process": s.records,
     })

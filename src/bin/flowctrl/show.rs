@@ -211,7 +211,7 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
             let _ = writeln!(
                 out,
                 "  keys: {} of {}; reused {}, overflowed {}, shadow refusals {}, refused by \
-                 rate {}, by cap {} (flowctrl keys {} lists them)",
+                 rate {}, by cap {}, by global rate {} (flowctrl keys {} lists them)",
                 k.keys,
                 k.capacity,
                 k.reused,
@@ -219,6 +219,7 @@ pub(crate) fn stats(path: &Path, task: Option<&str>, json: bool, processes: bool
                 k.shadow_refused,
                 k.refused_rate,
                 k.refused_concurrency,
+                k.refused_global,
                 crate::keys::escaped(t.name.as_bytes())
             );
         }
