@@ -371,6 +371,10 @@ fn the_embedded_store_keeps_a_keys_slice_on_the_host_alone() {
         }
     }
     assert_eq!(admitted, 5, "a slice of 5 on a host alone");
+    // The host alone keeps a key's slice in one word: at most 65,535.
+    let big = KeyGlobal::new(KeyRate::per_second(100_000.0));
+    let err = task.set_key_global(None, Some(&big)).unwrap_err();
+    assert!(err.to_string().contains("at most 65535"), "{err}");
     let stats = task.key_stats().unwrap().unwrap();
     assert_eq!(stats.refused_global, 3, "{stats:?}");
     assert_eq!(stats.refused_rate + stats.refused_concurrency, 0);

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 pub(crate) use config::{config_of, normalized, overrides_of};
 pub(crate) use decide::drift_of;
+pub(crate) use global::MAX_HELD as MAX_KEY_HELD;
 pub use limits::KeyLimits;
 pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
 pub(crate) use region::KeyRegion;

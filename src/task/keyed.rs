@@ -34,6 +34,7 @@ impl Task {
     /// as the file cannot be resized while processes use it).
     pub fn set_keys(&self, config: &KeyConfig) -> Result<()> {
         config.limits.validate()?;
+        self.check_global(config.limits.global.as_ref())?;
         let keys = match self.keys_in_use() {
             Ok(k) => k.clone(),
             Err(_) => {
@@ -70,8 +71,26 @@ impl Task {
     pub fn set_key_override(&self, key: &[u8], limits: Option<&KeyLimits>) -> Result<()> {
         if let Some(l) = limits {
             l.validate()?;
+            self.check_global(l.global.as_ref())?;
         }
         self.keys_in_use()?.write_override(&self.shm, key, limits)
+    }
+
+    /// A global rate the table's store can keep: without a store the host
+    /// alone holds a key's slice, at most `MAX_KEY_HELD` a slice.
+    fn check_global(&self, global: Option<&KeyGlobal>) -> Result<()> {
+        match global {
+            Some(g) if !self.quota.keeps_keys() && g.permits() > crate::keyed::MAX_KEY_HELD => {
+                Err(Error::invalid(format!(
+                    "a key's global rate of {} gives {} permits a slice: without a store the \
+                     host alone keeps a key's slice, at most {} (make the slice shorter)",
+                    g.rate,
+                    g.permits(),
+                    crate::keyed::MAX_KEY_HELD
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Gives the task's key limits (`key` `None`) or `key`'s override a
@@ -82,6 +101,7 @@ impl Task {
         if let Some(g) = global {
             KeyLimits::new().global(*g).validate()?;
         }
+        self.check_global(global)?;
         self.keys_in_use()?
             .write_global(&self.shm, key, global.copied())
     }
@@ -91,6 +111,7 @@ impl Task {
     pub fn replace_key_overrides(&self, overrides: &[(&[u8], KeyLimits)]) -> Result<bool> {
         for (_, l) in overrides {
             l.validate()?;
+            self.check_global(l.global.as_ref())?;
         }
         self.keys_in_use()?.replace_overrides(&self.shm, overrides)
     }
