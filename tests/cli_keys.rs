@@ -317,7 +317,20 @@ fn set_gives_keys_a_global_rate_and_keys_shows_each_keys() {
     task.set_key_override(b"vip", None).unwrap();
     task.set_key_override(b"free", None).unwrap();
     let text = ok(&path, &["keys", "api"]);
-    assert!(!text.contains("global"), "{text}");
+    // The counter of global refusals stays; the rate's line and columns go.
+    // vip asked 10 of 2 a slice: at least 6 refused, whatever slice edge
+    // the asks crossed.
+    let refused: u64 = text
+        .lines()
+        .next()
+        .and_then(|l| l.rsplit("by global rate ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(refused >= 6, "{text}");
+    assert!(
+        !text.contains("key_global") && !text.contains("  global") && !text.contains("hot,"),
+        "{text}"
+    );
     let json: serde_json::Value =
         serde_json::from_str(&ok(&path, &["keys", "api", "--json"])).unwrap();
     assert!(json["global"].is_null() && json["keys"][0]["global"].is_null());

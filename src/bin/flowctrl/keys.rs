@@ -118,7 +118,11 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
             k.refused,
             k.in_flight,
             if k.live { "yes" } else { "no" },
-            global_column(limits_of(k).0.global) + &now_column(k)
+            if any_global {
+                global_column(limits_of(k).0.global) + &now_column(k)
+            } else {
+                String::new()
+            }
         );
     }
     Ok(())
