@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Instant;
 
-use flowctrl::{KeyConfig, KeyLimits, KeyRate, Table, TableOptions, Task, TaskConfig};
+use flowctrl::{KeyConfig, KeyGlobal, KeyLimits, KeyRate, Table, TableOptions, Task, TaskConfig};
 use governor::{Quota, RateLimiter};
 
 const KEYS: usize = 1_000_000;
@@ -47,12 +47,25 @@ fn zipf(keys: usize, s: f64, n: usize, rng: &mut Rng) -> Vec<u64> {
 }
 
 fn keyed_task(tag: &str, capacity: u32) -> (Task, std::path::PathBuf) {
+    keyed_task_with(tag, capacity, None)
+}
+
+/// A keyed task whose keys may also have a global rate (on a table
+/// without a store: the host keeps each key's slice alone).
+fn keyed_task_with(
+    tag: &str,
+    capacity: u32,
+    global: Option<KeyGlobal>,
+) -> (Task, std::path::PathBuf) {
     let path = std::env::temp_dir().join(format!("flowctrl-keyed-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(format!("{}.keys.0", path.display()));
     let table = Table::open(&path, &TableOptions::default()).unwrap();
     let task = table.task("bench", &TaskConfig::new()).unwrap();
-    let limits = KeyLimits::new().rate(KeyRate::per_second(1e9).burst(1_000_000));
+    let mut limits = KeyLimits::new().rate(KeyRate::per_second(1e9).burst(1_000_000));
+    if let Some(g) = global {
+        limits = limits.global(g);
+    }
     task.set_keys(&KeyConfig::new(limits).capacity(capacity))
         .unwrap();
     (task, path)
@@ -170,6 +183,33 @@ fn main() {
         let gv = median(governor_pass(&g), keys);
         rows.push((name.to_string(), f, gv));
     }
+    // The same keys with a global rate of 60,000/s each, in slices of a
+    // second, on a table alone (no store: the host keeps each key's slice;
+    // a key past its allowance takes its whole slice at once): what the
+    // global words cost a decision. Against governor's local limiter on
+    // the same keys (it has no global rate).
+    let (global_task, global_path) = keyed_task_with(
+        "global",
+        KEYS as u32,
+        Some(KeyGlobal::new(KeyRate::per_second(60_000.0))),
+    );
+    flowctrl_pass(&global_task)(&all);
+    for (name, keys) in &cases[1..] {
+        let f = median(flowctrl_pass(&global_task), keys);
+        let gv = median(governor_pass(&g), keys);
+        rows.push((format!("{name}, with a global rate"), f, gv));
+    }
+    drop(global_task);
+    let global_prefix = format!("{}.keys.", global_path.display());
+    for e in std::fs::read_dir(global_path.parent().unwrap())
+        .unwrap()
+        .flatten()
+    {
+        if e.path().display().to_string().starts_with(&global_prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let _ = std::fs::remove_file(&global_path);
     // Keys seen for the first time: a fresh file and map each round, the
     // same million new keys; the file holds them all.
     let fresh: Vec<u64> = (0..KEYS as u64).map(|k| k + (1 << 40)).collect();

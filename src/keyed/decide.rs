@@ -34,6 +34,8 @@ pub(crate) struct Taken<'a> {
     n: u32,
     /// What the key's global rate took.
     global: Option<GlobalPaid>,
+    /// The entry decided on (`region::OVERFLOW`: the shared state).
+    index: u32,
 }
 
 impl Taken<'_> {
@@ -122,6 +124,7 @@ impl Keys {
             using: None,
             n,
             global: None,
+            index: region::OVERFLOW,
         };
         if rules.flags & LIMITS_UNLIMITED != 0 {
             return Ok(Ok(none()));
@@ -154,17 +157,13 @@ impl Keys {
         }
         // A spend is kept only while the entry is still this key's (see
         // `map`): else it landed on a key moving in, and goes back.
-        let mut placed = region::OVERFLOW;
         let decided = map::decide(
             &self.region,
             h,
             || self.place(shm, h, me, key),
             |place| {
                 let (index, entry) = match place {
-                    Place::Entry(e) => {
-                        placed = e;
-                        (e, self.region.entry(e).expect("placed in range"))
-                    }
+                    Place::Entry(e) => (e, self.region.entry(e).expect("placed in range")),
                     Place::Overflow => {
                         self.region.count(KeyCounter::Overflowed, n as u64);
                         if self.overflow_admits() {
@@ -189,17 +188,11 @@ impl Keys {
         );
         match decided {
             Ok(mut taken) => {
-                if let (Some(rule), Some(entry)) = (GlobalRule::of(&rules), taken.entry) {
-                    let (quota, task) = fleet;
-                    let at = (placed, h.ident);
-                    match self.take_global(quota, task, at, key, &rule, shadow, n) {
-                        Ok(paid) => taken.global = paid,
-                        Err(refusal) => {
-                            entry.refused.fetch_add(n as u64, Ordering::Relaxed);
-                            taken.undo();
-                            return Ok(Err(refusal));
-                        }
-                    }
+                if rules.global != 0
+                    && let Err(refusal) =
+                        self.pay_global(&mut taken, fleet, (key, h.ident), &rules, shadow)
+                {
+                    return Ok(Err(refusal));
                 }
                 if let Some(entry) = taken.entry {
                     count_approx(&entry.admitted);
@@ -208,6 +201,48 @@ impl Keys {
             }
             Err(Ok(refusal)) => Ok(Err(refusal)),
             Err(Err(e)) => Err(e),
+        }
+    }
+
+    /// The key's global rate, after its local limits admitted `taken`:
+    /// paid into `taken`, or the refusal (and `taken` given back). Out of
+    /// line: most keyed tasks have no global rate.
+    #[cold]
+    #[inline(never)]
+    fn pay_global<'a>(
+        &'a self,
+        taken: &mut Taken<'a>,
+        (quota, task): (&Quota, &str),
+        (key, ident): (&[u8], u64),
+        rules: &Rules,
+        shadow: bool,
+    ) -> std::result::Result<(), KeyRefusal> {
+        let (Some(rule), Some(entry)) = (GlobalRule::of(rules), taken.entry) else {
+            return Ok(());
+        };
+        let at = (taken.index, ident);
+        match self.take_global(quota, task, at, key, &rule, shadow, taken.n) {
+            Ok(paid) => {
+                taken.global = paid;
+                Ok(())
+            }
+            Err(refusal) => {
+                entry.refused.fetch_add(taken.n as u64, Ordering::Relaxed);
+                let t = std::mem::replace(
+                    taken,
+                    Taken {
+                        keys: self,
+                        entry: None,
+                        spent: [0; MAX_KEY_RATES],
+                        using: None,
+                        n: 0,
+                        global: None,
+                        index: region::OVERFLOW,
+                    },
+                );
+                t.undo();
+                Err(refusal)
+            }
         }
     }
 
@@ -313,6 +348,7 @@ impl Keys {
             using,
             n,
             global: None,
+            index,
         }))
     }
 

@@ -32,8 +32,9 @@ const CALL_AT_TENTHS: u64 = 8;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GlobalPaid {
     index: u32,
-    tag: u64,
-    slice: u64,
+    tag: u16,
+    /// The slice's low 32 bits (its words keep 24).
+    slice: u32,
     paid: Paid,
 }
 
@@ -112,8 +113,8 @@ impl Keys {
                 Step::Admit(paid) => {
                     return Ok(Some(GlobalPaid {
                         index,
-                        tag,
-                        slice: clock.slice,
+                        tag: tag as u16,
+                        slice: clock.slice as u32,
                         paid,
                     }));
                 }
@@ -161,7 +162,7 @@ impl Keys {
     /// Gives back a global payment.
     pub(crate) fn give_back_global(&self, p: GlobalPaid) {
         if let Some(w) = self.region.globals(p.index) {
-            global::give_back(w, p.tag, p.slice, p.paid);
+            global::give_back(w, p.tag as u64, p.slice as u64, p.paid);
         }
     }
 

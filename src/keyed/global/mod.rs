@@ -126,8 +126,8 @@ pub(crate) enum Step {
 /// How a request was paid, to give it back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Paid {
-    Held(u64),
-    Local(u64),
+    Held(u32),
+    Local(u32),
 }
 
 fn cas(word: &AtomicU64, old: u64, new: u64) -> Result<u64, u64> {
@@ -257,7 +257,7 @@ pub(crate) fn decide(
                     held: now.held - n,
                     ..now
                 },
-                Step::Admit(Paid::Held(n)),
+                Step::Admit(Paid::Held(n as u32)),
             )
         } else if now.exhausted {
             return Step::Refuse;
@@ -267,7 +267,7 @@ pub(crate) fn decide(
                     local: now.local + n,
                     ..now
                 },
-                Step::Admit(Paid::Local(n)),
+                Step::Admit(Paid::Local(n as u32)),
             )
         } else {
             return Step::Pull {
@@ -402,11 +402,11 @@ pub(crate) fn give_back(w: &GlobalWords, tag: u64, slice: u64, paid: Paid) {
         }
         let new = match paid {
             Paid::Held(n) => Now {
-                held: (now.held + n).min(MAX_HELD),
+                held: (now.held + n as u64).min(MAX_HELD),
                 ..now
             },
             Paid::Local(n) => Now {
-                local: now.local.saturating_sub(n),
+                local: now.local.saturating_sub(n as u64),
                 ..now
             },
         };
