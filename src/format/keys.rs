@@ -61,7 +61,10 @@ pub(crate) struct KeysHeader {
     pub config_lock: AtomicU64,
     /// What the keys' global rates share on the host (see `keyed::global`).
     pub global: GlobalHeader,
-    _pad0: AtomicU64,
+    /// 1 while some copy of the limits (the default or an override) has a
+    /// global rate: a decision of a task with none takes a path without
+    /// the global step.
+    pub any_global: AtomicU64,
     /// Counters, each on the line of the rare event it counts.
     pub counters: [AtomicU64; KEY_COUNTERS],
     /// The overflow state's global words.

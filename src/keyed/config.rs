@@ -156,9 +156,29 @@ impl Keys {
             let (from, to) = (self.region.config(next ^ 1), self.region.config(next));
             copy_config(from, to);
             edit(to, &shm.clock)?;
+            let any = has_global(to);
+            // Raised before the limits are published, lowered after.
+            if any {
+                h.any_global.store(1, Ordering::Release);
+            }
             crate::format::commit(&h.config_version, version);
+            if !any {
+                h.any_global.store(0, Ordering::Release);
+            }
             Ok(())
         })?
+    }
+
+    /// Raises `any_global` if the limits in force have a global rate (a
+    /// file whose limits were written without the flag): raised too often
+    /// costs a decision a branch, never a limit.
+    pub(crate) fn note_any_global(&self) {
+        let h = self.region.header();
+        if h.any_global.load(Ordering::Acquire) == 0
+            && read_versioned(&h.config_version, |i| has_global(self.region.config(i)))
+        {
+            h.any_global.store(1, Ordering::Release);
+        }
     }
 
     /// The limits in force for `key` (its override's or the default) and
@@ -282,4 +302,14 @@ fn copy_config(from: &ConfigCopy, to: &ConfigCopy) {
     for i in 0..OVERRIDE_INDEX {
         to.index[i].store(from.index[i].load(Ordering::Relaxed), Ordering::Relaxed);
     }
+}
+
+/// Whether a copy of the limits gives the default or an override a
+/// global rate.
+fn has_global(c: &ConfigCopy) -> bool {
+    c.default.global.load(Ordering::Relaxed) != 0
+        || (0..MAX_OVERRIDES).any(|o| {
+            c.override_keys[o].load(Ordering::Relaxed) != 0
+                && c.overrides[o].global.load(Ordering::Relaxed) != 0
+        })
 }

@@ -109,6 +109,23 @@ impl Keys {
     pub(crate) fn take<'a>(
         &'a self,
         shm: &Shm,
+        who: (u32, u32),
+        fleet: (&Quota, &str),
+        key: &[u8],
+        n: u32,
+    ) -> Result<std::result::Result<Taken<'a>, KeyRefusal>> {
+        if self.region.header().any_global.load(Ordering::Acquire) != 0 {
+            self.take_as::<true>(shm, who, fleet, key, n)
+        } else {
+            self.take_as::<false>(shm, who, fleet, key, n)
+        }
+    }
+
+    /// [`Keys::take`], with the global step (`GLOBAL`) or without it.
+    #[inline(always)]
+    fn take_as<'a, const GLOBAL: bool>(
+        &'a self,
+        shm: &Shm,
         (attach, me): (u32, u32),
         fleet: (&Quota, &str),
         key: &[u8],
@@ -188,7 +205,8 @@ impl Keys {
         );
         match decided {
             Ok(mut taken) => {
-                if rules.global != 0
+                if GLOBAL
+                    && rules.global != 0
                     && let Err(refusal) =
                         self.pay_global(&mut taken, fleet, (key, h.ident), &rules, shadow)
                 {

@@ -155,9 +155,11 @@ pub(crate) struct Keys {
 impl Keys {
     /// The task's key file, made with `capacity` keys if it has none.
     pub(crate) fn open(shm: &Shm, task: u32, capacity: u32) -> Result<Arc<Self>> {
-        Ok(Arc::new(Self {
+        let keys = Self {
             region: KeyRegion::open_or_create(shm, task, capacity)?,
-        }))
+        };
+        keys.note_any_global();
+        Ok(Arc::new(keys))
     }
 
     pub(crate) fn hash(&self, key: &[u8]) -> Result<Hashed> {
