@@ -104,6 +104,23 @@ fn reply_int(v: &Value) -> Result<i64> {
     }
 }
 
+/// Runs `function` as EVALSHA would, with these KEYS and ARGV.
+fn call(lua: &Lua, function: &Function, keys: &[String], args: &[String]) -> Result<Value> {
+    let run = || -> mlua::Result<Value> {
+        let g = lua.globals();
+        g.set(
+            "KEYS",
+            lua.create_sequence_from(keys.iter().map(|s| s.as_str()))?,
+        )?;
+        g.set(
+            "ARGV",
+            lua.create_sequence_from(args.iter().map(|s| s.as_str()))?,
+        )?;
+        function.call::<Value>(())
+    };
+    run().map_err(lua_error)
+}
+
 impl LuaStore {
     pub fn new() -> Result<Self> {
         Self::over(
@@ -187,19 +204,7 @@ impl flowctrl::sim::Script for LuaStore {
         let guard = self.lua.lock().unwrap();
         let lua = &guard.0;
         let function = self.keyed.lock().unwrap();
-        let run = || -> mlua::Result<Value> {
-            let g = lua.globals();
-            g.set(
-                "KEYS",
-                lua.create_sequence_from(keys.iter().map(|s| s.as_str()))?,
-            )?;
-            g.set(
-                "ARGV",
-                lua.create_sequence_from(args.iter().map(|s| s.as_str()))?,
-            )?;
-            function.call::<Value>(())
-        };
-        match run().map_err(lua_error)? {
+        match call(lua, &function, keys, args)? {
             Value::Table(t) => t
                 .sequence_values::<Value>()
                 .map(|v| reply_int(&v.map_err(lua_error)?))
@@ -212,19 +217,7 @@ impl flowctrl::sim::Script for LuaStore {
         self.evals.fetch_add(1, Ordering::Relaxed);
         let guard = self.lua.lock().unwrap();
         let (lua, function) = &*guard;
-        let run = || -> mlua::Result<Value> {
-            let g = lua.globals();
-            g.set(
-                "KEYS",
-                lua.create_sequence_from(keys.iter().map(|s| s.as_str()))?,
-            )?;
-            g.set(
-                "ARGV",
-                lua.create_sequence_from(args.iter().map(|s| s.as_str()))?,
-            )?;
-            function.call::<Value>(())
-        };
-        let value = run().map_err(lua_error)?;
+        let value = call(lua, function, keys, args)?;
         let host = args.get(5).map(|s| s.as_str());
         if self
             .trace

@@ -151,7 +151,7 @@ fn period_text(d: Duration) -> String {
 
 /// A slice as [`KeyGlobal::parse_slice`] reads it: in its largest whole
 /// unit (`1d`, `2h`, `1m`, `90s`, `500ms`).
-fn slice_text(d: Duration) -> String {
+pub(crate) fn slice_text(d: Duration) -> String {
     let ms = d.as_millis();
     [
         (86_400_000, "d"),
@@ -234,6 +234,12 @@ impl KeyGlobal {
     /// The slice in force.
     pub fn slice_in_force(&self) -> Duration {
         self.slice.unwrap_or(self.rate.period)
+    }
+
+    /// The slice in force as [`KeyGlobal::parse_slice`] reads it, in its
+    /// largest whole unit (`1m`, `500ms`).
+    pub fn slice_text(&self) -> String {
+        slice_text(self.slice_in_force())
     }
 
     /// Permits of one slice, fleet-wide.

@@ -230,8 +230,8 @@ pub(crate) fn preview(view: &TableSnapshot, name: &str, keys: &KeyEdits) -> Resu
             ),
             "key_global" => (global_text(old_g), global_text(new_g)),
             "key_global_slice" => (
-                old_g.map_or("none".into(), |g| slice_text(g.slice_in_force())),
-                new_g.map_or("none".into(), |g| slice_text(g.slice_in_force())),
+                old_g.map_or("none".into(), |g| g.slice_text()),
+                new_g.map_or("none".into(), |g| g.slice_text()),
             ),
             "key_global_local" => (
                 old_g.map_or("none".into(), |g| g.local.to_string()),
@@ -322,23 +322,6 @@ pub(crate) fn global_text(g: Option<KeyGlobal>) -> String {
     }
 }
 
-/// A slice in its largest whole unit (`1m`, `500ms`), as `key_global_slice`
-/// takes it.
-pub(crate) fn slice_text(d: Duration) -> String {
-    let ms = d.as_millis();
-    [
-        (86_400_000, "d"),
-        (3_600_000, "h"),
-        (60_000, "m"),
-        (1000, "s"),
-    ]
-    .into_iter()
-    .find(|(unit, _)| ms != 0 && ms.is_multiple_of(*unit))
-    .map_or(format!("{ms}ms"), |(unit, name)| {
-        format!("{}{name}", ms / unit)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,8 +363,23 @@ mod tests {
             };
             assert!(err.contains(says), "{bad}: {err}");
         }
-        assert_eq!(slice_text(Duration::from_millis(90_000)), "90s");
-        assert_eq!(slice_text(Duration::from_millis(500)), "500ms");
-        assert_eq!(slice_text(Duration::from_secs(7200)), "2h");
+        assert_eq!(
+            KeyGlobal::new(KeyRate::per_second(1.0))
+                .slice(Duration::from_millis(90_000))
+                .slice_text(),
+            "90s"
+        );
+        assert_eq!(
+            KeyGlobal::new(KeyRate::per_second(1.0))
+                .slice(Duration::from_millis(500))
+                .slice_text(),
+            "500ms"
+        );
+        assert_eq!(
+            KeyGlobal::new(KeyRate::per_second(1.0))
+                .slice(Duration::from_secs(7200))
+                .slice_text(),
+            "2h"
+        );
     }
 }
