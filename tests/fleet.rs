@@ -597,11 +597,20 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
     assert!(pull_through_hiccups(&task).is_ok());
     // Charged = received, less what the table's keeper gave back while the
     // host sat idle between pullers.
-    let record =
-        || -> String { redis.command(&["HGET", &format!("flowctrl:{{lost}}:{slice}"), "storm"]) };
+    let key = format!("flowctrl:{{lost}}:{slice}");
+    let record = || -> Option<String> { redis.command(&["HGET", &key, "storm"]) };
     let (charged, kept) = settled(|| {
         let q = task.quota_stats();
-        let charged: u64 = record().split(' ').next().unwrap().parse().unwrap();
+        // No record: say what the store holds, for the next reader.
+        let Some(record) = record() else {
+            let held: Vec<String> = redis.command(&["HGETALL", &key]);
+            let keys: Vec<String> = redis.command(&["KEYS", "flowctrl:*"]);
+            panic!(
+                "no record of host storm in {key} (slice now {:?}): {held:?}; keys {keys:?}; {q:?}",
+                minute_slice(Duration::ZERO)
+            );
+        };
+        let charged: u64 = record.split(' ').next().unwrap().parse().unwrap();
         (charged, q.granted - q.returned)
     });
     let q = task.quota_stats();

@@ -77,9 +77,12 @@ pub(crate) fn drive(shm: &Shm, index: u32, me: Owner, now: u64) {
     {
         return;
     }
+    // A dead driver's committed copy is published first; its window, due
+    // since, runs at once: its samples are in the lanes, not lost.
     if took_over {
         publish(shm, index, now, None);
-    } else if now >= a.due.load(Ordering::Acquire) {
+    }
+    if now >= a.due.load(Ordering::Acquire) {
         run_window(shm, index, slot, now);
     }
     a.window_lock.store(0, Ordering::Release);
@@ -208,4 +211,43 @@ pub(crate) fn settle(shm: &Shm, index: u32, me: Owner) -> (u64, u64) {
         a.applied[(version & 1) as usize].load(Ordering::Relaxed),
         version,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Decision, Outcome, Table, TableOptions, TaskConfig};
+    use std::sync::atomic::Ordering;
+
+    /// A driver killed holding the window lock: the next driver takes the
+    /// lock over and runs the window it left, so every sample is applied.
+    #[test]
+    fn a_window_left_locked_by_a_dead_driver_runs_at_the_takeover() {
+        let path = std::env::temp_dir().join(format!("flowctrl-window-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let table = Table::open(&path, &TableOptions::default()).unwrap();
+        let config = TaskConfig::new()
+            .limiter(crate::LimiterSpec::parse("aimd window=5").unwrap())
+            .initial_limit(40);
+        let task = table.task("svc", &config).unwrap();
+        let release = |n: usize| {
+            for _ in 0..n {
+                let Decision::Admitted(p) = task.acquire(1).unwrap() else {
+                    panic!("refused")
+                };
+                p.release(Outcome::Success).unwrap();
+            }
+        };
+        release(10);
+        let (before, _) = task.settle_window().unwrap();
+        let a = &task.shm.task_slot(task.index).adaptive;
+        // Seven samples, then a driver dies holding the lock (an owner
+        // whose slot index is past the table's is never alive).
+        a.due.store(u64::MAX, Ordering::Release);
+        release(7);
+        a.window_lock.store(u64::MAX, Ordering::Release);
+        let (applied, _) = task.settle_window().unwrap();
+        assert_eq!(a.window_lock.load(Ordering::Acquire), 0);
+        assert_eq!(applied - before, 7);
+        let _ = std::fs::remove_file(&path);
+    }
 }
