@@ -73,6 +73,7 @@ fn run(url: &str, tasks: usize, dynamic: bool) -> String {
                 (format!("task-{i}"), ManagedTask { global, policy })
             })
             .collect::<BTreeMap<_, _>>(),
+        keys: BTreeMap::new(),
     };
     let mut manager = Manager::new(config).unwrap();
     // The first step writes every task's record and slices: not steady.

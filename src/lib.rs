@@ -81,7 +81,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use events::rfc3339;
 pub use keyed::{
     DEFAULT_KEY_CAPACITY, KeyConfig, KeyGlobal, KeyGlobalNow, KeyInfo, KeyLimits, KeyOverflow,
-    KeyRate, KeyRefusal, KeyRefused, KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN, MAX_LOCAL,
+    KeyRate, KeyRecord, KeyRefusal, KeyRefused, KeyState, KeyStats, MAX_KEY_CAPACITY, MAX_KEY_LEN,
+    MAX_LOCAL,
 };
 pub use limit::adaptive::{Algorithm as LimiterAlgorithm, LimiterConfig, Spec as LimiterSpec};
 /// The fuzzers' seam (`tests/fuzz_store.rs`): the store's reply decoders.

@@ -337,6 +337,12 @@ fn bad_manager_configurations_are_refused_with_their_reason() {
         ),
         (
             format!(
+                "[table]\nstore = \"{url}\"\n[tasks.\"api\"]\nkey_global = \"10/s\"\n[tasks.\"api\".policy]\nmin_rate = 1\nmax_rate = 200\ndropped_ratio = 0.1\n"
+            ),
+            "no global_rate for it to move",
+        ),
+        (
+            format!(
                 "[table]\nstore = \"{url}\"\n{task}[tasks.\"api\".policy]\nmin_rate = 300\nmax_rate = 200\ndropped_ratio = 0.1\n"
             ),
             "inverted",

@@ -69,7 +69,9 @@ pub(crate) struct KeysHeader {
     pub counters: [AtomicU64; KEY_COUNTERS],
     /// The overflow state's global words.
     pub overflow_global: GlobalWords,
-    _pad1: [AtomicU64; 16 - KEY_COUNTERS - 4],
+    /// The store's record of the keys' global rates, as the host knows it.
+    pub record: RecordWords,
+    _pad1: [AtomicU64; 16 - KEY_COUNTERS - 4 - 4],
     /// The state every key shares that found no entry (the region full of
     /// live keys): limited as one key, never refusing every new caller.
     pub overflow: KeyEntry,
@@ -110,6 +112,22 @@ pub(crate) struct GlobalHeader {
     pub hosts: AtomicU64,
     /// Until when (store ms) the store is taken as down: no pull is tried.
     pub failed_until_ms: AtomicU64,
+}
+
+/// What the host knows of the store's record of its keys' global rates
+/// (see `keyed::record`). Zero in a file of a release without records.
+#[repr(C)]
+pub(crate) struct RecordWords {
+    /// The version the store holds (0: none), as the last call answered.
+    pub wanted: AtomicU64,
+    /// The version adopted (top bit set) or refused; 0 after the host's
+    /// own limits are written.
+    pub seen: AtomicU64,
+    /// When the host makes a call for keys if none is made before (ms of
+    /// its clock).
+    pub due: AtomicU64,
+    /// The version of the last record refused (0: none).
+    pub refused: AtomicU64,
 }
 
 /// One key's global rate on the host: its state in the current slice, the

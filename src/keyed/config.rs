@@ -90,13 +90,7 @@ impl Keys {
         wanted.dedup_by_key(|(k, _)| *k);
         let h = self.region.header();
         let mut current: Vec<(u64, KeyLimits)> = read_versioned(&h.config_version, |i| {
-            let c = self.region.config(i);
-            (0..MAX_OVERRIDES)
-                .filter_map(|o| {
-                    let k = c.override_keys[o].load(Ordering::Relaxed);
-                    (k != 0).then(|| (k, KeyLimits::load(&c.overrides[o], clock)))
-                })
-                .collect()
+            overrides_in(self.region.config(i), clock)
         });
         current.sort_by_key(|(k, _)| *k);
         if current == wanted {
@@ -162,6 +156,8 @@ impl Keys {
                 h.any_global.store(1, Ordering::Release);
             }
             crate::format::commit(&h.config_version, version);
+            // The store's record, if any, is adopted again over these.
+            h.record.seen.store(0, Ordering::Release);
             if !any {
                 h.any_global.store(0, Ordering::Release);
             }
@@ -223,15 +219,17 @@ pub(crate) fn config_of(region: &super::KeyRegion, clock: &Clock) -> KeyConfig {
 /// its limits, in the order they were written.
 pub(crate) fn overrides_of(region: &super::KeyRegion, clock: &Clock) -> Vec<(u64, KeyLimits)> {
     let h = region.header();
-    read_versioned(&h.config_version, |i| {
-        let c = region.config(i);
-        (0..MAX_OVERRIDES)
-            .filter_map(|o| {
-                let k = c.override_keys[o].load(Ordering::Relaxed);
-                (k != 0).then(|| (k, KeyLimits::load(&c.overrides[o], clock)))
-            })
-            .collect()
-    })
+    read_versioned(&h.config_version, |i| overrides_in(region.config(i), clock))
+}
+
+/// The overrides of one copy of the limits: (identity, limits).
+pub(super) fn overrides_in(c: &ConfigCopy, clock: &Clock) -> Vec<(u64, KeyLimits)> {
+    (0..MAX_OVERRIDES)
+        .filter_map(|o| {
+            let k = c.override_keys[o].load(Ordering::Relaxed);
+            (k != 0).then(|| (k, KeyLimits::load(&c.overrides[o], clock)))
+        })
+        .collect()
 }
 
 /// `limits` as they read back from the file (bursts in force, rates
@@ -243,7 +241,7 @@ pub(crate) fn normalized(limits: &KeyLimits, clock: &Clock) -> KeyLimits {
     KeyLimits::load(&copy, clock)
 }
 
-fn write_overrides(c: &ConfigCopy, clock: &Clock, keys: &[(u64, KeyLimits)]) {
+pub(super) fn write_overrides(c: &ConfigCopy, clock: &Clock, keys: &[(u64, KeyLimits)]) {
     for i in 0..MAX_OVERRIDES {
         c.override_keys[i].store(0, Ordering::Relaxed);
     }

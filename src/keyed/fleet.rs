@@ -72,7 +72,7 @@ impl Keys {
         }
     }
 
-    fn note_reply(&self, quota: &Quota, sent_ms: i64, store_ms: i64, hosts: u64) {
+    pub(super) fn note_reply(&self, quota: &Quota, sent_ms: i64, store_ms: i64, hosts: u64) {
         let g = &self.region.header().global;
         let mid = (sent_ms + quota.host_ms()) / 2;
         g.offset_ms.store((store_ms - mid) as u64, Relaxed);
@@ -230,6 +230,7 @@ impl Keys {
         match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch) {
             Some(Ok(reply)) => {
                 self.note_reply(quota, sent, reply.store_ms, reply.hosts);
+                self.note_record(reply.record, quota.host_ms().max(0) as u64);
                 for ((_, index, tag, ask), &(granted, left)) in asks.iter().zip(&reply.grants) {
                     let Some(w) = self.region.globals(*index) else {
                         continue;

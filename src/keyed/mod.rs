@@ -17,6 +17,7 @@ mod limits;
 mod map;
 mod names;
 mod rate;
+mod record;
 mod region;
 mod view;
 
@@ -28,6 +29,7 @@ pub(crate) use decide::drift_of;
 pub(crate) use global::MAX_HELD as MAX_KEY_HELD;
 pub use limits::KeyLimits;
 pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
+pub use record::KeyRecord;
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub use view::{KeyGlobalNow, KeyInfo, KeyStats};
@@ -150,6 +152,9 @@ pub struct KeyState {
 /// A task's key file, mapped once per task handle.
 pub(crate) struct Keys {
     pub region: KeyRegion,
+    /// When this process may try again to read the store's record of the
+    /// keys' global rates, after a failure (host ms; see `record`).
+    retry_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Keys {
@@ -157,6 +162,7 @@ impl Keys {
     pub(crate) fn open(shm: &Shm, task: u32, capacity: u32) -> Result<Arc<Self>> {
         let keys = Self {
             region: KeyRegion::open_or_create(shm, task, capacity)?,
+            retry_ms: Default::default(),
         };
         keys.note_any_global();
         Ok(Arc::new(keys))

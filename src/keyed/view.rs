@@ -32,6 +32,11 @@ pub struct KeyStats {
     pub records_full: u64,
     /// Records per process.
     pub records: u32,
+    /// The version of the store's record of the keys' global rates the
+    /// host adopted (0: none, or none since its own limits were written or
+    /// the record removed), and of the last one it refused (0: none).
+    pub record: u64,
+    pub record_refused: u64,
 }
 
 /// One key, for `flowctrl keys`.
@@ -130,6 +135,8 @@ pub(crate) fn key_stats(region: &KeyRegion, now: u64) -> KeyStats {
         refused_global: region.counter(KeyCounter::RefusedGlobal),
         records_full: region.counter(KeyCounter::RecordsFull),
         records: region.geometry.records,
+        record: super::record::adopted(region),
+        record_refused: super::record::refused(region),
         ..KeyStats::default()
     };
     for b in 0..region.geometry.buckets {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config_file::{ConfigFile, Section};
 use crate::error::{Error, Result};
+use crate::keyed::KeyRecord;
 use crate::quota::{GlobalSettings, StoreOptions};
 
 /// What `flowctrl manage` runs by.
@@ -30,6 +31,9 @@ pub struct ManagerConfig {
     pub silent_alarm: Duration,
     /// The tasks whose thresholds the manager owns.
     pub tasks: BTreeMap<String, ManagedTask>,
+    /// The keyed tasks whose keys' global rates the manager owns: their
+    /// `key_global` fields, the overrides' included.
+    pub keys: BTreeMap<String, KeyRecord>,
 }
 
 /// One managed task: its global numbers and how its threshold may move.
@@ -203,8 +207,13 @@ impl ManagerConfig {
         };
         crate::words::validate_name(&id, "manager id").map_err(|e| bad(&id_at, e.to_string()))?;
         let mut tasks = BTreeMap::new();
+        let mut keys = BTreeMap::new();
         for (name, task) in &file.managed {
             let config = &file.tasks[name];
+            let record =
+                file.keys.get(name).map(key_record).filter(|r| {
+                    r.default.is_some() || r.overrides.iter().any(|(_, g)| g.is_some())
+                });
             let here = |what: String| {
                 Error::invalid(format!(
                     "{}: tasks.{}: {what}",
@@ -213,20 +222,34 @@ impl ManagerConfig {
                 ))
             };
             let has_rate = config.global.global_rate.is_some_and(|r| r > 0.0);
-            let managed = task.managed.unwrap_or(has_rate);
+            let managed = task.managed.unwrap_or(has_rate || record.is_some());
             match (managed, &task.policy, has_rate) {
                 (false, Some(_), _) => {
                     return Err(here(
                         "has a policy but managed = false: a task is managed or not".into(),
                     ));
                 }
-                (true, _, false) => {
+                (true, Some(_), false) => {
                     return Err(here(
-                        "managed, but has no global_rate for the manager to write".into(),
+                        "has a policy but no global_rate for it to move (keys' global rates \
+                         are written as they are)"
+                            .into(),
+                    ));
+                }
+                (true, None, false) if record.is_none() => {
+                    return Err(here(
+                        "managed, but has no global_rate or key_global for the manager to write"
+                            .into(),
                     ));
                 }
                 (false, None, _) => continue,
-                (true, _, true) => {}
+                (true, _, _) => {}
+            }
+            if let Some(record) = record {
+                keys.insert(name.clone(), record);
+            }
+            if !has_rate {
+                continue;
             }
             let global = config.global.over(GlobalSettings::default());
             let policy = match &task.policy {
@@ -239,9 +262,10 @@ impl ManagerConfig {
             };
             tasks.insert(name.clone(), ManagedTask { global, policy });
         }
-        if tasks.is_empty() {
+        if tasks.is_empty() && keys.is_empty() {
             return Err(Error::invalid(format!(
-                "{shown}: no task to manage (a task with a global_rate is managed)"
+                "{shown}: no task to manage (a task with a global_rate or a key_global is \
+                 managed)"
             )));
         }
         Ok(Self {
@@ -252,6 +276,7 @@ impl ManagerConfig {
             skew_alarm: Duration::from_millis(fields.skew_alarm_ms.unwrap_or(50)),
             silent_alarm: Duration::from_millis(fields.silent_alarm_ms.unwrap_or(10_000)),
             tasks,
+            keys,
         })
     }
 
@@ -260,6 +285,21 @@ impl ManagerConfig {
     pub fn ahead_for(&self, slice_ms: u32) -> u32 {
         let failover = (2 * self.lease.as_millis() as u64).div_ceil(slice_ms.max(1) as u64);
         self.ahead.max(failover as u32 + 1)
+    }
+}
+
+/// The record of a keyed task's keys' global rates in its file: the
+/// default's, and each override's that differs from it.
+fn key_record(section: &crate::config_file::KeySection) -> KeyRecord {
+    let default = section.config.limits.global;
+    KeyRecord {
+        default,
+        overrides: section
+            .overrides
+            .iter()
+            .filter(|(_, l)| l.global != default)
+            .map(|(k, l)| (k.clone(), l.global))
+            .collect(),
     }
 }
 

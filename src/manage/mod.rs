@@ -16,6 +16,7 @@
 
 mod alarms;
 mod config;
+mod keys;
 mod lease;
 mod policy;
 mod report;
@@ -30,6 +31,7 @@ use parking_lot::Mutex;
 
 pub use alarms::{Alarm, fleet_alarms};
 pub use config::{ManagedTask, ManagerConfig, Policy};
+use keys::KeyWrites;
 use lease::{Held, Lease};
 pub use policy::{Observed, Reason, decide};
 pub use report::{Decision, ManagerReport, TaskReport};
@@ -46,6 +48,7 @@ pub struct Manager {
     lease: Lease,
     writer: Writer,
     tasks: std::collections::BTreeMap<String, TaskState>,
+    keys: KeyWrites,
     /// The store's clock minus ours, ms (measured at each renewal).
     offset_ms: i64,
     /// When the lease is next renewed: at a third of its TTL.
@@ -97,6 +100,7 @@ impl Manager {
             lease,
             writer: Writer::new(&prefix),
             tasks,
+            keys: KeyWrites::default(),
             offset_ms: 0,
             renew_at: Instant::now(),
             report: Arc::new(Mutex::new(report)),
@@ -126,6 +130,24 @@ impl Manager {
             }
             self.report.lock().tasks.remove(name);
         }
+        for name in self
+            .config
+            .keys
+            .keys()
+            .filter(|n| !config.keys.contains_key(*n))
+        {
+            match self.store.remove_key_record(name) {
+                Ok(_) => log::info!(
+                    task = name.as_str();
+                    "task {name:?}'s keys are no longer managed: their record is removed"
+                ),
+                Err(e) => log::warn!(
+                    task = name.as_str();
+                    "task {name:?}'s keys are no longer managed, but {e}"
+                ),
+            }
+        }
+        self.keys.rewrite();
         self.tasks = tick::states(&config, old);
         if (config.id.as_str(), config.lease) != (self.config.id.as_str(), self.config.lease) {
             // Another name or TTL is another lease: give ours up first.
@@ -155,7 +177,7 @@ impl Manager {
             return Ok(false);
         };
         let began = Instant::now();
-        let fenced = tick::run(self, token)?;
+        let fenced = tick::run(self, token)? || self.write_keys(token);
         let mut r = self.report.lock();
         r.ticks += 1;
         r.tick_seconds_last = began.elapsed().as_secs_f64();
@@ -166,6 +188,27 @@ impl Manager {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// Writes the keyed tasks' records that are due: whether a newer
+    /// token fenced this manager out. Store errors are logged and retried.
+    fn write_keys(&mut self, token: u64) -> bool {
+        let prefix = &self.config.store.key_prefix;
+        match self
+            .keys
+            .write(self.store.redis(), prefix, token, &self.config.keys)
+        {
+            Ok(Ok(written)) => {
+                self.report.lock().key_records_written += written;
+                false
+            }
+            Ok(Err(())) => true,
+            Err(e) => {
+                self.report.lock().store_errors += 1;
+                log::warn!("manager {}: {e}", self.config.id);
+                false
+            }
+        }
     }
 
     fn renew(&mut self) -> Result<()> {
@@ -185,6 +228,7 @@ impl Manager {
                 if new {
                     r.acquisitions += 1;
                     drop(r);
+                    self.keys.rewrite();
                     log::warn!("manager {}: active (lease token {token})", self.config.id);
                     tick::resume(self)?;
                 }
@@ -244,7 +288,8 @@ impl Manager {
     #[doc(hidden)]
     pub fn write_with_token(&mut self, token: u64) -> Result<bool> {
         self.tasks.values_mut().for_each(TaskState::rewrite);
-        tick::run(self, token)
+        self.keys.rewrite();
+        Ok(tick::run(self, token)? || self.write_keys(token))
     }
 
     pub fn config(&self) -> &ManagerConfig {

@@ -20,6 +20,8 @@ pub struct ManagerReport {
     /// Script calls that wrote a task, and those refused for an older token.
     pub writes: u64,
     pub writes_fenced: u64,
+    /// Keyed tasks' records of their keys' global rates written (changed).
+    pub key_records_written: u64,
     /// Slice keys written ahead, and slices found begun before their write.
     pub keys_written: u64,
     pub slices_late: u64,

@@ -73,6 +73,14 @@ impl Collector for Report {
         )?;
         counter(
             &mut e,
+            "flowctrl_manager_key_records_written",
+            "Keyed tasks' records of their keys' global rates written (on a change, or \
+             to a store that lost one).",
+            None,
+            one(r.key_records_written),
+        )?;
+        counter(
+            &mut e,
             "flowctrl_manager_keys_written",
             "Slice keys written ahead.",
             None,

@@ -42,10 +42,18 @@ pub(crate) struct Keeper {
     started: AtomicU64,
 }
 
+/// What a keeper looks after besides idle quota: a keyed task's keys (see
+/// `keyed::record`), tended while some task handle holds them.
+pub(crate) trait Tend: Send + Sync {
+    fn tend(&self, shm: &Shm, quota: &Quota, task: &str);
+}
+
 #[derive(Default)]
 struct Inner {
     /// (task index, name).
     tasks: Vec<(u32, String)>,
+    /// (task index, name, what to tend).
+    tended: Vec<(u32, String, Weak<dyn Tend>)>,
     /// (task index, its host and refused words, the table clock when
     /// either last changed).
     seen: Vec<(u32, [u64; 2], u64)>,
@@ -67,6 +75,17 @@ impl Keeper {
                     false
                 }
             })
+    }
+
+    /// Has `quota`'s keeper tend `what` of task `index` (one per task: a
+    /// later handle's replaces one dropped).
+    pub(crate) fn tend(quota: &Quota, index: u32, name: &str, what: Weak<dyn Tend>) {
+        quota.keeper.inner.with(|inner| {
+            inner.tended.retain(|t| t.2.strong_count() > 0);
+            if !inner.tended.iter().any(|t| t.0 == index) {
+                inner.tended.push((index, name.to_string(), what));
+            }
+        });
     }
 
     /// Adds task `index` to those `quota`'s keeper looks at, and starts the
@@ -125,6 +144,12 @@ fn run(shm: &Weak<Shm>, quota: &Weak<Quota>, generation: u64) {
                     g,
                 };
                 quota.return_idle(t, idle_after(g.slice_ms));
+            }
+        }
+        let tended = quota.keeper.inner.with(|inner| inner.tended.clone());
+        for (_, name, what) in &tended {
+            if let Some(what) = what.upgrade() {
+                what.tend(&shm, &quota, name);
             }
         }
     }

@@ -11,7 +11,10 @@ local window = math.max(3 * slice_ms, 60000)
 redis.call('ZADD', KEYS[2], now, ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[2], window)
-local out = {now, current, redis.call('ZCARD', KEYS[2]), 0}
+-- The version of the keys' record (0: none, or one no host would read).
+local record = tonumber(redis.call('HGET', KEYS[3], 'version')) or 0
+if record ~= math.floor(record) or record < 1 or record > 9007199254740991 then record = 0 end
+local out = {now, current, redis.call('ZCARD', KEYS[2]), 0, record}
 if tonumber(ARGV[2]) ~= current then return out end
 out[4] = 1
 -- A store that lost the keys' counts (a restart, a failover to a replica

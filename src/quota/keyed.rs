@@ -11,7 +11,8 @@ use crate::error::{Error, ErrorKind, Result};
 /// KEYS: 1 the task's key counts (the slice's hash is `KEYS[1]:<slice>`,
 /// field: a key's id, value: what was given of it in the slice and how
 /// many asks it had, lasting to the slice's end), 2 the
-/// census (host → ms of its last call). ARGV: 1 slice_ms, 2 the slice the
+/// census (host → ms of its last call), 3 the keys' record (see
+/// `keyed::record`). ARGV: 1 slice_ms, 2 the slice the
 /// host takes as current, 3 the host id, then five per key: its id, its
 /// permits per slice, the chunk wanted, what the host admitted of it on its
 /// own and has not reported yet (the charge, counted before the grant), and
@@ -20,8 +21,17 @@ use crate::error::{Error, ErrorKind, Result};
 /// grants nothing of the slice it is in, only of the next ones: what the
 /// hosts took of it is unknown. Answers the store's ms, its
 /// current slice, the hosts in the census, 1 (or 0: the store is in
-/// another slice, nothing granted), then granted and left for each key.
+/// another slice, nothing granted), the record's version (0: none), then
+/// granted and left for each key.
 pub(crate) const KEYED: &str = include_str!("keyed.lua");
+
+/// The keys' record of `task` (see `keyed::record`).
+pub(crate) fn key_record_key(prefix: &str, task: &str) -> String {
+    manager_key(prefix, task, 0, 1, "k-cfg")
+}
+
+/// The largest record version a reply may carry (a Lua number's exact range).
+const MAX_RECORD_VERSION: i64 = (1 << 53) - 1;
 
 /// Keys one call carries at most.
 pub(crate) const MAX_BATCH: usize = 1024;
@@ -56,6 +66,8 @@ pub(crate) struct KeyReply {
     /// The store's current slice.
     pub slice: u64,
     pub hosts: u64,
+    /// The version of the keys' record (0: none).
+    pub record: u64,
     /// Granted and left of each ask, in order; empty when the store was in
     /// another slice than asked.
     pub grants: Vec<(u64, u64)>,
@@ -79,6 +91,12 @@ impl super::Quota {
         })
     }
 
+    /// The fields of `task`'s keys' record; `None` from a store that keeps
+    /// none, `Some(empty)` when there is no record.
+    pub(crate) fn key_record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
+        self.store.key_record(task)
+    }
+
     /// Whether the store keeps keys' global rates (the embedded one does
     /// not: its host is the fleet).
     pub(crate) fn keeps_keys(&self) -> bool {
@@ -96,6 +114,7 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
     let keys = vec![
         manager_key(prefix, batch.task, 0, 1, "k"),
         manager_key(prefix, batch.task, 0, 1, "k-hosts"),
+        key_record_key(prefix, batch.task),
     ];
     let mut args = Vec::with_capacity(3 + 5 * batch.asks.len());
     args.push(batch.slice_ms.to_string());
@@ -119,12 +138,17 @@ pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
             format!("the store answered a key pull with {why}"),
         ))
     };
-    let [store_ms, slice, hosts, granted, rest @ ..] = r else {
-        return bad(format!("{} integers, fewer than 4", r.len()));
+    let [store_ms, slice, hosts, granted, record, rest @ ..] = r else {
+        return bad(format!("{} integers, fewer than 5", r.len()));
     };
-    if *store_ms <= 0 || *slice < 0 || *hosts < 0 || !(0..=1).contains(granted) {
+    if *store_ms <= 0
+        || *slice < 0
+        || *hosts < 0
+        || !(0..=1).contains(granted)
+        || !(0..=MAX_RECORD_VERSION).contains(record)
+    {
         return bad(format!(
-            "a header of {store_ms}, {slice}, {hosts}, {granted}"
+            "a header of {store_ms}, {slice}, {hosts}, {granted}, {record}"
         ));
     }
     let expected = if *granted == 1 {
@@ -150,6 +174,7 @@ pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
         store_ms: *store_ms,
         slice: *slice as u64,
         hosts: *hosts as u64,
+        record: *record as u64,
         grants,
     })
 }
@@ -179,24 +204,26 @@ mod tests {
         }];
         let b = batch(&asks);
         let (keys, args) = key_call("", &b);
-        assert_eq!(keys, ["{api}:k", "{api}:k-hosts"]);
+        assert_eq!(keys, ["{api}:k", "{api}:k-hosts", "{api}:k-cfg"]);
         assert_eq!(
             args,
             ["1000", "7", "h1", "00000000000000ab", "10", "4", "1", "0"]
         );
-        let ok = key_reply(&b, &[1_700_000_000_000, 7, 3, 1, 4, 5]).unwrap();
+        let ok = key_reply(&b, &[1_700_000_000_000, 7, 3, 1, 12, 4, 5]).unwrap();
         assert_eq!(ok.grants, [(4, 5)]);
-        assert_eq!(ok.hosts, 3);
-        let other = key_reply(&b, &[1_700_000_000_000, 9, 3, 0]).unwrap();
+        assert_eq!((ok.hosts, ok.record), (3, 12));
+        let other = key_reply(&b, &[1_700_000_000_000, 9, 3, 0, 0]).unwrap();
         assert!(other.grants.is_empty());
         for hostile in [
-            &[1, 7, 3, 1, 5, 5][..],  // more than wanted
-            &[1, 7, 3, 1, 4, 11][..], // more left than a slice holds
-            &[1, 7, 3, 1, -1, 5][..],
-            &[1, 7, 3, 1, 4][..],
-            &[1, 7, 3, 2, 4, 5][..],
-            &[0, 7, 3, 1, 4, 5][..],
-            &[1, 7, 3][..],
+            &[1, 7, 3, 1, 0, 5, 5][..],  // more than wanted
+            &[1, 7, 3, 1, 0, 4, 11][..], // more left than a slice holds
+            &[1, 7, 3, 1, 0, -1, 5][..],
+            &[1, 7, 3, 1, 0, 4][..],
+            &[1, 7, 3, 2, 0, 4, 5][..],
+            &[0, 7, 3, 1, 0, 4, 5][..],
+            &[1, 7, 3, 1, -1, 4, 5][..],      // a version below 0
+            &[1, 7, 3, 1, 1 << 53, 4, 5][..], // past a Lua number's exact range
+            &[1, 7, 3, 1][..],
         ] {
             assert!(key_reply(&b, hostile).is_err(), "{hostile:?}");
         }

@@ -92,6 +92,45 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Writes `fields` as the record at `key`, with a new version (see
+    /// [`SET_RECORD`]): one round trip.
+    pub(crate) fn write_record(&self, key: &str, fields: &[(String, String)]) -> Result<u64> {
+        let script = redis::Script::new(SET_RECORD);
+        let version: String = self.redis.round_trip("write a record", |conn| {
+            let mut call = script.key(key);
+            for (field, value) in fields {
+                call.arg(field).arg(value);
+            }
+            call.invoke(conn)
+        })?;
+        version.parse().map_err(|_| {
+            Error::new(
+                crate::ErrorKind::Store,
+                format!(
+                    "the store answered version {} for {key}",
+                    crate::words::echo(&version)
+                ),
+            )
+        })
+    }
+
+    /// The fields of the record at `key` (empty: none).
+    pub(crate) fn read_record(&self, key: &str) -> Result<Vec<(String, String)>> {
+        self.redis.round_trip("read a record", |conn| {
+            redis::cmd("HGETALL").arg(key).query(conn)
+        })
+    }
+
+    /// Removes the record at `key`: whether there was one.
+    pub(crate) fn remove_record(&self, key: &str) -> Result<bool> {
+        let removed: u64 = self.redis.round_trip("remove a record", |conn| {
+            redis::cmd("DEL").arg(key).query(conn)
+        })?;
+        Ok(removed > 0)
+    }
+}
+
 /// Writes a record: the fields in ARGV (name, value pairs), the version the
 /// store's clock in µs or the previous version + 1, whichever is larger, so
 /// a record removed and written again never repeats a version a host saw.

@@ -15,9 +15,8 @@ use parking_lot::Mutex;
 
 use super::connect::{Conn, Target};
 use super::deadline::Budget;
-use super::keyed::{KEYED, KeyBatch, KeyReply, key_call, key_reply};
+use super::keyed::{KEYED, KeyBatch, KeyReply, key_call, key_record_key, key_reply};
 use super::keys::record_key;
-
 use super::script::{PULL, ScriptReply, pull_call, pull_reply};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
@@ -53,6 +52,12 @@ pub(crate) struct RedisStore {
 }
 
 impl RedisStore {
+    /// The fields of the hash at `key` (a record).
+    fn hash(&self, key: &str) -> Result<Vec<(String, String)>> {
+        let read = |conn: &mut Conn| redis::cmd("HGETALL").arg(key).query(conn);
+        self.round_trip("read a record", read)
+    }
+
     /// The store at `url` with the options' prefix and timeouts (the URL's
     /// query overrides them).
     pub fn open(url: &str, options: &super::StoreOptions) -> Result<Self> {
@@ -254,11 +259,13 @@ impl QuotaStore for RedisStore {
     }
 
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
-        let key = record_key(&self.settings.prefix, task, 0, 1);
-        let fields: Vec<(String, String)> = self.round_trip("read the task's record", |conn| {
-            redis::cmd("HGETALL").arg(&key).query(conn)
-        })?;
+        let fields = self.hash(&record_key(&self.settings.prefix, task, 0, 1))?;
         Ok((!fields.is_empty()).then_some(fields))
+    }
+
+    fn key_record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
+        self.hash(&key_record_key(&self.settings.prefix, task))
+            .map(Some)
     }
 }
 

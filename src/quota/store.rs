@@ -151,6 +151,11 @@ pub(crate) trait QuotaStore: Send + Sync {
     fn record(&self, _task: &str) -> Result<Option<Vec<(String, String)>>> {
         Ok(None)
     }
+    /// The fields of the task's keys' record (see `keyed::record`), empty
+    /// without one; `None` when the store keeps none.
+    fn key_record(&self, _task: &str) -> Result<Option<Vec<(String, String)>>> {
+        Ok(None)
+    }
     /// Whether a task's slice may be spread over several keys: the embedded
     /// store has one word per task (and one host, which no node limits).
     fn spreads(&self) -> bool {

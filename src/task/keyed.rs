@@ -39,7 +39,7 @@ impl Task {
             Ok(k) => k.clone(),
             Err(_) => {
                 let keys = Keys::open(&self.shm, self.index, config.capacity)?;
-                self.keys.get_or_init(|| keys).clone()
+                self.hold_keys(keys).clone()
             }
         };
         let have = keys.region.entries();
@@ -153,7 +153,17 @@ impl Task {
             return Ok(None);
         }
         let keys = Keys::open(&self.shm, self.index, crate::keyed::DEFAULT_KEY_CAPACITY)?;
-        Ok(Some(self.keys.get_or_init(|| keys)))
+        Ok(Some(self.hold_keys(keys)))
+    }
+
+    /// This handle's key file, opened once: the table's keeper tends it
+    /// (the store's record of the keys' global rates) while it is held.
+    fn hold_keys(&self, keys: Arc<Keys>) -> &Arc<Keys> {
+        self.keys.get_or_init(|| {
+            let tended: std::sync::Weak<dyn crate::quota::Tend> = Arc::downgrade(&keys) as _;
+            crate::quota::Keeper::tend(&self.quota, self.index, &self.name, tended);
+            keys
+        })
     }
 
     /// Asks for `n` permits for `key`: admitted only if the key's limits

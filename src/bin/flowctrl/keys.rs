@@ -90,6 +90,18 @@ pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> 
             crate::set_keys::global_text(default.global)
         );
     }
+    if stats.record != 0 {
+        println!(
+            "key_global rates from the store's record, version {}",
+            stats.record
+        );
+    }
+    if stats.record_refused > stats.record {
+        println!(
+            "the store's record version {} was refused (see the log): the host keeps its own",
+            stats.record_refused
+        );
+    }
     let global_column = |g: Option<KeyGlobal>| {
         if any_global {
             format!("  {}", crate::set_keys::global_text(g))
@@ -189,6 +201,8 @@ pub(crate) fn stats_json(s: &KeyStats) -> Value {
         "refused_global": s.refused_global,
         "records_full": s.records_full,
         "records_per_process": s.records,
+        "record": s.record,
+        "record_refused": s.record_refused,
     })
 }
 

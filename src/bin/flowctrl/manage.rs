@@ -54,9 +54,10 @@ pub(crate) fn run(path: &Path, metrics: Option<&str>) -> Result {
             .map_err(|e| crate::invalid(format!("cannot start the metrics thread: {e}")))?;
     }
     log::info!(
-        "manager {} managing {} task(s) from {}",
+        "manager {} managing {} task(s) and the keys of {} from {}",
         manager.config().id,
         manager.config().tasks.len(),
+        manager.config().keys.len(),
         path.display()
     );
     let mut seen = modified(path);

@@ -1,0 +1,433 @@
+//! Keys' global rates owned by the store: a keyed task's record (for Redis
+//! the hash `<prefix>{<task>}:k-cfg`) names the global rate of every key —
+//! `key_global` for the keys without their own, `override:<key>` for named
+//! ones — with a `version`. A rate's text is `<rate> <slice> <local>
+//! <fallback>` (`100/s 1s 1 share`) or `none`.
+//!
+//! Every call a host makes for keys learns the record's version (and a
+//! host that needs no call makes an empty one every [`HEARTBEAT_MS`], so a
+//! record reaches a host whose keys all stay within their allowance). Off
+//! the request path, its keeper fetches a version it has not seen, checks
+//! it as strictly as its own configuration, and adopts it: the global part
+//! of the host's default and of each override becomes the record's (a key
+//! the record names gets an override with the default's other limits), the
+//! rest of its key limits stay its own. A record that fails the checks is
+//! refused with a log line; the host keeps what it has. A host whose own
+//! limits are written again (a restart, `flowctrl set`) adopts the record
+//! again at its next call; removing the record leaves hosts on its numbers
+//! until then.
+
+use super::MAX_KEY_LEN;
+use super::{KeyGlobal, KeyLimits, KeyRate, Keys, MAX_LOCAL};
+use crate::error::{Error, Result};
+use crate::format::MAX_OVERRIDES;
+use crate::quota::{Quota, Tend, key_record_key};
+use crate::shm::Shm;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// The longest a host goes without a call for keys: how late a record
+/// reaches a host that needs no call, and how often such a host is
+/// counted in the census.
+pub(crate) const HEARTBEAT_MS: u64 = 1000;
+/// How long a keeper leaves a record it could not fetch before trying again.
+const RETRY_MS: u64 = 1000;
+/// [`crate::format::RecordWords::seen`]: the version was adopted (not refused).
+const ADOPTED: u64 = 1 << 63;
+/// The largest version compared exactly (a Lua number).
+const MAX_VERSION: u64 = (1 << 53) - 1;
+
+/// The version of the record in force on the host (0: none).
+pub(crate) fn adopted(region: &super::KeyRegion) -> u64 {
+    let seen = crate::format::load_acquire(&region.header().record.seen);
+    if seen & ADOPTED != 0 {
+        seen & !ADOPTED
+    } else {
+        0
+    }
+}
+
+/// The version of the last record the host refused (0: none).
+pub(crate) fn refused(region: &super::KeyRegion) -> u64 {
+    crate::format::load_acquire(&region.header().record.refused)
+}
+
+/// A record's field of a key's rate.
+const PREFIX: &str = "override:";
+
+/// The global rates of a keyed task's keys, as a store record holds them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeyRecord {
+    /// The rate of every key the record does not name (`None`: none).
+    pub default: Option<KeyGlobal>,
+    /// Named keys' rates (`None`: the key has no global rate).
+    pub overrides: Vec<(String, Option<KeyGlobal>)>,
+}
+
+impl KeyRecord {
+    /// The record's fields, as the store keeps them (no version).
+    pub fn fields(&self) -> Vec<(String, String)> {
+        std::iter::once(("key_global".to_string(), text(self.default.as_ref())))
+            .chain(
+                self.overrides
+                    .iter()
+                    .map(|(k, g)| (format!("{PREFIX}{k}"), text(g.as_ref()))),
+            )
+            .collect()
+    }
+
+    /// The record a store's fields hold, checked as a host's own
+    /// configuration is: its version and rates, or why it is refused.
+    /// Fields of a later release are left alone.
+    pub fn parse(fields: &[(String, String)]) -> Result<(u64, Self)> {
+        let mut version = None;
+        let mut record = Self::default();
+        let mut default = None;
+        for (field, value) in fields {
+            let at = |e: Error| {
+                Error::invalid(format!(
+                    "{} = {:?}: {}",
+                    crate::words::echo(field),
+                    crate::words::echo(value),
+                    e.message()
+                ))
+            };
+            if field == "version" {
+                version = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|v| (1..=MAX_VERSION).contains(v));
+            } else if field == "key_global" {
+                default = Some(rate_of(value).map_err(at)?);
+            } else if let Some(key) = field.strip_prefix(PREFIX) {
+                if key.is_empty() || key.len() > MAX_KEY_LEN {
+                    return Err(at(Error::invalid(format!(
+                        "a key is 1 to {MAX_KEY_LEN} bytes"
+                    ))));
+                }
+                record
+                    .overrides
+                    .push((key.to_string(), rate_of(value).map_err(at)?));
+            }
+        }
+        let version = version.ok_or_else(|| {
+            Error::invalid(format!(
+                "its version is not a whole number 1..={MAX_VERSION}"
+            ))
+        })?;
+        record.default = default
+            .ok_or_else(|| Error::invalid("it has no key_global (\"none\" for no default rate)"))?;
+        if record.overrides.len() > MAX_OVERRIDES {
+            return Err(Error::invalid(format!(
+                "it names {} keys, more than a keyed task's {MAX_OVERRIDES} overrides",
+                record.overrides.len()
+            )));
+        }
+        record.overrides.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((version, record))
+    }
+}
+
+/// A keyed task's record in the store, as the manager and the CLI write,
+/// read and remove it (hosts read it on their own: see above).
+impl crate::quota::Store {
+    /// Writes `task`'s record of its keys' global rates: every host of the
+    /// fleet adopts it within about a second. Returns its version.
+    pub fn set_key_record(&self, task: &str, record: &KeyRecord) -> Result<u64> {
+        crate::words::validate_name(task, "task name")?;
+        let fields = record.fields();
+        // Checked as a host will check it.
+        let mut check = fields.clone();
+        check.push(("version".into(), "1".into()));
+        KeyRecord::parse(&check)?;
+        self.write_record(&key_record_key(self.redis().prefix(), task), &fields)
+    }
+
+    /// `task`'s record of its keys' global rates and its version, `None`
+    /// if it has none; an error names what a record written by hand gets
+    /// wrong (hosts refuse it too, with a log line).
+    pub fn key_record(&self, task: &str) -> Result<Option<(u64, KeyRecord)>> {
+        crate::words::validate_name(task, "task name")?;
+        let key = key_record_key(self.redis().prefix(), task);
+        let fields = self.read_record(&key)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        KeyRecord::parse(&fields)
+            .map(Some)
+            .map_err(|e| Error::invalid(format!("the store's record {key}: {}", e.message())))
+    }
+
+    /// Removes `task`'s record of its keys' global rates: whether there
+    /// was one. Hosts keep its rates until their own are written again.
+    pub fn remove_key_record(&self, task: &str) -> Result<bool> {
+        crate::words::validate_name(task, "task name")?;
+        self.remove_record(&key_record_key(self.redis().prefix(), task))
+    }
+}
+
+/// `100/s 1s 1 share`, or `none`.
+fn text(g: Option<&KeyGlobal>) -> String {
+    g.map_or_else(
+        || "none".to_string(),
+        |g| format!("{} {} {} {}", g.rate, g.slice_text(), g.local, g.fallback),
+    )
+}
+
+/// A rate's text read back, checked.
+fn rate_of(text: &str) -> Result<Option<KeyGlobal>> {
+    if text == "none" {
+        return Ok(None);
+    }
+    let parts: Vec<&str> = text.split(' ').collect();
+    let [rate, slice, local, fallback] = parts[..] else {
+        return Err(Error::invalid(
+            "not \"<rate> <slice> <local> <fallback>\" (e.g. \"100/s 1s 1 share\") or \"none\"",
+        ));
+    };
+    let local = local
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= MAX_LOCAL)
+        .ok_or_else(|| Error::invalid(format!("the local allowance is 0 to {MAX_LOCAL}")))?;
+    let rate = KeyRate::parse(rate)?;
+    let slice = KeyGlobal::parse_slice(slice)?;
+    let mut g = KeyGlobal::new(rate).local(local);
+    // A slice of the rate's period is the default, written as none.
+    if slice != rate.period {
+        g = g.slice(slice);
+    }
+    let g = g.fallback(KeyGlobal::parse_fallback(fallback)?);
+    KeyLimits::new().global(g).validate()?;
+    Ok(Some(g))
+}
+
+impl Keys {
+    /// After a call for keys: the store's record is at `version` (0: none).
+    pub(crate) fn note_record(&self, version: u64, host_ms: u64) {
+        let r = &self.region.header().record;
+        r.wanted.store(version, Relaxed);
+        r.due.store(host_ms + HEARTBEAT_MS, Relaxed);
+    }
+}
+
+/// The keeper's look at a task's keys: an empty call if none was made for
+/// [`HEARTBEAT_MS`], then the record adopted if the store holds one this
+/// host has not seen.
+impl Tend for Keys {
+    fn tend(&self, shm: &Shm, quota: &Quota, task: &str) {
+        if !quota.keeps_keys() {
+            return;
+        }
+        let r = &self.region.header().record;
+        let now = quota.host_ms().max(0) as u64;
+        let due = r.due.load(Acquire);
+        if now >= due
+            && r.due
+                .compare_exchange(due, now + HEARTBEAT_MS, AcqRel, Relaxed)
+                .is_ok()
+        {
+            self.heartbeat(quota, task);
+        }
+        let (wanted, seen) = (r.wanted.load(Acquire), r.seen.load(Acquire));
+        if wanted == seen & !ADOPTED || now < self.retry_ms.load(Relaxed) {
+            return;
+        }
+        match self.fetch(shm, quota, task) {
+            Ok(()) => self.retry_ms.store(0, Relaxed),
+            Err(e) => {
+                self.retry_ms.store(now + RETRY_MS, Relaxed);
+                crate::events::report(
+                    crate::events::Event::StoreFailed,
+                    task,
+                    format_args!("task {task:?}: the keys' record is not read: {e}"),
+                );
+            }
+        }
+    }
+}
+
+impl Keys {
+    /// Reads the record and adopts it (or refuses it, with a log line).
+    fn fetch(&self, shm: &Shm, quota: &Quota, task: &str) -> Result<()> {
+        let r = &self.region.header().record;
+        let Some(fields) = quota.key_record(task)? else {
+            return Ok(());
+        };
+        if fields.is_empty() {
+            // No record (any more): the rates adopted stay (see above).
+            r.seen.store(0, Release);
+            return Ok(());
+        }
+        match KeyRecord::parse(&fields) {
+            Ok((version, record)) => {
+                self.adopt(shm, &record)?;
+                r.seen.store(version | ADOPTED, Release);
+                log::info!(
+                    task = task;
+                    "task {task:?}: keys' global rates from the store's record (version {version})"
+                );
+            }
+            Err(e) => {
+                let version = fields
+                    .iter()
+                    .find(|(k, _)| k == "version")
+                    .and_then(|(_, v)| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+                r.seen.store(version & !ADOPTED, Release);
+                r.refused.store(version & !ADOPTED, Release);
+                crate::events::report(
+                    crate::events::Event::ConfigRefused,
+                    task,
+                    format_args!(
+                        "task {task:?}: the store's record of keys' global rates is refused, \
+                         the host keeps its own: {e}"
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// One call without asks: the census counts the host, and the reply
+    /// carries the record's version.
+    fn heartbeat(&self, quota: &Quota, task: &str) {
+        let sent = quota.host_ms();
+        // The slice is immaterial without asks.
+        let slice = (sent.max(0) as u64) / 1000;
+        if let Some(Ok(reply)) = quota.pull_keys(task, (slice, 1000), &[]) {
+            self.note_reply(quota, sent, reply.store_ms, reply.hosts);
+            self.note_record(reply.record, quota.host_ms().max(0) as u64);
+        }
+    }
+
+    /// Makes `record`'s rates the global part of the default and of every
+    /// override, adding an override (the default's other limits) for each
+    /// key it names that has none.
+    pub(crate) fn adopt(&self, shm: &Shm, record: &KeyRecord) -> Result<()> {
+        let named: Vec<(u64, Option<KeyGlobal>)> = record
+            .overrides
+            .iter()
+            .map(|(k, g)| Ok((self.hash(k.as_bytes())?.ident, *g)))
+            .collect::<Result<_>>()?;
+        self.write(shm, |c, clock| {
+            let mut default = KeyLimits::load(&c.default, clock);
+            default.global = record.default;
+            let overflow_admit = c.default.flags() & crate::format::LIMITS_OVERFLOW_ADMIT != 0;
+            let mut keys = super::config::overrides_in(c, clock);
+            for (ident, limits) in &mut keys {
+                limits.global = match named.iter().find(|(i, _)| i == ident) {
+                    Some((_, g)) => *g,
+                    None => record.default,
+                };
+            }
+            for (ident, g) in &named {
+                if !keys.iter().any(|(i, _)| i == ident) {
+                    let mut limits = default;
+                    limits.global = *g;
+                    keys.push((*ident, limits));
+                }
+            }
+            if keys.len() > MAX_OVERRIDES {
+                return Err(Error::invalid(format!(
+                    "the record's keys and the host's overrides are {}, more than a keyed \
+                     task's {MAX_OVERRIDES}",
+                    keys.len()
+                )));
+            }
+            default.validate()?;
+            for (_, l) in &keys {
+                l.validate()?;
+            }
+            default.store(&c.default, clock, overflow_admit);
+            super::config::write_overrides(c, clock, &keys);
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_record_reads_back_what_it_wrote() {
+        let g = KeyGlobal::new(KeyRate::parse("100/s").unwrap())
+            .slice(Duration::from_millis(500))
+            .local(3)
+            .fallback(crate::Fallback::Deny);
+        let record = KeyRecord {
+            default: Some(KeyGlobal::new(KeyRate::parse("10/m").unwrap())),
+            overrides: vec![("acme".into(), Some(g)), ("free".into(), None)],
+        };
+        let mut f = record.fields();
+        f.push(("version".into(), "17".into()));
+        f.push(("a later release's field".into(), "x".into()));
+        assert_eq!(KeyRecord::parse(&f).unwrap(), (17, record.clone()));
+    }
+
+    #[test]
+    fn a_hostile_record_is_refused_with_the_field_to_blame() {
+        let ok = [("version", "5"), ("key_global", "10/s 1s 1 share")];
+        assert!(KeyRecord::parse(&fields(&ok)).is_ok());
+        for (bad, why) in [
+            (vec![("key_global", "10/s 1s 1 share")], "version"),
+            (vec![("version", "0"), ("key_global", "none")], "version"),
+            (vec![("version", "x"), ("key_global", "none")], "version"),
+            (
+                vec![("version", "9007199254740993"), ("key_global", "none")],
+                "version",
+            ),
+            (vec![("version", "5")], "no key_global"),
+            (vec![("version", "5"), ("key_global", "10/s")], "key_global"),
+            (
+                vec![("version", "5"), ("key_global", "10/s 1s 32 share")],
+                "local",
+            ),
+            (
+                vec![("version", "5"), ("key_global", "10/s 1s 1 maybe")],
+                "fallback",
+            ),
+            (
+                vec![("version", "5"), ("key_global", "-1/s 1s 1 share")],
+                "key_global",
+            ),
+            (
+                vec![("version", "5"), ("key_global", "1/h 1ms 1 share")],
+                "key_global",
+            ),
+            (
+                vec![("version", "5"), ("key_global", "1/h 1s 1 share")],
+                "permits",
+            ),
+            (
+                vec![
+                    ("version", "5"),
+                    ("key_global", "none"),
+                    ("override:", "none"),
+                ],
+                "1 to",
+            ),
+        ] {
+            let err = KeyRecord::parse(&fields(&bad)).unwrap_err();
+            assert!(err.message().contains(why), "{bad:?}: {err}");
+        }
+        let many: Vec<(String, String)> = (0..=MAX_OVERRIDES)
+            .map(|i| (format!("{PREFIX}k{i}"), "none".to_string()))
+            .chain(fields(&ok))
+            .collect();
+        assert!(
+            KeyRecord::parse(&many)
+                .unwrap_err()
+                .message()
+                .contains("overrides")
+        );
+    }
+}

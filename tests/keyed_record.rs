@@ -1,0 +1,290 @@
+//! Keys' global rates owned by the store: `flowctrl manage` writes a keyed
+//! task's record from its file, every host adopts it over its own numbers
+//! (the overrides' included), a change reaches them within seconds, and a
+//! record a host cannot trust is refused while the host keeps its own.
+
+#[path = "common/cli.rs"]
+mod cli;
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::options::host_options;
+use common::redis::RedisServer;
+use common::*;
+use flowctrl::{
+    KeyConfig, KeyGlobal, KeyLimits, KeyRate, KeyRecord, Outcome, Store, StoreOptions, Table,
+    TaskConfig,
+};
+
+const HOSTS: usize = 2;
+const SECS: u64 = 9;
+/// When (s into the run) the manager's file changes `k`'s rate to 10/s.
+const CHANGE_AT: u64 = 4;
+
+fn wall_ms() -> u64 {
+    (wall_us() / 1000) as u64
+}
+
+fn manager_file(url: &str, k_rate: u32) -> String {
+    format!(
+        "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = 1000\n\n\
+         [tasks.api]\nkey_global = \"{k_rate}/s\"\n\n\
+         [tasks.api.key_overrides]\n\"vip\" = {{ key_global = \"60/s\" }}\n"
+    )
+}
+
+/// The host's own numbers: far looser than the record's.
+fn own_limits() -> (KeyLimits, KeyLimits) {
+    let loose = |n| KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(n)));
+    (loose(1000.0), loose(2000.0))
+}
+
+/// One host (a process of its own): its own limits, then 300 asks a second
+/// of each of `k` and `vip` from `start_ms` for SECS seconds, counted per
+/// wall second (none within 5 ms of a second's edge, where the host's
+/// clock and the store's may name different slices).
+fn host(url: &str, table: &Path, host: usize, start_ms: u64, out: &Path) -> i32 {
+    let table = Table::open(table, &host_options(url, &*format!("h{host}"))).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let (default, vip) = own_limits();
+    task.set_keys(&KeyConfig::new(default)).unwrap();
+    task.set_key_override(b"vip", Some(&vip)).unwrap();
+    let mut counts: HashMap<(u64, &str), u64> = HashMap::new();
+    let mut next = start_ms as f64;
+    let mut i = 0u64;
+    while wall_ms() < start_ms + SECS * 1000 {
+        let now = wall_ms();
+        if (now as f64) < next {
+            std::thread::sleep(Duration::from_micros(((next - now as f64) * 1000.0) as u64));
+            continue;
+        }
+        next += 1000.0 / 600.0;
+        if !(5..995).contains(&(now % 1000)) {
+            continue;
+        }
+        i += 1;
+        let key = if i.is_multiple_of(2) { "k" } else { "vip" };
+        if let Ok(mut permit) = task.acquire_key_raw(key.as_bytes(), 1).unwrap() {
+            *counts.entry((now / 1000, key)).or_default() += 1;
+            task.release_raw(&mut permit, Outcome::Success).unwrap();
+        }
+    }
+    // The record's numbers are in force, over the host's own.
+    let rate = |key: &[u8]| {
+        task.key_limits(key)
+            .unwrap()
+            .0
+            .global
+            .map(|g| g.rate.rate())
+    };
+    assert_eq!(rate(b"k"), Some(10.0), "k's rate is the changed record's");
+    assert_eq!(rate(b"vip"), Some(60.0), "vip's rate is the record's");
+    let text: String = counts
+        .iter()
+        .map(|((s, k), n)| format!("{s} {k} {n}\n"))
+        .collect();
+    std::fs::write(out, text).unwrap();
+    0
+}
+
+#[test]
+fn a_managed_key_rate_reaches_every_host_and_a_change_within_seconds() {
+    let scratch = Scratch::in_memory("keyed-record");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let file = scratch.path("manager.toml");
+    std::fs::write(&file, manager_file(&url, 20)).unwrap();
+    let _manager = managed::Manager::start(&file, &scratch.path("manager.log"));
+    let start_ms = (wall_ms() / 1000 + 2) * 1000;
+    let pids: Vec<_> = (0..HOSTS)
+        .map(|h| {
+            let (url, table, out) = (
+                url.clone(),
+                scratch.path(&format!("h{h}")),
+                scratch.path(&format!("h{h}.txt")),
+            );
+            fork_guarded(move || host(&url, &table, h, start_ms, &out))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(
+        (start_ms + CHANGE_AT * 1000).saturating_sub(wall_ms()),
+    ));
+    // The file changes under the running manager: it rewrites the record.
+    std::fs::write(&file, manager_file(&url, 10)).unwrap();
+    for pid in pids {
+        assert_eq!(wait(pid), 0, "a host failed");
+    }
+    let mut counts: HashMap<(u64, String), u64> = HashMap::new();
+    for h in 0..HOSTS {
+        let text = std::fs::read_to_string(scratch.path(&format!("h{h}.txt"))).unwrap();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            *counts
+                .entry((f[0].parse::<u64>().unwrap() - start_ms / 1000, f[1].into()))
+                .or_default() += f[2].parse::<u64>().unwrap();
+        }
+    }
+    let got = |s: u64, key: &str| counts.get(&(s, key.to_string())).copied().unwrap_or(0);
+    for s in 0..SECS {
+        eprintln!("second {s}: k {}, vip {}", got(s, "k"), got(s, "vip"));
+    }
+    // Each host asks 300/s of each key: the record's rates decide, not the
+    // hosts' own 1,000 and 2,000 (adopted before the load began), and k's
+    // new rate from the second after the change's. The first second is
+    // the hosts' allowance (each key cold everywhere), as without a record.
+    for s in 1..SECS {
+        let limit = if s <= CHANGE_AT + 1 { 20 } else { 10 };
+        let (k, v) = (got(s, "k"), got(s, "vip"));
+        assert!(
+            k <= 20,
+            "second {s}: k admitted {k} (the record says at most 20)"
+        );
+        assert!(v <= 60, "second {s}: vip admitted {v} of 60");
+        if !(CHANGE_AT..=CHANGE_AT + 1).contains(&s) {
+            assert!(k <= limit, "second {s}: k admitted {k} of {limit}");
+            assert!(
+                k as f64 >= 0.9 * limit as f64,
+                "second {s}: k only {k} of {limit}"
+            );
+            assert!(v >= 54, "second {s}: vip only {v} of 60");
+        }
+    }
+}
+
+#[test]
+fn the_manager_owns_the_key_rates_of_every_keyed_task_its_file_names() {
+    let text = "[table]\nstore = \"redis://127.0.0.1:1\"\n\
+        [tasks.api]\nkey_global = \"20/s\"\n\
+        [tasks.api.key_overrides]\n\"vip\" = { key_global = \"60/s\" }\n\
+        \"same\" = { key_rate = \"5/s\", key_global = \"20/s\" }\n\
+        \"free\" = \"unlimited\"\n\
+        [tasks.both]\nglobal_rate = 100\nkey_global = \"1/s\"\n\
+        [tasks.mine]\nkey_global = \"1/s\"\nmanaged = false\n\
+        [tasks.plain]\nkey_rate = \"1/s\"\n";
+    let config = flowctrl::manage::ManagerConfig::parse(Path::new("m.toml"), text).unwrap();
+    let per_second = |n| Some(KeyGlobal::new(KeyRate::per_second(n)));
+    assert_eq!(
+        config.keys.keys().collect::<Vec<_>>(),
+        ["api", "both"],
+        "keyed tasks with a key_global, unless managed = false"
+    );
+    assert_eq!(
+        config.keys["api"],
+        KeyRecord {
+            default: per_second(20.0),
+            // "same" has the default's rate: not named.
+            overrides: vec![("free".into(), None), ("vip".into(), per_second(60.0))],
+        }
+    );
+    assert_eq!(config.tasks.keys().collect::<Vec<_>>(), ["both"]);
+}
+
+fn store(url: &str) -> Store {
+    Store::open(&StoreOptions {
+        url: Some(url.to_string()),
+        ..StoreOptions::default()
+    })
+    .unwrap()
+}
+
+/// Waits until `cond` holds, at most 5 s (a record reaches a host within
+/// about a second).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = monotonic() + Duration::from_secs(5);
+    while !cond() {
+        assert!(monotonic() < until, "not within 5 s: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_record_a_host_cannot_trust_is_refused_and_the_host_keeps_its_own() {
+    let scratch = Scratch::new("keyed-record-hostile");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let table = Table::open(scratch.path("t"), &host_options(&url, "h0")).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let (default, _) = own_limits();
+    task.set_keys(&KeyConfig::new(default)).unwrap();
+    let rate = || {
+        task.key_limits(b"k")
+            .unwrap()
+            .0
+            .global
+            .map(|g| g.rate.rate())
+    };
+    let store = store(&url);
+    let stats = || task.key_stats().unwrap().unwrap();
+    // Hostile records, written by hand: each refused, the host's own kept.
+    for (version, (field, value)) in (7u64..).zip([
+        ("key_global", "10/s 1s 99 share"),
+        ("key_global", "10/s"),
+        ("key_global", "1e400/s 1s 1 share"),
+        ("key_global", "10/s 1s 1 share share"),
+        ("override:", "10/s 1s 1 share"),
+        ("override:vip", "1/h 1s 1 share"),
+    ]) {
+        redis.command::<()>(&["DEL", "flowctrl:{api}:k-cfg"]);
+        let v = version.to_string();
+        let mut fields = vec!["HSET", "flowctrl:{api}:k-cfg", "version", &v, field, value];
+        if field != "key_global" {
+            fields.extend(["key_global", "none"]);
+        }
+        redis.command::<()>(&fields);
+        assert!(store.key_record("api").is_err(), "{field} = {value}");
+        eventually("the record refused", || stats().record_refused == version);
+        assert_eq!(
+            rate(),
+            Some(1000.0),
+            "{field} = {value}: the host keeps its own"
+        );
+        assert_eq!(stats().record, 0);
+    }
+    let keys = cli::flowctrl(&scratch.path("t"), &["keys", "api"]);
+    assert!(
+        keys.stdout.contains("record version 12 was refused"),
+        "{}",
+        keys.stdout
+    );
+    // A good record is adopted; a key it names gets an override.
+    let record = KeyRecord {
+        default: Some(KeyGlobal::new(KeyRate::per_second(10.0))),
+        overrides: vec![(
+            "vip".into(),
+            Some(KeyGlobal::new(KeyRate::per_second(50.0))),
+        )],
+    };
+    let version = store.set_key_record("api", &record).unwrap();
+    assert_eq!(store.key_record("api").unwrap(), Some((version, record)));
+    eventually("the record adopted", || rate() == Some(10.0));
+    assert_eq!(stats().record, version);
+    let keys = cli::flowctrl(&scratch.path("t"), &["keys", "api"]);
+    assert!(
+        keys.stdout
+            .contains(&format!("from the store's record, version {version}"))
+            && !keys.stdout.contains("was refused"),
+        "{}",
+        keys.stdout
+    );
+    let (vip, overridden) = task.key_limits(b"vip").unwrap();
+    assert!(overridden);
+    assert_eq!(vip.global.map(|g| g.rate.rate()), Some(50.0));
+    // The host's own limits written again: the record is adopted again.
+    task.set_key_global(None, Some(&KeyGlobal::new(KeyRate::per_second(999.0))))
+        .unwrap();
+    assert_eq!((rate(), stats().record), (Some(999.0), 0));
+    eventually("the record adopted again", || rate() == Some(10.0));
+    assert_eq!(stats().record, version);
+    // Removed: the host keeps the record's numbers until its own are
+    // written again, and then keeps its own.
+    assert!(store.remove_key_record("api").unwrap());
+    eventually("the removal seen", || stats().record == 0);
+    assert_eq!(rate(), Some(10.0));
+    task.set_key_global(None, Some(&KeyGlobal::new(KeyRate::per_second(999.0))))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(rate(), Some(999.0));
+}
