@@ -100,8 +100,8 @@ pub mod decode {
 #[doc(hidden)]
 pub use quota::sim;
 pub use quota::{
-    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostHealth, HostRecord,
-    QuotaState, QuotaStats, Store, StoreOptions, StoredConfig,
+    Fallback, Fleet, GlobalConfig, GlobalSettings, GlobalSource, HostHealth, HostRecord, HotKey,
+    HotKeys, MAX_HOT_KEYS, QuotaState, QuotaStats, Store, StoreOptions, StoredConfig,
 };
 pub use table::{Table, TableCheck, TableOptions};
 #[cfg(feature = "async")]

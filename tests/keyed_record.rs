@@ -21,6 +21,10 @@ use flowctrl::{
 
 const HOSTS: usize = 2;
 const SECS: u64 = 9;
+/// More keys, each asked past its limit: 17 hot keys in all.
+const OTHERS: [&str; 15] = [
+    "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11", "o12", "o13", "o14",
+];
 /// When (s into the run) the manager's file changes `k`'s rate to 10/s.
 const CHANGE_AT: u64 = 4;
 
@@ -42,8 +46,9 @@ fn own_limits() -> (KeyLimits, KeyLimits) {
     (loose(1000.0), loose(2000.0))
 }
 
-/// One host (a process of its own): its own limits, then 300 asks a second
-/// of each of `k` and `vip` from `start_ms` for SECS seconds, counted per
+/// One host (a process of its own): its own limits, then 600 asks a second
+/// (150 of `k`, 150 of `vip`, 300 of the others) from `start_ms` for SECS
+/// seconds, counted per
 /// wall second (none within 5 ms of a second's edge, where the host's
 /// clock and the store's may name different slices).
 fn host(url: &str, table: &Path, host: usize, start_ms: u64, out: &Path) -> i32 {
@@ -66,7 +71,12 @@ fn host(url: &str, table: &Path, host: usize, start_ms: u64, out: &Path) -> i32 
             continue;
         }
         i += 1;
-        let key = if i.is_multiple_of(2) { "k" } else { "vip" };
+        // k and vip 150 a second each; 15 more keys 20 a second each.
+        let key = match i % 4 {
+            0 => "k",
+            1 => "vip",
+            _ => OTHERS[(i / 4 % 15) as usize],
+        };
         if let Ok(mut permit) = task.acquire_key_raw(key.as_bytes(), 1).unwrap() {
             *counts.entry((now / 1000, key)).or_default() += 1;
             task.release_raw(&mut permit, Outcome::Success).unwrap();
@@ -97,7 +107,20 @@ fn a_managed_key_rate_reaches_every_host_and_a_change_within_seconds() {
     let url = redis.url();
     let file = scratch.path("manager.toml");
     std::fs::write(&file, manager_file(&url, 20)).unwrap();
-    let _manager = managed::Manager::start(&file, &scratch.path("manager.log"));
+    let port = common::redis::free_port();
+    let _manager = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+            .args([
+                "manage",
+                "--metrics",
+                &format!("127.0.0.1:{port}"),
+                "--config",
+            ])
+            .arg(&file)
+            .stderr(std::fs::File::create(scratch.path("manager.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let start_ms = (wall_ms() / 1000 + 2) * 1000;
     let pids: Vec<_> = (0..HOSTS)
         .map(|h| {
@@ -109,6 +132,37 @@ fn a_managed_key_rate_reaches_every_host_and_a_change_within_seconds() {
             fork_guarded(move || host(&url, &table, h, start_ms, &out))
         })
         .collect();
+    // Late in the second before the change (the store's slice in progress).
+    std::thread::sleep(Duration::from_millis(
+        (start_ms + CHANGE_AT * 1000 - 150).saturating_sub(wall_ms()),
+    ));
+    // The fleet's hot keys, as the store, the CLI and the manager show them.
+    let hot = store(&url).hot_keys("api", 1000, 10).unwrap();
+    assert_eq!(
+        hot.keys, 17,
+        "every key asked past its limit pulled: {hot:?}"
+    );
+    assert_eq!(hot.top.len(), 10);
+    assert!(hot.top.windows(2).all(|w| w[0].given >= w[1].given));
+    assert_eq!(hot.top[0].name.as_deref(), Some(&b"vip"[..]), "{hot:?}");
+    let fleet = cli::flowctrl(&scratch.path("h0"), &["fleet", "api", "--store", &url]);
+    assert!(
+        fleet.stdout.contains("17 key(s) pulled") && fleet.stdout.contains("vip"),
+        "{}",
+        fleet.stdout
+    );
+    let (status, metrics) = cli::http(port, "GET", "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let given: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("flowctrl_fleet_hot_key_given{"))
+        .collect();
+    assert_eq!(given.len(), 10, "ten keys at most: {given:?}");
+    assert!(given.iter().any(|l| l.contains("key=\"vip\"")), "{given:?}");
+    assert!(
+        metrics.contains("flowctrl_fleet_pulled_keys{task=\"api\"} 17"),
+        "{metrics}"
+    );
     std::thread::sleep(Duration::from_millis(
         (start_ms + CHANGE_AT * 1000).saturating_sub(wall_ms()),
     ));
@@ -180,6 +234,16 @@ fn the_manager_owns_the_key_rates_of_every_keyed_task_its_file_names() {
         }
     );
     assert_eq!(config.tasks.keys().collect::<Vec<_>>(), ["both"]);
+}
+
+/// A child process killed and reaped however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn store(url: &str) -> Store {

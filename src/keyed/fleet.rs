@@ -28,6 +28,10 @@ const WINDOW_MS: u64 = 1000;
 /// next slice begins.
 const CALL_AT_TENTHS: u64 = 8;
 
+/// Keys a call names (the most asked): what the store keeps for the
+/// fleet's view of its hot keys.
+const NAMED: usize = 8;
+
 /// A key's global payment, given back if the task's own limits refuse.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GlobalPaid {
@@ -225,9 +229,10 @@ impl Keys {
         asks: &[(u64, u32, u64, KeyAsk)],
     ) -> bool {
         let batch: Vec<KeyAsk> = asks.iter().map(|a| a.3).collect();
+        let names = self.names_of(asks);
         let sent = quota.host_ms();
         let g = &self.region.header().global;
-        match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch) {
+        match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch, &names) {
             Some(Ok(reply)) => {
                 self.note_reply(quota, sent, reply.store_ms, reply.hosts);
                 self.note_record(reply.record, quota.host_ms().max(0) as u64);
@@ -255,6 +260,21 @@ impl Keys {
             None => {}
         }
         true
+    }
+
+    /// The names of the [`NAMED`] most asked keys of a call (`asks` come
+    /// most asked first), as the key file keeps them.
+    fn names_of(&self, asks: &[(u64, u32, u64, KeyAsk)]) -> Vec<(u64, Vec<u8>)> {
+        asks.iter()
+            .filter(|a| !a.3.next)
+            .take(NAMED)
+            .filter_map(|&(_, index, _, ask)| {
+                let bucket = self.region.bucket(index / BUCKET_KEYS as u32);
+                let ident = bucket.ident[index as usize % BUCKET_KEYS].load(Relaxed);
+                let (name, _) = super::names::name_of(&self.region, ident)?;
+                Some((ask.id, name))
+            })
+            .collect()
     }
 
     /// The asks of entry `index`'s key (with what it was asked in the

@@ -294,7 +294,7 @@ impl Keys {
         let sent = quota.host_ms();
         // The slice is immaterial without asks.
         let slice = (sent.max(0) as u64) / 1000;
-        if let Some(Ok(reply)) = quota.pull_keys(task, (slice, 1000), &[]) {
+        if let Some(Ok(reply)) = quota.pull_keys(task, (slice, 1000), &[], &[]) {
             self.note_reply(quota, sent, reply.store_ms, reply.hosts);
             self.note_record(reply.record, quota.host_ms().max(0) as u64);
         }

@@ -16,6 +16,7 @@
 
 mod alarms;
 mod config;
+mod hot;
 mod keys;
 mod lease;
 mod policy;
@@ -31,6 +32,8 @@ use parking_lot::Mutex;
 
 pub use alarms::{Alarm, fleet_alarms};
 pub use config::{ManagedTask, ManagerConfig, Policy};
+use hot::HotWatch;
+pub use hot::TOP as HOT_KEYS;
 use keys::KeyWrites;
 use lease::{Held, Lease};
 pub use policy::{Observed, Reason, decide};
@@ -49,6 +52,7 @@ pub struct Manager {
     writer: Writer,
     tasks: std::collections::BTreeMap<String, TaskState>,
     keys: KeyWrites,
+    hot: HotWatch,
     /// The store's clock minus ours, ms (measured at each renewal).
     offset_ms: i64,
     /// When the lease is next renewed: at a third of its TTL.
@@ -101,6 +105,7 @@ impl Manager {
             writer: Writer::new(&prefix),
             tasks,
             keys: KeyWrites::default(),
+            hot: HotWatch::default(),
             offset_ms: 0,
             renew_at: Instant::now(),
             report: Arc::new(Mutex::new(report)),
@@ -178,6 +183,7 @@ impl Manager {
         };
         let began = Instant::now();
         let fenced = tick::run(self, token)? || self.write_keys(token);
+        self.read_hot_keys();
         let mut r = self.report.lock();
         r.ticks += 1;
         r.tick_seconds_last = began.elapsed().as_secs_f64();
@@ -207,6 +213,17 @@ impl Manager {
                 self.report.lock().store_errors += 1;
                 log::warn!("manager {}: {e}", self.config.id);
                 false
+            }
+        }
+    }
+
+    /// The keyed tasks' hot keys of their last slice, into the report.
+    fn read_hot_keys(&mut self) {
+        match self.hot.read(&self.store, &self.config.keys) {
+            Ok(hot) => self.report.lock().hot_keys = hot,
+            Err(e) => {
+                self.report.lock().store_errors += 1;
+                log::warn!("manager {}: {e}", self.config.id);
             }
         }
     }

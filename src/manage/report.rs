@@ -30,6 +30,9 @@ pub struct ManagerReport {
     /// Alarms raised, by kind.
     pub alarms: BTreeMap<&'static str, u64>,
     pub tasks: BTreeMap<String, TaskReport>,
+    /// The keyed tasks' hot keys: the keys the store gave most of in each
+    /// one's last slice (at most `HOT_KEYS` a task).
+    pub hot_keys: BTreeMap<String, crate::quota::HotKeys>,
 }
 
 /// One managed task.

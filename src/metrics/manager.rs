@@ -202,6 +202,35 @@ impl Collector for Report {
             "Each host's clock offset to the store's.",
             Some(Unit::Seconds),
             offsets,
+        )?;
+        gauge(
+            &mut e,
+            "flowctrl_fleet_pulled_keys",
+            "Keys of a keyed task some host pulled chunks of in the last slice of their \
+             global rate.",
+            None,
+            r.hot_keys.iter().map(|(n, h)| (task(n), h.keys)).collect(),
+        )?;
+        let hot = r
+            .hot_keys
+            .iter()
+            .flat_map(|(n, h)| {
+                h.top.iter().map(move |k| {
+                    let key = match &k.name {
+                        Some(name) => String::from_utf8_lossy(name).into_owned(),
+                        None => format!("#{:016x}", k.id),
+                    };
+                    (vec![("task", n.clone()), ("key", key)], k.given)
+                })
+            })
+            .collect();
+        gauge(
+            &mut e,
+            "flowctrl_fleet_hot_key_given",
+            "What the last slice gave fleet-wide of a keyed task's hot keys (the ten \
+             given most; a key a host never named is #<its store id>).",
+            None,
+            hot,
         )
     }
 }

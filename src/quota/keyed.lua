@@ -36,7 +36,8 @@ local function read(hash, id)
 end
 local here = KEYS[1] .. ':' .. current
 local expiring = {}
-for i = 4, #ARGV - 4, 5 do
+local asks = tonumber(ARGV[4])
+for i = 5, 4 + 5 * asks, 5 do
   local id = ARGV[i]
   local permits, want, charge = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local slice = current + tonumber(ARGV[i + 4])
@@ -55,6 +56,13 @@ for i = 4, #ARGV - 4, 5 do
   expiring[counts] = (slice + 1) * slice_ms
   out[#out + 1] = grant
   out[#out + 1] = math.max(0, permits - used - grant)
+end
+-- The names the host sent of its most asked keys (the fleet's hot keys,
+-- for operators), kept as long as the slice's counts.
+local names = KEYS[1] .. ':n:' .. current
+for i = 5 + 5 * asks, #ARGV - 1, 2 do
+  redis.call('HSET', names, ARGV[i], string.sub(ARGV[i + 1], 1, 64))
+  expiring[names] = (current + 1) * slice_ms
 end
 for key, at in pairs(expiring) do redis.call('PEXPIREAT', key, at) end
 return out

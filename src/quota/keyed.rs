@@ -13,10 +13,13 @@ use crate::error::{Error, ErrorKind, Result};
 /// many asks it had, lasting to the slice's end), 2 the
 /// census (host → ms of its last call), 3 the keys' record (see
 /// `keyed::record`). ARGV: 1 slice_ms, 2 the slice the
-/// host takes as current, 3 the host id, then five per key: its id, its
+/// host takes as current, 3 the host id, 4 the keys asked for, then five
+/// per key: its id, its
 /// permits per slice, the chunk wanted, what the host admitted of it on its
 /// own and has not reported yet (the charge, counted before the grant), and
-/// 0 for the current slice or 1 for the next. A store that finds no mark
+/// 0 for the current slice or 1 for the next; then id and name of the
+/// host's most asked keys (kept in `KEYS[1]:n:<slice>`, 64 bytes at most,
+/// for the fleet's view of its hot keys). A store that finds no mark
 /// of its own (`<KEYS[1]>:born`: a restart or a failover lost its counts)
 /// grants nothing of the slice it is in, only of the next ones: what the
 /// hosts took of it is unknown. Answers the store's ms, its
@@ -57,6 +60,8 @@ pub(crate) struct KeyBatch<'a> {
     pub slice: u64,
     pub slice_ms: u32,
     pub asks: &'a [KeyAsk],
+    /// Names of the most asked keys: (id, name).
+    pub names: &'a [(u64, Vec<u8>)],
 }
 
 /// What the store answered.
@@ -81,6 +86,7 @@ impl super::Quota {
         task: &str,
         (slice, slice_ms): (u64, u32),
         asks: &[KeyAsk],
+        names: &[(u64, Vec<u8>)],
     ) -> Option<Result<KeyReply>> {
         self.store.pull_keys(&KeyBatch {
             task,
@@ -88,6 +94,7 @@ impl super::Quota {
             slice,
             slice_ms,
             asks,
+            names,
         })
     }
 
@@ -116,16 +123,22 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         manager_key(prefix, batch.task, 0, 1, "k-hosts"),
         key_record_key(prefix, batch.task),
     ];
-    let mut args = Vec::with_capacity(3 + 5 * batch.asks.len());
+    let mut args = Vec::with_capacity(4 + 5 * batch.asks.len() + 2 * batch.names.len());
     args.push(batch.slice_ms.to_string());
     args.push(batch.slice.to_string());
     args.push(batch.host.to_string());
+    args.push(batch.asks.len().to_string());
     for a in batch.asks {
         args.push(format!("{:016x}", a.id));
         args.push(a.permits.to_string());
         args.push(a.want.to_string());
         args.push(a.charge.to_string());
         args.push((a.next as u8).to_string());
+    }
+    for (id, name) in batch.names {
+        args.push(format!("{id:016x}"));
+        // For display: bytes that are not UTF-8 are shown replaced.
+        args.push(String::from_utf8_lossy(name).into_owned());
     }
     (keys, args)
 }
@@ -190,6 +203,7 @@ mod tests {
             slice: 7,
             slice_ms: 1000,
             asks,
+            names: &[],
         }
     }
 
@@ -207,7 +221,17 @@ mod tests {
         assert_eq!(keys, ["{api}:k", "{api}:k-hosts", "{api}:k-cfg"]);
         assert_eq!(
             args,
-            ["1000", "7", "h1", "00000000000000ab", "10", "4", "1", "0"]
+            [
+                "1000",
+                "7",
+                "h1",
+                "1",
+                "00000000000000ab",
+                "10",
+                "4",
+                "1",
+                "0"
+            ]
         );
         let ok = key_reply(&b, &[1_700_000_000_000, 7, 3, 1, 12, 4, 5]).unwrap();
         assert_eq!(ok.grants, [(4, 5)]);

@@ -5,12 +5,13 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use flowctrl::manage::fleet_alarms;
-use flowctrl::{Store, StoreOptions};
+use flowctrl::manage::{HOT_KEYS, fleet_alarms};
+use flowctrl::{HotKeys, Store, StoreOptions};
 use serde_json::json;
 
 use crate::Result;
 use crate::json::print_json;
+use crate::keys::escaped;
 use crate::text::{offset_us, table};
 
 /// An operator's store may be a network away: a second per command and per
@@ -31,6 +32,7 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
     let fleet = store.fleet(task, slice_ms)?;
     let decisions = store.decisions(task)?;
     let alarms = fleet_alarms(&fleet, SKEW);
+    let hot = hot_keys(&store, task, slice_ms)?;
     if json {
         let hosts: Vec<_> = fleet
             .hosts
@@ -65,6 +67,17 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
                 "at_ms": d.at_ms,
                 "manager": d.manager,
             })).collect::<Vec<_>>(),
+            "hot_keys": json!({
+                "slice_ms": hot.slice_ms,
+                "slice": hot.slice,
+                "keys": hot.keys,
+                "top": hot.top.iter().map(|k| json!({
+                    "key": k.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned()),
+                    "id": format!("{:016x}", k.id),
+                    "given": k.given,
+                    "asks": k.asks,
+                })).collect::<Vec<_>>(),
+            }),
         }));
     }
     let mut out = String::new();
@@ -121,6 +134,39 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
             );
         }
     }
+    if hot.keys > 0 {
+        let _ = writeln!(
+            out,
+            "keys' global rates: {} key(s) pulled in slice {} of {} ms; given most:",
+            hot.keys, hot.slice, hot.slice_ms
+        );
+        let rows: Vec<Vec<String>> = hot
+            .top
+            .iter()
+            .map(|k| {
+                vec![
+                    k.name
+                        .as_ref()
+                        .map_or(format!("#{:016x}", k.id), |n| escaped(n)),
+                    k.given.to_string(),
+                    k.asks.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["KEY", "GIVEN", "ASKS"], &rows));
+    }
     crate::text::print(&out);
     Ok(())
+}
+
+/// The task's hot keys in the store's current slice of its keys' global
+/// rate: the record's default slice, else `slice_ms`, else 1 s.
+fn hot_keys(store: &Store, task: &str, slice_ms: Option<u32>) -> Result<HotKeys> {
+    let record_slice = store
+        .key_record(task)
+        .ok()
+        .flatten()
+        .and_then(|(_, r)| r.default.map(|g| g.slice_in_force().as_millis() as u32));
+    let slice_ms = record_slice.or(slice_ms).unwrap_or(1000);
+    Ok(store.hot_keys(task, slice_ms, HOT_KEYS)?)
 }
