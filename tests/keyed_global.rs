@@ -183,6 +183,35 @@ fn keys_keep_their_global_rate_through_a_restart_inside_a_slice() {
 }
 
 #[test]
+fn keys_keep_their_global_rate_through_a_sentinel_failover() {
+    let scratch = Scratch::in_memory("keyed-global-sentinel");
+    let mut ha = Redis::new().sentinels(1000);
+    let old_master = ha.master.port;
+    let mut promoted = 0;
+    let (counts, first) = fleet(&ha.url(), &scratch, |start_ms| {
+        // The master SIGKILLed 2.4 s in; the sentinels promote its replica.
+        std::thread::sleep(Duration::from_millis(
+            (start_ms + 2400).saturating_sub(wall_ms()),
+        ));
+        let pid = ha.master.pid().unwrap();
+        // SAFETY: SIGKILL to our own child, by its pid.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        while ha.named_master() == Some(old_master) {
+            assert!(wall_ms() < start_ms + 22_000, "no failover: {}", ha.state());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        promoted = (wall_ms() - start_ms) / 1000;
+    });
+    ha.master.kill();
+    eprintln!("promoted in second {promoted}");
+    // Every slice within the limit; whole from the second, but for those
+    // from the kill's to the one after the promotion (keys on fallback).
+    check(&counts, first, |s| {
+        s >= 2 && !(2..=promoted + 1).contains(&s)
+    });
+}
+
+#[test]
 fn keys_keep_their_global_rate_on_a_cluster() {
     let scratch = Scratch::in_memory("keyed-global-cluster");
     let cluster = Redis::new().cluster(5000, 0);

@@ -190,14 +190,24 @@ fn mark(w: &GlobalWords, tag: u64, slice: u64, pulled: bool) {
 
 /// `now` in `slice`: the word as it is, or rolled into the slice with what
 /// `next` held for it. `next` is taken (zeroed) before `now` is written, so
-/// a chunk moves once; a roller killed in between loses it.
+/// a chunk moves once; a roller killed in between loses it. A chunk asked
+/// ahead marks the key as having pulled in the slice: the store counted
+/// this host in it, so a failing store leaves the key to that chunk, not
+/// to a fallback share on top of it.
 pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
     let mut carry = (0, false);
+    let mut took = false;
+    let taken = |now: Now, took: bool| {
+        if took {
+            mark(w, tag, slice, true);
+        }
+        now
+    };
     loop {
         let old = w.now.load(Acquire);
         let now = Now::unpack(old);
         if now.is(tag, slice) {
-            if carry.0 == 0 && !carry.1 {
+            if !took {
                 return now;
             }
             let new = Now {
@@ -206,7 +216,7 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
                 ..now
             };
             if cas(&w.now, old, new.pack()).is_ok() {
-                return new;
+                return taken(new, took);
             }
             continue;
         }
@@ -216,6 +226,7 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
             if cas(&w.next, next, 0).is_err() {
                 continue;
             }
+            took = true;
             carry = ((carry.0 + n.held).min(MAX_HELD), carry.1 || n.exhausted);
         }
         let fresh = Now {
@@ -227,7 +238,7 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
         };
         if cas(&w.now, old, fresh.pack()).is_ok() {
             w.id.store(id, Relaxed);
-            return fresh;
+            return taken(fresh, took);
         }
     }
 }
