@@ -8,7 +8,8 @@
 //! fixed sketch of 20 buckets kept on the lanes' ledger lines: every release
 //! as success or dropped adds one to a bucket of its own process's lanes
 //! (lane `k / 5` for bucket `k`: a line no other process writes on its
-//! requests; no allocation). The buckets are monotonic, like the counters
+//! requests, but every thread of the process adding to bucket `k` does;
+//! no allocation). The buckets are monotonic, like the counters
 //! (`metrics` exports them as a histogram); the first pull of each slice
 //! records them as the slice's baseline (`TaskSlot::sketch_base`, 32 bits a
 //! bucket), and a percentile is over what they gained since.
