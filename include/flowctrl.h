@@ -403,7 +403,8 @@ typedef struct fc_pick_options {
 /**
  * One backend's statistics, host-wide. Fill each element of the array
  * passed to `fc_balancer_stats` with `fc_backend_stats_init` (all with the
- * same size). Accepted sizes: 160 to 4096.
+ * same size). Accepted sizes: 160 (before `successes`) to 4096: the
+ * library writes only the fields the caller's size covers.
  */
 typedef struct fc_backend_stats {
   /**
@@ -464,6 +465,14 @@ typedef struct fc_backend_stats {
    * Its address, NUL-terminated.
    */
   char address[64];
+  /**
+   * Successes, failures and ejections since it joined: counters (the
+   * `flowctrl_backend_successes_total`, `_failures_total` and
+   * `_ejections_started_total` of `flowctrl metrics`).
+   */
+  uint64_t successes;
+  uint64_t failures;
+  uint64_t ejections_total;
 } fc_backend_stats;
 
 /**

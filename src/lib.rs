@@ -107,7 +107,7 @@ pub use table::{Table, TableCheck, TableOptions};
 #[cfg(feature = "async")]
 pub use task::Acquire;
 pub use task::{
-    Consistency, Decision, KeyDecision, LocalConfig, LocalSettings, NO_CAP, OwnedPermit,
+    Consistency, Decision, Histogram, KeyDecision, LocalConfig, LocalSettings, NO_CAP, OwnedPermit,
     PERMIT_ALTERED, Permit, ProcessStats, RawPermit, Task, TaskConfig, TaskSettings, TaskStats,
     parse_cap,
 };

@@ -22,8 +22,9 @@ use flowctrl::{
 type Series = (String, Vec<(String, String)>);
 
 /// Parses an exposition strictly: `# HELP` then `# TYPE` once per family,
-/// samples of the family just declared, names and labels as the format
-/// allows, counters ending in `_total`, no series twice. The samples.
+/// samples of the family just declared (a histogram's `_bucket`, `_sum`,
+/// `_count`), names and labels as the format allows, counters ending in
+/// `_total`, no series twice. The samples.
 fn parse(text: &str) -> BTreeMap<Series, f64> {
     let valid_name = |n: &str| {
         !n.is_empty()
@@ -34,6 +35,7 @@ fn parse(text: &str) -> BTreeMap<Series, f64> {
     let mut samples = BTreeMap::new();
     let mut declared = Vec::new();
     let (mut help, mut family): (Option<String>, Option<String>) = (None, None);
+    let mut histogram = false;
     assert!(text.ends_with('\n'), "the exposition ends with a newline");
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -50,9 +52,10 @@ fn parse(text: &str) -> BTreeMap<Series, f64> {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap();
             assert_eq!(help.as_deref(), Some(name), "HELP before TYPE: {line}");
-            assert!(["counter", "gauge"].contains(&kind), "{line}");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
             assert_eq!(kind == "counter", name.ends_with("_total"), "{line}");
             family = Some(name.to_string());
+            histogram = kind == "histogram";
             continue;
         }
         assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
@@ -62,9 +65,13 @@ fn parse(text: &str) -> BTreeMap<Series, f64> {
             None => (series, Vec::new()),
             Some((name, rest)) => (name, labels(rest.strip_suffix('}').expect(line))),
         };
+        let of = match name.rsplit_once('_') {
+            Some((of, "bucket" | "sum" | "count")) if histogram => of,
+            _ => name,
+        };
         assert_eq!(
             family.as_deref(),
-            Some(name),
+            Some(of),
             "a sample of its family: {line}"
         );
         let mut sorted = labels.clone();
@@ -162,8 +169,19 @@ fn assert_task_counters(samples: &BTreeMap<Series, f64>, task: &Task) {
     ] {
         assert_eq!(value, want as f64, "{} of {samples:?}", task.name());
     }
-    let rtt = count("flowctrl_permit_rtt_seconds_total", None);
+    let rtt = count("flowctrl_permit_rtt_seconds_sum", None);
     assert_eq!(rtt, s.rtt_sum_ns as f64 / 1e9);
+    // Every release of this build is in a bucket: none waited.
+    let inf = Some(("le", "+Inf"));
+    assert_eq!(
+        count("flowctrl_permit_rtt_seconds_bucket", inf),
+        s.rtt_samples as f64
+    );
+    assert_eq!(
+        count("flowctrl_permit_rtt_seconds_count", None),
+        s.rtt_samples as f64
+    );
+    assert_eq!(count("flowctrl_permit_wait_seconds_count", None), 0.0);
     if q.state.is_some() {
         assert_eq!(count("flowctrl_quota_pulls_total", None), q.pulls as f64);
         assert_eq!(

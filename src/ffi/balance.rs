@@ -88,7 +88,8 @@ pub struct fc_pick {
 
 /// One backend's statistics, host-wide. Fill each element of the array
 /// passed to `fc_balancer_stats` with `fc_backend_stats_init` (all with the
-/// same size). Accepted sizes: 160 to 4096.
+/// same size). Accepted sizes: 160 (before `successes`) to 4096: the
+/// library writes only the fields the caller's size covers.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct fc_backend_stats {
@@ -122,13 +123,19 @@ pub struct fc_backend_stats {
     pub load: f64,
     /// Its address, NUL-terminated.
     pub address: [c_char; 64],
+    /// Successes, failures and ejections since it joined: counters (the
+    /// `flowctrl_backend_successes_total`, `_failures_total` and
+    /// `_ejections_started_total` of `flowctrl metrics`).
+    pub successes: u64,
+    pub failures: u64,
+    pub ejections_total: u64,
 }
 
 const _: () = {
     assert!(size_of::<fc_balancer_config>() == 56);
     assert!(size_of::<fc_pick_options>() == 16);
     assert!(size_of::<fc_pick>() == 128);
-    assert!(size_of::<fc_backend_stats>() == 160);
+    assert!(size_of::<fc_backend_stats>() == 184);
 };
 
 // SAFETY: repr(C), `size: u32` first, plain integers, floats and (for the
@@ -189,6 +196,9 @@ unsafe impl SizedStruct for fc_backend_stats {
             ramp: 0.0,
             load: -1.0,
             address: [0; 64],
+            successes: 0,
+            failures: 0,
+            ejections_total: 0,
         }
     }
 }
@@ -443,6 +453,9 @@ pub unsafe extern "C" fn fc_balancer_stats(
                     ramp: s.ramp,
                     load: s.load.unwrap_or(-1.0),
                     address: to_array(&s.address),
+                    successes: s.successes,
+                    failures: s.failures,
+                    ejections_total: s.ejections_total,
                 });
             }
         }

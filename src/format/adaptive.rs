@@ -144,14 +144,20 @@ pub(crate) struct AdaptiveSlot {
     pub queued: AtomicU64,
     /// [`WAIT_LIFO`] | [`WAIT_BARGING`], written with the configuration.
     pub wait_policy: AtomicU64,
-    _pad0: [AtomicU64; 4],
+    /// Words 6..10 of the task's sketch baseline (see `TaskSlot::sketch_base`):
+    /// written once a slice by a puller, read by no acquire (0.3.0 left
+    /// these words zero).
+    pub sketch_base: [AtomicU64; 4],
     /// The futex word of 0.3's waiting acquires, which woke every waiter on
     /// a release. Unused since: left for a 0.3 process sharing the table.
     pub legacy_wake: AtomicU32,
     _pad1: AtomicU32,
     /// The last ticket a waiter took: tickets order the host-wide queue.
     pub tickets: AtomicU64,
-    _pad2: [AtomicU64; 6],
+    /// Waiting times, words 0..6 of [`WAIT_WORDS`] (see `TaskSlot::wait_word`):
+    /// on the line every waiter writes its ticket to. Monotonic; 0.3.0 left
+    /// these words zero and never waits in the queue.
+    pub waits: [AtomicU64; 6],
     /// The window driver's lock: 0 or the driver's `Owner`.
     pub window_lock: AtomicU64,
     /// Selects the current [`WindowCopy`] (`version & 1`).
@@ -161,14 +167,26 @@ pub(crate) struct AdaptiveSlot {
     /// Per window copy: samples applied by every window of its generation
     /// so far (a running total, for checking that none is lost or doubled).
     pub applied: [AtomicU64; 2],
-    _reserved: [AtomicU64; 6],
+    /// Words 6..12 of [`WAIT_WORDS`] (0.3.0 left these words zero).
+    pub waits_more: [AtomicU64; 6],
 }
+
+/// Buckets of the waiting-time histogram: octaves from ~1 ms (the latency
+/// sketch's buckets taken two at a time), the last open-ended.
+pub(crate) const WAIT_BUCKETS: usize = 11;
+/// Its words: the buckets' counts, then the waits' sum in nanoseconds.
+pub(crate) const WAIT_WORDS: usize = WAIT_BUCKETS + 1;
 
 const _: () = {
     assert!(STATE_WORDS == 10);
+    assert!(WAIT_WORDS == 12);
     assert!(size_of::<AdaptiveSlot>() == 576);
     assert!(std::mem::offset_of!(AdaptiveSlot, legacy_wake) == 64);
     assert!(std::mem::offset_of!(AdaptiveSlot, queued) == 16);
     assert!(std::mem::offset_of!(AdaptiveSlot, window_lock) == 128);
     assert!(std::mem::offset_of!(AdaptiveSlot, windows) == 256);
+    // The words 0.3.0 left zero, where 0.3.0 had padding.
+    assert!(std::mem::offset_of!(AdaptiveSlot, sketch_base) == 32);
+    assert!(std::mem::offset_of!(AdaptiveSlot, waits) == 80);
+    assert!(std::mem::offset_of!(AdaptiveSlot, waits_more) == 528);
 };

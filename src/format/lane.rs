@@ -70,7 +70,8 @@ pub(crate) struct Lane {
     pub reclaimed: AtomicU64,
     /// Five buckets of the task's latency sketch (see `quota::health`):
     /// lane `k / 5` holds bucket `k`, so the sketch needs no space of its
-    /// own. Zero in a table made by 0.3.0, which never writes them.
+    /// own. Monotonic like the counters (a pooled set is emptied when it is
+    /// given back). 0.3.0 never writes them.
     pub sketch: [AtomicU64; SKETCH_PER_LANE],
     /// Indexed by [`Counter`]; monotonic for the table's life (never reset:
     /// a new owner of the slot records a [`Baseline`] instead).

@@ -28,8 +28,9 @@ pub(crate) struct TaskSlot {
     /// success, dropped and RTT-sum counters then. Written by pullers only;
     /// 0.3.0 left these words zero.
     pub health: [AtomicU64; 4],
-    /// 1 once the task pulled global quota: its releases fill the sketch.
-    pub sketching: AtomicU64,
+    /// Words 0..1 of the latency sketch's baseline at the slice in
+    /// `health[0]` (see [`TaskSlot::sketch_base`]).
+    pub sketch_base: AtomicU64,
     /// The name, zero-padded, as little-endian words.
     pub name: [AtomicU64; NAME_WORDS],
     /// Version of the configuration: copy `version & 1` of `config`,
@@ -82,7 +83,9 @@ pub(crate) struct TaskSlot {
     /// Requests shadow mode admitted that the task's limits refused
     /// (0.3.0 left this word zero).
     pub shadow_refused: AtomicU64,
-    _pad3: [AtomicU64; 5],
+    /// Words 1..6 of the sketch's baseline: written by pullers, once a
+    /// slice (0.3.0 left these words zero).
+    pub sketch_base_more: [AtomicU64; 5],
     /// The global quota (see `quota`).
     pub quota: QuotaSlot,
     /// The host-wide adaptive concurrency limit (see `task::adaptive`).
@@ -135,7 +138,33 @@ impl ConfigCopy {
     }
 }
 
+/// Words of a slice's sketch baseline: a wrapping 32-bit count per bucket,
+/// two to a word (a bucket gains fewer than 2^32 releases in a slice).
+pub(crate) const SKETCH_BASE_WORDS: usize = 10;
+
 impl TaskSlot {
+    /// Word `i` of [`SKETCH_BASE_WORDS`] of the latency sketch's baseline
+    /// (see `quota::health`): spare words of the slot, written by pullers
+    /// once a slice, on lines the request path reads but never writes.
+    pub(crate) fn sketch_base(&self, i: usize) -> &AtomicU64 {
+        match i {
+            0 => &self.sketch_base,
+            1..6 => &self.sketch_base_more[i - 1],
+            _ => &self.adaptive.sketch_base[i - 6],
+        }
+    }
+
+    /// Word `i` of [`super::WAIT_WORDS`]: the waiting-time buckets, then their
+    /// sum in nanoseconds.
+    pub(crate) fn wait_word(&self, i: usize) -> &AtomicU64 {
+        let a = &self.adaptive;
+        if i < a.waits.len() {
+            &a.waits[i]
+        } else {
+            &a.waits_more[i - a.waits.len()]
+        }
+    }
+
     /// Makes `global` the copies' global limit, keeping the local limits and
     /// the limiter (its generation too: the adaptive limit carries on). The
     /// caller holds the configuration lock.
@@ -163,5 +192,7 @@ const _: () = {
     assert!(std::mem::offset_of!(TaskSlot, tat) == 192);
     assert!(std::mem::offset_of!(TaskSlot, in_flight) == 256);
     assert!(std::mem::offset_of!(TaskSlot, quota) == 320);
+    assert!(std::mem::offset_of!(TaskSlot, sketch_base) == 56);
+    assert!(std::mem::offset_of!(TaskSlot, sketch_base_more) == 280);
     assert!(std::mem::offset_of!(TaskSlot, adaptive) == 704);
 };

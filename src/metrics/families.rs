@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
 use super::Snapshot;
+use crate::task::Histogram;
 use crate::view::TaskSnapshot;
 
 pub(super) type Labels = Vec<(&'static str, String)>;
@@ -56,6 +57,39 @@ pub(super) fn gauge<V: EncodeGaugeValue, L: EncodeLabelSet>(
     let mut family = e.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
     for (labels, value) in &rows {
         family.encode_family(labels)?.encode_gauge(value)?;
+    }
+    Ok(())
+}
+
+/// A histogram family in seconds: per row, its buckets and sum.
+pub(super) fn histogram(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: Vec<(Labels, &Histogram)>,
+) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let unit = Some(Unit::Seconds);
+    let mut family = e.encode_descriptor(name, help, unit.as_ref(), MetricType::Histogram)?;
+    for (labels, h) in &rows {
+        // The encoder adds the buckets up unchecked: hand it the steps of
+        // saturated running totals (the counts are words of the file).
+        let mut total = 0u64;
+        let steps: Vec<(f64, u64)> = h
+            .buckets
+            .iter()
+            .map(|&(le, n)| {
+                let next = total.saturating_add(n);
+                let step = next - total;
+                total = next;
+                (le, step)
+            })
+            .collect();
+        family
+            .encode_family(labels)?
+            .encode_histogram::<NoLabelSet>(seconds(h.sum_ns), total, &steps, None)?;
     }
     Ok(())
 }
@@ -186,22 +220,27 @@ pub(super) fn tasks(tasks: &[TaskSnapshot], e: &mut DescriptorEncoder) -> fmt::R
         None,
         each(&|t| t.stats.reclaimed),
     )?;
-    counter(
+    histogram(
         e,
         "flowctrl_permit_rtt",
-        "Acquire-to-release time of the permits released as success or dropped, summed.",
-        Some(Unit::Seconds),
-        tasks
-            .iter()
-            .map(|t| (task(t), seconds(t.stats.rtt_sum_ns)))
-            .collect(),
+        "Acquire-to-release time of the permits released as success or dropped. _sum \
+         covers them all; the buckets and _count those in a process's lanes (see the \
+         metrics reference).",
+        tasks.iter().map(|t| (task(t), &t.rtt)).collect(),
     )?;
     counter(
         e,
         "flowctrl_permit_rtt_samples",
-        "Permits summed in flowctrl_permit_rtt_seconds_total.",
+        "Permits whose times flowctrl_permit_rtt_seconds_sum adds up.",
         None,
         each(&|t| t.stats.rtt_samples),
+    )?;
+    histogram(
+        e,
+        "flowctrl_permit_wait",
+        "Time the acquires that joined the task's queue waited in it, counted when they \
+         left it (with a permit, at their deadline, or gone).",
+        tasks.iter().map(|t| (task(t), &t.waited)).collect(),
     )?;
     gauge(
         e,

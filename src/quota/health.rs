@@ -5,10 +5,14 @@
 //!
 //! The counts are the lanes' own counters (monotonic), less what they were
 //! when the slice began (`TaskSlot::health`). The percentile comes from a
-//! fixed sketch of 20 buckets kept on the lanes' ledger lines: a release
-//! adds one to a bucket of its own process's lane (no shared line, no
-//! allocation), and the first pull of each slice empties the buckets (a
-//! swap to zero loses no concurrent sample: it lands in the new slice).
+//! fixed sketch of 20 buckets kept on the lanes' ledger lines: every release
+//! as success or dropped adds one to a bucket of its own process's lanes
+//! (lane `k / 5` for bucket `k`: a line no other process writes on its
+//! requests, but every thread of the process adding to bucket `k` does;
+//! no allocation). The buckets are monotonic, like the counters
+//! (`metrics` exports them as a histogram); the first pull of each slice
+//! records them as the slice's baseline (`TaskSlot::sketch_base`, 32 bits a
+//! bucket), and a percentile is over what they gained since.
 //! Buckets are half octaves from ~1 ms: a percentile is exact to its bucket,
 //! interpolated within it (±25 %), and at most ~537 ms (the last bucket
 //! has no top). Pullers write these words under the pull lock; one killed
@@ -16,8 +20,10 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::format::{Counter, LANES, Lane, SKETCH_PER_LANE, TaskSlot};
-use crate::shm::Shm;
+use crate::format::{
+    Counter, LANES, Lane, SKETCH_BASE_WORDS, SKETCH_PER_LANE, TaskSlot, WAIT_BUCKETS,
+};
+use crate::shm::{Region, Shm};
 
 /// Buckets of the latency sketch.
 pub(crate) const BUCKETS: usize = LANES as usize * SKETCH_PER_LANE;
@@ -46,6 +52,31 @@ pub(crate) fn bucket(rtt_ns: u64) -> usize {
     let octave = 63 - units.leading_zeros() as usize;
     let half = ((units >> (octave - 1)) & 1) as usize;
     (2 * octave - 1 + half).min(BUCKETS - 1)
+}
+
+/// The octave of a time (two buckets of [`bucket`] each, the first and the
+/// last alone): the buckets of the waiting-time histogram.
+#[inline]
+pub(crate) fn octave(ns: u64) -> usize {
+    bucket(ns).div_ceil(2)
+}
+
+/// The upper bound of bucket `k` of [`bucket`] in seconds (∞ for the last).
+pub(crate) fn upper_seconds(k: usize) -> f64 {
+    if k + 1 < BUCKETS {
+        lower_ns(k + 1) as f64 / 1e9
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The upper bound of octave `j` of [`octave`] in seconds (∞ for the last).
+pub(crate) fn octave_upper_seconds(j: usize) -> f64 {
+    if j + 1 < WAIT_BUCKETS {
+        upper_seconds(2 * j)
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// The lowest RTT of bucket `k`, ns.
@@ -90,12 +121,48 @@ pub(crate) fn quantile(buckets: &[u64; BUCKETS], q: f64) -> u64 {
     lower_ns(BUCKETS - 1)
 }
 
+/// The task's sketch: each bucket summed over the lanes of every process
+/// (saturating: the buckets are words of the file).
+pub(crate) fn sketch(region: &Region, index: u32) -> [u64; BUCKETS] {
+    let mut buckets = [0u64; BUCKETS];
+    for id in 0..region.geometry.attach_capacity * LANES {
+        let Some(lane) = region.lane(index, id) else {
+            continue;
+        };
+        let first = (id % LANES) as usize * SKETCH_PER_LANE;
+        for (i, b) in lane.sketch.iter().enumerate() {
+            buckets[first + i] = buckets[first + i].saturating_add(b.load(Ordering::Relaxed));
+        }
+    }
+    buckets
+}
+
+/// `sketch` as a slice's baseline: 32 bits a bucket, two to a word.
+fn pack(sketch: &[u64; BUCKETS]) -> [u64; SKETCH_BASE_WORDS] {
+    std::array::from_fn(|w| sketch[2 * w] as u32 as u64 | (sketch[2 * w + 1] as u32 as u64) << 32)
+}
+
+/// What each bucket gained since `base`: none for a bucket below it (a
+/// pooled set given back in the slice) or grown by more than the slice's
+/// `samples` (a damaged word).
+fn gained(
+    base: &[u64; SKETCH_BASE_WORDS],
+    sketch: &[u64; BUCKETS],
+    samples: u64,
+) -> [u64; BUCKETS] {
+    std::array::from_fn(|k| {
+        let base = (base[k / 2] >> (32 * (k % 2))) as u32;
+        let gain = (sketch[k] as u32).wrapping_sub(base) as u64;
+        if gain > samples { 0 } else { gain }
+    })
+}
+
 /// The task's health over `slice` so far; the first call in a slice starts
 /// it afresh. The caller holds the task's pull lock.
 pub(crate) fn of_slice(shm: &Shm, index: u32, slot: &TaskSlot, slice: u32) -> Health {
-    slot.sketching.store(1, Ordering::Relaxed);
-    let lanes =
-        || (0..shm.geometry.attach_capacity * LANES).filter_map(move |id| shm.lane(index, id));
+    // The sketch before the counters: a release adds to its bucket first,
+    // so no bucket gains more than the counters show.
+    let sketch = sketch(shm, index);
     let totals = crate::shm::pool::task_totals(shm, index);
     let sums = [
         Counter::ReleasedSuccess,
@@ -105,10 +172,8 @@ pub(crate) fn of_slice(shm: &Shm, index: u32, slot: &TaskSlot, slice: u32) -> He
     .map(|c| totals[c as usize]);
     let tag = slice as u64 + 1;
     if slot.health[0].load(Ordering::Acquire) != tag {
-        for lane in lanes() {
-            for b in &lane.sketch {
-                b.swap(0, Ordering::Relaxed);
-            }
+        for (i, word) in pack(&sketch).into_iter().enumerate() {
+            slot.sketch_base(i).store(word, Ordering::Relaxed);
         }
         for (word, sum) in slot.health[1..].iter().zip(sums) {
             word.store(sum, Ordering::Relaxed);
@@ -122,21 +187,13 @@ pub(crate) fn of_slice(shm: &Shm, index: u32, slot: &TaskSlot, slice: u32) -> He
     if success > 1 << 48 || dropped > 1 << 48 {
         return Health::default();
     }
-    let mut buckets = [0u64; BUCKETS];
-    for (id, lane) in
-        (0..shm.geometry.attach_capacity * LANES).filter_map(|id| Some((id, shm.lane(index, id)?)))
-    {
-        let first = (id % LANES) as usize * SKETCH_PER_LANE;
-        for (i, b) in lane.sketch.iter().enumerate() {
-            buckets[first + i] = buckets[first + i].saturating_add(b.load(Ordering::Relaxed));
-        }
-    }
     let samples = success + dropped;
+    let base = std::array::from_fn(|i| slot.sketch_base(i).load(Ordering::Relaxed));
     Health {
         success,
         dropped,
         mean_us: rtt_ns.checked_div(samples).unwrap_or(0) / 1000,
-        p99_us: quantile(&buckets, 0.99) / 1000,
+        p99_us: quantile(&gained(&base, &sketch, samples), 0.99) / 1000,
     }
 }
 
@@ -160,6 +217,35 @@ mod tests {
             assert_eq!(bucket(lower_ns(k)), k, "{k}");
             assert_eq!(bucket(lower_ns(k) - 1), k - 1, "{k}");
         }
+    }
+
+    #[test]
+    fn a_slice_counts_what_each_bucket_gained_past_32_bits() {
+        let mut then = [0u64; BUCKETS];
+        then[3] = (1 << 32) - 2;
+        then[4] = 7 << 32 | 9;
+        then[5] = 100;
+        let base = pack(&then);
+        let mut now = then;
+        now[3] += 5; // across 2^32
+        now[4] += 1;
+        now[5] = 40; // a set given back: below its baseline
+        now[6] = 1 << 40; // a damaged word
+        let gain = gained(&base, &now, 6);
+        assert_eq!((gain[3], gain[4], gain[5], gain[6]), (5, 1, 0, 0));
+        assert_eq!(gain.iter().sum::<u64>(), 6);
+    }
+
+    #[test]
+    fn octaves_pair_the_buckets_and_share_their_bounds() {
+        assert_eq!((octave(0), octave(MS - 1), octave(MS)), (0, 0, 1));
+        assert_eq!(octave(u64::MAX), WAIT_BUCKETS - 1);
+        for j in 0..WAIT_BUCKETS - 1 {
+            let top = (octave_upper_seconds(j) * 1e9).round() as u64;
+            assert_eq!((octave(top - 1), octave(top)), (j, j + 1), "{j}");
+        }
+        assert_eq!(octave_upper_seconds(WAIT_BUCKETS - 1), f64::INFINITY);
+        assert_eq!(upper_seconds(BUCKETS - 1), f64::INFINITY);
     }
 
     #[test]

@@ -23,8 +23,10 @@ pub use keyed::KeyDecision;
 pub use permit::{OwnedPermit, PERMIT_ALTERED, Permit, RawPermit};
 pub(crate) use reclaim::TaskReclaim;
 pub(crate) use register::{find, find_or_claim, ready};
-pub use stats::{Consistency, ProcessStats, TaskStats};
-pub(crate) use stats::{by_process, consistency, read as read_stats};
+pub use stats::{Consistency, Histogram, ProcessStats, TaskStats};
+pub(crate) use stats::{
+    by_process, consistency, read as read_stats, rtt_histogram, wait_histogram,
+};
 pub(crate) use stored::settings;
 #[cfg(feature = "async")]
 pub use wait::Acquire;
@@ -415,12 +417,10 @@ impl Task {
                     .clock
                     .ticks_to_ns(now.saturating_sub(permit.acquired_at)),
             };
+            // The bucket first, then the counters (see `quota::health`).
+            let lane = |i| shm.lane(self.index, attach * LANES + i);
+            crate::quota::health::record(lane, rtt, n as u64);
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
-            // Tasks that pull global quota report a percentile to the census.
-            if slot.sketching.load(Ordering::Relaxed) != 0 {
-                let lane = |i| shm.lane(self.index, attach * LANES + i);
-                crate::quota::health::record(lane, rtt, n as u64);
-            }
         }
         count(counters, counter, n as u64);
         if let Some(keys) = keys {

@@ -9,7 +9,7 @@ use super::adaptive;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
     ATTACH_LIVE, Baseline, COUNTERS, Counter, LANES, Lane, RECLAIMED_BITS, RECLAIMED_MASK, TOTALS,
-    load_acquire, reclaimed_total,
+    WAIT_BUCKETS, load_acquire, reclaimed_total,
 };
 use crate::limit::ledger;
 use crate::shm::{Region, pool};
@@ -55,6 +55,53 @@ pub struct TaskStats {
     /// Requests the task's limits refused and shadow mode admitted (also
     /// counted as `admitted` and by the limit that refused them).
     pub shadow_refused: u64,
+}
+
+/// A latency histogram of a task: counts per bucket (not cumulative), each
+/// with its upper bound in seconds (the last bound is infinite), and the
+/// sum of the times, in nanoseconds. Counts and sum are monotonic for the
+/// table's life, except that a pooled table's set, given back when its
+/// process is gone, takes its round-trip buckets with it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Histogram {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum_ns: u64,
+}
+
+impl Histogram {
+    /// The samples in every bucket (saturating: the counts are words of
+    /// the file).
+    pub fn count(&self) -> u64 {
+        self.buckets
+            .iter()
+            .fold(0u64, |n, (_, c)| n.saturating_add(*c))
+    }
+}
+
+/// The task's round-trip times as its lanes' sketch counts them, with the
+/// RTT sum of `stats`, which also counts releases that fill no bucket (a
+/// pooled table's without a set of their own, a 0.3.0 process's).
+pub(crate) fn rtt_histogram(region: &Region, index: u32, stats: &TaskStats) -> Histogram {
+    let sketch = crate::quota::health::sketch(region, index);
+    Histogram {
+        buckets: (0..sketch.len())
+            .map(|k| (crate::quota::health::upper_seconds(k), sketch[k]))
+            .collect(),
+        sum_ns: stats.rtt_sum_ns,
+    }
+}
+
+/// How long the acquires that joined the task's queue waited in it, each
+/// counted when it left the queue (with a permit, at its deadline, or gone).
+pub(crate) fn wait_histogram(region: &Region, index: u32) -> Histogram {
+    let slot = region.task_slot(index);
+    let word = |i| slot.wait_word(i).load(Ordering::Relaxed);
+    Histogram {
+        buckets: (0..WAIT_BUCKETS)
+            .map(|j| (crate::quota::health::octave_upper_seconds(j), word(j)))
+            .collect(),
+        sum_ns: word(WAIT_BUCKETS),
+    }
 }
 
 /// One attachment's share of a task's counters since it attached.

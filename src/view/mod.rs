@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::quota::QuotaStats;
 use crate::shm::{ReadOnly, Region};
 use crate::table::{self, TableCheck};
-use crate::task::{self, ProcessStats, TaskSettings, TaskStats};
+use crate::task::{self, Histogram, ProcessStats, TaskSettings, TaskStats};
 
 /// A table opened for reading only. `Send + Sync`; every read copies the
 /// table anew (take a [`View::snapshot`] for several reads of one copy).
@@ -57,6 +57,10 @@ pub struct TaskSnapshot {
     /// Its global quota on this host (`state` is `None` without a global
     /// rate).
     pub quota: QuotaStats,
+    /// Round-trip times of the permits released as success or dropped.
+    pub rtt: Histogram,
+    /// How long the acquires that joined the task's queue waited there.
+    pub waited: Histogram,
 }
 
 /// One balancer as a view read it.
@@ -393,10 +397,13 @@ impl TableSnapshot {
 
     fn task_at(&self, index: u32, name: String) -> TaskSnapshot {
         let slot = self.region.task_slot(index);
+        let stats = task::read_stats(&self.region, index);
         TaskSnapshot {
             name,
             settings: task::settings(slot),
-            stats: task::read_stats(&self.region, index),
+            rtt: task::rtt_histogram(&self.region, index, &stats),
+            waited: task::wait_histogram(&self.region, index),
+            stats,
             quota: task::quota_stats(slot),
         }
     }

@@ -349,7 +349,7 @@ static void test_version_and_status_strings(void)
     CHECK_EQ(sizeof(struct fc_pick), 128, "sizeof(struct fc_pick)");
     CHECK_EQ(sizeof(fc_balancer_config), 56, "sizeof(fc_balancer_config)");
     CHECK_EQ(sizeof(fc_pick_options), 16, "sizeof(fc_pick_options)");
-    CHECK_EQ(sizeof(fc_backend_stats), 160, "sizeof(fc_backend_stats)");
+    CHECK_EQ(sizeof(fc_backend_stats), 184, "sizeof(fc_backend_stats)");
     CHECK_EQ(offsetof(fc_table_options, size), 0, "fc_table_options.size comes first");
     CHECK_EQ(sizeof(fc_task_config), 224, "sizeof(fc_task_config)");
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
@@ -2091,6 +2091,12 @@ static void test_balancers(void)
     REQUIRE_OK(fc_pick(lb, &pick_options, &pick), "pick excluding 0 and 2");
     CHECK_EQ(pick.backend, 1, "the one backend left");
     REQUIRE_OK(fc_pick_done(lb, &pick, FC_OUTCOME_DROPPED), "a failure");
+    /* Four more in a row eject it (once). */
+    for (i = 0; i < 4; i++) {
+        REQUIRE_OK(fc_pick(lb, &pick_options, &pick), "pick excluding 0 and 2 again");
+        CHECK_EQ(pick.backend, 1, "the one backend left, ejected or not");
+        REQUIRE_OK(fc_pick_done(lb, &pick, FC_OUTCOME_DROPPED), "another failure");
+    }
     for (i = 0; i < 200; i++) {
         REQUIRE_OK(fc_pick(lb, NULL, &pick), "pick after the failure");
         CHECK(pick.backend != 1, "the failed backend is avoided");
@@ -2110,8 +2116,40 @@ static void test_balancers(void)
     REQUIRE_OK(fc_balancer_stats(lb, stats, 4, &count), "stats");
     CHECK_EQ(count, 3, "three backends");
     CHECK(strcmp(stats[1].address, addresses[1]) == 0, "stats address");
-    CHECK_EQ(stats[1].recent_failures, 1, "the failure is counted");
+    CHECK_EQ(stats[1].recent_failures, 5, "the failures are counted");
     CHECK_EQ(stats[2].weight, 2, "weight");
+    /* The outcome counters `flowctrl metrics` exports, since each joined:
+       two successes (the ignored picks count neither way), five failures,
+       one ejection. */
+    CHECK_EQ(stats[0].successes + stats[1].successes + stats[2].successes, 2,
+             "successes since joining");
+    CHECK_EQ(stats[1].failures, 5, "failures since joining");
+    CHECK_EQ(stats[0].failures + stats[2].failures, 0, "no other failure");
+    CHECK_EQ(stats[1].ejections_total, 1, "one ejection started");
+    CHECK_EQ(stats[0].ejections_total + stats[2].ejections_total, 0, "no other ejection");
+    /* A caller compiled before the counters (160-byte elements): each
+       element is written up to its size, the counters of a newer header
+       nowhere. */
+    {
+        static union {
+            unsigned char bytes[3 * 160 + 24];
+            uint64_t align;
+        } buffer;
+        unsigned char *old = buffer.bytes;
+        memset(old, 0x5a, sizeof buffer.bytes);
+        for (i = 0; i < 3; i++)
+            REQUIRE_OK(fc_backend_stats_init((fc_backend_stats *)(old + i * 160), 160),
+                       "old-size stats init");
+        REQUIRE_OK(fc_balancer_stats(lb, (fc_backend_stats *)old, 3, &count), "old-size stats");
+        CHECK_EQ(count, 3, "three backends, old size");
+        for (i = 0; i < 3; i++) {
+            const fc_backend_stats *e = (const fc_backend_stats *)(old + i * 160);
+            CHECK(e->size == 160 && e->index == i && strcmp(e->address, addresses[i]) == 0,
+                  "old-size element %" PRIu32 ": size %" PRIu32 " index %" PRIu32, i, e->size,
+                  e->index);
+        }
+        CHECK(all_bytes(old + 3 * 160, 24, 0x5a), "nothing written past the old elements");
+    }
     CHECK_EQ(stats[0].in_flight + stats[1].in_flight + stats[2].in_flight, 0,
              "nothing in flight");
     CHECK(stats[1].rtt_ns >= 4000000000ull, "the failure costs a penalty RTT");

@@ -156,6 +156,9 @@ impl Balancer {
             d.set_item("recent_failures", b.recent_failures)?;
             d.set_item("ejected_for", b.ejected_for.as_secs_f64())?;
             d.set_item("ejections", b.ejections)?;
+            d.set_item("successes", b.successes)?;
+            d.set_item("failures", b.failures)?;
+            d.set_item("ejections_total", b.ejections_total)?;
             d.set_item("age", b.age.as_secs_f64())?;
             d.set_item("ramp", b.ramp)?;
             d.set_item("load", b.load)?;

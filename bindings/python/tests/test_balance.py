@@ -123,3 +123,24 @@ def test_processes_share_failures_and_dead_picks_come_back(tmp_path):
         child.join()
         t.reap()
         assert all(s["in_flight"] == 0 for s in lb.stats().values())
+
+
+def test_outcome_counters_are_the_metrics_counters(table):
+    """successes, failures and ejections_total count since the backend
+    joined, as flowctrl_backend_*_total does; ejections is the run."""
+    lb = table.balancer("api", backends=BACKENDS)
+    first, second = BACKENDS[0], BACKENDS[1]
+    for _ in range(3):
+        lb.pick(exclude=BACKENDS[1:]).release("success")
+    # Five failures in a row eject the second backend once.
+    for _ in range(5):
+        lb.pick(exclude=[first, BACKENDS[2]]).release("dropped")
+    lb.pick(exclude=BACKENDS[1:]).release("ignored")
+    stats = lb.stats()
+    assert (stats[first]["successes"], stats[first]["failures"]) == (3, 0)
+    assert (stats[second]["successes"], stats[second]["failures"]) == (0, 5)
+    assert stats[second]["ejections_total"] == 1
+    assert stats[second]["ejections"] == 1
+    assert stats[first]["ejections_total"] == 0
+    # The dict has exactly the keys its TypedDict declares.
+    assert set(stats[first]) == set(flowctrl.BackendStats.__annotations__)

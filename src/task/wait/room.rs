@@ -13,6 +13,8 @@ use std::time::Instant;
 
 use super::queue;
 use crate::error::Result;
+use crate::format::WAIT_BUCKETS;
+use crate::quota::health;
 use crate::shm::{ForkLocked, Shm, fork_generation};
 use crate::task::{RawPermit, Task};
 use crate::words::{Limited, WaitOrder};
@@ -26,6 +28,9 @@ pub(crate) struct Entry {
     pub ticket: u64,
     pub n: u32,
     pub deadline: Instant,
+    /// When it joined the queue: its wait is counted when it leaves
+    /// ([`waited`]).
+    since: Instant,
     /// A waiting thread, which takes its own turn when it is its handle's
     /// first waiter (one wake-up per hand-over); else a future, whose turn
     /// the waiter thread takes.
@@ -155,6 +160,7 @@ impl Room {
                 ticket: queue::take_ticket(slot),
                 n,
                 deadline,
+                since: Instant::now(),
                 thread,
                 word: AtomicU32::new(0),
                 state: parking_lot::Mutex::new(EntryState {
@@ -270,6 +276,7 @@ impl Room {
                 let before = expired.len();
                 q.entries.retain(|_, e| {
                     if e.deadline <= now {
+                        waited(&q.task.shm, task, e.since, now);
                         expired.push(e.clone());
                         false
                     } else {
@@ -330,6 +337,10 @@ impl Room {
                 .into_iter()
                 .flat_map(|(task, q)| {
                     queue::publish(&q.task.shm, task, attach, 0, 0);
+                    let now = Instant::now();
+                    for e in q.entries.values() {
+                        waited(&q.task.shm, task, e.since, now);
+                    }
                     q.entries.into_values()
                 })
                 .map(|e| {
@@ -352,15 +363,29 @@ fn remove(inner: &mut Inner, task: u32, attach: u32, ticket: u64) -> (bool, Opti
     };
     let order = queue::order(q.task.shm.task_slot(task));
     let was_first = q.best(order).is_some_and(|e| e.ticket == ticket);
-    if q.entries.remove(&ticket).is_none() {
+    let Some(entry) = q.entries.remove(&ticket) else {
         return (false, None);
-    }
+    };
+    waited(&q.task.shm, task, entry.since, Instant::now());
     publish(&q.task.shm, task, attach, q);
     let next = q.best(order).cloned().filter(|_| was_first);
     if q.entries.is_empty() {
         inner.queues.remove(&task);
     }
     (was_first, next)
+}
+
+/// Counts a wait that ended (a permit, the deadline, an error or the
+/// waiter gone) in the task's waiting-time histogram: two adds to words of
+/// the line the waiter wrote its ticket to (see `TaskSlot::wait_word`).
+fn waited(shm: &Shm, task: u32, since: Instant, now: Instant) {
+    let ns = now.saturating_duration_since(since).as_nanos();
+    let ns = ns.min(u64::MAX as u128) as u64;
+    let slot = shm.task_slot(task);
+    let sum = slot.wait_word(WAIT_BUCKETS);
+    slot.wait_word(health::octave(ns))
+        .fetch_add(1, Ordering::Relaxed);
+    sum.fetch_add(ns, Ordering::Relaxed);
 }
 
 /// Publishes the queue's best ticket as this handle's head.

@@ -113,6 +113,11 @@ class BackendStats(TypedDict):
     recent_failures: int
     ejected_for: float
     ejections: int
+    """Ejections in a row (0 once it answers again)."""
+    successes: int
+    """Counters since it joined, as flowctrl_backend_*_total exports them."""
+    failures: int
+    ejections_total: int
     age: float
     ramp: float
     load: Optional[float]
