@@ -1,5 +1,7 @@
 //! Keys' global rates on a real Redis (standalone, restarted inside a
-//! slice; and a 3-master Cluster): 3 hosts × 2 processes, 10,000 keys. Five
+//! slice; a Sentinel failover; hosts whose clocks are 420 ms ahead and
+//! 260 ms behind; and a 3-master Cluster): 3 hosts × 2 processes, 10,000
+//! keys. Five
 //! hot keys, each asked far past its limit on every host, stay within their
 //! limit in every slice; cold keys (each asked about once in five slices)
 //! are admitted whatever they ask, on each host alone.
@@ -22,6 +24,8 @@ const COLD: usize = 10_000;
 /// Each key's limit per 1-s slice, fleet-wide.
 const LIMIT: u64 = 20;
 const SECS: u64 = 7;
+/// The hosts' clock skews in the skewed run: ahead, behind, on time.
+const SKEWS_MS: [i64; HOSTS] = [420, -260, 0];
 
 /// (slice, key) → (asked, admitted).
 type Counts = HashMap<(u64, String), (u64, u64)>;
@@ -35,8 +39,16 @@ fn wall_ms() -> u64 {
 /// a cold key at random; none within 5 ms of a slice's edge, where the
 /// host's clock and the store's may name different slices. Writes what it
 /// saw to `out`.
-fn worker(url: &str, table: &Path, host: usize, seed: u64, start_ms: u64, out: &Path) -> i32 {
-    let table = Table::open(table, &host_options(url, &*format!("h{host}"))).unwrap();
+fn worker(
+    url: &str,
+    table: &Path,
+    (host, skew_ms): (usize, i64),
+    seed: u64,
+    start_ms: u64,
+    out: &Path,
+) -> i32 {
+    let options = host_options(url, &*format!("h{host}")).clock_skew_ms(skew_ms);
+    let table = Table::open(table, &options).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(LIMIT as f64)));
     task.set_keys(&KeyConfig::new(limits).capacity(16_384))
@@ -86,17 +98,22 @@ fn worker(url: &str, table: &Path, host: usize, seed: u64, start_ms: u64, out: &
 /// Runs the fleet against `url`; `during` runs in the parent while the
 /// workers ask (from their start, in ms). Returns the merged counts and
 /// the first slice.
-fn fleet(url: &str, scratch: &Scratch, during: impl FnOnce(u64)) -> (Counts, u64) {
+fn fleet(
+    url: &str,
+    scratch: &Scratch,
+    skews_ms: [i64; HOSTS],
+    during: impl FnOnce(u64),
+) -> (Counts, u64) {
     let start_ms = (wall_ms() / 1000 + 2) * 1000;
     let mut pids = Vec::new();
-    for h in 0..HOSTS {
+    for (h, skew_ms) in skews_ms.into_iter().enumerate() {
         for p in 0..PROCESSES {
             let table = scratch.path(&format!("h{h}"));
             let out = scratch.path(&format!("h{h}p{p}.txt"));
             let url = url.to_string();
             let seed = (h * PROCESSES + p) as u64 + 1;
             pids.push(fork_guarded(move || {
-                worker(&url, &table, h, seed, start_ms, &out)
+                worker(&url, &table, (h, skew_ms), seed, start_ms, &out)
             }));
         }
     }
@@ -167,7 +184,7 @@ fn keys_keep_their_global_rate_through_a_restart_inside_a_slice() {
     let scratch = Scratch::in_memory("keyed-global");
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let (counts, first) = fleet(&url, &scratch, |start_ms| {
+    let (counts, first) = fleet(&url, &scratch, [0; HOSTS], |start_ms| {
         // Killed 3.4 s in, started again (empty) at once.
         std::thread::sleep(Duration::from_millis(
             (start_ms + 3400).saturating_sub(wall_ms()),
@@ -188,7 +205,7 @@ fn keys_keep_their_global_rate_through_a_sentinel_failover() {
     let mut ha = Redis::new().sentinels(1000);
     let old_master = ha.master.port;
     let mut promoted = 0;
-    let (counts, first) = fleet(&ha.url(), &scratch, |start_ms| {
+    let (counts, first) = fleet(&ha.url(), &scratch, [0; HOSTS], |start_ms| {
         // The master SIGKILLed 2.4 s in; the sentinels promote its replica.
         std::thread::sleep(Duration::from_millis(
             (start_ms + 2400).saturating_sub(wall_ms()),
@@ -212,10 +229,18 @@ fn keys_keep_their_global_rate_through_a_sentinel_failover() {
 }
 
 #[test]
+fn keys_keep_their_global_rate_on_hosts_with_skewed_clocks() {
+    let scratch = Scratch::in_memory("keyed-global-skew");
+    let redis = RedisServer::start();
+    let (counts, first) = fleet(&redis.url(), &scratch, SKEWS_MS, |_| {});
+    check(&counts, first, |s| s >= 2);
+}
+
+#[test]
 fn keys_keep_their_global_rate_on_a_cluster() {
     let scratch = Scratch::in_memory("keyed-global-cluster");
     let cluster = Redis::new().cluster(5000, 0);
-    let (counts, first) = fleet(&cluster.url(), &scratch, |_| {});
+    let (counts, first) = fleet(&cluster.url(), &scratch, [0; HOSTS], |_| {});
     check(&counts, first, |s| s >= 2);
 }
 

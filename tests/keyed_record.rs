@@ -236,6 +236,95 @@ fn the_manager_owns_the_key_rates_of_every_keyed_task_its_file_names() {
     assert_eq!(config.tasks.keys().collect::<Vec<_>>(), ["both"]);
 }
 
+/// One host of its own numbers (a process): `k` at `rate`/s fleet-wide,
+/// asked 400 a second for SECS seconds from `start_ms`; its admissions
+/// per wall second to `out`.
+fn disagreeing_host(
+    url: &str,
+    table: &Path,
+    host: usize,
+    rate: f64,
+    start_ms: u64,
+    out: &Path,
+) -> i32 {
+    let table = Table::open(table, &host_options(url, &*format!("h{host}"))).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(rate)));
+    task.set_keys(&KeyConfig::new(limits)).unwrap();
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let mut next = start_ms as f64;
+    while wall_ms() < start_ms + 5000 {
+        let now = wall_ms();
+        if (now as f64) < next {
+            std::thread::sleep(Duration::from_micros(((next - now as f64) * 1000.0) as u64));
+            continue;
+        }
+        next += 2.5;
+        if !(5..995).contains(&(now % 1000)) {
+            continue;
+        }
+        if let Ok(mut permit) = task.acquire_key_raw(b"k", 1).unwrap() {
+            *counts.entry(now / 1000).or_default() += 1;
+            task.release_raw(&mut permit, Outcome::Success).unwrap();
+        }
+    }
+    let text: String = counts.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
+    std::fs::write(out, text).unwrap();
+    0
+}
+
+/// Without a record, hosts that disagree on a key's rate each ask the
+/// store by their own: a slice never admits more than the loosest rate,
+/// and the stricter host never more than its own.
+#[test]
+fn hosts_that_disagree_on_a_key_rate_never_pass_the_loosest() {
+    let scratch = Scratch::in_memory("keyed-record-mixed");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let start_ms = (wall_ms() / 1000 + 2) * 1000;
+    let rates = [10.0, 30.0];
+    let pids: Vec<_> = (0..2)
+        .map(|h| {
+            let (url, table, out) = (
+                url.clone(),
+                scratch.path(&format!("h{h}")),
+                scratch.path(&format!("h{h}.txt")),
+            );
+            fork_guarded(move || disagreeing_host(&url, &table, h, rates[h], start_ms, &out))
+        })
+        .collect();
+    for pid in pids {
+        assert_eq!(wait(pid), 0, "a host failed");
+    }
+    let per_host: Vec<HashMap<u64, u64>> = (0..2)
+        .map(|h| {
+            std::fs::read_to_string(scratch.path(&format!("h{h}.txt")))
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let (s, n) = l.split_once(' ').unwrap();
+                    (
+                        s.parse::<u64>().unwrap() - start_ms / 1000,
+                        n.parse().unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    for s in 1..5 {
+        let (a, b) = (
+            per_host[0].get(&s).copied().unwrap_or(0),
+            per_host[1].get(&s).copied().unwrap_or(0),
+        );
+        eprintln!("second {s}: {a} + {b}");
+        assert!(a <= 10, "second {s}: the 10/s host admitted {a}");
+        assert!(
+            a + b <= 30,
+            "second {s}: {a} + {b} past the loosest rate, 30"
+        );
+    }
+}
+
 /// A child process killed and reaped however the test ends.
 struct Child(std::process::Child);
 

@@ -106,8 +106,9 @@ pub(crate) const KEY_COUNTERS: usize = 8;
 pub(crate) struct GlobalHeader {
     /// The slice (low 32 bits of its id) whose chunks were asked ahead.
     pub ahead: AtomicU64,
-    /// The store's clock minus this host's, ms (i64 bits), as last measured.
-    pub offset_ms: AtomicU64,
+    /// The store's clock minus this host's, µs (i64 bits), as measured
+    /// and smoothed.
+    pub offset_us: AtomicU64,
     /// Hosts the store counted pulling keys, at the last pull.
     pub hosts: AtomicU64,
     /// Until when (store ms) the store is taken as down: no pull is tried.

@@ -16,7 +16,7 @@ use super::global::{self, GlobalRule, Now, Paid, Seen, Step};
 use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
 use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK, KeyCounter};
-use crate::quota::{KeyAsk, MAX_KEY_BATCH, Quota};
+use crate::quota::{KeyAsk, MAX_KEY_BATCH, Quota, smooth_offset};
 
 /// How long a failed store is left alone before a key asks it again.
 const PROBE_MS: i64 = 1000;
@@ -67,8 +67,8 @@ fn window(slice_ms: u64) -> u64 {
 
 impl Keys {
     fn store_clock(&self, quota: &Quota, slice_ms: u64) -> Clock {
-        let offset = self.region.header().global.offset_ms.load(Relaxed) as i64;
-        let ms = (quota.host_ms() + offset).max(0) as u64;
+        let offset_us = self.region.header().global.offset_us.load(Relaxed) as i64;
+        let ms = ((quota.host_us() + offset_us) / 1000).max(0) as u64;
         Clock {
             ms,
             slice: ms / slice_ms,
@@ -76,10 +76,18 @@ impl Keys {
         }
     }
 
-    pub(super) fn note_reply(&self, quota: &Quota, sent_ms: i64, store_ms: i64, hosts: u64) {
+    /// A call sent at `sent_us` (host µs) answered: the store's clock, the
+    /// hosts it counts. The offset follows as a task's does (see
+    /// `quota::smooth_offset`): a slow answer's noise never moves the
+    /// host's slice edges.
+    pub(super) fn note_reply(&self, quota: &Quota, sent_us: i64, store_ms: i64, hosts: u64) {
         let g = &self.region.header().global;
-        let mid = (sent_ms + quota.host_ms()) / 2;
-        g.offset_ms.store((store_ms - mid) as u64, Relaxed);
+        let back = quota.host_us();
+        // The store answers whole ms: its clock was within that ms.
+        let measured = store_ms * 1000 + 500 - (sent_us + back) / 2;
+        let old = g.offset_us.load(Relaxed) as i64;
+        g.offset_us
+            .store(smooth_offset(old, measured, back - sent_us) as u64, Relaxed);
         g.hosts.store(hosts, Relaxed);
         g.failed_until_ms.store(0, Relaxed);
     }
@@ -230,7 +238,7 @@ impl Keys {
     ) -> bool {
         let batch: Vec<KeyAsk> = asks.iter().map(|a| a.3).collect();
         let names = self.names_of(asks);
-        let sent = quota.host_ms();
+        let sent = quota.host_us();
         let g = &self.region.header().global;
         match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch, &names) {
             Some(Ok(reply)) => {

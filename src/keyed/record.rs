@@ -291,9 +291,9 @@ impl Keys {
     /// One call without asks: the census counts the host, and the reply
     /// carries the record's version.
     fn heartbeat(&self, quota: &Quota, task: &str) {
-        let sent = quota.host_ms();
+        let sent = quota.host_us();
         // The slice is immaterial without asks.
-        let slice = (sent.max(0) as u64) / 1000;
+        let slice = (sent.max(0) as u64) / 1_000_000;
         if let Some(Ok(reply)) = quota.pull_keys(task, (slice, 1000), &[], &[]) {
             self.note_reply(quota, sent, reply.store_ms, reply.hosts);
             self.note_record(reply.record, quota.host_ms().max(0) as u64);

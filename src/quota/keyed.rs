@@ -112,7 +112,12 @@ impl super::Quota {
 
     /// This host's wall clock (with the table's test skew), ms.
     pub(crate) fn host_ms(&self) -> i64 {
-        (super::wall_us() + self.skew_us) / 1000
+        self.host_us() / 1000
+    }
+
+    /// The same in µs.
+    pub(crate) fn host_us(&self) -> i64 {
+        super::wall_us() + self.skew_us
     }
 }
 

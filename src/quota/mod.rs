@@ -88,6 +88,7 @@ pub(crate) use keys::{manager_key, record_key, slice_key};
 pub(crate) use lock::reclaim_pull_lock;
 use phase::{Dry, Phase};
 pub(crate) use policy::part as shard_part;
+pub(crate) use policy::smooth_offset;
 pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};

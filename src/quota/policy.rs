@@ -201,7 +201,7 @@ pub(super) fn give_back_floor(quota: u64, hosts: u64) -> u64 {
 /// taken as it is; otherwise a fast answer moves the kept one by a
 /// fraction and a slow one not at all, so noise does not move the host's
 /// slice edges.
-pub(super) fn smooth_offset(old: i64, measured: i64, rtt_us: i64) -> i64 {
+pub(crate) fn smooth_offset(old: i64, measured: i64, rtt_us: i64) -> i64 {
     if old == 0 || (measured - old).abs() > OFFSET_JUMP_US + rtt_us / 2 {
         measured
     } else if rtt_us > OFFSET_RTT_MAX_US {
