@@ -422,6 +422,25 @@ fn a_record_a_host_cannot_trust_is_refused_and_the_host_keeps_its_own() {
         "{}",
         keys.stdout
     );
+    // flowctrl set leaves the record's rates alone, dry run or not; the
+    // rest of the key limits stay the host's to change.
+    for args in [
+        &["set", "api", "key_global=5/s"][..],
+        &["set", "--dry-run", "api", "key_global_local=2"][..],
+    ] {
+        let run = cli::flowctrl(&scratch.path("t"), args);
+        assert!(
+            run.code != 0 && run.stderr.contains("come from the store's record"),
+            "{args:?}: {} {}",
+            run.code,
+            run.stderr
+        );
+    }
+    assert_eq!(rate(), Some(10.0));
+    let run = cli::flowctrl(&scratch.path("t"), &["set", "api", "key_rate=100/s"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    eventually("the record adopted again", || stats().record == version);
+    assert_eq!(rate(), Some(10.0));
     let (vip, overridden) = task.key_limits(b"vip").unwrap();
     assert!(overridden);
     assert_eq!(vip.global.map(|g| g.rate.rate()), Some(50.0));

@@ -123,6 +123,26 @@ impl KeyEdits {
         self.given.is_empty() && self.overrides.is_empty()
     }
 
+    /// Refuses edits of the keys' global rates while the store's record
+    /// (version `record`, 0: none) owns them: the host would adopt the
+    /// record again within a second, undoing them.
+    fn not_the_records(&self, name: &str, record: u64) -> Result<()> {
+        let global = self.global.is_some()
+            || self.global_fields()
+            || self
+                .overrides
+                .iter()
+                .any(|(_, l)| l.as_ref().is_some_and(|l| l.global.is_some()));
+        if record != 0 && global {
+            return Err(crate::invalid(format!(
+                "task {name:?}'s keys' global rates come from the store's record (version \
+                 {record}): change them there (flowctrl manage's file, or \
+                 Store::set_key_record)"
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether a field of the global rate other than `key_global` is given.
     fn global_fields(&self) -> bool {
         self.global_slice.is_some() || self.global_local.is_some() || self.global_fallback.is_some()
@@ -200,6 +220,7 @@ impl KeyEdits {
 pub(crate) fn preview(view: &TableSnapshot, name: &str, keys: &KeyEdits) -> Result {
     let current = view.key_config(name)?;
     let after = keys.apply(name, current.as_ref())?;
+    keys.not_the_records(name, view.key_stats(name)?.map_or(0, |s| s.record))?;
     after.limits.validate()?;
     for (_, limits) in &keys.overrides {
         if let Some(l) = limits {
@@ -265,6 +286,7 @@ pub(crate) fn set(path: &Path, name: &str, edits: &KeyEdits) -> Result {
     let task = table.task(name, &TaskConfig::new())?;
     let current = task.key_config()?;
     let config = edits.apply(name, current.as_ref())?;
+    edits.not_the_records(name, task.key_stats()?.map_or(0, |s| s.record))?;
     if !edits.given.is_empty() || current.is_none() {
         task.set_keys(&config)?;
     }
