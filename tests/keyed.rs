@@ -605,3 +605,52 @@ fn a_keys_global_rate_is_exact_per_slice_on_a_table_without_a_store() {
     }
     assert_eq!(task.key_config().unwrap().unwrap().limits.global, None);
 }
+
+/// Setting every key limit but the global rate keeps the global rate in
+/// force, read under the key file's lock: a change of it racing the write
+/// is never lost (the faces' "keep the global rate" calls).
+#[test]
+fn limits_set_around_the_global_rate_never_lose_a_change_of_it() {
+    let scratch = Scratch::new("keyed-keep-global");
+    let table = table(&scratch);
+    let per = |n: f64| flowctrl::KeyGlobal::new(KeyRate::per_second(n));
+    let task = keyed(
+        &table,
+        "api",
+        TaskConfig::new(),
+        KeyConfig::new(KeyLimits::new()),
+    );
+    task.set_key_override(b"vip", Some(&KeyLimits::new().global(per(7.0))))
+        .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..300 {
+                let rates = KeyLimits::parse_rates(&format!("{}/s", 100 + i)).unwrap();
+                task.set_keys_keeping_global(&KeyConfig::new(rates))
+                    .unwrap();
+                task.set_key_override_keeping_global(b"vip", Some(&rates))
+                    .unwrap();
+            }
+        });
+        for i in 1..=300 {
+            task.set_key_global(None, Some(&per(i as f64))).unwrap();
+        }
+    });
+    let rate = |key: &[u8]| {
+        task.key_limits(key)
+            .unwrap()
+            .0
+            .global
+            .map(|g| g.rate.rate())
+    };
+    assert_eq!(rate(b"any"), Some(300.0), "the last global rate set stays");
+    assert_eq!(rate(b"vip"), Some(7.0), "the override's own stays");
+    assert_eq!(task.key_limits(b"any").unwrap().0.rates().count(), 1);
+    // A new override has no global rate; one made unlimited has none.
+    task.set_key_override_keeping_global(b"new", Some(&KeyLimits::new()))
+        .unwrap();
+    assert_eq!(rate(b"new"), None);
+    task.set_key_override_keeping_global(b"vip", Some(&KeyLimits::unlimited()))
+        .unwrap();
+    assert_eq!(rate(b"vip"), None);
+}

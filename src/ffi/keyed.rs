@@ -93,17 +93,15 @@ pub unsafe extern "C" fn fc_task_set_keys(
             )));
         }
         let task = task_of(task);
-        let mut limits = limits(rates, max_concurrency, flags)?;
-        // A global rate is set apart (fc_task_set_key_global): kept here.
-        limits.global = task.key_config()?.and_then(|c| c.limits.global);
-        let mut config = KeyConfig::new(limits);
+        let mut config = KeyConfig::new(limits(rates, max_concurrency, flags)?);
         if capacity != 0 {
             config = config.capacity(capacity);
         }
         if flags & FC_KEYS_OVERFLOW_ADMIT != 0 {
             config = config.overflow(KeyOverflow::Admit);
         }
-        task.set_keys(&config)?;
+        // A global rate is set apart (fc_task_set_key_global): kept.
+        task.set_keys_keeping_global(&config)?;
         Ok(fc_status::FC_OK)
     })
 }
@@ -137,17 +135,10 @@ pub unsafe extern "C" fn fc_task_set_key_override(
         let l = if flags & FC_KEY_REMOVE != 0 {
             None
         } else {
-            let mut l = limits(rates, max_concurrency, flags)?;
-            // The override's own global rate is kept (not the task's).
-            if flags & (FC_KEY_UNLIMITED | FC_KEY_BLOCKED) == 0 {
-                l.global = match task.key_limits(key)? {
-                    (current, true) => current.global,
-                    (_, false) => None,
-                };
-            }
-            Some(l)
+            Some(limits(rates, max_concurrency, flags)?)
         };
-        task.set_key_override(key, l.as_ref())?;
+        // The override's own global rate is kept (not the task's).
+        task.set_key_override_keeping_global(key, l.as_ref())?;
         Ok(fc_status::FC_OK)
     })
 }

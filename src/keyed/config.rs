@@ -29,40 +29,53 @@ impl Keys {
     }
 
     /// Writes the default limits (and the overflow policy), keeping the
-    /// overrides. The caller validated them.
-    pub(crate) fn write_default(&self, shm: &Shm, config: &KeyConfig) -> Result<()> {
+    /// overrides, and with `keep_global` the global rate in force (read
+    /// under the lock: a concurrent change of it is never lost). The caller
+    /// validated them.
+    pub(crate) fn write_default(
+        &self,
+        shm: &Shm,
+        config: &KeyConfig,
+        keep_global: bool,
+    ) -> Result<()> {
         self.write(shm, |c, clock| {
-            config
-                .limits
-                .store(&c.default, clock, config.overflow == KeyOverflow::Admit);
+            let mut limits = config.limits;
+            if keep_global {
+                limits.global = KeyLimits::load(&c.default, clock).global;
+            }
+            limits.store(&c.default, clock, config.overflow == KeyOverflow::Admit);
             Ok(())
         })
     }
 
-    /// Sets (`Some`) or removes (`None`) the override of `key`.
+    /// Sets (`Some`) or removes (`None`) the override of `key`; with
+    /// `keep_global`, the override keeps the global rate it has (a new one
+    /// has none, nor has a key made unlimited or blocked).
     pub(crate) fn write_override(
         &self,
         shm: &Shm,
         key: &[u8],
         limits: Option<&KeyLimits>,
+        keep_global: bool,
     ) -> Result<()> {
         let ident = self.hash(key)?.ident;
         self.write(shm, |c, clock| {
-            let current = override_of(c, ident);
-            let mut keys: Vec<(u64, KeyLimits)> = (0..MAX_OVERRIDES)
-                .filter_map(|i| {
-                    let k = c.override_keys[i].load(Ordering::Relaxed);
-                    (k != 0 && Some(i) != current)
-                        .then(|| (k, KeyLimits::load(&c.overrides[i], clock)))
-                })
-                .collect();
+            let mut keys = overrides_in(c, clock);
+            let had = keys
+                .iter()
+                .position(|(k, _)| *k == ident)
+                .map(|i| keys.remove(i).1);
             if let Some(l) = limits {
                 if keys.len() >= MAX_OVERRIDES {
                     return Err(Error::invalid(format!(
                         "a keyed task holds at most {MAX_OVERRIDES} overrides"
                     )));
                 }
-                keys.push((ident, *l));
+                let mut l = *l;
+                if keep_global && !l.is_unlimited() && !l.is_blocked() {
+                    l.global = had.and_then(|h| h.global);
+                }
+                keys.push((ident, l));
             }
             write_overrides(c, clock, &keys);
             Ok(())

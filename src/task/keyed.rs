@@ -33,6 +33,18 @@ impl Task {
     /// keys; later calls keep its capacity (a different one is an error,
     /// as the file cannot be resized while processes use it).
     pub fn set_keys(&self, config: &KeyConfig) -> Result<()> {
+        self.write_keys(config, false)
+    }
+
+    /// [`Task::set_keys`] for every limit but the global rate, which stays
+    /// as it is (set apart, by [`Task::set_key_global`] or the store's
+    /// record): read and written under the key file's configuration lock,
+    /// so a change of it meanwhile is never lost.
+    pub fn set_keys_keeping_global(&self, config: &KeyConfig) -> Result<()> {
+        self.write_keys(config, true)
+    }
+
+    fn write_keys(&self, config: &KeyConfig, keep_global: bool) -> Result<()> {
         config.limits.validate()?;
         self.check_global(config.limits.global.as_ref())?;
         let keys = match self.keys_in_use() {
@@ -56,7 +68,7 @@ impl Task {
                 ),
             ));
         }
-        keys.write_default(&self.shm, config)?;
+        keys.write_default(&self.shm, config, keep_global)?;
         self.shm
             .task_slot(self.index)
             .keyed
@@ -73,7 +85,23 @@ impl Task {
             l.validate()?;
             self.check_global(l.global.as_ref())?;
         }
-        self.keys_in_use()?.write_override(&self.shm, key, limits)
+        self.keys_in_use()?
+            .write_override(&self.shm, key, limits, false)
+    }
+
+    /// [`Task::set_key_override`] keeping the global rate the key's
+    /// override has (a new override has none, nor has a key made unlimited
+    /// or blocked), under the configuration lock.
+    pub fn set_key_override_keeping_global(
+        &self,
+        key: &[u8],
+        limits: Option<&KeyLimits>,
+    ) -> Result<()> {
+        if let Some(l) = limits {
+            l.validate()?;
+        }
+        self.keys_in_use()?
+            .write_override(&self.shm, key, limits, true)
     }
 
     /// A global rate the table's store can keep: without a store the host
