@@ -105,6 +105,16 @@
 #define FC_RETRY_UNKNOWN UINT64_MAX
 
 /**
+ * The most keys a record names (a keyed task's overrides).
+ */
+#define FC_KEY_RECORD_MAX 64
+
+/**
+ * The most hot keys `fc_store_hot_keys` lists.
+ */
+#define FC_HOT_KEYS_MAX 100
+
+/**
  * Layout version of the table file this library reads and writes.
  */
 #define FC_LAYOUT_VERSION 3
@@ -315,6 +325,12 @@ typedef uint32_t fc_status;
  * mapped and attached.
  */
 typedef struct fc_balancer fc_balancer;
+
+/**
+ * A keyed task's record read from the store: a handle its getters read,
+ * freed with `fc_key_record_free`.
+ */
+typedef struct fc_key_record fc_key_record;
 
 /**
  * A fleet's quota store (Redis), apart from any table. Thread-safe.
@@ -982,6 +998,46 @@ typedef struct fc_task_config {
 } fc_task_config;
 
 /**
+ * A key's global rate, as `fc_task_set_key_global` takes it: `count` per
+ * `period_ms` (0: no global rate, every other field 0), in slices of
+ * `slice_ms` (0: the period), `local` (0 to 31), `fallback`
+ * `FC_FALLBACK_SHARE`, `_LOCAL` or `_DENY`. Caller memory, 48 bytes for
+ * good: zero it first (`reserved` must be 0; written as 0).
+ */
+typedef struct fc_key_global {
+  double count;
+  uint64_t period_ms;
+  uint64_t slice_ms;
+  uint32_t local;
+  uint32_t fallback;
+  uint32_t reserved[4];
+} fc_key_global;
+
+/**
+ * One of a keyed task's hot keys. Caller memory, 128 bytes for good (the
+ * reserved words are written as 0).
+ */
+typedef struct fc_hot_key {
+  /**
+   * The key's id in the store (a hash of the task and the key).
+   */
+  uint64_t id;
+  /**
+   * Chunks the store's slice gave of it so far, fleet-wide, and the asks
+   * hosts made of it.
+   */
+  uint64_t given;
+  uint64_t asks;
+  /**
+   * Its first `name_len` bytes (at most 64; not NUL-terminated), if a
+   * host named it; `name_len` 0: none did.
+   */
+  uint8_t name[64];
+  uint32_t name_len;
+  uint32_t reserved[9];
+} fc_hot_key;
+
+/**
  * Options for opening or creating a table. Fill it with
  * `fc_table_options_init(&options, sizeof options)`, then change fields.
  * `capacity`, `max_processes` and `mode` apply only when the file does not
@@ -1506,6 +1562,106 @@ fc_status fc_store_remove_task_config(const struct fc_store *store,
  * Frees a store handle (NULL is ignored); it must not be used after.
  */
 void fc_store_free(struct fc_store *store);
+
+/**
+ * Writes keyed task `task`'s record of its keys' global rates: every
+ * host of the fleet adopts it within about a second, over its own global
+ * rates (its other key limits stay its own). `default_global` is the rate
+ * of every key the record does not name (NULL or `count` 0: none); the
+ * `n` keys (at most `FC_KEY_RECORD_MAX`, UTF-8, NUL-terminated) of `keys`
+ * get the rates of `globals` (`count` 0: the key has none). Checked as
+ * hosts check it: nothing is written on a refusal. `*version` (NULL = not
+ * wanted) gets the record's version. One round trip; `FC_ERR_STORE` when
+ * the store fails. Thread-safe.
+ */
+fc_status fc_store_set_key_record(const struct fc_store *store,
+                                  const char *task,
+                                  const struct fc_key_global *default_global,
+                                  const char *const *keys,
+                                  const struct fc_key_global *globals,
+                                  size_t n,
+                                  uint64_t *version);
+
+/**
+ * Reads keyed task `task`'s record of its keys' global rates. With one,
+ * `*record` is a new handle (read it with `fc_key_record_default`,
+ * `_count`, `_override`; free it with `fc_key_record_free`) and
+ * `*version` its version; without one, `*record` is NULL and `*version`
+ * 0. A record hosts refuse (written by hand with a bad field) answers
+ * `FC_ERR_INVALID_ARGUMENT` naming the field. One round trip. Thread-safe.
+ */
+fc_status fc_store_get_key_record(const struct fc_store *store,
+                                  const char *task,
+                                  struct fc_key_record **record,
+                                  uint64_t *version);
+
+/**
+ * The rate of every key `record` does not name, into `*out` (`count` 0:
+ * none). Thread-safe.
+ */
+fc_status fc_key_record_default(const struct fc_key_record *record, struct fc_key_global *out);
+
+/**
+ * How many keys `record` names (`*count`, at most `FC_KEY_RECORD_MAX`).
+ */
+fc_status fc_key_record_count(const struct fc_key_record *record, size_t *count);
+
+/**
+ * The `index`th key `record` names (in byte order) and its rate:
+ * `*key` points to its bytes, NUL-terminated, valid until
+ * `fc_key_record_free`; `*key_len` (NULL = not wanted) is their length;
+ * `*global` its rate (`count` 0: none). An `index` past
+ * `fc_key_record_count` is `FC_ERR_INVALID_ARGUMENT`.
+ */
+fc_status fc_key_record_override(const struct fc_key_record *record,
+                                 size_t index,
+                                 const char **key,
+                                 size_t *key_len,
+                                 struct fc_key_global *global);
+
+/**
+ * Frees a record handle (NULL is ignored); it and its keys must not be
+ * used after.
+ */
+void fc_key_record_free(struct fc_key_record *record);
+
+/**
+ * Removes keyed task `task`'s record: hosts keep its rates until their
+ * own are written again. `*removed` (NULL = not wanted) is 1 if there was
+ * one, else 0. Thread-safe.
+ */
+fc_status fc_store_remove_key_record(const struct fc_store *store,
+                                     const char *task,
+                                     uint32_t *removed);
+
+/**
+ * The versions of the store's record of the task's keys' global rates
+ * the host has in force (`*adopted`; 0: none, or none since its own limits
+ * were written or the record removed) and last refused (`*refused`; 0:
+ * none): 0 and 0 for a task without key limits. Either pointer may be
+ * NULL. Thread-safe; no system call.
+ */
+fc_status fc_task_key_record_version(const struct fc_task *task,
+                                     uint64_t *adopted,
+                                     uint64_t *refused);
+
+/**
+ * The `capacity` keys (at most `FC_HOT_KEYS_MAX`) of keyed task `task`
+ * the store gave most of in its current slice of `slice_ms` (10 to
+ * 86,400,000: the slices of the keys' global rate), most first, into
+ * `keys` (NULL when `capacity` is 0); `*count` is how many were written.
+ * `*slice` and `*pulled` (each NULL = not wanted) get the slice's number
+ * and how many keys the store counts in it (those some host pulled). One
+ * round trip; `FC_ERR_STORE` when the store fails. Thread-safe.
+ */
+fc_status fc_store_hot_keys(const struct fc_store *store,
+                            const char *task,
+                            uint32_t slice_ms,
+                            struct fc_hot_key *keys,
+                            uint32_t capacity,
+                            uint32_t *count,
+                            uint64_t *slice,
+                            uint64_t *pulled);
 
 /**
  * Fills `*options`, a struct of `size` bytes (pass `sizeof *options`), with

@@ -64,6 +64,8 @@ enum Program {
     Adaptive,
     /// `records_test.c`: a task's record in a real Redis.
     Records,
+    /// `key_records_test.c`: a keyed task's record and hot keys in a real Redis.
+    KeyRecords,
     /// `config_test.c`: limits from a config file, edited while it runs.
     Config,
     /// `log_test.c`: the log callback and `FLOWCTRL_LOG`.
@@ -81,6 +83,7 @@ impl Program {
             Program::QuotaWorker => "quota_worker.c",
             Program::Adaptive => "adaptive_test.c",
             Program::Records => "records_test.c",
+            Program::KeyRecords => "key_records_test.c",
             Program::Config => "config_test.c",
             Program::Log => "log_test.c",
         }
@@ -95,6 +98,7 @@ impl Program {
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
+            | Program::KeyRecords
             | Program::Config
             | Program::Log => Language::C,
         }
@@ -110,6 +114,7 @@ impl Program {
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
+            | Program::KeyRecords
             | Program::Config
             | Program::Log => "include",
             // Only tests/c: the frozen headers, never include/flowctrl.h.
@@ -128,6 +133,7 @@ impl Program {
             Program::QuotaWorker => "quota_worker",
             Program::Adaptive => "adaptive_test",
             Program::Records => "records_test",
+            Program::KeyRecords => "key_records_test",
             Program::Config => "config_test",
             Program::Log => "log_test",
         }
@@ -904,6 +910,19 @@ mod quota {
         run_with(&binary, &[&redis.url()]);
         // The program removed what it wrote.
         let record: Vec<String> = redis.command(&["HGETALL", "flowctrl:cfg:{api}"]);
+        assert!(record.is_empty(), "left behind: {record:?}");
+    }
+
+    /// A keyed task's record of its keys' global rates through the C face
+    /// (`tests/c/key_records_test.c`): written, read back, adopted by a host
+    /// with its own rate, hostile input refused, the hot key listed, removed.
+    #[test]
+    fn c_key_records_reach_a_host_and_hot_keys_are_listed() {
+        let _turn = one_at_a_time();
+        let binary = compile(Program::KeyRecords, Linkage::Shared, &deps_dir());
+        let redis = RedisServer::start();
+        run_with(&binary, &[&redis.url()]);
+        let record: Vec<String> = redis.command(&["HGETALL", "flowctrl:{api}:k-cfg"]);
         assert!(record.is_empty(), "left behind: {record:?}");
     }
 }

@@ -145,7 +145,7 @@ pub unsafe extern "C" fn fc_task_set_key_override(
 
 /// A global rate from C's arguments; `None` for `count` 0 (every other
 /// argument 0 too).
-fn global(
+pub(super) fn global(
     count: f64,
     period_ms: u64,
     slice_ms: u64,
@@ -186,6 +186,26 @@ fn global(
     }
     KeyLimits::new().global(g).validate()?;
     Ok(Some(g))
+}
+
+/// A global rate as C's values: count, period_ms, slice_ms (in force),
+/// local, fallback; all 0 for none.
+pub(super) fn global_values(g: Option<KeyGlobal>) -> (f64, u64, u64, u32, u32) {
+    let ms = |d: Duration| d.as_millis().min(u64::MAX as u128) as u64;
+    match g {
+        None => (0.0, 0, 0, 0, 0),
+        Some(g) => (
+            g.rate.count,
+            ms(g.rate.period),
+            ms(g.slice_in_force()),
+            g.local,
+            match g.fallback {
+                Fallback::Local => FC_FALLBACK_LOCAL,
+                Fallback::Deny => FC_FALLBACK_DENY,
+                _ => FC_FALLBACK_SHARE,
+            },
+        ),
+    }
 }
 
 /// Gives every key of the task a rate across the fleet, or changes it:
@@ -260,22 +280,7 @@ pub unsafe extern "C" fn fc_key_global_get(
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
         let key = unsafe { key_arg(key, key_len) }?;
-        let g = task_of(task).key_limits(key)?.0.global;
-        let ms = |d: Duration| d.as_millis().min(u64::MAX as u128) as u64;
-        let values = match g {
-            None => (0.0, 0, 0, 0, 0),
-            Some(g) => (
-                g.rate.count,
-                ms(g.rate.period),
-                ms(g.slice_in_force()),
-                g.local,
-                match g.fallback {
-                    Fallback::Local => FC_FALLBACK_LOCAL,
-                    Fallback::Deny => FC_FALLBACK_DENY,
-                    _ => FC_FALLBACK_SHARE,
-                },
-            ),
-        };
+        let values = global_values(task_of(task).key_limits(key)?.0.global);
         unsafe {
             if !count.is_null() {
                 put(count, values.0);

@@ -1,7 +1,7 @@
 //! The C face of a fleet's store: `fc_store_open`, `fc_store_fleet` (the
 //! census of a task's hosts), the tasks' records (`fc_store_set_task_config`,
 //! `fc_store_get_task_config`, `fc_store_remove_task_config`),
-//! `fc_store_free`.
+//! `fc_store_free`. Keyed tasks' records and hot keys: `store_keys`.
 
 use std::ffi::c_char;
 
@@ -14,7 +14,7 @@ use crate::{Error, GlobalSource, LimiterConfig, LocalConfig, Store, StoreOptions
 
 /// A fleet's quota store (Redis), apart from any table. Thread-safe.
 pub struct fc_store {
-    store: Store,
+    pub(super) store: Store,
 }
 
 /// One host of a task's census. Caller memory, 128 bytes for good (the
@@ -211,10 +211,21 @@ pub unsafe extern "C" fn fc_store_remove_task_config(
     task: *const c_char,
     removed: *mut u32,
 ) -> fc_status {
+    unsafe { remove_with(store, task, removed, Store::remove_task_config) }
+}
+
+/// A remove of one of `task`'s records by `remove`: `*removed` (NULL = not
+/// wanted) is 1 if there was one, else 0.
+pub(super) unsafe fn remove_with(
+    store: *const fc_store,
+    task: *const c_char,
+    removed: *mut u32,
+    remove: fn(&Store, &str) -> Result<bool, Error>,
+) -> fc_status {
     boundary(|| {
         let store = unsafe { arg(store, "store") }?;
         let task = unsafe { name_arg(task, "task name") }?;
-        let was = store.store.remove_task_config(task)?;
+        let was = remove(&store.store, task)?;
         if !removed.is_null() {
             // SAFETY: a non-NULL out-pointer per the contract.
             unsafe { put(removed, was as u32) };

@@ -194,5 +194,7 @@ pub(crate) fn stats_dict<'py>(
     d.set_item("refused_rate", s.refused_rate)?;
     d.set_item("refused_concurrency", s.refused_concurrency)?;
     d.set_item("refused_global", s.refused_global)?;
+    d.set_item("record", s.record)?;
+    d.set_item("record_refused", s.record_refused)?;
     Ok(d)
 }

@@ -1,14 +1,75 @@
 //! The Python face of a fleet's store: `Store(url).fleet(task)` reads the
 //! census the pull script records (see the core's `quota::census`);
 //! `set_task`, `task` and `remove_task` keep the tasks' records that every
-//! host spends by.
+//! host spends by; `set_key_record`, `key_record`, `remove_key_record` the
+//! keyed tasks' records of their keys' global rates, `hot_keys` the keys
+//! the store gave most of.
 
-use flowctrl::{GlobalConfig, StoreOptions};
+use flowctrl::{GlobalConfig, KeyGlobal, KeyRecord, StoreOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::args::{self, set};
-use crate::error::to_py;
+use crate::error::{InvalidArgumentError, to_py};
+use crate::keyed;
+
+/// The keyword arguments of a key's global rate, as `set_keys` takes them.
+const GLOBAL_FIELDS: [&str; 4] = [
+    "key_global",
+    "key_global_slice",
+    "key_global_local",
+    "key_global_fallback",
+];
+
+/// An override's rate: None (none), or a dict of `GLOBAL_FIELDS`.
+fn override_of(key: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<KeyGlobal>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    let d = value.cast::<PyDict>().map_err(|_| {
+        InvalidArgumentError::new_err(format!(
+            "overrides[{key:?}] is a dict of {GLOBAL_FIELDS:?} or None"
+        ))
+    })?;
+    for k in d.keys() {
+        let k: String = k.extract()?;
+        if !GLOBAL_FIELDS.contains(&k.as_str()) {
+            return Err(InvalidArgumentError::new_err(format!(
+                "overrides[{key:?}]: unknown field {k:?} (known: {GLOBAL_FIELDS:?})"
+            )));
+        }
+    }
+    let get = |f: &str| d.get_item(f).map(|v| v.filter(|v| !v.is_none()));
+    let (rate, slice, local, fallback) = (
+        get("key_global")?,
+        get("key_global_slice")?,
+        get("key_global_local")?,
+        get("key_global_fallback")?,
+    );
+    keyed::global(
+        rate.map(|r| r.extract::<String>()).transpose()?.as_deref(),
+        slice.as_ref(),
+        local.map(|l| l.extract::<i64>()).transpose()?,
+        fallback
+            .map(|f| f.extract::<String>())
+            .transpose()?
+            .as_deref(),
+    )
+    .map_err(|e| {
+        let why = e.value(value.py()).to_string();
+        InvalidArgumentError::new_err(format!("overrides[{key:?}]: {why}"))
+    })
+}
+
+/// A rate as the dict of `GLOBAL_FIELDS` `set_key_record` takes (all None
+/// for none).
+fn global_into(d: &Bound<'_, PyDict>, g: Option<&KeyGlobal>) -> PyResult<()> {
+    d.set_item("key_global", g.map(|g| g.rate.to_string()))?;
+    d.set_item("key_global_slice", g.map(KeyGlobal::slice_text))?;
+    d.set_item("key_global_local", g.map(|g| g.local))?;
+    d.set_item("key_global_fallback", g.map(|g| g.fallback.to_string()))?;
+    Ok(())
+}
 
 /// A fleet's quota store (Redis), apart from any table.
 #[pyclass(frozen, module = "flowctrl")]
@@ -130,6 +191,106 @@ impl Store {
             })
             .collect::<PyResult<Vec<_>>>()?;
         d.set_item("hosts", hosts)?;
+        Ok(d)
+    }
+
+    /// Writes keyed task `task`'s record of its keys' global rates: every
+    /// host adopts it within about a second, over its own global rates.
+    /// The `key_global*` arguments (as `Task.set_keys`'s) are the rate of
+    /// every key not named; `overrides` maps a key to a dict of the same
+    /// fields, or None (no global rate). Returns the record's version.
+    #[pyo3(signature = (task, *, key_global=None, key_global_slice=None,
+                        key_global_local=None, key_global_fallback=None, overrides=None))]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of the Python method
+    fn set_key_record(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        key_global: Option<&str>,
+        key_global_slice: Option<&Bound<'_, PyAny>>,
+        key_global_local: Option<i64>,
+        key_global_fallback: Option<&str>,
+        overrides: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<u64> {
+        let mut record = KeyRecord {
+            default: keyed::global(
+                key_global,
+                key_global_slice,
+                key_global_local,
+                key_global_fallback,
+            )?,
+            overrides: Vec::new(),
+        };
+        for (key, value) in overrides.into_iter().flat_map(|d| d.iter()) {
+            let key = String::from_utf8(keyed::key_bytes(&key)?)
+                .map_err(|_| InvalidArgumentError::new_err("a record's key is UTF-8"))?;
+            let g = override_of(&key, &value)?;
+            record.overrides.push((key, g));
+        }
+        py.detach(|| self.store.set_key_record(task, &record))
+            .map_err(to_py)
+    }
+
+    /// `task`'s record of its keys' global rates, or None: `version`, the
+    /// `key_global*` fields of the default (None: none) and `overrides`,
+    /// each key's dict of them. A record hosts refuse raises ValueError.
+    fn key_record<'py>(&self, py: Python<'py>, task: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some((version, record)) = py.detach(|| self.store.key_record(task)).map_err(to_py)?
+        else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("version", version)?;
+        global_into(&d, record.default.as_ref())?;
+        let overrides = PyDict::new(py);
+        for (key, g) in &record.overrides {
+            let o = PyDict::new(py);
+            global_into(&o, g.as_ref())?;
+            overrides.set_item(key, o)?;
+        }
+        d.set_item("overrides", overrides)?;
+        Ok(Some(d))
+    }
+
+    /// Removes `task`'s record of its keys' global rates (hosts keep its
+    /// rates until their own are written again); whether there was one.
+    fn remove_key_record(&self, py: Python<'_>, task: &str) -> PyResult<bool> {
+        py.detach(|| self.store.remove_key_record(task))
+            .map_err(to_py)
+    }
+
+    /// The `top` keys (at most 100) of keyed task `task` the store gave
+    /// most of in its current slice of `slice_ms` (the keys' global rate's
+    /// slices): `slice_ms`, `slice`, `keys` (those the store counts) and
+    /// `top`, each with `id`, `name` (bytes, or None), `given` and `asks`.
+    #[pyo3(signature = (task, *, slice_ms=1000, top=10))]
+    fn hot_keys<'py>(
+        &self,
+        py: Python<'py>,
+        task: &str,
+        slice_ms: u32,
+        top: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let hot = py
+            .detach(|| self.store.hot_keys(task, slice_ms, top))
+            .map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("slice_ms", hot.slice_ms)?;
+        d.set_item("slice", hot.slice)?;
+        d.set_item("keys", hot.keys)?;
+        let top = hot
+            .top
+            .iter()
+            .map(|k| {
+                let r = PyDict::new(py);
+                r.set_item("id", k.id)?;
+                r.set_item("name", k.name.as_deref().map(|n| PyBytes::new(py, n)))?;
+                r.set_item("given", k.given)?;
+                r.set_item("asks", k.asks)?;
+                Ok(r)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        d.set_item("top", top)?;
         Ok(d)
     }
 }

@@ -234,7 +234,9 @@ impl Task {
         keyed::state_dict(py, &s)
     }
 
-    /// The key file's counters; None for a task without key limits.
+    /// The key file's counters (`record`, `record_refused`: the versions of
+    /// the store's record in force and last refused); None for a task
+    /// without key limits.
     fn key_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         match self.live()?.key_stats().map_err(to_py)? {
             Some(s) => Ok(Some(keyed::stats_dict(py, &s)?)),

@@ -10,9 +10,12 @@ from ._types import (
     BackendStats,
     Consistency,
     Fleet,
+    HotKeys,
+    KeyGlobalFields,
     ProcessStats,
     Settings,
     Stats,
+    StoredKeys,
     StoredTask,
     TableCheck,
 )
@@ -266,7 +269,9 @@ class Task:
         rate: its slice is the fleet's), in_flight, max_concurrency,
         present, overridden, blocked, unlimited."""
     def key_stats(self) -> dict[str, int] | None:
-        """The key file's counters; None without key limits."""
+        """The key file's counters, with ``record`` and ``record_refused``:
+        the versions of the store's record of the keys' global rates in
+        force and last refused (0: none); None without key limits."""
     @property
     def limit(self) -> int | None:
         """The concurrency limit applied now; None when there is no cap."""
@@ -434,4 +439,32 @@ class Store:
     def remove_task(self, task: str) -> bool:
         """Removes ``task``'s record (hosts return to their own numbers at
         their next pull); whether there was one."""
+        ...
+    def set_key_record(
+        self,
+        task: str,
+        *,
+        key_global: str | None = None,
+        key_global_slice: float | str | None = None,
+        key_global_local: int | None = None,
+        key_global_fallback: str | None = None,
+        overrides: dict[str | bytes, KeyGlobalFields | dict[str, Any] | None] | None = None,
+    ) -> int:
+        """Writes keyed task ``task``'s record of its keys' global rates,
+        which every host adopts within about a second: the ``key_global*``
+        fields (as Task.set_keys's) for every key not named, ``overrides``
+        a dict of them (or None: no rate) per key. Returns its version."""
+        ...
+    def key_record(self, task: str) -> StoredKeys | None:
+        """``task``'s record of its keys' global rates, or None; ValueError
+        names a bad field of a record written by hand."""
+        ...
+    def remove_key_record(self, task: str) -> bool:
+        """Removes ``task``'s record of its keys' global rates (hosts keep
+        its rates until their own are written again); whether there was
+        one."""
+        ...
+    def hot_keys(self, task: str, *, slice_ms: int = 1000, top: int = 10) -> HotKeys:
+        """The ``top`` keys (at most 100) of keyed task ``task`` the store
+        gave most of in its current slice of ``slice_ms``, most first."""
         ...

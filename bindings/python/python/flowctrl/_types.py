@@ -166,3 +166,41 @@ class Fleet(TypedDict):
     slice: int
     quota: Optional[int]
     hosts: list[HostRecord]
+
+
+class KeyGlobalFields(TypedDict):
+    """A key's global rate in Store.key_record() (all None: none), as
+    Store.set_key_record takes it."""
+
+    key_global: Optional[str]
+    key_global_slice: Optional[str]
+    key_global_local: Optional[int]
+    key_global_fallback: Optional[str]
+
+
+class StoredKeys(KeyGlobalFields):
+    """Store.key_record(): a keyed task's record of its keys' global rates
+    (the default's fields, and each named key's), which every host adopts."""
+
+    version: int
+    overrides: dict[str, KeyGlobalFields]
+
+
+class HotKey(TypedDict):
+    """One of Store.hot_keys()'s keys: its id in the store, its first bytes
+    if a host named it, what the slice gave of it and the asks for it."""
+
+    id: int
+    name: Optional[bytes]
+    given: int
+    asks: int
+
+
+class HotKeys(TypedDict):
+    """Store.hot_keys(): the keys the store gave most of in its current
+    slice, most first, and how many keys it counts in it."""
+
+    slice_ms: int
+    slice: int
+    keys: int
+    top: list[HotKey]
