@@ -5,9 +5,11 @@ system needs (no symbol version above GLIBC_2.17, auditwheel's verdict),
 their stripping, size budgets and the debug file's link; and used: a C
 program and a C++ one (on flowctrl.hpp) built against the unpacked x86_64
 tarball alone (pkg-config, shared and static; CMake), the x86_64 wheel
-installed into a fresh venv, and a C program against the aarch64 tarball
-run under qemu-user. Run by scripts/test.sh, this suite itself runs from a
-venv made afresh from the wheel, which a test here checks.
+installed into a fresh venv, and, under qemu-user, a C program against
+the aarch64 tarball and the aarch64 wheel's module imported and used by
+an aarch64 CPython (scripts/arm64-python.sh). Run by scripts/test.sh,
+this suite itself runs from a venv made afresh from the wheel, which a
+test here checks.
 
 The script's builds live in target/zig/ and are kept: minutes from nothing
 on this 2-core machine, seconds when fresh. scripts/test.sh builds x86_64
@@ -15,15 +17,19 @@ alone (--no-aarch64): there the aarch64 cases are skipped, as the log says
 it did not build it; run alone, this module builds and checks both.
 binutils (and binutils-aarch64-linux-gnu), a C and a C++ compiler,
 pkg-config, cmake and the venv's auditwheel must be there
-(scripts/setup.sh installs them): a missing one fails. The aarch64 run
-under qemu needs qemu-user-static and libc6-arm64-cross, which
-scripts/setup.sh does not install: without them that one test is skipped,
-saying so.
+(scripts/setup.sh installs them): a missing one fails. The aarch64 runs
+under qemu need qemu-user-static (scripts/setup.sh does not install it)
+and an aarch64 glibc: libc6-arm64-cross's, else the sysroot that
+scripts/arm64-python.sh makes from Debian's arm64 packages (kept in
+target/: its first run fetches them), which the wheel's run needs for its
+CPython; each is skipped, saying why, without qemu or where the script
+cannot make it (its exit 77).
 """
 
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -361,14 +367,33 @@ QEMU = "qemu-aarch64-static"
 AARCH64_GLIBC = Path("/usr/aarch64-linux-gnu")
 
 
+def arm64_python(*args):
+    """scripts/arm64-python.sh's words (the command of an aarch64 CPython
+    under qemu, or --sysroot's path); skips where qemu-aarch64-static is
+    missing or the script cannot make the sysroot (its exit 77)."""
+    if not shutil.which(QEMU):
+        pytest.skip(f"needs {QEMU}: apt-get install qemu-user-static")
+    made = subprocess.run(["bash", ROOT / "scripts/arm64-python.sh", *args],
+                          capture_output=True, text=True)
+    if made.returncode == 77:
+        pytest.skip(f"no aarch64 sysroot here (scripts/arm64-python.sh): {made.stderr.strip()}")
+    assert made.returncode == 0, made.stderr
+    return shlex.split(made.stdout)
+
+
 def test_a_c_program_runs_on_the_aarch64_tarball_under_qemu(release, tmp_path):
     """tests/install/consumer.c cross-built by zig against the unpacked
     aarch64 tarball (as an aarch64 user's build, for glibc 2.17), shared
-    and static, and run by qemu-user on Debian's aarch64 glibc."""
+    and static, and run by qemu-user on Debian's aarch64 glibc
+    (libc6-arm64-cross's, else scripts/arm64-python.sh's sysroot)."""
     if "aarch64" not in release.built:
         pytest.skip("aarch64 not built (see test_it_says_which_targets_it_did_not_build)")
-    if not shutil.which(QEMU) or not (AARCH64_GLIBC / "lib/ld-linux-aarch64.so.1").exists():
-        pytest.skip(f"needs {QEMU} and {AARCH64_GLIBC}: apt-get install qemu-user-static libc6-arm64-cross")
+    if not shutil.which(QEMU):
+        pytest.skip(f"needs {QEMU}: apt-get install qemu-user-static")
+    glibc = AARCH64_GLIBC
+    if not (glibc / "lib/ld-linux-aarch64.so.1").exists():
+        # Without libc6-arm64-cross: the arm64 libc6 of the Python sysroot.
+        glibc = Path(arm64_python("--sysroot")[0])
     prefix = release.built["aarch64"].prefix
     # zig from the project's venv (scripts/setup.sh), as scripts/release.sh
     # uses it: scripts/test.sh runs this suite from a venv without it.
@@ -388,9 +413,71 @@ def test_a_c_program_runs_on_the_aarch64_tarball_under_qemu(release, tmp_path):
     assert f"libflowctrl.so.{VERSION.split('.')[0]}" in needed(shared)
     assert not [lib for lib in needed(static) if "flowctrl" in lib]
 
-    qemu = [QEMU, "-L", AARCH64_GLIBC, "-E", f"LD_LIBRARY_PATH={prefix / 'lib'}"]
+    qemu = [QEMU, "-L", glibc, "-E", f"LD_LIBRARY_PATH={prefix / 'lib'}"]
     for binary in (shared, static):
         scratch = tmp_path / f"scratch-{binary.name}"
         scratch.mkdir()
         out = run([*qemu, binary, scratch])
         assert f"version {VERSION}\n" in out and "decisions ok" in out, out
+
+
+# Run by an aarch64 CPython with the unpacked wheel on PYTHONPATH: the
+# module imported from there and used, a table in argv[1].
+AARCH64_SMOKE = """
+import os, platform, sys, threading
+import flowctrl
+
+assert platform.machine() == "aarch64", platform.machine()
+here = os.path.dirname(flowctrl._flowctrl.__file__)
+assert here == os.path.join(sys.argv[2], "flowctrl"), here
+print("version", flowctrl.__version__)
+with flowctrl.Table(sys.argv[1]) as table:
+    capped = table.task("capped", max_concurrency=2)
+    first, second = capped.acquire(), capped.try_acquire()
+    assert second is not None
+    assert capped.try_acquire() is None
+    try:
+        capped.acquire()
+        raise AssertionError("a third permit past a cap of 2")
+    except flowctrl.Limited as e:
+        assert (e.reason, e.retry_after) == ("concurrency", None), e
+    # A waiter woken by another thread's release (the wait queue's futex).
+    threading.Timer(0.2, second.release, ("dropped",)).start()
+    with capped.acquire(timeout=30):
+        pass
+    first.release()
+    s = capped.stats()
+    # The waiter's tries count as refusals too: 2 at least.
+    assert (s["admitted"], s["in_flight"]) == (3, 0) and s["limited_concurrency"] >= 2, s
+    assert (s["released_success"], s["released_dropped"]) == (2, 1), s
+    assert capped.check()["drift"] == 0
+
+    rated = table.task("rated", local_rate=0.5, burst=2)
+    rated.acquire(2).release()
+    try:
+        rated.acquire()
+        raise AssertionError("admitted past the burst of 2 at 0.5/s")
+    except flowctrl.Limited as e:
+        assert e.reason == "local" and 0 < e.retry_after <= 2.0, (e.reason, e.retry_after)
+    s = rated.stats()
+    assert (s["admitted"], s["limited_local"]) == (2, 1), s
+print("decisions ok")
+"""
+
+
+def test_the_aarch64_wheel_runs_under_qemu(release, tmp_path):
+    """The aarch64 wheel unzipped (abi3: one module for CPython 3.9 and
+    later) and imported by Debian's aarch64 CPython 3.11 under qemu-user,
+    from the sysroot scripts/arm64-python.sh makes, then used: a table, a
+    concurrency cap and a local rate refusing past their limits, a waiter
+    woken by another thread's release, the stats."""
+    if "aarch64" not in release.built:
+        pytest.skip("aarch64 not built (see test_it_says_which_targets_it_did_not_build)")
+    python = arm64_python()
+    site = tmp_path / "wheel"
+    with zipfile.ZipFile(release.built["aarch64"].wheel) as wheel:
+        wheel.extractall(site)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    out = run([*python, "-c", AARCH64_SMOKE, tmp_path / "table", site], cwd=tmp_path,
+              env={**environ, "PYTHONPATH": str(site), "PYTHONNOUSERSITE": "1"}, timeout=300)
+    assert f"version {VERSION}\n" in out and "decisions ok" in out, out
