@@ -109,7 +109,9 @@ impl Keys {
         let Some(w) = self.region.globals(index) else {
             return Ok(None);
         };
-        let (tag, id) = (global::tag_of(ident), store_id(task, key));
+        let tag = global::tag_of(ident);
+        // The key's store id is hashed only when its words start a slice.
+        let id = || store_id(task, key);
         let n = n as u64;
         let rule = &rule.among(self.region.header().global.hosts.load(Relaxed));
         let keeps = quota.keeps_keys();
@@ -120,7 +122,7 @@ impl Keys {
         global::note(w, tag, clock.slice, rule, n);
         let mut wait = rule.slice_ms - clock.elapsed_ms;
         for _ in 0..3 {
-            let step = global::decide(w, (tag, id), clock.slice, rule, n, clock.elapsed_ms);
+            let step = global::decide(w, (tag, &id), clock.slice, rule, n, clock.elapsed_ms);
             let charge = match step {
                 Step::Admit(paid) => {
                     return Ok(Some(GlobalPaid {
@@ -138,7 +140,7 @@ impl Keys {
                 // The embedded store: the host is the fleet, its slice all
                 // the host's.
                 let rest = rule.permits.saturating_sub(charge);
-                global::deposit(w, (tag, id), clock.slice, rest, charge, true);
+                global::deposit(w, (tag, id()), clock.slice, rest, charge, true);
                 continue;
             }
             if g.failed_until_ms.load(Relaxed) > clock.ms {
@@ -149,7 +151,7 @@ impl Keys {
                 }
                 match rule.fallback_share(g.hosts.load(Relaxed)) {
                     None => return Ok(None),
-                    Some(share) => global::fall_back(w, (tag, id), clock.slice, share),
+                    Some(share) => global::fall_back(w, (tag, id()), clock.slice, share),
                 }
                 continue;
             }

@@ -194,7 +194,7 @@ fn mark(w: &GlobalWords, tag: u64, slice: u64, pulled: bool) {
 /// ahead marks the key as having pulled in the slice: the store counted
 /// this host in it, so a failing store leaves the key to that chunk, not
 /// to a fallback share on top of it.
-pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
+pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: &dyn Fn() -> u64) -> Now {
     let mut carry = (0, false);
     let mut took = false;
     let taken = |now: Now, took: bool| {
@@ -237,7 +237,7 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
             ..Now::default()
         };
         if cas(&w.now, old, fresh.pack()).is_ok() {
-            w.id.store(id, Relaxed);
+            w.id.store(id(), Relaxed);
             return taken(fresh, took);
         }
     }
@@ -248,7 +248,7 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: u64) -> Now {
 /// own, or not without the store.
 pub(crate) fn decide(
     w: &GlobalWords,
-    (tag, id): (u64, u64),
+    (tag, id): (u64, &dyn Fn() -> u64),
     slice: u64,
     rule: &GlobalRule,
     n: u64,
@@ -310,7 +310,7 @@ pub(crate) fn deposit(
     spent: bool,
 ) {
     mark(w, tag, slice, true);
-    let mut now = roll(w, tag, slice, id);
+    let mut now = roll(w, tag, slice, &|| id);
     loop {
         let new = Now {
             held: (now.held + granted).min(MAX_HELD),
@@ -355,7 +355,7 @@ pub(crate) fn deposit_ahead(w: &GlobalWords, tag: u64, slice: u64, granted: u64,
         // A chunk of the slice before (the current one, not begun on this
         // key yet) moves into `now` first, not overwritten.
         if n.is(tag, slice.wrapping_sub(1)) && n.held > 0 {
-            roll(w, tag, slice.wrapping_sub(1), w.id.load(Relaxed));
+            roll(w, tag, slice.wrapping_sub(1), &|| w.id.load(Relaxed));
             continue;
         }
         let new = if n.is(tag, slice) && old != 0 {
@@ -373,7 +373,7 @@ pub(crate) fn deposit_ahead(w: &GlobalWords, tag: u64, slice: u64, granted: u64,
         }
         // A roll between our read of `now` and the write did not see it.
         if Now::unpack(w.now.load(Acquire)).is(tag, slice) {
-            roll(w, tag, slice, w.id.load(Relaxed));
+            roll(w, tag, slice, &|| w.id.load(Relaxed));
         }
         return;
     }
@@ -382,7 +382,7 @@ pub(crate) fn deposit_ahead(w: &GlobalWords, tag: u64, slice: u64, granted: u64,
 /// The fallback's share of the slice, given once per slice while the store
 /// fails: what the host admitted on its own counts in it.
 pub(crate) fn fall_back(w: &GlobalWords, (tag, id): (u64, u64), slice: u64, share: u64) {
-    let mut now = roll(w, tag, slice, id);
+    let mut now = roll(w, tag, slice, &|| id);
     while !now.fallback {
         let new = Now {
             held: (now.held + share.saturating_sub(now.local)).min(MAX_HELD),
@@ -395,7 +395,7 @@ pub(crate) fn fall_back(w: &GlobalWords, (tag, id): (u64, u64), slice: u64, shar
             Err(actual) => {
                 now = Now::unpack(actual);
                 if !now.is(tag, slice) {
-                    now = roll(w, tag, slice, id);
+                    now = roll(w, tag, slice, &|| id);
                 }
             }
         }

@@ -5,7 +5,7 @@ use super::*;
 /// A request: counted, then decided.
 fn ask(w: &GlobalWords, key: (u64, u64), slice: u64, rule: &GlobalRule, n: u64, at: u64) -> Step {
     note(w, key.0, slice, rule, n);
-    decide(w, key, slice, rule, n, at)
+    decide(w, (key.0, &|| key.1), slice, rule, n, at)
 }
 
 fn words() -> GlobalWords {
