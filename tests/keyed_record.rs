@@ -460,3 +460,40 @@ fn a_record_a_host_cannot_trust_is_refused_and_the_host_keeps_its_own() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(rate(), Some(999.0));
 }
+
+/// A keyed task none of whose keys has a global rate costs the store one
+/// call per process start (a record written meanwhile reaches a handle
+/// opened later), not one a second.
+#[test]
+fn a_keyed_task_without_global_rates_calls_the_store_once_per_start() {
+    let scratch = Scratch::new("keyed-record-quiet");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let table = Table::open(scratch.path("t"), &host_options(&url, "h0")).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    let local = KeyLimits::parse_rates("100/s").unwrap();
+    task.set_keys(&KeyConfig::new(local)).unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    let calls = redis.pull_round_trips();
+    // One call: EVALSHA, the script's load on NOSCRIPT, EVALSHA again.
+    assert!(calls <= 3, "{calls} round trips in 3.5 s");
+    let record = KeyRecord {
+        default: Some(KeyGlobal::new(KeyRate::per_second(10.0))),
+        overrides: Vec::new(),
+    };
+    store(&url).set_key_record("api", &record).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let rate = |task: &flowctrl::Task| {
+        task.key_limits(b"k")
+            .unwrap()
+            .0
+            .global
+            .map(|g| g.rate.rate())
+    };
+    assert_eq!(rate(&task), None, "not looked for again by this handle");
+    drop(task);
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    eventually("a new handle adopts the record", || {
+        rate(&task) == Some(10.0)
+    });
+}

@@ -155,6 +155,8 @@ pub(crate) struct Keys {
     /// When this process may try again to read the store's record of the
     /// keys' global rates, after a failure (host ms; see `record`).
     retry_ms: std::sync::atomic::AtomicU64,
+    /// Whether this process's keeper looked at the store's record yet.
+    looked: std::sync::atomic::AtomicBool,
 }
 
 impl Keys {
@@ -163,6 +165,7 @@ impl Keys {
         let keys = Self {
             region: KeyRegion::open_or_create(shm, task, capacity)?,
             retry_ms: Default::default(),
+            looked: Default::default(),
         };
         keys.note_any_global();
         Ok(Arc::new(keys))

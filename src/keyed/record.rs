@@ -6,7 +6,9 @@
 //!
 //! Every call a host makes for keys learns the record's version (and a
 //! host that needs no call makes an empty one every [`HEARTBEAT_MS`], so a
-//! record reaches a host whose keys all stay within their allowance). Off
+//! record reaches a host whose keys all stay within their allowance; a task
+//! with neither a global rate nor a record makes one when a process starts,
+//! so a record written later reaches it at its next start). Off
 //! the request path, its keeper fetches a version it has not seen, checks
 //! it as strictly as its own configuration, and adopts it: the global part
 //! of the host's default and of each override becomes the record's (a key
@@ -218,13 +220,21 @@ impl Tend for Keys {
         if !quota.keeps_keys() {
             return;
         }
-        let r = &self.region.header().record;
+        let h = self.region.header();
+        let r = &h.record;
         let now = quota.host_ms().max(0) as u64;
+        // A task without a global rate or a record costs the store a call
+        // per process start, not one a second.
+        let kept = h.any_global.load(Acquire) != 0
+            || r.wanted.load(Acquire) != 0
+            || r.seen.load(Acquire) != 0;
         let due = r.due.load(Acquire);
-        if now >= due
-            && r.due
-                .compare_exchange(due, now + HEARTBEAT_MS, AcqRel, Relaxed)
-                .is_ok()
+        if !self.looked.swap(true, Relaxed)
+            || kept
+                && now >= due
+                && r.due
+                    .compare_exchange(due, now + HEARTBEAT_MS, AcqRel, Relaxed)
+                    .is_ok()
         {
             self.heartbeat(quota, task);
         }
