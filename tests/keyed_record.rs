@@ -497,3 +497,41 @@ fn a_keyed_task_without_global_rates_calls_the_store_once_per_start() {
         rate(&task) == Some(10.0)
     });
 }
+
+/// The store's key counts written by hand: only fields that are a key's id
+/// and a count are read as hot keys; the answer is bounded as asked.
+#[test]
+fn hot_keys_read_only_what_hosts_could_have_written() {
+    let redis = RedisServer::start();
+    let now = wall_ms() / 1000;
+    for slice in [now, now + 1] {
+        let counts = format!("flowctrl:{{api}}:k:{slice}");
+        let names = format!("flowctrl:{{api}}:k:n:{slice}");
+        redis.command::<()>(&[
+            "HSET",
+            &counts,
+            "00000000000000ab",
+            "8589934597", // 5 given, 2 asks
+            "00000000000000cd",
+            "3",
+            "not-a-key-id!!!!",
+            "99",
+            "00000000000000ef",
+            "-4",
+            "00000000000000ff",
+            "1e300",
+        ]);
+        redis.command::<()>(&["HSET", &names, "00000000000000ab", "acme"]);
+    }
+    let store = store(&redis.url());
+    let hot = store.hot_keys("api", 1000, 10).unwrap();
+    assert_eq!(hot.keys, 5, "every field is counted as a key: {hot:?}");
+    let top: Vec<(u64, u64, u64)> = hot.top.iter().map(|k| (k.id, k.given, k.asks)).collect();
+    assert_eq!(top, [(0xab, 5, 2), (0xcd, 3, 0)]);
+    assert_eq!(hot.top[0].name.as_deref(), Some(&b"acme"[..]));
+    assert_eq!(store.hot_keys("api", 1000, 1).unwrap().top.len(), 1);
+    for (slice_ms, top) in [(5, 10), (1000, 101)] {
+        let err = store.hot_keys("api", slice_ms, top).unwrap_err();
+        assert_eq!(err.kind(), flowctrl::ErrorKind::InvalidArgument, "{err}");
+    }
+}

@@ -38,8 +38,8 @@ pub struct HotKeys {
 
 /// KEYS: 1 the task's key counts. ARGV: 1 slice_ms, 2 how many. Answers
 /// the store's current slice, the keys counted in it, then id, given, asks
-/// and name ("" for none) of the most given, most first; values that are
-/// not counts are skipped.
+/// and name ("" for none) of the most given, most first; fields that are
+/// not a key's id and count (written by hand) are skipped.
 const TOP: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,7 +50,9 @@ local ASK = 4294967296
 local top = {}
 for i = 1, #counts, 2 do
   local v = tonumber(counts[i + 1])
-  if v and v >= 0 and v < 2 ^ 53 and v == math.floor(v) then
+  local id = counts[i]
+  if v and v >= 0 and v < 2 ^ 53 and v == math.floor(v)
+    and #id == 16 and not string.find(id, '[^0-9a-f]') then
     local e = {counts[i], v % ASK, math.floor(v / ASK)}
     local at = #top + 1
     while at > 1 and top[at - 1][2] < e[2] do at = at - 1 end
