@@ -63,7 +63,9 @@ took_keys=$(( $(date +%s) - began ))
     echo "- *under-limit keys admitted*: admitted over asked, over the keys asked at most 10;"
     echo "  *short*: such keys admitted less than 0.99 of what they asked."
     echo "- *store fields*: fields of the model's key hashes at the slice's end (one per key and"
-    echo "  slice that pulled; on a real Redis 160 bytes per key that pulled, \`tests/keyed_global.rs\`)."
+    echo "  slice that pulled, and the names of the hot keys, up to 2 a call; on a real Redis"
+    echo "  80 bytes per key that pulled a slice, names included,"
+    echo "  \`tests/keyed_global.rs\`)."
     echo "- Budgets and misses: \`sim/src/keyed.rs\`, \`misses\`; the design and its known limits:"
     echo "  docs/design/keyed-global.md."
 } > target/SIMULATION.md.new

@@ -16,7 +16,7 @@ use super::global::{self, GlobalRule, Now, Paid, Seen, Step};
 use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
 use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK, KeyCounter};
-use crate::quota::{KeyAsk, MAX_KEY_BATCH, Quota, smooth_offset};
+use crate::quota::{KeyAsk, KeyName, MAX_KEY_BATCH, Quota, smooth_offset};
 
 /// How long a failed store is left alone before a key asks it again.
 const PROBE_MS: i64 = 1000;
@@ -29,8 +29,9 @@ const WINDOW_MS: u64 = 1000;
 const CALL_AT_TENTHS: u64 = 8;
 
 /// Keys a call names (the most asked): what the store keeps for the
-/// fleet's view of its hot keys.
-const NAMED: usize = 8;
+/// fleet's view of its hot keys. The fleet's hot keys are each among the
+/// most asked of the hosts that ask for them.
+const NAMED: usize = 2;
 
 /// A key's global payment, given back if the task's own limits refuse.
 #[derive(Clone, Copy, Debug)]
@@ -273,16 +274,20 @@ impl Keys {
     }
 
     /// The names of the [`NAMED`] most asked keys of a call (`asks` come
-    /// most asked first), as the key file keeps them.
-    fn names_of(&self, asks: &[(u64, u32, u64, KeyAsk)]) -> Vec<(u64, Vec<u8>)> {
+    /// most asked first), each for the slice its ask is for, as the key
+    /// file keeps them.
+    fn names_of(&self, asks: &[(u64, u32, u64, KeyAsk)]) -> Vec<KeyName> {
         asks.iter()
-            .filter(|a| !a.3.next)
             .take(NAMED)
             .filter_map(|&(_, index, _, ask)| {
                 let bucket = self.region.bucket(index / BUCKET_KEYS as u32);
                 let ident = bucket.ident[index as usize % BUCKET_KEYS].load(Relaxed);
                 let (name, _) = super::names::name_of(&self.region, ident)?;
-                Some((ask.id, name))
+                Some(KeyName {
+                    id: ask.id,
+                    next: ask.next,
+                    name,
+                })
             })
             .collect()
     }

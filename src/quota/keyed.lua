@@ -58,11 +58,12 @@ for i = 5, 4 + 5 * asks, 5 do
   out[#out + 1] = math.max(0, permits - used - grant)
 end
 -- The names the host sent of its most asked keys (the fleet's hot keys,
--- for operators), kept as long as the slice's counts.
-local names = KEYS[1] .. ':n:' .. current
-for i = 5 + 5 * asks, #ARGV - 1, 2 do
-  redis.call('HSET', names, ARGV[i], string.sub(ARGV[i + 1], 1, 64))
-  expiring[names] = (current + 1) * slice_ms
+-- for operators), kept with the counts of the slice each ask is for.
+for i = 5 + 5 * asks, #ARGV - 2, 3 do
+  local s = current + (tonumber(ARGV[i + 1]) == 1 and 1 or 0)
+  local names = KEYS[1] .. ':n:' .. s
+  redis.call('HSET', names, ARGV[i], string.sub(ARGV[i + 2], 1, 64))
+  expiring[names] = (s + 1) * slice_ms
 end
 for key, at in pairs(expiring) do redis.call('PEXPIREAT', key, at) end
 return out

@@ -17,9 +17,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// per key: its id, its
 /// permits per slice, the chunk wanted, what the host admitted of it on its
 /// own and has not reported yet (the charge, counted before the grant), and
-/// 0 for the current slice or 1 for the next; then id and name of the
-/// host's most asked keys (kept in `KEYS[1]:n:<slice>`, 64 bytes at most,
-/// for the fleet's view of its hot keys). A store that finds no mark
+/// 0 for the current slice or 1 for the next; then id, 0 or 1 (the same)
+/// and name of the host's most asked keys (kept in `KEYS[1]:n:<slice>`,
+/// 64 bytes at most, for the fleet's view of its hot keys). A store that
+/// finds no mark
 /// of its own (`<KEYS[1]>:born`: a restart or a failover lost its counts)
 /// grants nothing of the slice it is in, only of the next ones: what the
 /// hosts took of it is unknown. Answers the store's ms, its
@@ -53,6 +54,15 @@ pub(crate) struct KeyAsk {
     pub next: bool,
 }
 
+/// A key's name, sent with a call for the fleet's view of its hot keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyName {
+    pub id: u64,
+    /// For the next slice's ask, not the current one's.
+    pub next: bool,
+    pub name: Vec<u8>,
+}
+
 /// A host's asks for one slice.
 pub(crate) struct KeyBatch<'a> {
     pub task: &'a str,
@@ -60,8 +70,8 @@ pub(crate) struct KeyBatch<'a> {
     pub slice: u64,
     pub slice_ms: u32,
     pub asks: &'a [KeyAsk],
-    /// Names of the most asked keys: (id, name).
-    pub names: &'a [(u64, Vec<u8>)],
+    /// Names of the most asked keys.
+    pub names: &'a [KeyName],
 }
 
 /// What the store answered.
@@ -86,7 +96,7 @@ impl super::Quota {
         task: &str,
         (slice, slice_ms): (u64, u32),
         asks: &[KeyAsk],
-        names: &[(u64, Vec<u8>)],
+        names: &[KeyName],
     ) -> Option<Result<KeyReply>> {
         self.store.pull_keys(&KeyBatch {
             task,
@@ -128,7 +138,7 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         manager_key(prefix, batch.task, 0, 1, "k-hosts"),
         key_record_key(prefix, batch.task),
     ];
-    let mut args = Vec::with_capacity(4 + 5 * batch.asks.len() + 2 * batch.names.len());
+    let mut args = Vec::with_capacity(4 + 5 * batch.asks.len() + 3 * batch.names.len());
     args.push(batch.slice_ms.to_string());
     args.push(batch.slice.to_string());
     args.push(batch.host.to_string());
@@ -140,10 +150,11 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         args.push(a.charge.to_string());
         args.push((a.next as u8).to_string());
     }
-    for (id, name) in batch.names {
-        args.push(format!("{id:016x}"));
+    for n in batch.names {
+        args.push(format!("{:016x}", n.id));
+        args.push((n.next as u8).to_string());
         // For display: bytes that are not UTF-8 are shown replaced.
-        args.push(String::from_utf8_lossy(name).into_owned());
+        args.push(String::from_utf8_lossy(&n.name).into_owned());
     }
     (keys, args)
 }
