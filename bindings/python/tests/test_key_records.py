@@ -31,8 +31,12 @@ def wait_for(what, within=5.0):
 
 
 def admitted(task, key, asks, seconds=0.0):
-    """Admissions of `asks` requests for `key`, spread over `seconds`."""
+    """Admissions of `asks` requests for `key`, spread over `seconds`
+    from the start of a second of the wall clock (the store's slices): 1.2 s
+    then spans two 1 s slices, not three."""
     n = 0
+    if seconds:
+        time.sleep(1.0 - time.time() % 1.0 + 0.01)
     start = time.monotonic()
     for i in range(asks):
         time.sleep(max(0.0, start + seconds * i / asks - time.monotonic()))
