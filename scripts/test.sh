@@ -22,7 +22,11 @@ set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
 
-echo "== style"
+# Each stage says how long it took (where a CI run's time goes).
+stage() {
+    echo "== (${SECONDS} s so far) $1"
+}
+stage "style"
 cargo fmt --all -- --check
 (cd bindings/python && cargo fmt -- --check)
 cargo clippy -q --all-targets -- -D warnings
@@ -32,19 +36,19 @@ cargo clippy -q -p flowctrl --features sim --lib -- -D warnings
 cargo clippy -q -p flowctrl-sim --all-targets -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
-echo "== Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
+stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
 cargo test
 cargo test -q --features async --test waiting_async
 cargo test -q --features tower --test tower
 cargo test -q --features tower --doc guide_middleware
 
-echo "== the global-quota simulation (1,000 hosts on the real pull script and host logic)"
+stage "the global-quota simulation (1,000 hosts on the real pull script and host logic)"
 cargo test -q --release -p flowctrl-sim
 
-echo "== loom models of the concurrency ledger and the wait queue"
+stage "loom models of the concurrency ledger and the wait queue"
 ./scripts/loom.sh
 
-echo "== Python (on the release wheel, built for glibc 2.17 by scripts/release.sh, in a fresh venv)"
+stage "Python (on the release wheel, built for glibc 2.17 by scripts/release.sh, in a fresh venv)"
 # The tests run on the wheel users install, in a venv made afresh from it
 # and the tests' requirements alone: one release build of the module, not a
 # second one from source, and nothing of .venv importable. The requirements'
@@ -74,4 +78,4 @@ fi
 "${fresh_pip[@]}" install --no-index --find-links "$wheelhouse" -r "$requirements" "$dist"/flowctrl-*.whl
 FLOWCTRL_RELEASE_DIR="$dist" FLOWCTRL_RELEASE_LOG="$dist.log" FLOWCTRL_FRESH_VENV="$fresh" \
     "$fresh/bin/python" -m pytest -q bindings/python/tests
-echo "all tests passed"
+echo "all tests passed in ${SECONDS} s"
