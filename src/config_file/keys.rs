@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use toml::Spanned;
 
 use crate::error::{Error, Result};
-use crate::keyed::{KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, KeyRate, MAX_LOCAL};
+use crate::keyed::{KeyConfig, KeyGlobal, KeyLimits, KeyOverflow};
 use crate::task::Task;
 
 /// An override as written: `"unlimited"`, `"blocked"`, rates, or a table
@@ -91,36 +91,7 @@ fn global(
         }
         return Ok(None);
     };
-    let mut g = KeyGlobal::new(KeyRate::parse(rate).map_err(|e| ("key_global", e))?);
-    if let Some(slice) = f.slice {
-        g = g.slice(KeyGlobal::parse_slice(slice).map_err(|e| ("key_global_slice", e))?);
-    }
-    if let Some(n) = f.local {
-        let local = u32::try_from(n).ok().filter(|n| *n <= MAX_LOCAL);
-        g = g.local(local.ok_or_else(|| {
-            (
-                "key_global_local",
-                Error::invalid(format!(
-                    "key_global_local is 0 to {MAX_LOCAL} requests a slice, not {n}"
-                )),
-            )
-        })?);
-    }
-    if let Some(fallback) = f.fallback {
-        g = g
-            .fallback(KeyGlobal::parse_fallback(fallback).map_err(|e| ("key_global_fallback", e))?);
-    }
-    // The checks of the whole: the slice's range, its permits.
-    let blamed = if f.slice.is_some() {
-        "key_global_slice"
-    } else {
-        "key_global"
-    };
-    KeyLimits::new()
-        .global(g)
-        .validate()
-        .map_err(|e| (blamed, e))?;
-    Ok(Some(g))
+    KeyGlobal::from_fields(rate, f.slice, f.local, f.fallback).map(Some)
 }
 
 fn limits(

@@ -289,8 +289,7 @@ pub unsafe extern "C" fn fc_task_key_record_version(
 ) -> fc_status {
     boundary(|| {
         let task = unsafe { arg(task, "task") }?;
-        let stats = task_of(task).key_stats()?;
-        let (a, r) = stats.map_or((0, 0), |s| (s.record, s.record_refused));
+        let (a, r) = task_of(task).key_record_versions()?.unwrap_or_default();
         unsafe {
             if !adopted.is_null() {
                 put(adopted, a);

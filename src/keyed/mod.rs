@@ -30,6 +30,7 @@ pub(crate) use global::MAX_HELD as MAX_KEY_HELD;
 pub use limits::KeyLimits;
 pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
 pub use record::KeyRecord;
+pub(crate) use record::versions as record_versions;
 pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub use view::{KeyGlobalNow, KeyInfo, KeyStats};

@@ -267,6 +267,45 @@ impl KeyGlobal {
         Ok(Duration::from_millis(ms.round() as u64))
     }
 
+    /// A rate from its texts, as the config file and the store's record
+    /// write them (`key_global`, `key_global_slice`, `_local`, `_fallback`),
+    /// checked whole; on a refusal, the field to blame and why.
+    pub(crate) fn from_fields(
+        rate: &str,
+        slice: Option<&str>,
+        local: Option<i64>,
+        fallback: Option<&str>,
+    ) -> std::result::Result<Self, (&'static str, Error)> {
+        let mut g = Self::new(KeyRate::parse(rate).map_err(|e| ("key_global", e))?);
+        if let Some(slice) = slice {
+            g = g.slice(Self::parse_slice(slice).map_err(|e| ("key_global_slice", e))?);
+        }
+        if let Some(n) = local {
+            g.local = u32::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_LOCAL)
+                .ok_or_else(|| {
+                    let why =
+                        format!("key_global_local is 0 to {MAX_LOCAL} requests a slice, not {n}");
+                    ("key_global_local", Error::invalid(why))
+                })?;
+        }
+        if let Some(f) = fallback {
+            g.fallback = Self::parse_fallback(f).map_err(|e| ("key_global_fallback", e))?;
+        }
+        // The checks of the whole: the slice's range, its permits.
+        let blamed = if slice.is_some() {
+            "key_global_slice"
+        } else {
+            "key_global"
+        };
+        super::KeyLimits::new()
+            .global(g)
+            .validate()
+            .map_err(|e| (blamed, e))?;
+        Ok(g)
+    }
+
     /// A fallback as text: `share`, `local` or `deny`.
     pub fn parse_fallback(text: &str) -> Result<crate::Fallback> {
         match text.trim() {
@@ -355,141 +394,5 @@ pub(crate) const FALLBACK_LOCAL: u64 = 1;
 pub(crate) const FALLBACK_DENY: u64 = 2;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Fallback;
-
-    #[test]
-    fn rates_parse_as_the_limits_package_writes_them() {
-        let l = crate::KeyLimits::parse_rates("10/second;1000/hour").unwrap();
-        let rates: Vec<_> = l.rates().copied().collect();
-        assert_eq!(rates[0], KeyRate::per_second(10.0));
-        assert_eq!(rates[1], KeyRate::new(1000.0, Duration::from_secs(3600)));
-        assert_eq!(
-            KeyRate::parse("5/2m").unwrap(),
-            KeyRate::new(5.0, Duration::from_secs(120))
-        );
-        assert_eq!(KeyRate::parse("1/ms").unwrap().rate(), 1000.0);
-        for bad in [
-            "10",
-            "x/s",
-            "10/parsec",
-            "0/s",
-            "-1/s",
-            "10/0s",
-            "1e300/ms",
-            "10/400d",
-        ] {
-            assert!(KeyRate::parse(bad).is_err(), "{bad}");
-        }
-        assert!(crate::KeyLimits::parse_rates("1/s;2/s;3/s;4/s").is_err());
-        assert!(
-            crate::KeyLimits::new()
-                .rate(KeyRate::per_second(1.0))
-                .rate(KeyRate::per_second(1.0))
-                .rate(KeyRate::per_second(1.0))
-                .rate(KeyRate::per_second(1.0))
-                .validate()
-                .is_err(),
-            "a fourth rate is refused, not dropped"
-        );
-    }
-
-    #[test]
-    fn a_global_rate_reads_and_writes_its_text() {
-        for (text, ms) in [
-            ("1s", 1000),
-            ("500ms", 500),
-            ("1.5s", 1500),
-            ("1m", 60_000),
-            ("2h", 7_200_000),
-            ("0.1s", 100),
-            (" 1 hour ", 3_600_000),
-        ] {
-            assert_eq!(
-                KeyGlobal::parse_slice(text).unwrap(),
-                Duration::from_millis(ms),
-                "{text}"
-            );
-        }
-        for (bad, says) in [
-            ("", "no unit"),
-            ("10", "no unit"),
-            ("1fortnight", "unknown unit"),
-            ("0s", "out of range"),
-            ("-1s", "out of range"),
-            ("0.0001s", "not whole milliseconds"),
-            ("1.2.3s", "not a number"),
-        ] {
-            let err = KeyGlobal::parse_slice(bad).unwrap_err().to_string();
-            assert!(
-                err.contains(says) && err.contains("key global slice"),
-                "{bad}: {err}"
-            );
-        }
-        assert_eq!(KeyGlobal::parse_fallback("deny").unwrap(), Fallback::Deny);
-        assert_eq!(KeyGlobal::parse_fallback("local").unwrap(), Fallback::Local);
-        assert_eq!(KeyGlobal::parse_fallback("share").unwrap(), Fallback::Share);
-        for bad in ["10", "Share", "", "rate"] {
-            assert!(KeyGlobal::parse_fallback(bad).is_err(), "{bad}");
-        }
-        let g = KeyGlobal::new(KeyRate::parse("1000/h").unwrap())
-            .slice(Duration::from_secs(60))
-            .local(2)
-            .fallback(Fallback::Deny);
-        assert_eq!(g.to_string(), "1000/h slice 1m local 2 fallback deny");
-        assert_eq!(g.permits(), 16);
-        let g = KeyGlobal::new(KeyRate::parse("5/s").unwrap());
-        assert_eq!(g.to_string(), "5/s slice 1s local 1 fallback share");
-        for (ms, text) in [(90_000, "90s"), (500, "500ms"), (86_400_000, "1d")] {
-            let shown = slice_text(Duration::from_millis(ms));
-            assert_eq!(shown, text);
-            assert_eq!(
-                KeyGlobal::parse_slice(&shown).unwrap(),
-                Duration::from_millis(ms)
-            );
-        }
-    }
-
-    #[test]
-    fn a_global_rate_out_of_range_is_refused_with_its_reason() {
-        let rate = |t: &str| KeyRate::parse(t).unwrap();
-        for (g, says) in [
-            (KeyGlobal::new(rate("5/s").burst(2)), "no burst"),
-            (
-                KeyGlobal::new(rate("5/s")).slice(Duration::from_millis(5)),
-                "between 10 ms and a day",
-            ),
-            (
-                KeyGlobal::new(rate("5/s")).slice(Duration::from_micros(10_500)),
-                "whole ms",
-            ),
-            (
-                KeyGlobal::new(rate("1/h")).slice(Duration::from_secs(1)),
-                "permits per slice",
-            ),
-            (
-                KeyGlobal::new(rate("5/s")).local(MAX_LOCAL + 1),
-                "at most 31",
-            ),
-            (
-                KeyGlobal::new(rate("5/s")).fallback(Fallback::Rate(3.0)),
-                "not a rate",
-            ),
-            (
-                KeyGlobal::new(rate("1/60d")).slice(Duration::from_secs(86_400)),
-                "at most 49 days",
-            ),
-        ] {
-            let err = g.validate().unwrap_err().to_string();
-            assert!(err.contains(says), "{g:?}: {err}");
-            assert!(!err.contains("  "), "one line, no runs of spaces: {err}");
-        }
-        assert!(
-            KeyGlobal::new(rate("5/s"))
-                .local(MAX_LOCAL)
-                .validate()
-                .is_ok()
-        );
-    }
-}
+#[path = "rate_tests.rs"]
+mod tests;

@@ -20,10 +20,10 @@
 //! until then.
 
 use super::MAX_KEY_LEN;
-use super::{KeyGlobal, KeyLimits, KeyRate, Keys, MAX_LOCAL};
+use super::{KeyGlobal, KeyLimits, Keys, MAX_LOCAL};
 use crate::error::{Error, Result};
 use crate::format::MAX_OVERRIDES;
-use crate::quota::{Quota, Tend, key_record_key};
+use crate::quota::{MAX_RECORD_VERSION, Quota, Tend, key_record_key, record_version};
 use crate::shm::Shm;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
@@ -35,22 +35,25 @@ pub(crate) const HEARTBEAT_MS: u64 = 1000;
 const RETRY_MS: u64 = 1000;
 /// [`crate::format::RecordWords::seen`]: the version was adopted (not refused).
 const ADOPTED: u64 = 1 << 63;
-/// The largest version compared exactly (a Lua number).
-const MAX_VERSION: u64 = (1 << 53) - 1;
 
-/// The version of the record in force on the host (0: none).
-pub(crate) fn adopted(region: &super::KeyRegion) -> u64 {
-    let seen = crate::format::load_acquire(&region.header().record.seen);
-    if seen & ADOPTED != 0 {
+/// The versions of the record in force on the host and of the last one it
+/// refused (0: none), from the header's `seen` and `refused` words.
+pub(crate) fn versions_of(seen: u64, refused: u64) -> (u64, u64) {
+    let adopted = if seen & ADOPTED != 0 {
         seen & !ADOPTED
     } else {
         0
-    }
+    };
+    (adopted, refused)
 }
 
-/// The version of the last record the host refused (0: none).
-pub(crate) fn refused(region: &super::KeyRegion) -> u64 {
-    crate::format::load_acquire(&region.header().record.refused)
+/// [`versions_of`] a mapped key file.
+pub(crate) fn versions(region: &super::KeyRegion) -> (u64, u64) {
+    let r = &region.header().record;
+    versions_of(
+        crate::format::load_acquire(&r.seen),
+        crate::format::load_acquire(&r.refused),
+    )
 }
 
 /// A record's field of a key's rate.
@@ -81,7 +84,6 @@ impl KeyRecord {
     /// configuration is: its version and rates, or why it is refused.
     /// Fields of a later release are left alone.
     pub fn parse(fields: &[(String, String)]) -> Result<(u64, Self)> {
-        let mut version = None;
         let mut record = Self::default();
         let mut default = None;
         for (field, value) in fields {
@@ -93,12 +95,7 @@ impl KeyRecord {
                     e.message()
                 ))
             };
-            if field == "version" {
-                version = value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|v| (1..=MAX_VERSION).contains(v));
-            } else if field == "key_global" {
+            if field == "key_global" {
                 default = Some(rate_of(value).map_err(at)?);
             } else if let Some(key) = field.strip_prefix(PREFIX) {
                 if key.is_empty() || key.len() > MAX_KEY_LEN {
@@ -111,9 +108,9 @@ impl KeyRecord {
                     .push((key.to_string(), rate_of(value).map_err(at)?));
             }
         }
-        let version = version.ok_or_else(|| {
+        let version = record_version(fields).ok_or_else(|| {
             Error::invalid(format!(
-                "its version is not a whole number 1..={MAX_VERSION}"
+                "its version is not a whole number 1..={MAX_RECORD_VERSION}"
             ))
         })?;
         record.default = default
@@ -187,19 +184,14 @@ fn rate_of(text: &str) -> Result<Option<KeyGlobal>> {
         ));
     };
     let local = local
-        .parse::<u32>()
-        .ok()
-        .filter(|n| *n <= MAX_LOCAL)
-        .ok_or_else(|| Error::invalid(format!("the local allowance is 0 to {MAX_LOCAL}")))?;
-    let rate = KeyRate::parse(rate)?;
-    let slice = KeyGlobal::parse_slice(slice)?;
-    let mut g = KeyGlobal::new(rate).local(local);
+        .parse::<i64>()
+        .map_err(|_| Error::invalid(format!("the local allowance is 0 to {MAX_LOCAL}")))?;
+    let mut g = KeyGlobal::from_fields(rate, Some(slice), Some(local), Some(fallback))
+        .map_err(|(_, e)| e)?;
     // A slice of the rate's period is the default, written as none.
-    if slice != rate.period {
-        g = g.slice(slice);
+    if g.slice == Some(g.rate.period) {
+        g.slice = None;
     }
-    let g = g.fallback(KeyGlobal::parse_fallback(fallback)?);
-    KeyLimits::new().global(g).validate()?;
     Ok(Some(g))
 }
 
@@ -242,7 +234,7 @@ impl Tend for Keys {
         if wanted == seen & !ADOPTED || now < self.retry_ms.load(Relaxed) {
             return;
         }
-        match self.fetch(shm, quota, task) {
+        match self.fetch(shm, quota, task, wanted) {
             Ok(()) => self.retry_ms.store(0, Relaxed),
             Err(e) => {
                 self.retry_ms.store(now + RETRY_MS, Relaxed);
@@ -258,7 +250,7 @@ impl Tend for Keys {
 
 impl Keys {
     /// Reads the record and adopts it (or refuses it, with a log line).
-    fn fetch(&self, shm: &Shm, quota: &Quota, task: &str) -> Result<()> {
+    fn fetch(&self, shm: &Shm, quota: &Quota, task: &str, wanted: u64) -> Result<()> {
         let r = &self.region.header().record;
         let Some(fields) = quota.key_record(task)? else {
             return Ok(());
@@ -278,13 +270,10 @@ impl Keys {
                 );
             }
             Err(e) => {
-                let version = fields
-                    .iter()
-                    .find(|(k, _)| k == "version")
-                    .and_then(|(_, v)| v.parse::<u64>().ok())
-                    .unwrap_or(0);
-                r.seen.store(version & !ADOPTED, Release);
-                r.refused.store(version & !ADOPTED, Release);
+                // The version the store's script reported, as it read it: a
+                // refused record is fetched again only when it changes.
+                r.seen.store(wanted & !ADOPTED, Release);
+                r.refused.store(wanted & !ADOPTED, Release);
                 crate::events::report(
                     crate::events::Event::ConfigRefused,
                     task,
@@ -358,6 +347,7 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::KeyRate;
     use std::time::Duration;
 
     fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -159,29 +159,30 @@ impl KeyRegion {
         Ok(Some(Self::over(base, total, Backing::Copy(copy), path)))
     }
 
-    /// The counters of task `task`'s key file and its capacity, read with
-    /// `pread` from its header alone (what a scrape needs: a copy of the
-    /// whole file would be 96 bytes a key). `None`: no key file.
+    /// The counters of task `task`'s key file, its record words (`seen`,
+    /// `refused`: see `keyed::record`) and its capacity, read with `pread`
+    /// from its header alone (what a scrape needs: a copy of the whole file
+    /// would be 96 bytes a key). `None`: no key file.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn counters(
         table: &Path,
         table_id: u64,
         task: u32,
         processes: u32,
-    ) -> Result<Option<([u64; crate::format::KEY_COUNTERS], u32)>> {
+    ) -> Result<Option<([u64; crate::format::KEY_COUNTERS], (u64, u64), u32)>> {
         let Some(Opened { head, .. }) = open_copied(table, table_id, task, processes)? else {
             return Ok(None);
         };
+        let word_at =
+            |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().unwrap_or_default());
         let at = std::mem::offset_of!(KeysHeader, counters);
-        let word = |i: usize| {
-            u64::from_le_bytes(
-                head[at + i * 8..at + i * 8 + 8]
-                    .try_into()
-                    .unwrap_or_default(),
-            )
-        };
-        let buckets = u64::from_le_bytes(head[32..40].try_into().unwrap_or_default()) as u32;
+        let record = std::mem::offset_of!(KeysHeader, record);
+        let seen = record + std::mem::offset_of!(crate::format::RecordWords, seen);
+        let refused = record + std::mem::offset_of!(crate::format::RecordWords, refused);
+        let buckets = word_at(32) as u32;
         Ok(Some((
-            std::array::from_fn(word),
+            std::array::from_fn(|i| word_at(at + i * 8)),
+            (word_at(seen), word_at(refused)),
             buckets.saturating_mul(BUCKET_KEYS as u32),
         )))
     }

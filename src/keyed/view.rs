@@ -105,9 +105,11 @@ fn global_now(region: &KeyRegion, index: u32, ident: u64) -> Option<KeyGlobalNow
 /// (counting it reads every entry).
 pub(crate) fn counters_only(
     counters: [u64; crate::format::KEY_COUNTERS],
+    (seen, refused): (u64, u64),
     capacity: u32,
 ) -> KeyStats {
     let c = |k: KeyCounter| counters[k as usize];
+    let (record, record_refused) = super::record::versions_of(seen, refused);
     KeyStats {
         capacity,
         keys: c(KeyCounter::Inserted).min(capacity as u64) as u32,
@@ -119,6 +121,8 @@ pub(crate) fn counters_only(
         refused_concurrency: c(KeyCounter::RefusedConcurrency),
         refused_global: c(KeyCounter::RefusedGlobal),
         records_full: c(KeyCounter::RecordsFull),
+        record,
+        record_refused,
         ..KeyStats::default()
     }
 }
@@ -135,10 +139,9 @@ pub(crate) fn key_stats(region: &KeyRegion, now: u64) -> KeyStats {
         refused_global: region.counter(KeyCounter::RefusedGlobal),
         records_full: region.counter(KeyCounter::RecordsFull),
         records: region.geometry.records,
-        record: super::record::adopted(region),
-        record_refused: super::record::refused(region),
         ..KeyStats::default()
     };
+    (s.record, s.record_refused) = super::record::versions(region);
     for b in 0..region.geometry.buckets {
         let bucket = region.bucket(b);
         for i in 0..BUCKET_KEYS {

@@ -34,9 +34,6 @@ pub(crate) fn key_record_key(prefix: &str, task: &str) -> String {
     manager_key(prefix, task, 0, 1, "k-cfg")
 }
 
-/// The largest record version a reply may carry (a Lua number's exact range).
-const MAX_RECORD_VERSION: i64 = (1 << 53) - 1;
-
 /// Keys one call carries at most.
 pub(crate) const MAX_BATCH: usize = 1024;
 
@@ -174,7 +171,7 @@ pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
         || *slice < 0
         || *hosts < 0
         || !(0..=1).contains(granted)
-        || !(0..=MAX_RECORD_VERSION).contains(record)
+        || !(0..=super::record::MAX_VERSION as i64).contains(record)
     {
         return bad(format!(
             "a header of {store_ms}, {slice}, {hosts}, {granted}, {record}"

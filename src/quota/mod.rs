@@ -91,6 +91,7 @@ pub(crate) use policy::part as shard_part;
 pub(crate) use policy::smooth_offset;
 pub(crate) use record::fields as record_fields;
 pub use record::{GlobalSource, StoredConfig};
+pub(crate) use record::{MAX_VERSION as MAX_RECORD_VERSION, version_of as record_version};
 pub(crate) use record::{keep_own, own as own_global, source as global_source};
 pub(crate) use redis::RedisStore;
 pub(crate) use stats::read as stats;

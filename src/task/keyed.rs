@@ -333,6 +333,15 @@ impl Task {
         self.keys_in_use()?.state(&self.shm, key)
     }
 
+    /// The versions of the store's record of the keys' global rates in
+    /// force on the host and last refused (0: none; see [`KeyStats`]), from
+    /// the key file's header: no scan of its keys. `None`: no key limits.
+    pub fn key_record_versions(&self) -> Result<Option<(u64, u64)>> {
+        Ok(self
+            .keys_if_keyed()?
+            .map(|k| crate::keyed::record_versions(&k.region)))
+    }
+
     /// The key file's counters (`None`: the task has no key limits).
     pub fn key_stats(&self) -> Result<Option<KeyStats>> {
         Ok(self

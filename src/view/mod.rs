@@ -296,7 +296,7 @@ impl TableSnapshot {
             index,
             self.region.geometry.attach_capacity,
         )?
-        .map(|(c, capacity)| crate::keyed::counters_only(c, capacity)))
+        .map(|(c, record, capacity)| crate::keyed::counters_only(c, record, capacity)))
     }
 
     /// Keyed task `name`'s default key limits, key capacity and overflow

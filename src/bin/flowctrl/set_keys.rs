@@ -220,7 +220,7 @@ impl KeyEdits {
 pub(crate) fn preview(view: &TableSnapshot, name: &str, keys: &KeyEdits) -> Result {
     let current = view.key_config(name)?;
     let after = keys.apply(name, current.as_ref())?;
-    keys.not_the_records(name, view.key_stats(name)?.map_or(0, |s| s.record))?;
+    keys.not_the_records(name, view.key_counters(name)?.map_or(0, |s| s.record))?;
     after.limits.validate()?;
     for (_, limits) in &keys.overrides {
         if let Some(l) = limits {
@@ -286,7 +286,7 @@ pub(crate) fn set(path: &Path, name: &str, edits: &KeyEdits) -> Result {
     let task = table.task(name, &TaskConfig::new())?;
     let current = task.key_config()?;
     let config = edits.apply(name, current.as_ref())?;
-    edits.not_the_records(name, task.key_stats()?.map_or(0, |s| s.record))?;
+    edits.not_the_records(name, task.key_record_versions()?.map_or(0, |v| v.0))?;
     if !edits.given.is_empty() || current.is_none() {
         task.set_keys(&config)?;
     }
