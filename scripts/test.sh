@@ -30,17 +30,17 @@ stage "style"
 cargo fmt --all -- --check
 (cd bindings/python && cargo fmt -- --check)
 cargo clippy -q --all-targets -- -D warnings
-cargo clippy -q --all-targets --features async -- -D warnings
-cargo clippy -q --all-targets --features tower -- -D warnings
+# One build for the optional faces: async and tower together.
+cargo clippy -q --all-targets --features async,tower -- -D warnings
 cargo clippy -q -p flowctrl --features sim --lib -- -D warnings
 cargo clippy -q -p flowctrl-sim --all-targets -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
 stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
 cargo test
-cargo test -q --features async --test waiting_async
-cargo test -q --features tower --test tower
-cargo test -q --features tower --doc guide_middleware
+# The same feature set for the three, so the library is built once for them.
+cargo test -q --features async,tower --test waiting_async --test tower
+cargo test -q --features async,tower --doc guide_middleware
 
 stage "the global-quota simulation (1,000 hosts on the real pull script and host logic)"
 cargo test -q --release -p flowctrl-sim
