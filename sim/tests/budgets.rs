@@ -69,6 +69,24 @@ fn a_thousand_hosts_keep_the_budgets() {
     );
 }
 
+/// Under a threshold moved every slice (down and up by up to half), every
+/// host of 1,000 gets at least 0.9 of its max-min fair share in each of ten
+/// slices: the six steps of the threshold's cycle, and four of the next.
+#[test]
+fn a_thousand_hosts_stay_fair_over_ten_moving_slices() {
+    let output = Command::new(env!("CARGO_BIN_EXE_flowctrl-sim"))
+        .args(["--slices", "10", "--check", "--only", "moving"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("| moving |"), "{text}");
+    assert!(
+        !text.contains("miss moving: worst host"),
+        "a host under 0.9 of its fair share: {text}"
+    );
+}
+
 #[test]
 fn the_model_runs_the_script_as_redis_would() {
     use flowctrl::sim::Script;

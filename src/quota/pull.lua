@@ -374,7 +374,8 @@ end
 -- slice's end at its demand: a reservation it cannot use is quota stranded.
 -- While the slice is shared out, a reservation is at most what the host is
 -- still owed (however small a part of its ask): the others' dues are
--- theirs (docs/design/quota.md, "Fair tails").
+-- theirs; and what it is owed but could not spend by the slice's end if
+-- queued is granted at once (docs/design/quota.md, "Fair tails").
 local usable = 0
 if ARGV[19] == '1' and hosts > 100 and grant == 0 and wait > 0 and demand > 0 and left > 0 then
   local at = elapsed + wait
@@ -387,6 +388,9 @@ if ARGV[19] == '1' and hosts > 100 and grant == 0 and wait > 0 and demand > 0 an
   if owed_only then r = due end
   if r > 0 and (2 * r >= want or owed_only) and at + math.ceil(r * slice_ms / demand) <= slice_ms then
     grant, usable = r, wait
+  elseif owed_only and r > 0 then
+    -- Owed, but queued too late to be spent by the slice's end: now.
+    grant, wait = r, 0
   end
 end
 -- The record: accounted asked granted claimed offset_us demand, then what
