@@ -244,6 +244,77 @@ fn keys_keep_their_global_rate_on_a_cluster() {
     check(&counts, first, |s| s >= 2);
 }
 
+/// The fleet's hot keys read from a 3-master Cluster: two hosts ask three
+/// keys past their limit, 3:2:1; the store counts the three keys that
+/// pulled, with what it gave each, and names the hosts' two most asked.
+#[test]
+fn the_fleets_hot_keys_are_named_on_a_cluster() {
+    const ASKED: [&str; 6] = ["alice", "alice", "alice", "bob", "bob", "carol"];
+    let scratch = Scratch::in_memory("keyed-global-hot-cluster");
+    let cluster = Redis::new().cluster(5000, 0);
+    let url = cluster.url();
+    let start_ms = (wall_ms() / 1000 + 1) * 1000;
+    let pids: Vec<_> = (0..2)
+        .map(|h| {
+            let (url, table) = (url.clone(), scratch.path(&format!("h{h}")));
+            fork_guarded(move || {
+                let table = Table::open(&table, &host_options(&url, &*format!("h{h}"))).unwrap();
+                let task = table.task("api", &TaskConfig::new()).unwrap();
+                let global = KeyGlobal::new(KeyRate::per_second(LIMIT as f64));
+                task.set_keys(&KeyConfig::new(KeyLimits::new().global(global)))
+                    .unwrap();
+                // 600 asks a second from start_ms for 3 s.
+                let mut i = 0;
+                while wall_ms() < start_ms + 3000 {
+                    let due = start_ms + i * 10 / 6;
+                    let now = wall_ms();
+                    if now < due {
+                        std::thread::sleep(Duration::from_millis(due - now));
+                        continue;
+                    }
+                    let key = ASKED[i as usize % ASKED.len()];
+                    if let Ok(mut permit) = task.acquire_key_raw(key.as_bytes(), 1).unwrap() {
+                        task.release_raw(&mut permit, Outcome::Success).unwrap();
+                    }
+                    i += 1;
+                }
+                0
+            })
+        })
+        .collect();
+    // Mid-slice, two slices after each key turned hot.
+    std::thread::sleep(Duration::from_millis(
+        (start_ms + 2500).saturating_sub(wall_ms()),
+    ));
+    let store = flowctrl::Store::open(&flowctrl::StoreOptions {
+        url: Some(url.clone()),
+        ..flowctrl::StoreOptions::default()
+    })
+    .unwrap();
+    let hot = store.hot_keys("api", 1000, 10).unwrap();
+    for pid in pids {
+        assert_eq!(wait(pid), 0, "a host failed");
+    }
+    eprintln!("{hot:?}");
+    assert_eq!(hot.slice, (start_ms + 2500) / 1000, "the current slice");
+    assert_eq!(hot.keys, 3, "the three keys pulled: {hot:?}");
+    assert_eq!(hot.top.len(), 3, "{hot:?}");
+    assert!(
+        hot.top
+            .iter()
+            .all(|k| (1..=LIMIT).contains(&k.given) && k.asks > 0),
+        "each given some of its slice, never more: {hot:?}"
+    );
+    let names: Vec<&[u8]> = hot.top.iter().filter_map(|k| k.name.as_deref()).collect();
+    for key in ["alice", "bob"] {
+        assert!(names.contains(&key.as_bytes()), "{key} not named: {hot:?}");
+    }
+    assert!(
+        !names.contains(&&b"carol"[..]) && names.len() == 2,
+        "a call names its two most asked keys only: {hot:?}"
+    );
+}
+
 #[test]
 fn a_key_that_pulled_holds_at_most_200_bytes_of_the_store() {
     let scratch = Scratch::in_memory("keyed-global-memory");

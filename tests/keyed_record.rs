@@ -535,3 +535,213 @@ fn hot_keys_read_only_what_hosts_could_have_written() {
         assert_eq!(err.kind(), flowctrl::ErrorKind::InvalidArgument, "{err}");
     }
 }
+
+/// The library's lines about task "planted" (target, its `task` field,
+/// text), collected by this binary's logger. Other tests' lines are
+/// dropped without the lock: a child another test forks never finds it
+/// held.
+type Line = (String, Option<String>, String);
+static PLANTED: std::sync::Mutex<Vec<Line>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let message = record.args().to_string();
+        if message.starts_with("task \"planted\"") {
+            let task = record
+                .key_values()
+                .get("task".into())
+                .map(|v| v.to_string());
+            let target = record.target().to_string();
+            PLANTED.lock().unwrap().push((target, task, message));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// A record the host refuses is logged once, however many of the host's
+/// calls learn its version again (one a second), and a newer refused
+/// version once more. Watched for longer than the lines' rate limit (one
+/// per kind and task per 10 s in a process): a refusal repeated at the
+/// host's calls would show past it.
+#[test]
+fn a_refused_record_is_logged_once_per_version() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        log::set_logger(&Capture).unwrap();
+        log::set_max_level(log::LevelFilter::Info);
+    });
+    let scratch = Scratch::new("keyed-record-logged");
+    let redis = RedisServer::start();
+    let table = Table::open(scratch.path("t"), &host_options(&redis.url(), "h0")).unwrap();
+    let task = table.task("planted", &TaskConfig::new()).unwrap();
+    let (default, _) = own_limits();
+    task.set_keys(&KeyConfig::new(default)).unwrap();
+    let stats = || task.key_stats().unwrap().unwrap();
+    let refusals = || -> Vec<Line> {
+        PLANTED
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.2.contains("is refused"))
+            .cloned()
+            .collect()
+    };
+    // Each a local allowance past 31: refused.
+    for (n, (version, local, watch_ms)) in [(41u64, "97", 10_500), (42, "98", 1200)]
+        .into_iter()
+        .enumerate()
+    {
+        let (v, value) = (version.to_string(), format!("10/s 1s {local} share"));
+        redis.command::<()>(&[
+            "HSET",
+            "flowctrl:{planted}:k-cfg",
+            "version",
+            &v,
+            "key_global",
+            &value,
+        ]);
+        eventually("the record refused", || stats().record_refused == version);
+        // The host's calls learn the version again every second.
+        std::thread::sleep(Duration::from_millis(watch_ms));
+        assert_eq!(stats().record_refused, version);
+        assert_eq!(stats().record, 0, "nothing adopted");
+        let rate = task
+            .key_limits(b"k")
+            .unwrap()
+            .0
+            .global
+            .map(|g| g.rate.rate());
+        assert_eq!(rate, Some(1000.0), "the host keeps its own");
+        let lines = refusals();
+        assert_eq!(
+            lines.len(),
+            n + 1,
+            "version {version}: one line per version refused: {lines:#?}"
+        );
+        let (target, field, text) = &lines[n];
+        assert!(
+            text.contains(&format!("(version {version})")) && text.contains(&value),
+            "{text}"
+        );
+        assert_eq!(
+            (target.as_str(), field.as_deref()),
+            ("flowctrl::store", Some("planted")),
+            "a store record's line: {text}"
+        );
+    }
+}
+
+fn keys_manager_file(url: &str, k_rate: u32) -> String {
+    format!(
+        "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = 1000\n\n\
+         [tasks.api]\nkey_global = \"{k_rate}/s\"\n"
+    )
+}
+
+/// Two `flowctrl manage` processes: the active one writes the keys'
+/// record under its token; SIGKILLed, the standby takes the lease, fences
+/// the record with its own token, writes it back when the store lost it
+/// and writes the file's change; the killed one's token is refused.
+#[test]
+fn a_standby_that_takes_over_keeps_writing_the_keys_record_under_its_token() {
+    let scratch = Scratch::new("keyed-record-failover");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let file = scratch.path("manager.toml");
+    std::fs::write(&file, keys_manager_file(&url, 20)).unwrap();
+    let managers = [
+        Child(common::managed::spawn(&file, &scratch.path("a.log"))),
+        Child(common::managed::spawn(&file, &scratch.path("b.log"))),
+    ];
+    // A host of its own numbers, far looser than the record's.
+    let table = Table::open(scratch.path("t"), &host_options(&url, "h0")).unwrap();
+    let task = table.task("api", &TaskConfig::new()).unwrap();
+    task.set_keys(&KeyConfig::new(own_limits().0)).unwrap();
+    let host = || {
+        let rate = task
+            .key_limits(b"k")
+            .unwrap()
+            .0
+            .global
+            .map(|g| g.rate.rate());
+        (task.key_stats().unwrap().unwrap().record, rate)
+    };
+    let store = store(&url);
+    let record = || store.key_record("api").unwrap();
+    let holder = || redis.command::<Option<String>>(&["GET", "flowctrl:{manager}:lease"]);
+    let token_of = |h: &str| -> u64 { h.split(' ').nth(1).unwrap().parse().unwrap() };
+    let fence = || redis.command::<Option<u64>>(&["GET", "flowctrl:{api}:fence"]);
+    let of = |n| KeyRecord {
+        default: Some(KeyGlobal::new(KeyRate::per_second(n))),
+        overrides: Vec::new(),
+    };
+    eventually("the active manager's record", || {
+        holder().is_some() && record().is_some()
+    });
+    let first = holder().unwrap();
+    let (v1, written) = record().unwrap();
+    assert_eq!(written, of(20.0));
+    assert_eq!(fence(), Some(token_of(&first)), "written under its token");
+    eventually("the host adopts it", || host() == (v1, Some(20.0)));
+    let killed = managers
+        .iter()
+        .find(|m| {
+            first
+                .split(' ')
+                .next()
+                .unwrap()
+                .ends_with(&format!("-{}", m.0.id()))
+        })
+        .unwrap_or_else(|| panic!("{first:?} is neither manager"));
+    kill(killed.0.id() as i32, libc::SIGKILL);
+    eventually("the standby active", || {
+        holder().is_some_and(|h| h != first)
+    });
+    let token = token_of(&holder().unwrap());
+    assert!(token > token_of(&first));
+    eventually("the standby's token on the record", || {
+        fence() == Some(token)
+    });
+    assert_eq!(record(), Some((v1, of(20.0))), "unchanged: not rewritten");
+    // The store lost the record: the standby writes it back.
+    redis.command::<()>(&["DEL", "flowctrl:{api}:k-cfg"]);
+    eventually("the record back", || record().is_some());
+    let (v2, written) = record().unwrap();
+    assert_eq!(written, of(20.0));
+    assert!(v2 > v1, "{v2} > {v1}");
+    // The file changes under both managers: the active one writes it.
+    std::fs::write(&file, keys_manager_file(&url, 10)).unwrap();
+    eventually("the changed record", || {
+        record().is_some_and(|(_, r)| r == of(10.0))
+    });
+    let (v3, _) = record().unwrap();
+    assert!(v3 > v2, "{v3} > {v2}");
+    assert_eq!(fence(), Some(token));
+    eventually("the host adopts the change", || host() == (v3, Some(10.0)));
+    // The killed manager's token, with its configuration: refused.
+    let old = scratch.path("old.toml");
+    std::fs::write(&old, keys_manager_file(&url, 20)).unwrap();
+    let config = flowctrl::manage::ManagerConfig::load(&old).unwrap();
+    let mut late = flowctrl::manage::Manager::new(flowctrl::manage::ManagerConfig {
+        id: "killed".into(),
+        ..config
+    })
+    .unwrap();
+    assert!(
+        late.write_with_token(token_of(&first)).unwrap(),
+        "the killed manager's token is fenced out"
+    );
+    assert_eq!(
+        record(),
+        Some((v3, of(10.0))),
+        "the record is the standby's"
+    );
+    assert_eq!(fence(), Some(token), "the fence stays the standby's");
+}

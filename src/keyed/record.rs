@@ -272,14 +272,17 @@ impl Keys {
             Err(e) => {
                 // The version the store's script reported, as it read it: a
                 // refused record is fetched again only when it changes.
-                r.seen.store(wanted & !ADOPTED, Release);
-                r.refused.store(wanted & !ADOPTED, Release);
+                let version = wanted & !ADOPTED;
+                r.seen.store(version, Release);
+                r.refused.store(version, Release);
+                // A store record's event (flowctrl::store, its task named
+                // as `task`), not a config file's.
                 crate::events::report(
-                    crate::events::Event::ConfigRefused,
+                    crate::events::Event::RecordRefused,
                     task,
                     format_args!(
-                        "task {task:?}: the store's record of keys' global rates is refused, \
-                         the host keeps its own: {e}"
+                        "task {task:?}: the store's record of keys' global rates (version \
+                         {version}) is refused, the host keeps its own: {e}"
                     ),
                 );
             }
