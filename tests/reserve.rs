@@ -1,13 +1,10 @@
 //! Reservations against a real Redis: past 100 hosts, an ask the slice's
-//! release holds back (another host took it) is granted at once and spent
-//! only after its wait;
+//! release holds back is granted at once and spent only after its wait;
 //! the key charges the host with exactly what reaches its table, also when
 //! the process moving a reservation into the table dies in the middle.
 //!
 //! The crowd: 150 census records written into the slice's key (hosts that
-//! pulled before and ask for nothing now), so the script sees a fleet of
-//! 152. Two real hosts, `real` and `rival`, compete for the slice's
-//! release.
+//! ask for much and never pull), so the script sees a fleet of 151.
 
 mod common;
 
@@ -57,11 +54,11 @@ fn crowded_slice(redis: &RedisServer, task: &str) -> u64 {
             "quota".into(),
             QUOTA.to_string(),
             "demand".into(),
-            "0".into(),
+            (150 * QUOTA).to_string(),
         ];
         for h in 0..150 {
             args.push(format!("crowd{h:03}"));
-            args.push("0 0 0 0 0 0".to_string());
+            args.push(format!("0 0 0 0 0 {QUOTA}"));
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let _: i64 = redis.command(&args);
@@ -119,37 +116,6 @@ impl Hammer {
     }
 }
 
-/// The other host: a table of its own (host id `rival`) on the same store,
-/// spending `task`'s slice from two threads, so that `real`'s asks find the
-/// release taken and are held back.
-struct Rival {
-    _table: Table,
-    hammer: Hammer,
-}
-
-impl Rival {
-    fn start(redis: &RedisServer, scratch: &Scratch, task: &str, slice: u64) -> Self {
-        let opts = host_options(&redis.url(), "rival").probe(Duration::from_millis(100));
-        let table = Table::open(scratch.path("rival"), &opts).unwrap();
-        let task = Arc::new(table.task(task, &config()).unwrap());
-        let hammer = Hammer::start(&task, 2, slice);
-        Self {
-            _table: table,
-            hammer,
-        }
-    }
-
-    /// Stops it: its admissions per 50 ms of the slice.
-    fn stop(self) -> Vec<u64> {
-        self.hammer.stop()
-    }
-}
-
-/// Two hosts' admissions per 50 ms, added.
-fn both(a: &[u64], b: &[u64]) -> Vec<u64> {
-    a.iter().zip(b).map(|(x, y)| x + y).collect()
-}
-
 /// Acquires on `task` from `threads` threads until `stop`; counts the
 /// admissions per 50 ms of the slice.
 fn hammer(task: Arc<Task>, threads: usize, stop: Arc<AtomicBool>, slice: u64) -> Vec<u64> {
@@ -184,16 +150,15 @@ fn a_held_ask_is_reserved_and_spent_only_after_its_wait() {
     let table = Table::open(scratch.path("t"), &host_options(&redis.url(), "real")).unwrap();
     let task = Arc::new(table.task("crowded", &config()).unwrap());
     let slice = crowded_slice(&redis, "crowded");
-    let rival = Rival::start(&redis, &scratch, "crowded", slice);
     let hammer = Hammer::start(&task, 2, slice);
     std::thread::sleep(Duration::from_millis(SLICE_MS - slice_now().1 - 100));
-    let bins = both(&hammer.stop(), &rival.stop());
+    let bins = hammer.stop();
     let q = task.quota_stats();
     assert!(q.reserved > 0, "no reservation: {q:?}");
-    // Spent no faster than the slice released: what the two hosts admitted
-    // by the end of each 50 ms is within a fifth of an ask (asks are at
-    // most the burst) of the release then. Spending a reservation at once
-    // would run an ask ahead.
+    // Spent no faster than the slice released: what was admitted by the
+    // end of each 50 ms is within a fifth of an ask (asks are at most the
+    // burst) of the release then. Spending a reservation at once would run
+    // an ask ahead.
     let mut admitted = 0;
     for (i, n) in bins.iter().enumerate() {
         admitted += n;
@@ -231,7 +196,6 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     let table = Table::open(&path, &opts).unwrap();
     let task = Arc::new(table.task("storm", &config()).unwrap());
     let slice = crowded_slice(&redis, "storm");
-    let rival = Rival::start(&redis, &scratch, "storm", slice);
     let hammer = Hammer::start(&task, 1, slice);
     let mut pids = KillOnDrop::default();
     let mut died = 0;
@@ -260,7 +224,6 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     }
     std::thread::sleep(Duration::from_millis(200));
     hammer.stop();
-    rival.stop();
     assert!(died >= 3, "{died} movers died");
     assert_eq!(slice_now().0, slice, "the storm outlived its slice");
     let q = task.quota_stats();
@@ -287,7 +250,6 @@ fn a_restart_with_reservations_in_flight_hands_nothing_out_twice() {
     let table = Table::open(scratch.path("t"), &opts).unwrap();
     let task = Arc::new(table.task("restart", &config()).unwrap());
     let slice = crowded_slice(&redis, "restart");
-    let rival = Rival::start(&redis, &scratch, "restart", slice);
     let hammer = Hammer::start(&task, 2, slice);
     // Killed just after a reservation arrived: it is held or being moved.
     let before = task.quota_stats().reserved;
@@ -302,7 +264,7 @@ fn a_restart_with_reservations_in_flight_hands_nothing_out_twice() {
     std::thread::sleep(Duration::from_millis(300));
     redis.restart();
     std::thread::sleep(Duration::from_millis(SLICE_MS - slice_now().1 - 60));
-    let bins = both(&hammer.stop(), &rival.stop());
+    let bins = hammer.stop();
     assert_eq!(slice_now().0, slice, "the run outlived its slice");
     let admitted: u64 = bins.iter().sum();
     let q = task.quota_stats();

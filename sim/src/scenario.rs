@@ -114,10 +114,6 @@ pub struct Slice {
     pub worst_share: f64,
     /// Hosts that asked in the slice.
     pub hosts: usize,
-    /// The most the fleet admitted ahead of the slice's release (the
-    /// default burst of a quarter second at once, the rest evenly), at the
-    /// end of any tick, over the quota: how smooth the slice was spent.
-    pub ahead: f64,
 }
 
 pub struct Run {
@@ -250,13 +246,6 @@ pub fn run(s: &Scenario) -> Result<Run> {
         // (a host there for a millisecond may have asked once).
         let moved: Vec<bool> = (0..n).map(|i| moves.iter().any(|m| m.1 == i)).collect();
         let quota = quota_at(k);
-        // What the slice has released by `t` (the default global_burst:
-        // 250 ms of the rate), and what the fleet admitted so far.
-        let released = |t: i64| {
-            let burst = quota as f64 * 250.0 / s.slice_ms as f64;
-            (burst + quota as f64 * (t - start) as f64 / slice_us as f64).min(quota as f64)
-        };
-        let (mut admitted_so_far, mut ahead) = (0u64, 0f64);
         let mut t = start;
         let mut next_move = 0;
         while t < start + slice_us {
@@ -276,12 +265,9 @@ pub fn run(s: &Scenario) -> Result<Run> {
                     rate_of(s, &weights, &phases, &present, i, t - BASE_US) * TICK_US as f64 / 1e6;
                 while acc[i] >= 1.0 {
                     acc[i] -= 1.0;
-                    let before = tally[i].admitted;
                     hosts[i].request(&mut tally[i])?;
-                    admitted_so_far += tally[i].admitted - before;
                 }
             }
-            ahead = ahead.max(admitted_so_far as f64 - released(t + TICK_US));
             if (t - BASE_US) % crate::fleet::KEEP_EVERY_US == 0
                 && std::env::var_os("FLOWCTRL_SIM_NO_KEEP").is_none()
             {
@@ -294,7 +280,6 @@ pub fn run(s: &Scenario) -> Result<Run> {
         let granted: Vec<u64> = hosts.iter().map(kept).collect();
         let mut slice = Slice {
             quota,
-            ahead: ahead / quota as f64,
             ops: store.evals.load(Ordering::Relaxed) - ops_before,
             ..Slice::default()
         };
@@ -327,9 +312,8 @@ pub fn run(s: &Scenario) -> Result<Run> {
         slice.smallest_share = smallest.1;
         if std::env::var_os("FLOWCTRL_SIM_PROGRESS").is_some() {
             eprintln!(
-                "{} slice {k}: ahead {:.4}, admitted/quota {:.4}, {} store ops (whole, part, held, used up: {:?}; left {}), stranded {} (the hosts' count so far {}); worst host h{worst_host:04}: {} of {} asked",
+                "{} slice {k}: admitted/quota {:.4}, {} store ops (whole, part, held, used up: {:?}; left {}), stranded {} (the hosts' count so far {}); worst host h{worst_host:04}: {} of {} asked",
                 s.name,
-                slice.ahead,
                 slice.admitted as f64 / quota as f64,
                 slice.ops,
                 store

@@ -206,10 +206,9 @@ local room = math.max(released - (quota - left), 0)
 -- pull at its rate), so it is never refused while a bigger one is served.
 -- What the hosts are owed comes from a pass over their records (O(hosts)):
 -- past 64 hosts at most every tenth of a slice, kept in the field `fair` ("at,owed,growth,
--- within,entitled,level": ms into the slice, what all were owed then, at what
+-- within,entitled": ms into the slice, what all were owed then, at what
 -- rate per slice the owed of those behind grew, what was granted within
--- what was owed since, the hosts' min(demand, share) summed, and past 100
--- hosts the water level of their demands, their max-min fair share); in
+-- what was owed since, and the hosts' min(demand, share) summed); in
 -- between, that sum grown at that rate, less the grants within it. An
 -- estimate: it moves what a host past its due may take, never the slice's
 -- total. (An older script counts the field as a host with no demand.)
@@ -223,15 +222,6 @@ local hosts = n - 3
 if cache then hosts = hosts - 1 end
 if back_total > 0 then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
--- Past 100 hosts a host is owed its whole due from the slice's start: the
--- release is given out ahead (reservations, below) to whoever asks first,
--- and hosts' asks follow their own pace, which a moved threshold makes
--- unequal. In the slice's last tenth (the valve) the fair tails no longer
--- bind: what hosts were owed and did not come for (gone, or slower than
--- said) is anyone's.
-local many = hosts > 100
-local valve = math.floor(slice_ms * 9 / 10)
-local binds = not many or elapsed < valve
 local mine, fair_share = 0, 0
 local c = {}
 if cache then c = fields(cache) end
@@ -239,9 +229,10 @@ if demands > quota and hosts > 1 then
   local share = quota / hosts
   shared_out, fair_share = true, share
   -- Owed as the slice is released, its burst included: the burst is
-  -- everyone's share, not the first asker's. Past 100 hosts, whole (above).
+  -- everyone's share, not the first asker's. Past 100 hosts, where
+  -- reservations give the release out ahead, as time passes.
   local lead = 0
-  if many then lead = 1 else lead = burst / quota end
+  if hosts <= 100 then lead = burst / quota end
   local function at(e) return math.min(1, e / slice_ms + lead) end
   local now = at(elapsed)
   local ahead = math.min(1, now + 0.25)
@@ -260,33 +251,15 @@ if demands > quota and hosts > 1 then
   -- what it spent of its last grant without asking again, it could not
   -- take it and nobody else could either.
   mine = owed(demand, math.max(granted, acc))
-  if grant > mine and binds then
+  if grant > mine then
     if hosts <= 64 or c[5] == nil or elapsed < c[1] or elapsed - c[1] >= slice_ms / 10 then
-      all = all or redis.call('HGETALL', key)
-      local c6 = nil
-      if many then
-        local ds = {demand}
-        for i = 1, #all, 2 do
-          if is_host(all[i]) and all[i] ~= host then ds[#ds + 1] = fields(all[i + 1])[6] or 0 end
-        end
-        table.sort(ds)
-        local rest, level = quota, ds[#ds]
-        for i = 1, #ds do
-          local k = #ds - i + 1
-          if ds[i] * k >= rest then
-            level = rest / k
-            break
-          end
-          rest = rest - ds[i]
-        end
-        c6 = math.floor(math.max(level, share))
-      end
       local e, f = part(demand)
-      c = {elapsed, mine, 0, 0, 0, c6}
+      c = {elapsed, mine, 0, 0, 0}
       if f < 1 then
         c[5] = e
         if mine > 0 then c[3] = e end
       end
+      all = all or redis.call('HGETALL', key)
       for i = 1, #all, 2 do
         if is_host(all[i]) and all[i] ~= host then
           local r = fields(all[i + 1])
@@ -302,11 +275,7 @@ if demands > quota and hosts > 1 then
       end
     end
     local all_owed = c[2] + math.floor(c[3] * (now - at(c[1]))) - c[4]
-    -- Owed as released, the others' due is of the release; owed whole, of
-    -- what the key has left.
-    local others = math.max(all_owed - mine, 0)
-    local free = math.max(mine, room - others)
-    if many then free = math.max(mine, math.min(room, left - others)) end
+    local free = math.max(mine, room - math.max(all_owed - mine, 0))
     if free < room then
       room, owed_cut = free, true
     end
@@ -335,8 +304,6 @@ end
 -- half ask (the least a grant is worth, as above).
 if owed_cut and grant < want and left > grant then
   wait = math.max(wait, math.ceil(want * slice_ms / quota / 2))
-  -- Past its whole due with nothing free: nothing for it before the valve.
-  if many and mine == 0 and grant == 0 then wait = math.max(wait, valve - elapsed) end
 end
 -- While the slice is shared out, a host given less than it asked asks again
 -- when its own demand will have used another half ask: the slice's release
@@ -372,25 +339,18 @@ end
 -- it were two: the key, the release and every host's due count it from now.
 -- At least half an ask, as a grant, and only what the host spends by the
 -- slice's end at its demand: a reservation it cannot use is quota stranded.
--- While the slice is shared out, a reservation is at most what the host is
--- still owed (however small a part of its ask): the others' dues are
--- theirs; and what it is owed but could not spend by the slice's end if
--- queued is granted at once (docs/design/quota.md, "Fair tails").
+-- A host held by the fair tails is reserved its ask too: it queues behind
+-- the release like the others, and a host owed its whole ask is served at
+-- once (above). What that costs the smallest hosts is measured
+-- (benches/GLOBAL.md, "The simulation"): capping reservations at what a host is owed, or at
+-- what leaves the small hosts' rest, gave back the round trips or left
+-- the slice unspent.
 local usable = 0
 if ARGV[19] == '1' and hosts > 100 and grant == 0 and wait > 0 and demand > 0 and left > 0 then
   local at = elapsed + wait
   local r = math.min(want, left)
-  -- (Its due by the water level, when weighed: hosts asking less leave
-  -- theirs to the others.)
-  local due = mine
-  if c[6] then due = math.max(mine, math.min(demand, c[6]) - math.max(granted, acc)) end
-  local owed_only = shared_out and binds and due < r
-  if owed_only then r = due end
-  if r > 0 and (2 * r >= want or owed_only) and at + math.ceil(r * slice_ms / demand) <= slice_ms then
+  if 2 * r >= want and at + math.ceil(r * slice_ms / demand) <= slice_ms then
     grant, usable = r, wait
-  elseif owed_only and r > 0 then
-    -- Owed, but queued too late to be spent by the slice's end: now.
-    grant, wait = r, 0
   end
 end
 -- The record: accounted asked granted claimed offset_us demand, then what
@@ -405,7 +365,7 @@ if ARGV[13] ~= '1' then own_numbers = tonumber(ARGV[1]) or 0 end
 local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
 local fair = {}
 if shared_out and c[5] ~= nil then
-  fair = {'fair', string.format('%d,%d,%d,%d,%d,%d', c[1], c[2], c[3], c[4] + math.min(grant, mine), c[5], c[6] or 0)}
+  fair = {'fair', string.format('%d,%d,%d,%d,%d', c[1], c[2], c[3], c[4] + math.min(grant, mine), c[5])}
 end
 if back_field[1] then
   fair[#fair + 1] = back_field[1]
