@@ -636,6 +636,29 @@ fn a_refused_record_is_logged_once_per_version() {
             "a store record's line: {text}"
         );
     }
+    // A good record after them: adopted, and said so on the same target.
+    redis.command::<()>(&[
+        "HSET",
+        "flowctrl:{planted}:k-cfg",
+        "version",
+        "43",
+        "key_global",
+        "10/s 1s 1 share",
+    ]);
+    eventually("the record adopted", || stats().record == 43);
+    let adopted: Vec<Line> = PLANTED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.2.contains("(version 43)"))
+        .cloned()
+        .collect();
+    assert_eq!(adopted.len(), 1, "{adopted:#?}");
+    assert_eq!(
+        (adopted[0].0.as_str(), adopted[0].1.as_deref()),
+        ("flowctrl::store", Some("planted")),
+        "{adopted:#?}"
+    );
 }
 
 fn keys_manager_file(url: &str, k_rate: u32) -> String {

@@ -264,9 +264,13 @@ impl Keys {
             Ok((version, record)) => {
                 self.adopt(shm, &record)?;
                 r.seen.store(version | ADOPTED, Release);
-                log::info!(
-                    task = task;
-                    "task {task:?}: keys' global rates from the store's record (version {version})"
+                crate::events::report(
+                    crate::events::Event::RecordAdopted,
+                    task,
+                    format_args!(
+                        "task {task:?}: keys' global rates from the store's record (version \
+                         {version})"
+                    ),
                 );
             }
             Err(e) => {
