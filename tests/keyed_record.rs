@@ -32,11 +32,11 @@ fn wall_ms() -> u64 {
     (wall_us() / 1000) as u64
 }
 
+/// [`keys_manager_file`] with an override: key `vip` at 60/s.
 fn manager_file(url: &str, k_rate: u32) -> String {
     format!(
-        "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = 1000\n\n\
-         [tasks.api]\nkey_global = \"{k_rate}/s\"\n\n\
-         [tasks.api.key_overrides]\n\"vip\" = {{ key_global = \"60/s\" }}\n"
+        "{}\n[tasks.api.key_overrides]\n\"vip\" = {{ key_global = \"60/s\" }}\n",
+        keys_manager_file(url, k_rate)
     )
 }
 
@@ -661,6 +661,7 @@ fn a_refused_record_is_logged_once_per_version() {
     );
 }
 
+/// A manager's file with task `api`'s key rate `k_rate`/s, no overrides.
 fn keys_manager_file(url: &str, k_rate: u32) -> String {
     format!(
         "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = 1000\n\n\
