@@ -215,6 +215,46 @@ fn redis_commands_per_admission_two_hosts_three_processes_at_10k() {
 }
 
 #[test]
+fn a_host_starting_late_in_a_slice_ramps_up_in_few_pulls() {
+    // A host's first chunks are sized by its rate over the slice so far:
+    // one that starts 800 ms into a 1 s slice, measured so, grew its chunk
+    // by about 1.4 × a pull.
+    let _timed = one_at_a_time();
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("quota-ramp");
+    let table = Table::open(
+        scratch.path("t"),
+        &quota_options(Some(redis.url()), 0).timeout(Duration::from_secs(1)),
+    )
+    .unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().global_rate(400_000.0))
+        .unwrap();
+    // 800-850 ms into a slice, with 150 ms of it to go.
+    while !(800_000..850_000).contains(&(wall_us() % 1_000_000)) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let slice = wall_us() / 1_000_000;
+    let mut admitted = 0u64;
+    while wall_us() % 1_000_000 < 950_000 && wall_us() / 1_000_000 == slice {
+        let mut permit = task.acquire_raw(1).unwrap().expect("within the quota");
+        task.release_raw(&mut permit, flowctrl::Outcome::Success)
+            .unwrap();
+        admitted += 1;
+    }
+    let pulls = redis.pull_round_trips();
+    eprintln!("{admitted} admitted in {pulls} pulls");
+    // Doubling from one permit: a pull per doubling of what it has, and a
+    // few more at a quarter of the slice a chunk (measured 22 for 18
+    // doublings; 52 by the rate over the slice so far).
+    let doublings = (admitted as f64).log2().ceil() as u64;
+    assert!(
+        pulls <= doublings + 6,
+        "{pulls} pulls for {admitted} admissions"
+    );
+}
+
+#[test]
 fn a_host_whose_clock_is_700_ms_ahead_spends_from_the_same_keys() {
     let _timed = one_at_a_time();
     let redis = RedisServer::start();

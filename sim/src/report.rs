@@ -58,19 +58,34 @@ pub fn scenarios(hosts: usize, slices: u32, overload: f64) -> Vec<Scenario> {
 /// Scenarios run by name only (`--only`), outside the budgets: two hosts
 /// offering 300/s each under a threshold of 600/s that moves down to half
 /// of it and back (a rate whose chunks are a few permits: its store
-/// operations per admission are not the budget's fleet).
+/// operations per admission are not the budget's fleet); and two hosts of
+/// three processes asking three times a task of 10,000/s (the Redis
+/// commands benchmark's fleet, whose pulls `FLOWCTRL_SIM_TRACE` shows).
 pub fn extras(slices: u32) -> Vec<Scenario> {
-    vec![Scenario {
-        name: "moving-2".into(),
-        hosts: 2,
-        processes: 1,
-        demand: Demand::Moving,
-        rate: 600.0,
-        overload: 1.0,
-        slice_ms: 1000,
-        slices,
-        seed: 0x5eed,
-    }]
+    vec![
+        Scenario {
+            name: "moving-2".into(),
+            hosts: 2,
+            processes: 1,
+            demand: Demand::Moving,
+            rate: 600.0,
+            overload: 1.0,
+            slice_ms: 1000,
+            slices,
+            seed: 0x5eed,
+        },
+        Scenario {
+            name: "saturated-2".into(),
+            hosts: 2,
+            processes: 3,
+            demand: Demand::Uniform,
+            rate: 10_000.0,
+            overload: 3.0,
+            slice_ms: 1000,
+            slices,
+            seed: 0x5eed,
+        },
+    ]
 }
 
 /// A run's figures over its full slices.

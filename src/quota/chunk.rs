@@ -41,9 +41,10 @@ pub(super) fn pace(me: &Quota, slot: &TaskSlot, g: Global) -> Pace {
         .load(Ordering::Relaxed)
         .clamp(1, 1 << 20);
     let many = policy::many_hosts(quota, hosts);
+    let spent_before = account.spent_before(slice);
     let rate = policy::pace_rate(
         policy::rate_of(spent, elapsed, slice_us),
-        account.spent_before(slice) * 1000 / g.slice_ms as u64,
+        spent_before * 1000 / g.slice_ms as u64,
         policy::rate_of(account.asked(slice), elapsed, slice_us),
         many,
         quota * 1000 / g.slice_ms as u64 / hosts,
@@ -55,5 +56,10 @@ pub(super) fn pace(me: &Quota, slot: &TaskSlot, g: Global) -> Pace {
         left_us: slice_us - elapsed,
         held,
         slice,
+        fresh_kept: if spent_before == 0 && !many {
+            spent + held
+        } else {
+            0
+        },
     }
 }

@@ -77,6 +77,12 @@ pub(super) struct Pace {
     pub held: u64,
     /// The slice, by the store's clock as this host has it.
     pub slice: u32,
+    /// A host without a last slice, among few hosts: what it kept of this
+    /// one so far, spent or held (0 otherwise). Its rate over the slice so
+    /// far undercounts it when it started late in the slice, so it asks at
+    /// least this much again (past many hosts, what it is asked for does
+    /// that: `pace_rate`).
+    pub fresh_kept: u64,
 }
 
 impl Pace {
@@ -113,7 +119,9 @@ pub(super) fn pace_rate(now: u64, before: u64, asked: u64, many: bool, equal: u6
 }
 
 /// The chunk to ask for: the host's rate times a third of a slice (never
-/// past its end); past many hosts in a slice's second half, what it spends
+/// past its end), and a host without a last slice at least what it kept
+/// of this one (what it has doubles each pull, however late in the slice
+/// it started); past many hosts in a slice's second half, what it spends
 /// by the end less what it holds. A host whose demand comes in busy
 /// spells: the rest of one like its last (`spell`), in one chunk when that
 /// is at most two. Between a floor (1 % of the slice, at most a third of a
@@ -124,7 +132,7 @@ pub(super) fn chunk(p: &Pace, quota: u64, burst: u64, n: u32, spell_rest: Option
         p.to_end().saturating_sub(p.held)
     } else {
         let horizon = p.left_us.min(p.slice_us / PULLS_PER_SLICE);
-        p.rate.saturating_mul(horizon) / 1_000_000
+        (p.rate.saturating_mul(horizon) / 1_000_000).max(p.fresh_kept)
     };
     let floor = match p.rate {
         0 => 1,
@@ -255,6 +263,7 @@ mod tests {
             left_us: 1_000_000 - elapsed_ms * 1000,
             held: 0,
             slice: 7,
+            fresh_kept: 0,
         }
     }
 
@@ -281,6 +290,19 @@ mod tests {
         );
         assert_eq!(chunk(&pace(3_000, 0, false), 100_000, 500, 1, None), 500);
         assert_eq!(chunk(&pace(0, 0, false), 100_000, 100_000, 40, None), 40);
+    }
+
+    #[test]
+    fn a_host_without_a_last_slice_doubles_what_it_has() {
+        // Started 900 ms into the slice and kept 100 already: its rate
+        // over the slice (111/s) would ask for 37.
+        let mut late = pace(111, 900, false);
+        late.fresh_kept = 100;
+        assert_eq!(chunk(&late, 100_000, 100_000, 1, None), 100);
+        // Still within the quarter of the slice and the burst.
+        late.fresh_kept = 90_000;
+        assert_eq!(chunk(&late, 100_000, 100_000, 1, None), 25_000);
+        assert_eq!(chunk(&late, 100_000, 700, 1, None), 700);
     }
 
     #[test]
