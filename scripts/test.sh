@@ -30,17 +30,16 @@ stage "style"
 cargo fmt --all -- --check
 (cd bindings/python && cargo fmt -- --check)
 cargo clippy -q --all-targets -- -D warnings
-# One build for the optional faces: async and tower together.
-cargo clippy -q --all-targets --features async,tower -- -D warnings
-cargo clippy -q -p flowctrl --features sim --lib -- -D warnings
-cargo clippy -q -p flowctrl-sim --all-targets -- -D warnings
+# One build for the optional faces and the simulator: the workspace's
+# features unify, so the library is checked with async, tower and sim.
+cargo clippy -q --workspace --all-targets --features async,tower -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
 stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
-cargo test
-# The same feature set for the three, so the library is built once for them.
-cargo test -q --features async,tower --test waiting_async --test tower
-cargo test -q --features async,tower --doc guide_middleware
+# With the optional faces' features, so the library is built once for
+# every test (the async and tower tests and the middleware guide's doc
+# test need them).
+cargo test --features async,tower
 
 stage "the global-quota simulation (1,000 hosts on the real pull script and host logic)"
 cargo test -q --release -p flowctrl-sim

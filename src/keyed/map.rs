@@ -341,6 +341,6 @@ fn backoff(round: u32) {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 #[path = "map_loom.rs"]
 mod loom_model;

@@ -39,7 +39,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A 64-bit atomic word. The table's words are `std` atomics; the loom model
-/// of this protocol (`RUSTFLAGS="--cfg loom"`) plugs in loom's.
+/// of this protocol (feature `loom`) plugs in loom's.
 pub trait Word {
     fn load(&self, order: Ordering) -> u64;
     fn store(&self, value: u64, order: Ordering);
@@ -509,7 +509,7 @@ mod tests {
 /// A loom model of the protocol: every interleaving (within a preemption
 /// bound) and every value the C11 memory model lets a load return, on loom's
 /// atomics plugged in through [`Word`]. Run with `scripts/loom.sh`, i.e.
-/// `RUSTFLAGS="--cfg loom" cargo test --release --lib loom_model`.
+/// `cargo test --release --no-default-features --features loom --lib loom_model`.
 /// `LOOM_MAX_PREEMPTIONS=n` deepens the bound of every model.
 ///
 /// A kill cannot be modelled by stopping a loom thread, so a dead lane is
@@ -519,6 +519,6 @@ mod tests {
 /// threads run the real [`update`] and may help it. A kill of the reaper in
 /// its drain is one of the same states, since drain moves the word through
 /// [`update`].
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 #[path = "ledger_loom.rs"]
 mod loom_model;

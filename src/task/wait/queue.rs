@@ -279,7 +279,7 @@ fn futex(word: &AtomicU32, op: i32, value: u32, timeout: Option<Duration>) {
     }
 }
 
-#[cfg(loom)]
+#[cfg(all(test, feature = "loom"))]
 #[path = "queue_loom.rs"]
 mod loom_model;
 
