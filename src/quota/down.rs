@@ -84,12 +84,7 @@ pub(crate) fn partial(slot: &TaskSlot, g: Global) -> bool {
 
 /// The shards whose part this host granted itself in `slice`.
 fn granted_self(slot: &TaskSlot, slice: u32) -> u64 {
-    let word = slot.shards_down.load(Ordering::Relaxed);
-    if (word >> 32) as u32 == slice {
-        word >> 8 & 0xff
-    } else {
-        0
-    }
+    Account::of(slot).self_granted(slice)
 }
 
 /// Whether this host granted itself part of a down shard in `slice`.

@@ -12,7 +12,8 @@
 use std::sync::atomic::Ordering;
 
 use super::account::Account;
-use super::{Global, Need, Quota, Refused, Spent, TaskRef, policy};
+use super::store::slice_of;
+use super::{Global, Need, Quota, Refused, Spent, TaskRef, outage};
 use crate::format::{Fallback, TaskSlot};
 use crate::limit::gcra::Gcra;
 
@@ -21,7 +22,7 @@ use crate::limit::gcra::Gcra;
 pub(super) fn fallback_rate(slot: &TaskSlot, g: Global) -> Option<f64> {
     match g.fallback {
         Fallback::Rate(rate) => Some(rate),
-        Fallback::Share => policy::share_rate(
+        Fallback::Share => outage::share_rate(
             Account::of(slot).last_spent(),
             slot.quota.hosts_seen.load(Ordering::Relaxed),
             g.rate,
@@ -39,7 +40,7 @@ fn share_of_slice(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> {
     if account.fell_back(slice) == 0 && account.fell_back(slice.wrapping_sub(1)) == 0 {
         return None;
     }
-    fallback_rate(slot, g).map(|rate| policy::allowance(rate, g.slice_ms))
+    fallback_rate(slot, g).map(|rate| outage::allowance(rate, g.slice_ms))
 }
 
 /// What the share still allows the host to take of `slice` from the store
@@ -53,6 +54,20 @@ pub(super) fn share_left(slot: &TaskSlot, g: Global, slice: u32) -> Option<u64> 
 /// fallback.
 pub(super) fn share_over(slot: &TaskSlot, g: Global, slice: u32) -> u64 {
     share_of_slice(slot, g, slice).map_or(0, |a| Account::of(slot).holds(slice).saturating_sub(a))
+}
+
+/// Whether shares divide `slice` from before any fallback in it: the host
+/// granted itself part of a down shard in it or the slice before, or fell
+/// back in the slice before (see `down`). Every host keeps to its
+/// allowance then, and the allowances add up to one slice's spend, so a
+/// host held back below its own may catch up to it when the whole store
+/// fails: paced by the live keys, it had not asked for what they released
+/// to the others.
+fn shares_divide(slot: &TaskSlot, slice: u32) -> bool {
+    let (account, before) = (Account::of(slot), slice.wrapping_sub(1));
+    account.self_granted(slice) != 0
+        || account.self_granted(before) != 0
+        || account.fell_back(before) > 0
 }
 
 impl Quota {
@@ -74,12 +89,23 @@ impl Quota {
             (Fallback::Deny, _) => false,
             (_, None) => true,
             (_, Some(rate)) => {
-                let allowance = policy::allowance(rate, t.g.slice_ms);
+                let allowance = outage::allowance(rate, t.g.slice_ms);
                 let taken = account.holds(slice);
+                let pace = if shares_divide(t.slot, slice) {
+                    let slice_us = t.g.slice_ms as i64 * 1000;
+                    let now = self.store_now_us(q);
+                    let left_us = match slice_of(now, t.g.slice_ms) == slice {
+                        true => (slice_us - now.rem_euclid(slice_us)) as u64,
+                        false => slice_us as u64,
+                    };
+                    outage::fallback_pace(rate, allowance.saturating_sub(taken), left_us)
+                } else {
+                    rate
+                };
                 let gcra = Gcra {
-                    interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
+                    interval: (Gcra::interval_of(pace, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
-                    burst: need.burst.max(n).max(policy::fallback_burst(rate)),
+                    burst: need.burst.max(n).max(outage::fallback_burst(rate)),
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();

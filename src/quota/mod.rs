@@ -47,6 +47,7 @@ mod keys;
 mod link;
 mod lock;
 mod notes;
+mod outage;
 mod phase;
 mod policy;
 mod pull;

@@ -14,7 +14,7 @@ pub(super) const PULLS_PER_SLICE: u64 = 3;
 
 /// The next chunk is pulled when this fraction (1/n) of the last ask is
 /// left, so the other processes do not run dry while it is in flight.
-const LOW_WATER_DIV: u64 = 4;
+pub(super) const LOW_WATER_DIV: u64 = 4;
 
 /// Past this many hosts per slice (an equal share under 1 % of it, see
 /// [`many_hosts`]) shares are small: no floor on an ask, and the slice's
@@ -43,10 +43,6 @@ const PACE_MIN_DIV: u64 = 10;
 /// What a pace measured over less than 1/n of a slice is spread over.
 const RATE_MIN_DIV: u64 = 20;
 
-/// The fallback's burst: this many seconds of its rate (a burst of one
-/// refuses requests that arrive a little early).
-const FALLBACK_BURST_S: f64 = 0.05;
-
 /// A give-back is worth at least 1/n of an equal share: less is not worth
 /// its round trip, nor the others' asking for it.
 const GIVE_BACK_FLOOR_DIV: u64 = 8;
@@ -58,10 +54,6 @@ const OFFSET_JUMP_US: i64 = 20_000;
 /// large); a faster one moves it by 1/[`OFFSET_STEP_DIV`] of the difference.
 const OFFSET_RTT_MAX_US: i64 = 4_000;
 const OFFSET_STEP_DIV: i64 = 8;
-
-/// The probe interval is jittered by ±1/n: hosts that failed together do
-/// not probe together.
-const PROBE_JITTER_DIV: u64 = 5;
 
 /// What the host measured of its pace in the current slice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,28 +169,6 @@ pub(super) fn demand(before: u64, asked_now: u64, elapsed_us: u64, slice_us: u64
     before.max(pace)
 }
 
-/// A slice's worth of `rate`.
-pub(super) fn allowance(rate: f64, slice_ms: u32) -> u64 {
-    (rate * slice_ms as f64 / 1000.0).ceil() as u64
-}
-
-/// The fallback rate's burst ([`FALLBACK_BURST_S`] of it, at least one).
-pub(super) fn fallback_burst(rate: f64) -> u32 {
-    (rate * FALLBACK_BURST_S).clamp(1.0, u32::MAX as f64) as u32
-}
-
-/// The share policy's rate: what the host spent per second in its last
-/// full slice; before any, the global rate over the hosts the store last
-/// counted; before that, none (the local limits alone).
-pub(super) fn share_rate(spent_before: u64, hosts: u64, rate: f64, slice_ms: u32) -> Option<f64> {
-    let spent = spent_before.min(u32::MAX as u64);
-    if spent > 0 {
-        return Some(spent as f64 * 1000.0 / slice_ms as f64);
-    }
-    let hosts = hosts.min(1 << 20);
-    (hosts > 0).then(|| rate / hosts as f64)
-}
-
 /// The least a give-back is worth (see [`GIVE_BACK_FLOOR_DIV`]).
 pub(super) fn give_back_floor(quota: u64, hosts: u64) -> u64 {
     (quota / hosts.clamp(1, 1 << 20) / GIVE_BACK_FLOOR_DIV).max(1)
@@ -217,15 +187,6 @@ pub(crate) fn smooth_offset(old: i64, measured: i64, rtt_us: i64) -> i64 {
     } else {
         old + (measured - old) / OFFSET_STEP_DIV
     }
-}
-
-/// The delay to the next probe, ns: the interval ± its jitter, from the
-/// clock's low bits `seed`.
-pub(super) fn probe_delay_ns(interval: Duration, seed: u64) -> u64 {
-    let base = interval.as_nanos() as u64;
-    let spread = base / PROBE_JITTER_DIV;
-    let jitter = (seed ^ (seed >> 17)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % (spread * 2 + 1);
-    base - spread + jitter
 }
 
 /// How long a pull may hold its lock before anyone breaks it: one connect
@@ -334,24 +295,16 @@ mod tests {
     }
 
     #[test]
+    fn a_give_back_is_worth_an_eighth_of_an_equal_share() {
+        assert_eq!(give_back_floor(500_000, 1_000), 62);
+        assert_eq!(give_back_floor(5, 0), 1);
+    }
+
+    #[test]
     fn demand_is_the_last_slice_or_this_ones_pace() {
         assert_eq!(demand(500, 300, 50_000, 1_000_000), 500);
         assert_eq!(demand(500, 300, 300_000, 1_000_000), 1_000);
         assert_eq!(demand(0, 0, 0, 1_000_000), 0);
-    }
-
-    #[test]
-    fn the_fallback_share_is_the_last_slices_spend_or_an_equal_part() {
-        assert_eq!(share_rate(800, 4, 2_000.0, 1_000), Some(800.0));
-        assert_eq!(share_rate(0, 4, 2_000.0, 1_000), Some(500.0));
-        assert_eq!(share_rate(0, 0, 2_000.0, 1_000), None);
-        assert_eq!(
-            share_rate(u64::MAX, 4, 2_000.0, 1_000),
-            Some(u32::MAX as f64)
-        );
-        assert_eq!(allowance(333.4, 1_000), 334);
-        assert_eq!(fallback_burst(1_000.0), 50);
-        assert_eq!(fallback_burst(1.0), 1);
     }
 
     #[test]
@@ -360,19 +313,6 @@ mod tests {
         assert_eq!(smooth_offset(5_000, 5_800, 100), 5_100);
         assert_eq!(smooth_offset(5_000, 5_800, 5_000), 5_000);
         assert_eq!(smooth_offset(5_000, 60_000, 100), 60_000);
-    }
-
-    #[test]
-    fn probes_spread_within_a_fifth_of_the_interval() {
-        let interval = Duration::from_millis(500);
-        let (lo, hi) = (400_000_000, 600_000_000);
-        let delays: Vec<u64> = (0..100)
-            .map(|s| probe_delay_ns(interval, s * 7919))
-            .collect();
-        assert!(delays.iter().all(|d| (lo..=hi).contains(d)), "{delays:?}");
-        assert!(delays.iter().max().unwrap() - delays.iter().min().unwrap() > 100_000_000);
-        assert_eq!(give_back_floor(500_000, 1_000), 62);
-        assert_eq!(give_back_floor(5, 0), 1);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::fallback::{share_left, share_over};
 use super::lock::{PullLock, try_lock};
 use super::phase::{self, Phase, Settled};
 use super::store::{Ask, slice_of, wall_us};
-use super::{Global, Quota, QuotaStats, TaskRef, down, notes, policy, record};
+use super::{Global, Quota, QuotaStats, TaskRef, down, notes, outage, policy, record};
 use crate::error::Result;
 use crate::events;
 use crate::format::{QuotaSlot, TaskSlot};
@@ -59,7 +59,7 @@ impl Quota {
     }
 
     fn next_probe(&self, shm: &Shm, now: u64) -> u64 {
-        let ns = policy::probe_delay_ns(self.options.probe_interval, now);
+        let ns = outage::probe_delay_ns(self.options.probe_interval, now);
         now + ns * shm.clock.ticks_per_sec() / 1_000_000_000
     }
 

@@ -86,6 +86,25 @@ pub fn run(
         while monotonic() < start + Duration::from_secs_f64(secs) {
             let stats = watched.quota_stats();
             let state = stats.state;
+            // FLOWCTRL_TEST_TRACE=1: every host's quota state and counts
+            // every 5 ms on stderr (how a short slice was traced).
+            if std::env::var_os("FLOWCTRL_TEST_TRACE").is_some() {
+                let at = monotonic().saturating_sub(start).as_millis();
+                for (h, t) in watch.iter().enumerate() {
+                    let (q, s) = (t.quota_stats(), t.stats());
+                    eprintln!(
+                        "trace {at} ms h{h} {:?} pulls {} failed {} granted {} admitted {} lim_global {} lim_fallback {} down {}",
+                        q.state,
+                        q.pulls,
+                        q.failed_pulls,
+                        q.granted,
+                        s.admitted,
+                        s.limited_global,
+                        q.limited_fallback,
+                        q.shards_down
+                    );
+                }
+            }
             shards_down_seen |= stats.shards_down;
             let at = monotonic().saturating_sub(start);
             if last == Some(QuotaState::Failed) && state == Some(QuotaState::Open) {

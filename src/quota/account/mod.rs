@@ -83,6 +83,17 @@ impl<'a> Account<'a> {
         tagged(self.q().fallback_admitted.load(Ordering::Relaxed), slice)
     }
 
+    /// The down shards whose part the host granted itself in `slice`
+    /// (bits; see `down`): `shards_down` holds the slice above bit 32.
+    pub(super) fn self_granted(self, slice: u32) -> u64 {
+        let word = self.slot.shards_down.load(Ordering::Relaxed);
+        if (word >> 32) as u32 == slice {
+            word >> 8 & 0xff
+        } else {
+            0
+        }
+    }
+
     /// Whether the host's last fallback admission was in `slice` or later.
     pub(super) fn fell_back_since(self, slice: u32) -> bool {
         let word = self.q().fallback_admitted.load(Ordering::Relaxed);
