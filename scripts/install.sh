@@ -45,13 +45,16 @@ crate_metadata
 
 # One build gives the shared library, the archive, and the system libraries
 # the archive needs (rustc prints them; cargo replays the note when the
-# build is fresh). Its extra argument makes it another build of the crate
+# build is fresh). Without the default features, as scripts/release.sh
+# builds it: the C ABI is the same, and the command, the header's
+# generation (the committed header is installed) and the Prometheus text
+# are not built. Its extra argument makes it another build of the crate
 # than `cargo build --release`'s: alternating the two recompiles the crate
 # alone, a few seconds.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "== cargo rustc --release --lib"
-"$cargo" rustc --release --lib --color never -- --print native-static-libs 2>&1 | tee "$log" >&2
+"$cargo" rustc --release --lib --no-default-features --color never -- --print native-static-libs 2>&1 | tee "$log" >&2
 native=$(sed -n 's/^note: native-static-libs: //p' "$log" | tail -n 1)
 [[ -n $native ]] || { echo "rustc printed no native-static-libs: see the build output above" >&2; exit 1; }
 
