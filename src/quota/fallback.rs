@@ -12,7 +12,6 @@
 use std::sync::atomic::Ordering;
 
 use super::account::Account;
-use super::store::slice_of;
 use super::{Global, Need, Quota, Refused, Spent, TaskRef, outage};
 use crate::format::{Fallback, TaskSlot};
 use crate::limit::gcra::Gcra;
@@ -56,20 +55,6 @@ pub(super) fn share_over(slot: &TaskSlot, g: Global, slice: u32) -> u64 {
     share_of_slice(slot, g, slice).map_or(0, |a| Account::of(slot).holds(slice).saturating_sub(a))
 }
 
-/// Whether shares divide `slice` from before any fallback in it: the host
-/// granted itself part of a down shard in it or the slice before, or fell
-/// back in the slice before (see `down`). Every host keeps to its
-/// allowance then, and the allowances add up to one slice's spend, so a
-/// host held back below its own may catch up to it when the whole store
-/// fails: paced by the live keys, it had not asked for what they released
-/// to the others.
-fn shares_divide(slot: &TaskSlot, slice: u32) -> bool {
-    let (account, before) = (Account::of(slot), slice.wrapping_sub(1));
-    account.self_granted(slice) != 0
-        || account.self_granted(before) != 0
-        || account.fell_back(before) > 0
-}
-
 impl Quota {
     /// The decision while the store is failing, by the task's fallback
     /// policy; the local limits apply on top (the caller's). An admission
@@ -91,19 +76,8 @@ impl Quota {
             (_, Some(rate)) => {
                 let allowance = outage::allowance(rate, t.g.slice_ms);
                 let taken = account.holds(slice);
-                let pace = if shares_divide(t.slot, slice) {
-                    let slice_us = t.g.slice_ms as i64 * 1000;
-                    let now = self.store_now_us(q);
-                    let left_us = match slice_of(now, t.g.slice_ms) == slice {
-                        true => (slice_us - now.rem_euclid(slice_us)) as u64,
-                        false => slice_us as u64,
-                    };
-                    outage::fallback_pace(rate, allowance.saturating_sub(taken), left_us)
-                } else {
-                    rate
-                };
                 let gcra = Gcra {
-                    interval: (Gcra::interval_of(pace, shm.clock.ticks_per_sec()).round() as u64)
+                    interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
                     burst: need.burst.max(n).max(outage::fallback_burst(rate)),
                 };

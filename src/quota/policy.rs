@@ -14,7 +14,7 @@ pub(super) const PULLS_PER_SLICE: u64 = 3;
 
 /// The next chunk is pulled when this fraction (1/n) of the last ask is
 /// left, so the other processes do not run dry while it is in flight.
-pub(super) const LOW_WATER_DIV: u64 = 4;
+const LOW_WATER_DIV: u64 = 4;
 
 /// Past this many hosts per slice (an equal share under 1 % of it, see
 /// [`many_hosts`]) shares are small: no floor on an ask, and the slice's

@@ -23,7 +23,6 @@
 use std::sync::atomic::Ordering;
 
 use super::account::Account;
-use super::outage;
 use super::policy::{home, part};
 use super::record::{Refresh, version_of};
 use super::store::{Ask, Reply};
@@ -193,8 +192,6 @@ impl Quota {
         reply.left = if all_out { 0 } else { reply.left.max(1) };
         reply.wait_ms = if reply.granted >= ask.want || wait == u64::MAX {
             0
-        } else if self.share_of(slot, g, (slice, 0, shards)).is_some() {
-            outage::share_wait_ms(reply.granted, ask.want, g.slice_ms).map_or(wait, |w| w.min(wait))
         } else {
             wait
         };
