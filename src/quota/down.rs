@@ -82,14 +82,9 @@ pub(crate) fn partial(slot: &TaskSlot, g: Global) -> bool {
     g.shards > 1 && down(slot) & all(g.shards.min(8)) != 0
 }
 
-/// The shards whose part this host granted itself in `slice`.
-fn granted_self(slot: &TaskSlot, slice: u32) -> u64 {
-    Account::of(slot).self_granted(slice)
-}
-
 /// Whether this host granted itself part of a down shard in `slice`.
 pub(super) fn granted_self_in(slot: &TaskSlot, slice: u32) -> bool {
-    granted_self(slot, slice) != 0
+    Account::of(slot).self_granted(slice) != 0
 }
 
 /// Whether `slice`'s figures are an outage's: the store failing, a shard
@@ -157,8 +152,8 @@ impl Quota {
         let before = slice.wrapping_sub(1);
         let fell_back = |s| Account::of(slot).fell_back(s) > 0;
         let touched = partial(slot, g)
-            || granted_self(slot, slice) != 0
-            || granted_self(slot, before) != 0
+            || Account::of(slot).self_granted(slice) != 0
+            || Account::of(slot).self_granted(before) != 0
             || fell_back(slice)
             || fell_back(before);
         if !touched || matches!(g.fallback, Fallback::Deny) {
@@ -219,7 +214,7 @@ impl Quota {
 
     fn mark_self(&self, slot: &TaskSlot, slice: u32, i: u32) {
         let word = slot.shards_down.load(Ordering::Relaxed);
-        let selfs = granted_self(slot, slice) | 1 << i;
+        let selfs = Account::of(slot).self_granted(slice) | 1 << i;
         slot.shards_down.store(
             (slice as u64) << 32 | selfs << 8 | word & 0xff,
             Ordering::Relaxed,

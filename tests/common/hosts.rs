@@ -83,12 +83,13 @@ pub fn run(
         scope.spawn(|| during(start));
         sleep_until(start);
         let mut last = None;
+        // FLOWCTRL_TEST_TRACE=1: every host's quota state and counts every
+        // 5 ms on stderr (how a short slice was traced).
+        let trace = std::env::var_os("FLOWCTRL_TEST_TRACE").is_some();
         while monotonic() < start + Duration::from_secs_f64(secs) {
             let stats = watched.quota_stats();
             let state = stats.state;
-            // FLOWCTRL_TEST_TRACE=1: every host's quota state and counts
-            // every 5 ms on stderr (how a short slice was traced).
-            if std::env::var_os("FLOWCTRL_TEST_TRACE").is_some() {
+            if trace {
                 let at = monotonic().saturating_sub(start).as_millis();
                 for (h, t) in watch.iter().enumerate() {
                     let (q, s) = (t.quota_stats(), t.stats());
