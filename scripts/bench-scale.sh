@@ -39,7 +39,7 @@ bench() { FLOWCTRL_SCALE_LABEL="$1" FLOWCTRL_SCALE_URL="$2" FLOWCTRL_SCALE_NODES
 # 60-s slice key of hash tag TAG, as a host sends it.
 capacity() {
     local sha slice
-    sha=$(redis-cli -p "$1" script load "$(cat src/quota/pull.lua)")
+    sha=$(redis-cli -p "$1" script load "$(cat src/quota/script/*.lua)")
     # Inside the current minute, with room for the run.
     while [ $(( $(date +%s) % 60 )) -gt 40 ]; do sleep 1; done
     slice=$(( $(date +%s) / 60 ))

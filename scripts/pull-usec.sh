@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Server time of one pull script run (EVALSHA's usec_per_call in INFO
-# commandstats), this tree's src/quota/pull.lua against the one at REV
+# commandstats), this tree's pull script (src/quota/script/*.lua) against the one at REV
 # (default: release), on a slice key of 2 and of 20 hosts, with demand
 # under the slice and over it (the fair tails' pass). A redis-server of its
 # own on a free loopback port, stopped by its pid. The least of 6 runs of
@@ -34,8 +34,15 @@ run() { # sha hosts demand: usec_per_call of 4,000 calls
     c INFO commandstats | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
 }
 least() { if [ -z "$1" ] || [ "$(echo "$2 < $1" | bc -l)" = 1 ]; then echo "$2"; else echo "$1"; fi; }
-old=$(c SCRIPT LOAD "$(git show "$rev:src/quota/pull.lua")")
-new=$(c SCRIPT LOAD "$(cat src/quota/pull.lua)")
+# The script at a revision: one file before it was cut in sections.
+script_at() {
+    git show "$1:src/quota/pull.lua" 2>/dev/null ||
+        for f in $(git ls-tree --name-only "$1" src/quota/script/ | grep '\.lua$'); do
+            git show "$1:$f"
+        done
+}
+old=$(c SCRIPT LOAD "$(script_at "$rev")")
+new=$(c SCRIPT LOAD "$(cat src/quota/script/*.lua)")
 for hosts in 2 20; do
     for demand in under over; do
         total=100

@@ -25,7 +25,7 @@ took_keys=$(( $(date +%s) - began ))
     echo "Produced by \`./scripts/simulate.sh\` (\`flowctrl-sim --slices $slices $*\`): $slices full"
     echo "slices of 1 s per scenario after a cold first one, \`global_rate\` 500 k/s, demand"
     echo "1.25 × the rate, 1 ms ticks. Each host is a real table; its pulls run the crate's"
-    echo "\`pull.lua\` in Lua 5.1 over a model of Redis, on the simulated clock."
+    echo "pull script in Lua 5.1 over a model of Redis, on the simulated clock."
     echo
     cat target/simulation.md
     echo

@@ -1,4 +1,4 @@
-//! The pull script run as Redis runs it: the crate's own `pull.lua`
+//! The pull script run as Redis runs it: the crate's own pull script
 //! (`flowctrl::sim::PULL_SCRIPT`, not a copy) in a Lua 5.1 interpreter, with
 //! `KEYS`, `ARGV` and a `redis` table whose `call` goes to the [`Model`],
 //! converting values both ways by Redis' rules (numbers to strings for
@@ -161,7 +161,7 @@ impl LuaStore {
                 })?,
             )?;
             lua.globals().set("redis", redis)?;
-            lua.load(script).set_name("pull.lua").into_function()
+            lua.load(script).set_name("pull script").into_function()
         };
         let function = setup().map_err(lua_error)?;
         let keyed = lua

@@ -1,6 +1,6 @@
 //! A model of the Redis the pull script talks to: strings and hashes with
 //! millisecond expiry, on the simulated clock, and the commands
-//! `pull.lua` calls (a command it does not know is an error, so a new call
+//! pull script calls (a command it does not know is an error, so a new call
 //! in the script shows here first).
 
 use std::collections::HashMap;

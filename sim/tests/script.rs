@@ -1,5 +1,5 @@
 //! The pull script's rules past 100 hosts, one call at a time: the crate's
-//! own `pull.lua` over the model of Redis, at a fixed instant. The fleet
+//! own pull script over the model of Redis, at a fixed instant. The fleet
 //! simulation shows what the rules buy; these show each rule does what
 //! docs/guide/global-limits.md says it does.
 

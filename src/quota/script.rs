@@ -57,7 +57,35 @@ use crate::words::echo;
 /// host's, or the host spends by another's slicing (it spends by the key's).
 /// granted = -1 when the server is in another slice (nothing taken), -2 and
 /// -3 as above. The grant rule is `store::grant`.
-pub(crate) const PULL: &str = include_str!("pull.lua");
+///
+/// The text is in sections (`script/`, run in the order of their names):
+/// the core last, each rule beside it a function of plain values.
+pub(crate) const PULL: &str = concat!(
+    include_str!("script/00-common.lua"),
+    include_str!("script/10-read.lua"),
+    include_str!("script/15-shape.lua"),
+    include_str!("script/20-create.lua"),
+    include_str!("script/30-give-back.lua"),
+    include_str!("script/40-fair.lua"),
+    include_str!("script/50-reserve.lua"),
+    include_str!("script/60-wait.lua"),
+    include_str!("script/90-core.lua"),
+);
+
+/// The sections of [`PULL`] by file name, in order (their tests load them
+/// one by one).
+#[cfg(feature = "sim")]
+pub(crate) const PULL_SECTIONS: [(&str, &str); 9] = [
+    ("00-common.lua", include_str!("script/00-common.lua")),
+    ("10-read.lua", include_str!("script/10-read.lua")),
+    ("15-shape.lua", include_str!("script/15-shape.lua")),
+    ("20-create.lua", include_str!("script/20-create.lua")),
+    ("30-give-back.lua", include_str!("script/30-give-back.lua")),
+    ("40-fair.lua", include_str!("script/40-fair.lua")),
+    ("50-reserve.lua", include_str!("script/50-reserve.lua")),
+    ("60-wait.lua", include_str!("script/60-wait.lua")),
+    ("90-core.lua", include_str!("script/90-core.lua")),
+];
 
 /// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
 /// host-id conflict, wait ms, threshold mismatch, key created, ms until a

@@ -9,12 +9,16 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::keyed::{KeyBatch, KeyReply, key_call, key_reply};
-use super::script::{PULL, pull_call, pull_reply};
+use super::script::{PULL, PULL_SECTIONS, pull_call, pull_reply};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The pull script, as Redis runs it.
 pub const PULL_SCRIPT: &str = PULL;
+
+/// The pull script's sections by file name, in the order Redis runs them
+/// (their concatenation is [`PULL_SCRIPT`]).
+pub const PULL_SCRIPT_SECTIONS: [(&str, &str); 9] = PULL_SECTIONS;
 
 /// The store URL of the installed [`Script`].
 pub const URL: &str = "sim:";

@@ -177,7 +177,7 @@ pub(crate) trait QuotaStore: Send + Sync {
 /// How much of what is `left` in a key one pull may take: what it asks for,
 /// up to what is left. The tail of a slice is divided by fair shares (see
 /// `fair`), not by handing out ever smaller pieces: those cost a round trip
-/// each. The Redis script applies the same rule (see `pull.lua`).
+/// each. The Redis script applies the same rule (see `script/90-core.lua`).
 pub(crate) fn grant(left: u64, want: u64) -> u64 {
     want.min(left)
 }
