@@ -258,8 +258,20 @@ fn soname_dir(lib_dir: &Path) -> PathBuf {
 
 /// Compiles one test program and returns its path.
 fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
-    let language = program.language();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    compile_in(manifest, program, linkage, lib_dir, "")
+}
+
+/// [`compile`] from the tree at `root` (its header and program), against
+/// the library in `lib_dir`; `tag` tells its binary from this tree's.
+fn compile_in(
+    root: &Path,
+    program: Program,
+    linkage: Linkage,
+    lib_dir: &Path,
+    tag: &str,
+) -> PathBuf {
+    let language = program.language();
     for lib in ["libflowctrl.so", "libflowctrl.a"] {
         let path = lib_dir.join(lib);
         assert!(
@@ -270,7 +282,7 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
     }
     let build_dir = lib_dir.parent().expect("deps has a parent").join("c-tests");
     std::fs::create_dir_all(&build_dir).expect("create the build directory");
-    let binary = build_dir.join(format!("{}_{}", program.name(), linkage.name()));
+    let binary = build_dir.join(format!("{}{tag}_{}", program.name(), linkage.name()));
     // Built aside and renamed over: tests compiling the same program run
     // at once, and one may be running the file (ETXTBSY) while another
     // builds it again.
@@ -291,11 +303,8 @@ fn compile(program: Program, linkage: Linkage, lib_dir: &Path) -> PathBuf {
         .arg(program.standard())
         .args(WARNINGS)
         .arg("-pthread")
-        .arg(format!(
-            "-I{}",
-            manifest.join(program.include_dir()).display()
-        ))
-        .arg(manifest.join("tests/c").join(program.source()))
+        .arg(format!("-I{}", root.join(program.include_dir()).display()))
+        .arg(root.join("tests/c").join(program.source()))
         .arg("-o")
         .arg(&building)
         .args(linkage.args(lib_dir));
@@ -924,5 +933,123 @@ mod quota {
         run_with(&binary, &[&redis.url()]);
         let record: Vec<String> = redis.command(&["HGETALL", "flowctrl:{api}:k-cfg"]);
         assert!(record.is_empty(), "left behind: {record:?}");
+    }
+
+    /// The last commit of the `release` branch (version 0.3.0 in its
+    /// Cargo.toml): the pull script and host logic before the quota room
+    /// was rebuilt. A fleet upgraded host by host runs it beside this build
+    /// on the same keys.
+    const RELEASE_0_3: &str = "5a607084b711c04a3dae3392cda76ba073fcb476";
+
+    /// That revision's tree with its C library built (debug, no default
+    /// features) under `target/release-0_3/`, once; None, said, when this
+    /// checkout does not hold the commit (a shallow clone).
+    fn release_0_3() -> Option<PathBuf> {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let git = |args: &[&str]| {
+            Command::new("git")
+                .arg("-C")
+                .arg(manifest)
+                .args(args)
+                .output()
+                .expect("run git")
+        };
+        if !git(&["cat-file", "-e", &format!("{RELEASE_0_3}^{{commit}}")])
+            .status
+            .success()
+        {
+            println!("SKIPPED: this checkout does not hold {RELEASE_0_3} (a shallow clone)");
+            return None;
+        }
+        let target = deps_dir().join("../../release-0_3");
+        let root = target.join("src");
+        if !root.join("Cargo.toml").is_file() {
+            let tar = target.join("src.tar");
+            std::fs::create_dir_all(&root).unwrap();
+            let tar_arg = tar.to_str().unwrap();
+            let out = git(&["archive", "-o", tar_arg, RELEASE_0_3]);
+            assert!(out.status.success(), "git archive: {out:?}");
+            let out = Command::new("tar")
+                .args(["-xf", tar_arg, "-C"])
+                .arg(&root)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "tar: {out:?}");
+        }
+        let out = Command::new(env!("CARGO"))
+            .current_dir(&root)
+            .env("CARGO_TARGET_DIR", target.join("target"))
+            .env("CARGO_PROFILE_DEV_DEBUG", "false")
+            .args(["build", "-q", "--lib", "--no-default-features"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "building {RELEASE_0_3}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(root)
+    }
+
+    /// A rolling upgrade: a host of release 0.3 and a host of this build,
+    /// two processes each, saturate one task of 2,000/s on one Redis. The
+    /// slices stay exact and neither host is starved: each within 0.4 of
+    /// an equal share (measured: the 0.3 host up to 1.25, since it owes the
+    /// others by time only).
+    #[test]
+    fn hosts_of_release_0_3_and_of_this_build_share_one_global_quota() {
+        let Some(old_root) = release_0_3() else {
+            return;
+        };
+        let _turn = one_at_a_time();
+        let new = compile(Program::QuotaWorker, Linkage::Shared, &deps_dir());
+        let old_lib = old_root.join("../target/debug/deps");
+        let old = compile_in(
+            &old_root,
+            Program::QuotaWorker,
+            Linkage::Shared,
+            &old_lib,
+            "_release_0_3",
+        );
+        let redis = RedisServer::start();
+        let scratch = scratch_dir("rolling");
+        let start = wall_us() + 500_000;
+        let workers: Vec<_> = [(&old, "old"), (&new, "new")]
+            .into_iter()
+            .cycle()
+            .take(4)
+            .map(|(binary, host)| {
+                let table = scratch.join(host);
+                (host, spawn(binary, &table, &redis.url(), start, 5.0, 0.0))
+            })
+            .collect();
+        let mut per_host: BTreeMap<&str, BTreeMap<i64, u64>> = BTreeMap::new();
+        for (host, w) in workers {
+            let (slices, done) = finish(w);
+            assert_eq!(done[0], 0, "errors");
+            for (s, n) in slices {
+                *per_host.entry(host).or_default().entry(s).or_default() += n;
+            }
+        }
+        let mut total: BTreeMap<i64, u64> = BTreeMap::new();
+        for slices in per_host.values() {
+            for (s, n) in slices {
+                *total.entry(*s).or_default() += n;
+            }
+        }
+        eprintln!("per host: {per_host:?}");
+        let slices: Vec<_> = total.iter().collect();
+        assert!(slices.len() >= 4, "{total:?}");
+        for (s, n) in &slices[1..slices.len() - 1] {
+            assert!((1960..=2020).contains(*n), "slice {s}: {n}: {per_host:?}");
+            for (host, of_host) in &per_host {
+                let got = of_host.get(s).copied().unwrap_or(0);
+                assert!(
+                    (600..=1400).contains(&got),
+                    "slice {s}: the {host} host admitted {got} of 2,000: {per_host:?}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&scratch);
     }
 }
