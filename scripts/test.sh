@@ -41,11 +41,25 @@ stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also
 # test need them).
 cargo test --features async,tower
 
-stage "the global-quota simulation (1,000 hosts on the real pull script and host logic)"
-cargo test -q --release -p flowctrl-sim
-
-stage "loom models of the concurrency ledger and the wait queue"
-./scripts/loom.sh
+stage "the loom models and the global-quota simulation (1,000 hosts), side by side"
+# The loom models run one at a time on one core; the simulation's budgets
+# (its scenarios in parallel processes) take the other meanwhile. Both are
+# deterministic: neither's figures depend on the other's load. Built one
+# after the other (one cargo build at a time), then run together.
+cargo test -q --release --no-default-features --features loom --lib --no-run
+loom_log="$ROOT/target/loom.log"
+./scripts/loom.sh >"$loom_log" 2>&1 &
+loom=$!
+if ! cargo test -q --release -p flowctrl-sim; then
+    kill "$loom" 2>/dev/null || true
+    exit 1
+fi
+if ! wait "$loom"; then
+    cat "$loom_log"
+    echo "the loom models failed" >&2
+    exit 1
+fi
+cat "$loom_log"
 
 stage "Python (on the release wheel, built for glibc 2.17 by scripts/release.sh, in a fresh venv)"
 # The tests run on the wheel users install, in a venv made afresh from it
