@@ -40,7 +40,16 @@ pub struct Model {
     now_us: i64,
     /// Commands run (`redis.call`s), for the report.
     pub commands: u64,
+    /// Every hash a hash table, as Redis keeps one past its compact
+    /// (listpack) limits: HSCAN pages it (tests compare both reads).
+    pub hash_tables: bool,
 }
+
+/// Redis' default compact-hash limits (`hash-max-listpack-entries`,
+/// `hash-max-listpack-value`): a hash within both is kept as a listpack,
+/// which HSCAN answers whole whatever its COUNT.
+const COMPACT_FIELDS: usize = 128;
+const COMPACT_BYTES: usize = 64;
 
 fn int(arg: &str) -> Result<i64, String> {
     arg.parse()
@@ -227,15 +236,26 @@ impl Model {
             }
             "HSCAN" => {
                 // `HSCAN key 0 COUNT n`, a first call only (the script
-                // reads a hash whole or not at all), scanned as a hash
-                // table is: a hash of at most n fields whole (cursor 0), a
-                // larger one n of them and a cursor to go on from.
+                // reads a hash whole or not at all): a compact hash whole
+                // (cursor 0), as Redis answers a listpack; a hash table
+                // as scanned, at most n fields whole, a larger one n of
+                // them and a cursor to go on from. (A hash Redis converted
+                // stays a table when it shrinks; slice keys only grow.)
                 arity(5, false)?;
                 if args[2] != "0" || !args[3].eq_ignore_ascii_case("COUNT") {
                     return Err("ERR the model knows HSCAN key 0 COUNT n".into());
                 }
-                let count = int(&args[4])?.max(1) as usize;
+                let tables = self.hash_tables;
+                let mut count = int(&args[4])?.max(1) as usize;
                 let h = self.hash(&args[1])?;
+                if let Some(h) = &h
+                    && !tables
+                    && h.len() <= COMPACT_FIELDS
+                    && h.iter()
+                        .all(|(f, v)| f.len() <= COMPACT_BYTES && v.len() <= COMPACT_BYTES)
+                {
+                    count = COMPACT_FIELDS;
+                }
                 let len = h.as_ref().map_or(0, |h| h.len());
                 let page = h
                     .into_iter()

@@ -451,12 +451,13 @@ fn a_host_of_release_0_3_and_one_of_this_share_a_key() {
     assert_eq!(&r[..2], &[-3, 500], "{r:?}");
 }
 
-/// A key past the scan's 16 fields is read by name and counted (HSCAN,
-/// HMGET, HLEN): the hosts counted and the grants are those of a small
-/// key's.
+/// A key Redis keeps as a hash table (past its compact limits), past the
+/// scan's 16 fields, is read by name and counted (HSCAN, HMGET, HLEN): the
+/// hosts counted and the grants are those of a compact key's.
 #[test]
 fn a_key_of_many_hosts_is_read_by_name() {
     let store = store_at(100);
+    store.model.lock().unwrap().hash_tables = true;
     for i in 0..20 {
         assert_eq!(pull(&store, &format!("h{i}"), 100, 0, 100, false)[0], 100);
     }
@@ -487,4 +488,35 @@ fn the_release_is_the_keys_whatever_threshold_the_host_holds() {
     );
     assert_eq!(moved[0], 0, "released by the key's burst: {moved:?}");
     assert!(moved[6] > 0, "told when it will be: {moved:?}");
+}
+
+/// The two reads of the key answer alike: 30 hosts asking more than their
+/// share (fair tails, reservations past none: 30 hosts), the same pulls on
+/// a key Redis keeps compact (read whole by one HSCAN) and on one it keeps
+/// as a hash table (HSCAN's page, then HMGET and HLEN): every reply and
+/// the key's fields are the same; only the commands differ.
+#[test]
+fn a_key_read_whole_and_read_by_name_answer_alike() {
+    let (whole, by_name) = (store_at(100), store_at(100));
+    by_name.model.lock().unwrap().hash_tables = true;
+    let fields = |store: &LuaStore| {
+        let mut f = store.hash(&format!("k:{SLICE}")).unwrap();
+        f.sort();
+        f
+    };
+    for round in 0..3i64 {
+        for i in 0..30i64 {
+            let host = format!("h{i}");
+            let (want, claimed) = (500 + 40 * i, round * 300 + i);
+            let a = pull(&whole, &host, want, claimed, 8_000, false);
+            let b = pull(&by_name, &host, want, claimed, 8_000, false);
+            assert_eq!(a, b, "round {round}, {host}");
+        }
+    }
+    assert_eq!(fields(&whole), fields(&by_name));
+    assert!(
+        fields(&whole).iter().any(|(f, _)| f == "fair"),
+        "the fair tails ran"
+    );
+    assert!(commands(&whole) < commands(&by_name));
 }

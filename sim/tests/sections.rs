@@ -9,11 +9,13 @@ use mlua::Lua;
 
 /// A fake `redis` for the sections that call it: hashes and strings in
 /// Lua tables (fields in insertion order), every command counted in
-/// `calls`. HSCAN answers a key of up to 16 fields whole (cursor 0), as
-/// Redis does a compact hash.
+/// `calls` (`full(i)`: the i-th with its arguments). HSCAN answers a key
+/// of up to 16 fields whole (cursor 0); Redis does so for any compact
+/// hash (up to 128 fields of 64 bytes), whatever COUNT says.
 const FAKE_REDIS: &str = r#"
 local hashes, strings = {}, {}
-calls = {}
+calls, full_calls = {}, {}
+function full(i) return full_calls[i] end
 local function hash(key)
   if not hashes[key] then hashes[key] = {order = {}, at = {}} end
   return hashes[key]
@@ -51,7 +53,13 @@ local handlers = {
   PEXPIRE = function() return 1 end,
 }
 redis = {
-  call = function(cmd, ...) calls[#calls + 1] = cmd; return handlers[cmd](...) end,
+  call = function(cmd, ...)
+    calls[#calls + 1] = cmd
+    local words = {cmd}
+    for _, a in ipairs({...}) do words[#words + 1] = tostring(a) end
+    full_calls[#full_calls + 1] = table.concat(words, ' ')
+    return handlers[cmd](...)
+  end,
   error_reply = function(msg) return {err = msg} end,
 }
 function set(key, value) strings[key] = tostring(value) end
@@ -106,6 +114,8 @@ fn a_small_key_is_read_whole_and_a_large_one_by_name() {
         eq(k.got[5], false, 'no fair cache'); eq(k.got[6], false, 'no back')
         put(k, 'back', 5); put(k, 'left', 60)
         eq(k.at.left, 60, 'a write replaces the field read')
+        eq(k.all[2], 60, 'in the fields as read, in place')
+        eq(k.all[10], 5, 'a new field after them')
         eq(field_count(k, 'k', true), 5, 'counted with the new field')
         eq(#all_fields(k, 'k'), 10, 'the fields as read, with the writes')
         eq(called(), 'HSCAN', 'no other command for a key read whole')
@@ -132,8 +142,14 @@ fn a_host_on_another_slicing_is_sent_to_the_shape() {
         local shaped, mismatch, keeps, to = check_shape(false, 's', 1000, 1000, 4000, true)
         eq(shaped, 0, 'by the record: no shape'); eq(to, nil, 'goes on'); eq(called(), '', 'no call')
 
+        shaped, mismatch, keeps, to = check_shape(false, 'u', 500, 1000, 4000, false)
+        eq(to[1], 1000, 'no shape yet, another host\'s slicing: sent to its own')
+        eq(called(), 'GET', 'nothing set')
+
+        calls = {}
         shaped, mismatch, keeps, to = check_shape(false, 's', 1000, 1000, 4000, false)
         eq(shaped, 1000, 'the first host sets the shape'); eq(called(), 'GET SET', 'set with its TTL')
+        eq(full(#full_calls), 'SET s 1000 PX 4000', 'its slicing, for the TTL sent')
         eq(keeps, false, 'set, not renewed')
 
         calls = {}
@@ -176,6 +192,7 @@ fn a_new_key_carries_in_the_hosts_that_asked_before() {
         eq(hget('now', 'b'), nil, 'a host that asked nothing is not carried')
         eq(k.n, 5, 'the writes applied to the key as read')
         eq(called(), 'HSCAN HGETALL HSET PEXPIRE', 'a TTL for a key created')
+        eq(full(#full_calls), 'PEXPIRE now 4000', 'the TTL sent')
 
         hset('ahead', 'left', 80, 'quota', 80)
         calls = {}
@@ -217,6 +234,9 @@ fn a_give_back_goes_back_once_and_never_past_the_charge() {
         eq(back, 0, 'nothing past the charge'); eq(now_told, 30, 'but told')
         left = put_back(50, 0, 100, 50, 990, 1000)
         eq(left, 1000, 'never past the quota')
+        -- A damaged number fails every comparison: nothing goes back.
+        left, charged, now_told, back = put_back(0 / 0, 10, 100, 70, 500, 1000)
+        eq(back, 0, 'NaN given: nothing back'); eq(left, 500, 'the key unchanged')
         "#,
     );
 }
@@ -229,7 +249,10 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         local function ask(t)
           local s = {quota = 1000, demands = 1200, hosts = 2, burst = 0, elapsed = 500,
             slice_ms = 1000, demand = 600, had = 0, grant = 100, room = 400, cache = false,
-            host = 'a', records = function() return {'b', '0 0 0 0 0 600'} end}
+            host = 'a', records = function()
+              -- The host's own record and the key's own fields are passed over.
+              return {'a', '0 0 0 0 0 600', 'left', '5', 'b', '0 0 0 0 0 600', 'quota', '1000'}
+            end}
           for f, v in pairs(t) do s[f] = v end
           return fair_room(s)
         end
@@ -249,6 +272,12 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         room, cut, shared, mine = ask({had = 300, burst = 200})
         eq(mine, 50, 'owed its share of the burst too')
 
+        -- Past 100 hosts the burst is not owed ahead: owed as time passes.
+        room, cut, shared, mine = ask({hosts = 100, burst = 200})
+        eq(mine, 7, 'up to 100 hosts: a tenth of 1,000 at 0.5 and the burst\'s 0.2')
+        room, cut, shared, mine = ask({hosts = 150, burst = 200})
+        eq(mine, 3, 'past 100: a 150th at 0.5 alone')
+
         -- Below the share: owed a quarter slice ahead.
         room, cut, shared, mine = ask({demand = 100, had = 0, elapsed = 0, grant = 100})
         eq(mine, 25, 'a quarter of a small demand at once')
@@ -257,12 +286,22 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         local read = 0
         local function records() read = read + 1; return {} end
         local cache = '450,100,500,0,800'
-        ask({hosts = 80, cache = cache, had = 900, records = records})
+        room, cut = ask({hosts = 80, cache = cache, had = 900, records = records})
         eq(read, 0, 'a fresh cache stands for the records')
+        -- Owed then 100, grown by 500 a slice over 50 ms since: 124 (floored
+        -- from 24.99: 0.5 - 0.45 in binary).
+        eq(room, 276, 'the release less what the cache says the others are owed now')
+        eq(cut, true, 'cut')
         local _, _, _, _, c = ask({hosts = 80, cache = '350,100,500,0,800', had = 900, records = records})
         eq(read, 1, 'an old one is made again'); eq(c[1], 500, 'at this time')
         ask({hosts = 40, cache = cache, had = 900, records = records})
         eq(read, 2, 'up to 64 hosts, every time')
+
+        -- A damaged number fails every comparison, as it always did.
+        room, cut, shared = ask({demands = 0 / 0})
+        eq(shared, false, 'NaN demands: not shared out'); eq(room, 400, 'the release')
+        room, cut = ask({grant = 0 / 0})
+        eq(cut, false, 'NaN grant: not cut'); eq(room, 400, 'the release')
 
         local f = fair_field({500, 100, 0, 20, 800}, true, 30, 10)
         eq(f[2], '500,100,0,30,800', 'the grant within what is owed is counted')
@@ -319,8 +358,9 @@ fn a_host_waits_for_an_ask_worth_a_round_trip() {
         eq(wait({want = 400, released = 1000, owed_cut = true, elapsed = 980}), 20,
           'never past the slice')
         eq(wait({want = 0}), 0, 'a give-back\'s own pull')
-        eq(wait({shared_out = true, demand = 200}), 250, 'shared out: half an ask at its demand, a quarter at most')
-        eq(wait({shared_out = true, demand = 200, given = 5}), 125, 'an eighth after a give-back')
+        eq(wait({shared_out = true, demand = 400}), 125, 'shared out: until half an ask at its demand')
+        eq(wait({shared_out = true, demand = 100}), 250, 'a quarter at most')
+        eq(wait({shared_out = true, demand = 100, given = 5}), 125, 'an eighth after a give-back')
         eq(wait({shared_out = true, demand = 2000}), 100, 'a fast host: the release\'s wait')
         local used = {left = 0, giving_back = true}
         eq(wait(used), 100, 'used up: again in a tenth, for what hosts give back')

@@ -25,7 +25,7 @@ end
 -- others (docs/design/quota.md). Returns left, the host's charge, what the
 -- key was told, and what was put back.
 local function put_back(given, told, charged, holds, left, quota)
-  if given <= told then return left, charged, told, 0 end
+  if not (given > told) then return left, charged, told, 0 end
   local back = math.min(given - told, math.max(charged - holds, 0))
   return math.min(left + back, quota), charged - back, given, back
 end

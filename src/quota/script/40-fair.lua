@@ -25,7 +25,9 @@ local function fair_room(s)
   local room, owed_cut, shared_out, mine = s.room, false, false, 0
   local c = {}
   if s.cache then c = fields(s.cache) end
-  if s.demands <= s.quota or s.hosts <= 1 then return room, owed_cut, shared_out, mine, c end
+  -- (Each test as written, not its converse: a NaN from a damaged key
+  -- fails every comparison, and must fail the same one as ever.)
+  if not (s.demands > s.quota and s.hosts > 1) then return room, owed_cut, shared_out, mine, c end
   local share = s.quota / s.hosts
   shared_out = true
   -- Owed as the slice is released, its burst included: the burst is
@@ -48,7 +50,7 @@ local function fair_room(s)
   -- take it and nobody else could either.
   local e, f = part(s.demand)
   mine = math.max(math.floor(e * f) - s.had, 0)
-  if s.grant <= mine then return room, owed_cut, shared_out, mine, c end
+  if not (s.grant > mine) then return room, owed_cut, shared_out, mine, c end
   if s.hosts <= FAIR_CACHED or c[5] == nil or s.elapsed < c[1]
       or s.elapsed - c[1] >= s.slice_ms / 10 then
     e, f = part(s.demand)
