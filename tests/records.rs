@@ -167,6 +167,65 @@ fn a_stored_record_wins_and_its_changes_reach_every_host_within_a_slice() {
     assert!((2940..=3030).contains(&n), "back to 3000/s: {per_second:?}");
 }
 
+/// A record change reaches an unsharded task's host in the reply of its
+/// next pull: where the record keeps its slicing and the slice's key
+/// exists, that pull is granted too (one script run, the record read
+/// inside it: no bounce, no read of the record of its own); where the
+/// slicing changes, the host is refused once and asks again, the record
+/// still carried by the reply.
+#[test]
+fn a_record_change_rides_on_the_next_pull() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("records-ride");
+    let url = redis.url();
+    let fleet = store(&url);
+    fleet.set_task_config("api", &rate(10_000.0)).unwrap();
+    let table = Table::open(scratch.path("a"), &host_options(&url, "a")).unwrap();
+    let task = table
+        .task("api", &TaskConfig::new().global_rate(3000.0))
+        .unwrap();
+    // Early in a slice, so the key outlives the steps below.
+    sleep_until(common::hosts::next_wall_second() + Duration::from_millis(50));
+    assert!(task.pull_quota(10).unwrap().is_ok());
+    assert_eq!(task.settings().global.global_rate, 10_000.0);
+    let calls = |name: &str| redis.commands().get(name).copied().unwrap_or(0);
+    let counts = || (calls("evalsha"), calls("hgetall"), calls("hget"));
+    fleet.set_task_config("api", &rate(8_000.0)).unwrap();
+    let before = counts();
+    let granted = task.pull_quota(10).unwrap();
+    let after = counts();
+    assert_eq!(granted, Ok(10), "granted across the change");
+    assert_eq!(task.settings().global.global_rate, 8_000.0, "and adopted");
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 1),
+        "one script run, the record read inside it (evalsha, hgetall): {before:?} -> {after:?}"
+    );
+
+    // A new slicing: the key is cut otherwise, so no grant by the old one.
+    fleet
+        .set_task_config(
+            "api",
+            &GlobalConfig {
+                slice_ms: Some(500),
+                ..rate(8_000.0)
+            },
+        )
+        .unwrap();
+    let before = counts();
+    assert!(task.pull_quota(10).unwrap().is_ok());
+    let after = counts();
+    assert_eq!(task.settings().global.slice_ms, 500, "adopted");
+    // HGETALL: the record, inside the first run, and the slice before's
+    // key, read when the second run creates the new slicing's key (a read
+    // of the record of the host's own would be a third).
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (2, 2),
+        "refused once, then granted: {before:?} -> {after:?}"
+    );
+}
+
 #[test]
 fn registrations_and_updates_are_of_the_hosts_own_numbers_under_a_record() {
     let redis = RedisServer::start();

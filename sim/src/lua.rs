@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use flowctrl::sim::ScriptValue;
 use flowctrl::{Error, ErrorKind, Result};
 use mlua::{Function, Lua, MultiValue, Value};
 
@@ -104,6 +105,15 @@ fn reply_int(v: &Value) -> Result<i64> {
     }
 }
 
+/// A reply element as Redis hands a Lua value over: a number as an integer
+/// (truncated), a string as a bulk string.
+fn reply_value(v: &Value) -> Result<ScriptValue> {
+    match v {
+        Value::String(s) => Ok(ScriptValue::Text(s.to_string_lossy())),
+        other => reply_int(other).map(ScriptValue::Int),
+    }
+}
+
 /// Runs `function` as EVALSHA would, with these KEYS and ARGV.
 fn call(lua: &Lua, function: &Function, keys: &[String], args: &[String]) -> Result<Value> {
     let run = || -> mlua::Result<Value> {
@@ -183,6 +193,8 @@ impl LuaStore {
 
 impl flowctrl::sim::Script for LuaStore {
     fn hash(&self, key: &str) -> Result<Vec<(String, String)>> {
+        // A round trip of its own (a host reading a record).
+        self.evals.fetch_add(1, Ordering::Relaxed);
         let reply = self
             .model
             .lock()
@@ -213,7 +225,7 @@ impl flowctrl::sim::Script for LuaStore {
         }
     }
 
-    fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>> {
+    fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<ScriptValue>> {
         self.evals.fetch_add(1, Ordering::Relaxed);
         let guard = self.lua.lock().unwrap();
         let (lua, function) = &*guard;
@@ -233,6 +245,8 @@ impl flowctrl::sim::Script for LuaStore {
                 args[6],
                 args[13],
                 match &value {
+                    // The integers (a record that came with the reply
+                    // shows as its version and i64::MIN per field).
                     Value::Table(t) => t
                         .sequence_values::<Value>()
                         .filter_map(|v| v.ok())
@@ -250,24 +264,29 @@ impl flowctrl::sim::Script for LuaStore {
                         format!("the simulated store: {}", e.to_string_lossy()),
                     ));
                 }
-                let r: Vec<i64> = t
+                let r: Vec<ScriptValue> = t
                     .sequence_values::<Value>()
-                    .map(|v| reply_int(&v.map_err(lua_error)?))
+                    .map(|v| reply_value(&v.map_err(lua_error)?))
                     .collect::<Result<_>>()?;
-                if r.len() > 1 && r[0] >= 0 {
+                let int = |i: usize| match r.get(i) {
+                    Some(ScriptValue::Int(n)) => *n,
+                    _ => -1,
+                };
+                if r.len() > 1 && int(0) >= 0 {
                     let want: i64 = args[1].parse().unwrap_or(0);
-                    let kind = match (r[0], r[1]) {
+                    let kind = match (int(0), int(1)) {
                         (g, _) if g >= want => 0,
                         (g, _) if g > 0 => 1,
                         (_, l) if l > 0 => 2,
                         _ => 3,
                     };
                     self.kinds[kind].fetch_add(1, Ordering::Relaxed);
-                    self.last_left.store(r[1].max(0) as u64, Ordering::Relaxed);
+                    self.last_left
+                        .store(int(1).max(0) as u64, Ordering::Relaxed);
                 }
                 Ok(r)
             }
-            other => Ok(vec![reply_int(&other)?]),
+            other => Ok(vec![reply_value(&other)?]),
         }
     }
 }

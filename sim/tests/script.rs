@@ -37,6 +37,9 @@ struct Ask<'a> {
     /// The threshold and burst the host holds (default: the key's,
     /// [`QUOTA`] and 1,000).
     numbers: Option<(i64, i64)>,
+    /// The record version the host last saw and its flags (ARGV 11, 13;
+    /// default 0 and 0).
+    record: (i64, u8),
 }
 
 /// Runs `ask`: {granted, left, sec, usec, hosts, conflict, wait ms,
@@ -62,9 +65,9 @@ fn ask(store: &LuaStore, ask: Ask) -> Vec<i64> {
         "0".into(),
         flag(ask.redeem),
         burst.to_string(),
-        "0".into(),
+        ask.record.0.to_string(),
         "1000".into(),
-        "0".into(),
+        ask.record.1.to_string(),
         ask.demand.to_string(),
         "0".into(),
         "0".into(),
@@ -75,7 +78,7 @@ fn ask(store: &LuaStore, ask: Ask) -> Vec<i64> {
     .into_iter()
     .chain(ask.given.map(|g| g.to_string()))
     .collect();
-    store.eval(&keys, &args).unwrap()
+    ints(store.eval(&keys, &args).unwrap())
 }
 
 /// The common ask: [`Ask`] without a give-back or a redeem.
@@ -349,9 +352,9 @@ fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
     };
     command(&store, &["SET", "shape", "1000"]);
     // Cut by the shape's 1,000 ms, its own 2,000: served, a mismatch.
-    let r = store.eval(&keys, &args("2000")).unwrap();
+    let r = ints(store.eval(&keys, &args("2000")).unwrap());
     assert_eq!((r[0], r[7]), (10, 1), "{r:?}");
-    let r = store.eval(&keys, &args("2000")).unwrap();
+    let r = ints(store.eval(&keys, &args("2000")).unwrap());
     assert_eq!((r[0], r[7]), (10, 1), "{r:?}");
     // The shape expires (its host stopped) 50 ms on.
     command(&store, &["SET", "shape", "1000", "PX", "50"]);
@@ -360,7 +363,7 @@ fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
         .lock()
         .unwrap()
         .set_now_us(SLICE * 1_000_000 + 200_000);
-    let r = store.eval(&keys, &args("2000")).unwrap();
+    let r = ints(store.eval(&keys, &args("2000")).unwrap());
     assert_eq!(&r[..2], &[-3, 2000], "{r:?}");
     // A host on its own slicing that finds another's shape at its first
     // pull of a slice is sent to it.
@@ -371,7 +374,7 @@ fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
         .lock()
         .unwrap()
         .set_now_us((SLICE + 1) * 1_000_000 + 100_000);
-    let r = store.eval(&keys, &args("1000")).unwrap();
+    let r = ints(store.eval(&keys, &args("1000")).unwrap());
     assert_eq!(&r[..2], &[-3, 500], "{r:?}");
 }
 
@@ -519,4 +522,67 @@ fn a_key_read_whole_and_read_by_name_answer_alike() {
         "the fair tails ran"
     );
     assert!(commands(&whole) < commands(&by_name));
+}
+
+/// The reply's integers (a record that came with it reads as i64::MIN per
+/// field).
+fn ints(reply: Vec<flowctrl::sim::ScriptValue>) -> Vec<i64> {
+    reply
+        .into_iter()
+        .map(|v| match v {
+            flowctrl::sim::ScriptValue::Int(n) => n,
+            flowctrl::sim::ScriptValue::Text(_) => i64::MIN,
+        })
+        .collect()
+}
+
+/// A record change, to an unsharded task's host (flag 2): the record's
+/// version and fields after the ten integers; granted as usual where the
+/// record keeps the slicing and the key exists, refused (-2) where it does
+/// not. To a spread task's shard (no flag 2), -2 and nothing more.
+#[test]
+fn a_record_change_comes_with_the_reply() {
+    let store = store_at(100);
+    command(
+        &store,
+        &[
+            "HSET",
+            "cfg",
+            "version",
+            "7",
+            "slice_ms",
+            "1000",
+            "global_rate",
+            "100000",
+        ],
+    );
+    let record = |r: &[i64]| r.len() == 17 && r[10] == 7;
+    fn at(host: &str, record: (i64, u8)) -> Ask<'_> {
+        Ask {
+            host,
+            want: 100,
+            record,
+            ..Ask::default()
+        }
+    }
+    // No key yet: it would be made by the host's old numbers.
+    let r = ask(&store, at("a", (6, 3)));
+    assert_eq!(&r[..2], &[-2, 7], "{r:?}");
+    assert!(record(&r), "the record comes with it: {r:?}");
+    let r = ask(&store, at("a", (7, 3)));
+    assert_eq!((r[0], r.len()), (100, 10), "adopted: served: {r:?}");
+    // The key exists: granted across the next change, the record with it.
+    command(&store, &["HSET", "cfg", "version", "8"]);
+    let r = ask(&store, at("b", (7, 3)));
+    assert_eq!(r[0], 100, "{r:?}");
+    assert_eq!((r.len(), r[10]), (17, 8), "{r:?}");
+    // A spread task's shard: as before.
+    command(&store, &["HSET", "cfg", "version", "9"]);
+    let r = ask(&store, at("c", (8, 1)));
+    assert_eq!((r[0], r[1], r.len()), (-2, 9, 10), "{r:?}");
+    // Another slicing in the record: refused, the record with it.
+    command(&store, &["HSET", "cfg", "version", "10", "slice_ms", "500"]);
+    let r = ask(&store, at("b", (8, 3)));
+    assert_eq!(&r[..2], &[-2, 10], "{r:?}");
+    assert_eq!(r.len(), 17, "{r:?}");
 }

@@ -66,11 +66,8 @@ pub fn pull_reply_of(
         embedded: &word,
         reserve: false,
     };
-    let r = reply;
-    let reply = pull_reply(
-        &ask,
-        (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]),
-    )?;
+    let values = reply.map(super::script::ScriptValue::Int);
+    let (reply, _) = pull_reply(&ask, &values)?;
     let (slicing, version) = match reply.refresh {
         Some(record::Refresh::Reslice(ms)) => (Some(ms), None),
         Some(record::Refresh::Record(v)) => (None, Some(v)),

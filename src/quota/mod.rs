@@ -55,6 +55,7 @@ mod record;
 mod records;
 mod redact;
 mod redis;
+mod redis_url;
 mod script;
 mod sentinel;
 mod shard;

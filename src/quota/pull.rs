@@ -169,7 +169,9 @@ impl Quota {
                     policy::smooth_offset(old, reply.store_us - (sent + back) / 2, back - sent);
                 q.offset_us.store(offset as u64, Ordering::Relaxed);
             }
-            if let Some(refresh) = reply.refresh {
+            if let Some(refresh) = reply.refresh
+                && !reply.went_on
+            {
                 self.refresh(TaskRef { g, ..t }, refresh)?;
                 let Some(now) = slot.global() else {
                     return Ok(0);
@@ -233,6 +235,11 @@ impl Quota {
                 partial,
             };
             phase::settle(q, &settled, || self.next_probe(shm, shm.clock.now()));
+            // Granted across a record change: the record came with the
+            // grant, and is adopted now.
+            if let (true, Some(refresh)) = (reply.went_on, reply.refresh) {
+                self.refresh(TaskRef { g, ..t }, refresh)?;
+            }
             return Ok(got);
         }
         Ok(0)

@@ -3,11 +3,15 @@
 //! A task's global numbers (`global_rate`, `slice_ms`, `chunk`, `fallback`,
 //! `global_burst`) can live in one record per task in the store (for Redis
 //! the hash `<prefix>cfg:{<task>}`, with a `version`). Every pull sends the
-//! version this host last saw; the script answers "refresh" instead of a
-//! grant when the record's differs, so no host spends by numbers older than
-//! the record's, and a change reaches every host at its next pull — within
-//! one slice. The host then fetches the record, checks it as it checks its
-//! own configuration, and adopts it: the task's copies take the record's
+//! version this host last saw; when the record's differs, the script sends
+//! the record with its reply, and a change reaches every host at its next
+//! pull — within one slice. Where the record keeps the host's slicing and
+//! the slice's key exists, that pull is granted first (the key holds the
+//! slice's threshold, whatever the host sent); otherwise (a new slicing, a
+//! key still to be made, a task spread over shards, whose record is a copy)
+//! it answers "refresh" instead of a grant. The host checks the record as
+//! it checks its own configuration, and adopts it: the task's copies take
+//! the record's
 //! numbers (the request path reads nothing new) and its own are kept in
 //! [`QuotaSlot::own`], for registrations to be compared with and for the
 //! copies to return to when the record is removed. A record that fails the

@@ -17,21 +17,11 @@ use super::connect::{Conn, Target};
 use super::deadline::Budget;
 use super::keyed::{KEYED, KeyBatch, KeyReply, key_call, key_record_key, key_reply};
 use super::keys::record_key;
-use super::script::{PULL, ScriptReply, pull_call, pull_reply};
+pub(crate) use super::redis_url::{RedisSettings, parse};
+use super::script::{Carried, PULL, pull_call, pull_reply, script_values};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::MAX_SHARDS;
-use crate::words::echo;
-
-/// Timeouts and naming, from the table options and the URL's query
-/// (`?timeout_ms=5&connect_timeout_ms=20&prefix=app:`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RedisSettings {
-    pub url: String,
-    pub prefix: String,
-    pub timeout: Duration,
-    pub connect_timeout: Duration,
-}
 
 /// Replaces a shard's copy of a task's record with ARGV's fields (none:
 /// removes it).
@@ -49,6 +39,8 @@ pub(crate) struct RedisStore {
     /// uses its parent's socket. Taken with `try_lock` only, so a fork while
     /// another thread held the lock cannot freeze the child.
     idle: Mutex<Vec<(u32, Conn)>>,
+    /// The record the last pull's reply carried.
+    carried: Carried,
 }
 
 impl RedisStore {
@@ -83,6 +75,7 @@ impl RedisStore {
             script: redis::Script::new(PULL),
             keyed: redis::Script::new(KEYED),
             idle: Mutex::new(Vec::new()),
+            carried: Carried::default(),
         })
     }
 
@@ -113,6 +106,26 @@ impl RedisStore {
     /// with a server since restarted: one that fails other than by a
     /// timeout is replaced once at once (within what is left of the
     /// bound), not counted as an outage.
+    /// One run of `script` with these KEYS and ARGV.
+    fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        doing: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T> {
+        self.round_trip(doing, |conn| {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(key);
+            }
+            for arg in args {
+                invocation.arg(arg);
+            }
+            invocation.invoke(conn)
+        })
+    }
+
     pub(crate) fn round_trip<T>(
         &self,
         doing: &str,
@@ -219,35 +232,16 @@ impl RedisStore {
 impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
         let (keys, args) = pull_call(&self.settings.prefix, ask);
-        let call = |conn: &mut Conn| -> redis::RedisResult<ScriptReply> {
-            let mut invocation = self.script.prepare_invoke();
-            for key in &keys {
-                invocation.key(key);
-            }
-            for arg in &args {
-                invocation.arg(arg);
-            }
-            invocation.invoke(conn)
-        };
-        pull_reply(ask, self.round_trip("pull", call)?)
+        let values = script_values(ask.task, self.run(&self.script, "pull", &keys, &args)?)?;
+        let (reply, fields) = pull_reply(ask, &values)?;
+        self.carried.keep(ask.task, fields);
+        Ok(reply)
     }
 
     fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
         let (keys, args) = key_call(&self.settings.prefix, batch);
-        let call = |conn: &mut Conn| -> redis::RedisResult<Vec<i64>> {
-            let mut invocation = self.keyed.prepare_invoke();
-            for key in &keys {
-                invocation.key(key);
-            }
-            for arg in &args {
-                invocation.arg(arg);
-            }
-            invocation.invoke(conn)
-        };
-        Some(
-            self.round_trip("pull keys' quota", call)
-                .and_then(|r| key_reply(batch, &r)),
-        )
+        let run = self.run::<Vec<i64>>(&self.keyed, "pull keys' quota", &keys, &args);
+        Some(run.and_then(|r| key_reply(batch, &r)))
     }
 
     fn describe(&self) -> String {
@@ -259,6 +253,9 @@ impl QuotaStore for RedisStore {
     }
 
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
+        if let Some(carried) = self.carried.take(task) {
+            return Ok(carried);
+        }
         let fields = self.hash(&record_key(&self.settings.prefix, task, 0, 1))?;
         Ok((!fields.is_empty()).then_some(fields))
     }
@@ -275,126 +272,5 @@ fn ms(d: Duration) -> String {
         format!("{} ms", d.as_millis())
     } else {
         format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-    }
-}
-
-/// Splits flowctrl's own query parameters off a store URL.
-pub(crate) fn parse(url: &str, mut base: RedisSettings) -> Result<RedisSettings> {
-    let (head, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let ms = || {
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|ms| (1..=60_000).contains(ms))
-                .map(Duration::from_millis)
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "store URL {}: {} must be 1..=60000 ms, not {}",
-                        redact(url),
-                        echo(name),
-                        echo(value)
-                    ))
-                })
-        };
-        match name {
-            "timeout_ms" => base.timeout = ms()?,
-            "connect_timeout_ms" => base.connect_timeout = ms()?,
-            "prefix" => {
-                crate::words::validate_key_prefix(value)?;
-                base.prefix = value.to_string();
-            }
-            _ => rest.push(pair),
-        }
-    }
-    if ![
-        "redis://",
-        "rediss://",
-        "redis+unix://",
-        "unix://",
-        "redis+sentinel://",
-        "rediss+sentinel://",
-        "redis+cluster://",
-        "rediss+cluster://",
-    ]
-    .iter()
-    .any(|scheme| head.starts_with(scheme))
-    {
-        return Err(Error::invalid(format!(
-            "store URL {} must start with redis://, rediss://, unix://, redis+sentinel://, \
-             rediss+sentinel://, redis+cluster:// or rediss+cluster://",
-            redact(url)
-        )));
-    }
-    base.url = if rest.is_empty() {
-        head.to_string()
-    } else {
-        format!("{head}?{}", rest.join("&"))
-    };
-    Ok(base)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn base() -> RedisSettings {
-        RedisSettings {
-            url: String::new(),
-            prefix: "flowctrl:".into(),
-            timeout: Duration::from_millis(5),
-            connect_timeout: Duration::from_millis(20),
-        }
-    }
-
-    #[test]
-    fn urls_carry_timeouts_and_prefix() {
-        let s = parse(
-            "redis://:pw@127.0.0.1:7000/2?timeout_ms=9&prefix=app:&protocol=resp2",
-            base(),
-        )
-        .unwrap();
-        assert_eq!(s.timeout, Duration::from_millis(9));
-        assert_eq!(s.prefix, "app:");
-        assert_eq!(s.url, "redis://:pw@127.0.0.1:7000/2?protocol=resp2");
-        assert_eq!(
-            redact("rediss://user:secret@host:1/0"),
-            "rediss://user:***@host:1/0"
-        );
-        for (url, shown) in [
-            ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
-            ("redis://secretpw@h:1", "redis://***@h:1"),
-            ("redis://u:a/b@c:d@h:1/0", "redis://u:***@h:1/0"),
-            (
-                "unix:///tmp/no.sock?pass=secretpw",
-                "unix:///tmp/no.sock?pass=***",
-            ),
-            (
-                "redis+unix:///s?db=1&password=se&cret&timeout_ms=5",
-                "redis+unix:///s?db=1&password=***&***&timeout_ms=5",
-            ),
-            (
-                "redis+sentinel://:se/cret@h:1,h:2/master",
-                "redis+sentinel://:***@h:1,h:2/master",
-            ),
-            (
-                "rediss+cluster://user:s@c/r:et@h:1,h:2",
-                "rediss+cluster://user:***@h:1,h:2",
-            ),
-            ("redis://h:1/0", "redis://h:1/0"),
-        ] {
-            assert_eq!(redact(url), shown, "{url}");
-        }
-        assert!(parse("redis://x?prefix={app}", base()).is_err());
-        for bad in [
-            "http://x",
-            "redis://x?timeout_ms=0",
-            "redis://x?timeout_ms=abc",
-            "",
-        ] {
-            assert!(parse(bad, base()).is_err(), "{bad}");
-        }
     }
 }

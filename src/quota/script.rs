@@ -25,7 +25,9 @@ use crate::words::echo;
 /// and not yet given; with less than asked comes the wait until the ask
 /// will have been; 11 the version of the task's record KEYS[2] the host
 /// last saw, 12 the host's own slice_ms (ARGV 3 may be another host's), 13
-/// "1" when the numbers sent are the record's, 14 the host's demand, 15–18
+/// flags: 1 when the numbers sent are the record's, + 2 when the task is
+/// not spread over shards (it may be granted across a record change,
+/// below), 14 the host's demand, 15–18
 /// what its releases reported in the slice so far (success, dropped, mean
 /// µs, p99 µs), kept in its census record for a manager, 19 "1" when the
 /// host can keep a reservation (a grant usable only after the wait: see the
@@ -37,7 +39,12 @@ use crate::words::echo;
 /// (the 9th answer) and given a TTL.
 ///
 /// First the numbers: a record whose version is not the one sent answers
-/// {-2, version} (the host fetches it and asks again); without a record
+/// {-2, version} (the host adopts it and asks again). To a host that set
+/// flag 2 the record's version and fields come after the ten integers (it
+/// adopts them without reading the record itself), and where the record
+/// keeps the slicing sent and the slice's key exists (the key's threshold
+/// is the slice's, whatever the host sent), the pull is granted as usual
+/// first: one round trip where a record change cost three. Without a record
 /// (or spending by its own numbers), the task's shape key KEYS[3] holds the
 /// slice_ms of the host that cut its keys first, and a host cut otherwise
 /// is answered {-3, slice_ms} to cut its slices the same way. Only the
@@ -87,10 +94,66 @@ pub(crate) const PULL_SECTIONS: [(&str, &str); 9] = [
     ("90-core.lua", include_str!("script/90-core.lua")),
 ];
 
-/// What [`PULL`] returns: granted, left, server seconds, server µs, hosts,
-/// host-id conflict, wait ms, threshold mismatch, key created, ms until a
-/// reserved grant is usable (0: at once).
-pub(crate) type ScriptReply = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
+/// One element of [`PULL`]'s reply as the store hands it over: granted,
+/// left, server seconds, server µs, hosts, host-id conflict, wait ms,
+/// threshold mismatch, key created, ms until a reserved grant is usable
+/// (0: at once), all integers; then, after a record change, the record's
+/// version and its fields and values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScriptValue {
+    Int(i64),
+    Text(String),
+}
+
+/// A record's fields and values.
+pub(crate) type Fields = Vec<(String, String)>;
+
+/// Redis' reply to [`PULL`] as [`ScriptValue`]s: integers, and strings of
+/// UTF-8; anything else is refused.
+pub(crate) fn script_values(task: &str, reply: Vec<redis::Value>) -> Result<Vec<ScriptValue>> {
+    reply
+        .into_iter()
+        .map(|v| match v {
+            redis::Value::Int(n) => Ok(ScriptValue::Int(n)),
+            redis::Value::BulkString(b) => String::from_utf8(b)
+                .map(ScriptValue::Text)
+                .map_err(|_| "a field that is not UTF-8".to_string()),
+            other => Err(format!("{other:?}")),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|what| {
+            Error::new(
+                ErrorKind::Store,
+                format!("task {}: the pull script answered {what}", echo(task)),
+            )
+        })
+}
+
+/// The task record the last pull's reply carried, for the host's refresh
+/// right after it (`QuotaStore::record`): one round trip fewer. Taken
+/// once; a refresh of another task reads the store.
+#[derive(Default)]
+pub(crate) struct Carried(parking_lot::Mutex<Option<(String, Fields)>>);
+
+impl Carried {
+    pub(crate) fn keep(&self, task: &str, fields: Option<Fields>) {
+        if let Some(fields) = fields {
+            *self.0.lock() = Some((task.to_string(), fields));
+        }
+    }
+
+    /// The record carried for `task`: `Some(None)` when it was gone.
+    pub(crate) fn take(&self, task: &str) -> Option<Option<Fields>> {
+        let mut last = self.0.lock();
+        match last.take() {
+            Some((t, fields)) if t == task => Some((!fields.is_empty()).then_some(fields)),
+            other => {
+                *last = other;
+                None
+            }
+        }
+    }
+}
 
 /// The KEYS and ARGV of one pull (see [`PULL`]); the simulator's store
 /// (`sim`) sends the same to the same script.
@@ -116,7 +179,7 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         ask.burst.to_string(),
         ask.record_version.to_string(),
         ask.own_slice_ms.to_string(),
-        flag(ask.spends_record),
+        (ask.spends_record as u8 + 2 * (ask.shards <= 1) as u8).to_string(),
         ask.demand.to_string(),
         ask.health.success.to_string(),
         ask.health.dropped.to_string(),
@@ -139,13 +202,57 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
 /// and the task decides by its fallback policy, probing the store once per
 /// probe interval: a hostile key never makes the host cut 1 ms slices (and
 /// refuse everything while it pulls for each) nor pull again at once.
-pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
-    let (granted, left, sec, usec, hosts, conflict, wait, mismatch, created, usable) = reply;
+///
+/// Returns the reply and the task's record when the script sent it (a
+/// record change, to an unsharded task: see [`PULL`]).
+pub(crate) fn pull_reply(ask: &Ask<'_>, reply: &[ScriptValue]) -> Result<(Reply, Option<Fields>)> {
     let refused = |why: String| {
         Err(Error::new(
             ErrorKind::Store,
             format!("task {}: the store answered {why}: refused", echo(ask.task)),
         ))
+    };
+    let int = |i: usize| match reply.get(i) {
+        Some(ScriptValue::Int(n)) => Some(*n),
+        _ => None,
+    };
+    let mut ints = [0i64; 10];
+    for (i, n) in ints.iter_mut().enumerate() {
+        let Some(v) = int(i) else {
+            return refused(format!("{reply:?}, not ten integers first"));
+        };
+        *n = v;
+    }
+    let [
+        granted,
+        left,
+        sec,
+        usec,
+        hosts,
+        conflict,
+        wait,
+        mismatch,
+        created,
+        usable,
+    ] = ints;
+    let record = match reply.len() {
+        10 => None,
+        // Only to an unsharded task's pull: a version and whole pairs.
+        n if ask.shards <= 1 && n % 2 == 1 => {
+            let version = match int(10) {
+                Some(v) if (1..=MAX_VERSION as i64).contains(&v) => v as u64,
+                _ => return refused(format!("{:?} as a record version", reply[10])),
+            };
+            let mut fields = Vec::with_capacity((n - 11) / 2);
+            for pair in reply[11..].chunks(2) {
+                let [ScriptValue::Text(f), ScriptValue::Text(v)] = pair else {
+                    return refused(format!("{pair:?} as a record's field"));
+                };
+                fields.push((f.clone(), v.clone()));
+            }
+            Some((version, fields))
+        }
+        n => return refused(format!("{n} values")),
     };
     let store_us = sec.saturating_mul(1_000_000).saturating_add(usec);
     let refresh = match granted {
@@ -169,7 +276,23 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
         }
         _ => None,
     };
-    Ok(Reply {
+    let (refresh, went_on, fields) = match (refresh, record) {
+        (refresh, None) => (refresh, false, None),
+        (Some(Refresh::Record(v)), Some((version, fields))) if v == version => {
+            (Some(Refresh::Record(v)), false, Some(fields))
+        }
+        // Granted across a change: the grant is the slice key's, and the
+        // record comes with it.
+        (None, Some((version, fields))) if granted >= 0 && version != ask.record_version => {
+            (Some(Refresh::Record(version)), true, Some(fields))
+        }
+        (_, Some((version, _))) => {
+            return refused(format!(
+                "record version {version} beside {granted} and {left}"
+            ));
+        }
+    };
+    let reply = Reply {
         slice: super::store::slice_of(store_us, ask.slice_ms),
         granted: granted.max(0) as u64,
         left: left.max(0) as u64,
@@ -181,5 +304,7 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: ScriptReply) -> Result<Reply> {
         refresh,
         created: created == 1,
         usable_ms: usable.max(0) as u64,
-    })
+        went_on,
+    };
+    Ok((reply, fields))
 }

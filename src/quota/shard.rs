@@ -215,6 +215,7 @@ impl Quota {
             refresh: None,
             created: false,
             usable_ms: 0,
+            went_on: false,
         }
     }
 }

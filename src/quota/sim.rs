@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::keyed::{KeyBatch, KeyReply, key_call, key_reply};
-use super::script::{PULL, PULL_SECTIONS, pull_call, pull_reply};
+pub use super::script::ScriptValue;
+use super::script::{Carried, PULL, PULL_SECTIONS, pull_call, pull_reply};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -26,8 +27,8 @@ pub const URL: &str = "sim:";
 /// What runs the pull script for the simulator.
 pub trait Script: Send + Sync {
     /// Runs [`PULL_SCRIPT`] with these KEYS and ARGV, as EVALSHA would; the
-    /// reply's integers.
-    fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<i64>>;
+    /// reply's integers and strings.
+    fn eval(&self, keys: &[String], args: &[String]) -> Result<Vec<ScriptValue>>;
     /// The fields of hash `key` (HGETALL), for the task's record; none by
     /// default (the hosts keep their own numbers).
     fn hash(&self, _key: &str) -> Result<Vec<(String, String)>> {
@@ -61,28 +62,22 @@ pub(super) fn open(options: &super::StoreOptions) -> Result<Box<dyn QuotaStore>>
     Ok(Box::new(SimStore {
         script,
         prefix: options.key_prefix.clone(),
+        carried: Carried::default(),
     }))
 }
 
 struct SimStore {
     script: Arc<dyn Script>,
     prefix: String,
+    carried: Carried,
 }
 
 impl QuotaStore for SimStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
         let (keys, args) = pull_call(&self.prefix, ask);
-        let r = self.script.eval(&keys, &args)?;
-        let Ok(r) = <[i64; 10]>::try_from(r) else {
-            return Err(Error::new(
-                ErrorKind::Store,
-                "the simulated store: the pull script answered no 10 integers",
-            ));
-        };
-        pull_reply(
-            ask,
-            (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]),
-        )
+        let (reply, fields) = pull_reply(ask, &self.script.eval(&keys, &args)?)?;
+        self.carried.keep(ask.task, fields);
+        Ok(reply)
     }
 
     fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
@@ -105,6 +100,9 @@ impl QuotaStore for SimStore {
     }
 
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
+        if let Some(carried) = self.carried.take(task) {
+            return Ok(carried);
+        }
         let fields = self
             .script
             .hash(&super::keys::record_key(&self.prefix, task, 0, 1))?;

@@ -87,14 +87,17 @@ pub(crate) struct Reply {
     /// The key was created with another threshold than this host's, or
     /// this host spends by another host's slicing.
     pub config_conflict: bool,
-    /// Nothing was granted: the task's numbers in the store are not the ones
-    /// sent (see `record`).
+    /// The task's numbers in the store are not the ones sent (see
+    /// `record`): nothing was granted, unless `went_on`.
     pub refresh: Option<Refresh>,
     /// This pull created the slice's key (no manager wrote it ahead).
     pub created: bool,
     /// The grant is a reservation: usable only this many ms from now, when
     /// the slice will have released it (0: at once). See `account::deposit`.
     pub usable_ms: u64,
+    /// Granted across a change of the task's record: the grant is the
+    /// slice key's, and `refresh` names the record to adopt after it.
+    pub went_on: bool,
 }
 
 /// What a slice has released `elapsed_ms` into it: the burst at once, the
@@ -227,6 +230,7 @@ impl QuotaStore for Embedded {
                 refresh: None,
                 created: false,
                 usable_ms: 0,
+                went_on: false,
             });
         }
         let fresh = (slice as u64) << 32 | ask.quota.min(u32::MAX as u64);
@@ -284,6 +288,7 @@ impl QuotaStore for Embedded {
                         refresh: None,
                         created: false,
                         usable_ms: 0,
+                        went_on: false,
                     });
                 }
                 Err(now) => word = now,

@@ -7,18 +7,40 @@ local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
+-- Flags: 1, the host spends by the record's numbers; 2, its task is not
+-- spread over shards (KEYS[2] is the record itself, not a shard's copy).
+local flags = tonumber(ARGV[13]) or 0
+local by_record, unsharded = flags % 2 == 1, flags % 4 >= 2
 -- A version that is no whole number up to 2^53 is no record.
-local version = tonumber(redis.call('HGET', KEYS[2], 'version')) or 0
+local numbers = redis.call('HMGET', KEYS[2], 'version', 'slice_ms')
+local version = tonumber(numbers[1]) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
-if version ~= (tonumber(ARGV[11]) or 0) then return {-2, version, sec, usec, 0, 0, 0, 0, 0, 0} end
+-- The record changed since the host's last pull. To an unsharded task's
+-- host the record comes with the reply, after its ten integers, and a
+-- record that keeps the host's slicing does not stop the pull: the slice's
+-- key holds the slice's threshold, whatever the host sent (below, a key
+-- still to be created stops it).
+local stale = version ~= (tonumber(ARGV[11]) or 0)
+local function with_record(reply)
+  if unsharded and version > 0 then
+    reply[11] = version
+    local f = redis.call('HGETALL', KEYS[2])
+    for i = 1, #f do reply[11 + i] = f[i] end
+  end
+  return reply
+end
+local function refresh() return with_record({-2, version, sec, usec, 0, 0, 0, 0, 0, 0}) end
+if stale and not (unsharded and version > 0 and tonumber(numbers[2]) == slice_ms) then
+  return refresh()
+end
 local key, host = KEYS[1], ARGV[6]
-local by_record = ARGV[13] == '1'
 local k = read_key(key, host)
 local got = k.got
 local shaped, mismatch, keeps_shape, slicing =
   check_shape(got[4], KEYS[3], slice_ms, tonumber(ARGV[12]), ARGV[5], by_record)
 if slicing then return {-3, slicing[1], sec, usec, 0, 0, 0, 0, 0, 0} end
 if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0, 0} end
+if stale and got[1] == false then return refresh() end
 
 local left, quota, demands, rec, cache = got[1], tonumber(got[2]), tonumber(got[3]) or 0, got[4], got[5]
 -- What hosts gave back of the slice while idle (30).
@@ -58,7 +80,7 @@ quota = quota or tonumber(ARGV[1])
 -- A host whose threshold differs from the key's creator's: counted there,
 -- while every host spends by the key's numbers. Not so for the record's:
 -- a key created before the record changed serves out its slice.
-if not by_record and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
+if not by_record and not stale and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
 local conflict = 0
 if claimed < before then conflict = 1 end
 local holds = claimed - given
@@ -140,4 +162,6 @@ redis.call('HSET', key, 'left', left - grant, 'demand', demands, host,
   string.format('%d %d %d %d %d %d %d %d %d %d %d %d %d', acc + grant, asked + want,
     granted + grant, claimed, tonumber(ARGV[8]) or 0, demand, count(15), count(16), count(17),
     count(18), own_numbers, told, shaped), unpack(extra))
-return {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created, usable}
+local reply = {grant + credit, left - grant, sec, usec, hosts, conflict, wait, mismatch, created, usable}
+if stale then return with_record(reply) end
+return reply
