@@ -290,3 +290,15 @@ impl flowctrl::sim::Script for LuaStore {
         }
     }
 }
+
+/// A reply's integers, for tests that read the ten (a record that came
+/// with it reads as `i64::MIN` per field).
+pub fn ints(reply: Vec<ScriptValue>) -> Vec<i64> {
+    reply
+        .into_iter()
+        .map(|v| match v {
+            ScriptValue::Int(n) => n,
+            ScriptValue::Text(_) => i64::MIN,
+        })
+        .collect()
+}

@@ -101,11 +101,11 @@ fn the_model_runs_the_script_as_redis_would() {
     ]
     .map(String::from)
     .into();
-    let r = ints(store.eval(&keys, &args).unwrap());
+    let r = flowctrl_sim::lua::ints(store.eval(&keys, &args).unwrap());
     // 250 ms in, the burst (250) and a quarter of the quota (250) are out.
     assert_eq!(&r[..2], &[300, 700], "{r:?}");
     assert_eq!((r[2], r[3], r[4]), (1_900_000_000, 250_000, 1));
-    let r = ints(store.eval(&keys, &args).unwrap());
+    let r = flowctrl_sim::lua::ints(store.eval(&keys, &args).unwrap());
     assert_eq!(
         &r[..2],
         &[200, 500],
@@ -132,16 +132,4 @@ fn two_equal_hosts_share_every_slice_while_the_threshold_moves() {
         })
         .collect();
     assert!(misses.is_empty(), "{text}");
-}
-
-/// The reply's integers (a record that came with it reads as i64::MIN per
-/// field).
-fn ints(reply: Vec<flowctrl::sim::ScriptValue>) -> Vec<i64> {
-    reply
-        .into_iter()
-        .map(|v| match v {
-            flowctrl::sim::ScriptValue::Int(n) => n,
-            flowctrl::sim::ScriptValue::Text(_) => i64::MIN,
-        })
-        .collect()
 }

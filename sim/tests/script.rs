@@ -78,7 +78,7 @@ fn ask(store: &LuaStore, ask: Ask) -> Vec<i64> {
     .into_iter()
     .chain(ask.given.map(|g| g.to_string()))
     .collect();
-    ints(store.eval(&keys, &args).unwrap())
+    flowctrl_sim::lua::ints(store.eval(&keys, &args).unwrap())
 }
 
 /// The common ask: [`Ask`] without a give-back or a redeem.
@@ -352,9 +352,9 @@ fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
     };
     command(&store, &["SET", "shape", "1000"]);
     // Cut by the shape's 1,000 ms, its own 2,000: served, a mismatch.
-    let r = ints(store.eval(&keys, &args("2000")).unwrap());
+    let r = flowctrl_sim::lua::ints(store.eval(&keys, &args("2000")).unwrap());
     assert_eq!((r[0], r[7]), (10, 1), "{r:?}");
-    let r = ints(store.eval(&keys, &args("2000")).unwrap());
+    let r = flowctrl_sim::lua::ints(store.eval(&keys, &args("2000")).unwrap());
     assert_eq!((r[0], r[7]), (10, 1), "{r:?}");
     // The shape expires (its host stopped) 50 ms on.
     command(&store, &["SET", "shape", "1000", "PX", "50"]);
@@ -363,7 +363,7 @@ fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
         .lock()
         .unwrap()
         .set_now_us(SLICE * 1_000_000 + 200_000);
-    let r = ints(store.eval(&keys, &args("2000")).unwrap());
+    let r = flowctrl_sim::lua::ints(store.eval(&keys, &args("2000")).unwrap());
     assert_eq!(&r[..2], &[-3, 2000], "{r:?}");
     // A host on its own slicing that finds another's shape at its first
     // pull of a slice is sent to it.
@@ -374,7 +374,7 @@ fn a_host_on_another_slicing_is_sent_back_at_its_next_pull() {
         .lock()
         .unwrap()
         .set_now_us((SLICE + 1) * 1_000_000 + 100_000);
-    let r = ints(store.eval(&keys, &args("1000")).unwrap());
+    let r = flowctrl_sim::lua::ints(store.eval(&keys, &args("1000")).unwrap());
     assert_eq!(&r[..2], &[-3, 500], "{r:?}");
 }
 
@@ -522,18 +522,6 @@ fn a_key_read_whole_and_read_by_name_answer_alike() {
         "the fair tails ran"
     );
     assert!(commands(&whole) < commands(&by_name));
-}
-
-/// The reply's integers (a record that came with it reads as i64::MIN per
-/// field).
-fn ints(reply: Vec<flowctrl::sim::ScriptValue>) -> Vec<i64> {
-    reply
-        .into_iter()
-        .map(|v| match v {
-            flowctrl::sim::ScriptValue::Int(n) => n,
-            flowctrl::sim::ScriptValue::Text(_) => i64::MIN,
-        })
-        .collect()
 }
 
 /// A record change, to an unsharded task's host (flag 2): the record's
