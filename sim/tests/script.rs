@@ -564,13 +564,31 @@ fn a_record_change_comes_with_the_reply() {
     let r = ask(&store, at("b", (7, 3)));
     assert_eq!(r[0], 100, "{r:?}");
     assert_eq!((r.len(), r[10]), (17, 8), "{r:?}");
-    // A spread task's shard: as before.
+    // Older numbers (twice the key's threshold and burst), spending by its
+    // own (flag 2 alone) with another slicing's shape key about: granted by
+    // the key, no mismatch, no shape check, `left` going on in the key.
+    let left = r[1];
+    command(&store, &["SET", "shape", "500"]);
     command(&store, &["HSET", "cfg", "version", "9"]);
+    let r = ask(
+        &store,
+        Ask {
+            numbers: Some((2 * QUOTA, 2000)),
+            ..at("d", (8, 2))
+        },
+    );
+    assert_eq!((r[0], r[1], r[7], r[10]), (100, left - 100, 0, 9), "{r:?}");
+    // A spread task's shard: as before.
     let r = ask(&store, at("c", (8, 1)));
     assert_eq!((r[0], r[1], r.len()), (-2, 9, 10), "{r:?}");
+    // A record that spreads the task over shards: the key is shard 0's.
+    command(&store, &["HSET", "cfg", "version", "12", "shards", "3"]);
+    let r = ask(&store, at("b", (9, 3)));
+    assert_eq!(&r[..2], &[-2, 12], "{r:?}");
+    command(&store, &["HSET", "cfg", "shards", "1"]);
     // Another slicing in the record: refused, the record with it.
     command(&store, &["HSET", "cfg", "version", "10", "slice_ms", "500"]);
     let r = ask(&store, at("b", (8, 3)));
     assert_eq!(&r[..2], &[-2, 10], "{r:?}");
-    assert_eq!(r.len(), 17, "{r:?}");
+    assert_eq!(r.len(), 19, "the record (4 fields) with it: {r:?}");
 }

@@ -18,7 +18,7 @@ use super::phase::{self, Phase, Settled};
 use super::store::{Ask, slice_of, wall_us};
 use super::{Global, Quota, QuotaStats, TaskRef, down, notes, outage, policy, record};
 use crate::error::Result;
-use crate::events;
+use crate::events::{self, Event};
 use crate::format::{QuotaSlot, TaskSlot};
 use crate::shm::Shm;
 
@@ -236,9 +236,17 @@ impl Quota {
             };
             phase::settle(q, &settled, || self.next_probe(shm, shm.clock.now()));
             // Granted across a record change: the record came with the
-            // grant, and is adopted now.
-            if let (true, Some(refresh)) = (reply.went_on, reply.refresh) {
-                self.refresh(TaskRef { g, ..t }, refresh)?;
+            // grant, and is adopted now. The grant is the host's whatever
+            // the adoption does: one that fails leaves the version unseen,
+            // and the next pull carries the record again.
+            if let (true, Some(refresh)) = (reply.went_on, reply.refresh)
+                && let Err(e) = self.refresh(TaskRef { g, ..t }, refresh)
+            {
+                events::report(
+                    Event::RecordRefused,
+                    task,
+                    format_args!("task {task:?}: its store record is not adopted yet: {e}"),
+                );
             }
             return Ok(got);
         }

@@ -3,15 +3,16 @@
 //! A task's global numbers (`global_rate`, `slice_ms`, `chunk`, `fallback`,
 //! `global_burst`) can live in one record per task in the store (for Redis
 //! the hash `<prefix>cfg:{<task>}`, with a `version`). Every pull sends the
-//! version this host last saw; when the record's differs, the script sends
-//! the record with its reply, and a change reaches every host at its next
-//! pull — within one slice. Where the record keeps the host's slicing and
-//! the slice's key exists, that pull is granted first (the key holds the
-//! slice's threshold, whatever the host sent); otherwise (a new slicing, a
-//! key still to be made, a task spread over shards, whose record is a copy)
-//! it answers "refresh" instead of a grant. The host checks the record as
-//! it checks its own configuration, and adopts it: the task's copies take
-//! the record's
+//! version this host last saw, and a change reaches every host at its next
+//! pull — within one slice. To a task not spread over shards the script
+//! sends the changed record with its reply; where the record keeps the
+//! host's slicing and one shard and the slice's key exists, that pull is
+//! granted first, else it answers "refresh" instead of a grant (a removed
+//! record, version 0, is always a refresh, and a spread task's host reads
+//! the record itself). So no key is made by numbers older than the
+//! record's, and a slice admits what its key holds whatever the hosts
+//! sent. The host checks the record as it checks its own configuration,
+//! and adopts it: the task's copies take the record's
 //! numbers (the request path reads nothing new) and its own are kept in
 //! [`QuotaSlot::own`], for registrations to be compared with and for the
 //! copies to return to when the record is removed. A record that fails the
@@ -207,7 +208,7 @@ impl Quota {
             Refresh::Record(version) => {
                 // The script's version is the one to send next: if the
                 // record changed since, the next pull says so again.
-                let settings = match self.store.record(t.task)? {
+                let settings = match self.store.record_at(t.task, version)? {
                     Some(fields) => parse(&fields),
                     None => Err(Error::invalid("it was removed while being read")),
                 };

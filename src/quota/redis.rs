@@ -253,11 +253,15 @@ impl QuotaStore for RedisStore {
     }
 
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
-        if let Some(carried) = self.carried.take(task) {
-            return Ok(carried);
-        }
         let fields = self.hash(&record_key(&self.settings.prefix, task, 0, 1))?;
         Ok((!fields.is_empty()).then_some(fields))
+    }
+
+    fn record_at(&self, task: &str, version: u64) -> Result<Option<Vec<(String, String)>>> {
+        match self.carried.take(task, version) {
+            Some(fields) => Ok(Some(fields)),
+            None => self.record(task),
+        }
     }
 
     fn key_record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {

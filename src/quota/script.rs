@@ -4,7 +4,7 @@
 //! store call the same script through these two functions.
 
 use super::keys::{record_key, shape_key, slice_key};
-use super::record::{MAX_VERSION, Refresh};
+use super::record::{MAX_VERSION, Refresh, version_of};
 use super::store::{Ask, Reply};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{MAX_SLICE_MS, MIN_SLICE_MS};
@@ -108,16 +108,18 @@ pub enum ScriptValue {
 /// A record's fields and values.
 pub(crate) type Fields = Vec<(String, String)>;
 
-/// Redis' reply to [`PULL`] as [`ScriptValue`]s: integers, and strings of
-/// UTF-8; anything else is refused.
+/// Redis' reply to [`PULL`] as [`ScriptValue`]s: integers, and strings
+/// (a record's bytes that are not UTF-8 read lossily: the record's checks
+/// refuse the value with a log line, and the grant the reply carries is
+/// kept); anything else is refused.
 pub(crate) fn script_values(task: &str, reply: Vec<redis::Value>) -> Result<Vec<ScriptValue>> {
     reply
         .into_iter()
         .map(|v| match v {
             redis::Value::Int(n) => Ok(ScriptValue::Int(n)),
-            redis::Value::BulkString(b) => String::from_utf8(b)
-                .map(ScriptValue::Text)
-                .map_err(|_| "a field that is not UTF-8".to_string()),
+            redis::Value::BulkString(b) => {
+                Ok(ScriptValue::Text(String::from_utf8_lossy(&b).into_owned()))
+            }
             other => Err(format!("{other:?}")),
         })
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -130,23 +132,30 @@ pub(crate) fn script_values(task: &str, reply: Vec<redis::Value>) -> Result<Vec<
 }
 
 /// The task record the last pull's reply carried, for the host's refresh
-/// right after it (`QuotaStore::record`): one round trip fewer. Taken
-/// once; a refresh of another task reads the store.
+/// right after it (`QuotaStore::record_at`): one round trip fewer. Taken
+/// once, and only by the refresh to the version it is: a refresh of
+/// another task or version (pulls overlapping in one process) reads the
+/// store.
 #[derive(Default)]
-pub(crate) struct Carried(parking_lot::Mutex<Option<(String, Fields)>>);
+pub(crate) struct Carried(parking_lot::Mutex<Option<(String, u64, Fields)>>);
 
 impl Carried {
-    pub(crate) fn keep(&self, task: &str, fields: Option<Fields>) {
-        if let Some(fields) = fields {
-            *self.0.lock() = Some((task.to_string(), fields));
+    pub(crate) fn keep(&self, task: &str, record: Option<(u64, Fields)>) {
+        if let Some((version, fields)) = record {
+            *self.0.lock() = Some((task.to_string(), version, fields));
         }
     }
 
-    /// The record carried for `task`: `Some(None)` when it was gone.
-    pub(crate) fn take(&self, task: &str) -> Option<Option<Fields>> {
+    /// The record carried for `task` at `version` (its own `version` field
+    /// says so too).
+    pub(crate) fn take(&self, task: &str, version: u64) -> Option<Fields> {
         let mut last = self.0.lock();
         match last.take() {
-            Some((t, fields)) if t == task => Some((!fields.is_empty()).then_some(fields)),
+            Some((t, v, fields))
+                if t == task && v == version && version_of(&fields) == Some(version) =>
+            {
+                Some(fields)
+            }
             other => {
                 *last = other;
                 None
@@ -203,9 +212,12 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
 /// probe interval: a hostile key never makes the host cut 1 ms slices (and
 /// refuse everything while it pulls for each) nor pull again at once.
 ///
-/// Returns the reply and the task's record when the script sent it (a
-/// record change, to an unsharded task: see [`PULL`]).
-pub(crate) fn pull_reply(ask: &Ask<'_>, reply: &[ScriptValue]) -> Result<(Reply, Option<Fields>)> {
+/// Returns the reply and the task's record (its version and fields) when
+/// the script sent it (a record change, to an unsharded task: see [`PULL`]).
+pub(crate) fn pull_reply(
+    ask: &Ask<'_>,
+    reply: &[ScriptValue],
+) -> Result<(Reply, Option<(u64, Fields)>)> {
     let refused = |why: String| {
         Err(Error::new(
             ErrorKind::Store,
@@ -276,16 +288,18 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: &[ScriptValue]) -> Result<(Reply,
         }
         _ => None,
     };
-    let (refresh, went_on, fields) = match (refresh, record) {
+    let (refresh, went_on, record) = match (refresh, record) {
         (refresh, None) => (refresh, false, None),
         (Some(Refresh::Record(v)), Some((version, fields))) if v == version => {
-            (Some(Refresh::Record(v)), false, Some(fields))
+            (Some(Refresh::Record(v)), false, Some((version, fields)))
         }
         // Granted across a change: the grant is the slice key's, and the
         // record comes with it.
-        (None, Some((version, fields))) if granted >= 0 && version != ask.record_version => {
-            (Some(Refresh::Record(version)), true, Some(fields))
-        }
+        (None, Some((version, fields))) if granted >= 0 && version != ask.record_version => (
+            Some(Refresh::Record(version)),
+            true,
+            Some((version, fields)),
+        ),
         (_, Some((version, _))) => {
             return refused(format!(
                 "record version {version} beside {granted} and {left}"
@@ -306,5 +320,8 @@ pub(crate) fn pull_reply(ask: &Ask<'_>, reply: &[ScriptValue]) -> Result<(Reply,
         usable_ms: usable.max(0) as u64,
         went_on,
     };
-    Ok((reply, fields))
+    Ok((reply, record))
 }
+
+#[cfg(test)]
+mod tests;

@@ -99,10 +99,14 @@ impl QuotaStore for SimStore {
         "the simulated store".into()
     }
 
-    fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
-        if let Some(carried) = self.carried.take(task) {
-            return Ok(carried);
+    fn record_at(&self, task: &str, version: u64) -> Result<Option<Vec<(String, String)>>> {
+        match self.carried.take(task, version) {
+            Some(fields) => Ok(Some(fields)),
+            None => self.record(task),
         }
+    }
+
+    fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {
         let fields = self
             .script
             .hash(&super::keys::record_key(&self.prefix, task, 0, 1))?;

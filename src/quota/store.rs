@@ -154,6 +154,13 @@ pub(crate) trait QuotaStore: Send + Sync {
     fn record(&self, _task: &str) -> Result<Option<Vec<(String, String)>>> {
         Ok(None)
     }
+    /// The record a refresh to `version` adopts: the one the pull's reply
+    /// carried when it is that version (no round trip), else [`record`].
+    ///
+    /// [`record`]: QuotaStore::record
+    fn record_at(&self, task: &str, _version: u64) -> Result<Option<Vec<(String, String)>>> {
+        self.record(task)
+    }
     /// The fields of the task's keys' record (see `keyed::record`), empty
     /// without one; `None` when the store keeps none.
     fn key_record(&self, _task: &str) -> Result<Option<Vec<(String, String)>>> {

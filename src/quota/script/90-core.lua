@@ -12,14 +12,15 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 local flags = tonumber(ARGV[13]) or 0
 local by_record, unsharded = flags % 2 == 1, flags % 4 >= 2
 -- A version that is no whole number up to 2^53 is no record.
-local numbers = redis.call('HMGET', KEYS[2], 'version', 'slice_ms')
+local numbers = redis.call('HMGET', KEYS[2], 'version', 'slice_ms', 'shards')
 local version = tonumber(numbers[1]) or 0
 if version ~= math.floor(version) or version < 0 or version > 9007199254740991 then version = 0 end
 -- The record changed since the host's last pull. To an unsharded task's
 -- host the record comes with the reply, after its ten integers, and a
--- record that keeps the host's slicing does not stop the pull: the slice's
--- key holds the slice's threshold, whatever the host sent (below, a key
--- still to be created stops it).
+-- record that keeps the host's slicing and one shard does not stop the
+-- pull: the slice's key holds the slice's threshold, whatever the host
+-- sent (below, a key still to be made stops it: it would be made by the
+-- host's old numbers). Its slicing is then the record's: no shape check.
 local stale = version ~= (tonumber(ARGV[11]) or 0)
 local function with_record(reply)
   if unsharded and version > 0 then
@@ -30,14 +31,15 @@ local function with_record(reply)
   return reply
 end
 local function refresh() return with_record({-2, version, sec, usec, 0, 0, 0, 0, 0, 0}) end
-if stale and not (unsharded and version > 0 and tonumber(numbers[2]) == slice_ms) then
+if stale and not (unsharded and version > 0 and tonumber(numbers[2]) == slice_ms
+    and (tonumber(numbers[3]) or 1) <= 1) then
   return refresh()
 end
 local key, host = KEYS[1], ARGV[6]
 local k = read_key(key, host)
 local got = k.got
 local shaped, mismatch, keeps_shape, slicing =
-  check_shape(got[4], KEYS[3], slice_ms, tonumber(ARGV[12]), ARGV[5], by_record)
+  check_shape(got[4], KEYS[3], slice_ms, tonumber(ARGV[12]), ARGV[5], by_record or stale)
 if slicing then return {-3, slicing[1], sec, usec, 0, 0, 0, 0, 0, 0} end
 if slice ~= tonumber(ARGV[4]) then return {-1, 0, sec, usec, 0, 0, 0, 0, 0, 0} end
 if stale and got[1] == false then return refresh() end
@@ -80,7 +82,7 @@ quota = quota or tonumber(ARGV[1])
 -- A host whose threshold differs from the key's creator's: counted there,
 -- while every host spends by the key's numbers. Not so for the record's:
 -- a key created before the record changed serves out its slice.
-if not by_record and not stale and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
+if not (by_record or stale) and quota ~= tonumber(ARGV[1]) then mismatch = 1 end
 local conflict = 0
 if claimed < before then conflict = 1 end
 local holds = claimed - given
@@ -151,7 +153,7 @@ grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapse
 -- (13th, see 15; 0: none). A script that knows 12 fields reads them alike
 -- and writes 12: the host's next pull checks the shape again.
 local own_numbers = 0
-if not by_record then own_numbers = tonumber(ARGV[1]) or 0 end
+if not (by_record or stale) then own_numbers = tonumber(ARGV[1]) or 0 end
 local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
 local extra = fair_field(c, shared_out, grant, mine)
 if back_field[1] then
