@@ -44,27 +44,11 @@ pub fn pull_reply_of(
 ) -> Result<(u64, u64, Option<u32>, Option<u64>)> {
     let word = AtomicU64::new(0);
     let ask = Ask {
-        task: "t",
-        shard: 0,
-        shards: 1,
-        slice: 0,
-        slice_ms: 1000,
         quota,
         burst: quota,
         want,
-        host: "h",
-        claimed: 0,
-        given: 0,
-        gives_back: false,
         redeem,
-        offset_us: 0,
-        record_version: 0,
-        spends_record: false,
-        own_slice_ms: 1000,
-        demand: 0,
-        health: Default::default(),
-        embedded: &word,
-        reserve: false,
+        ..Ask::plain(&word)
     };
     let values = reply.map(super::script::ScriptValue::Int);
     let (reply, _) = pull_reply(&ask, &values)?;

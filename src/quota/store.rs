@@ -66,6 +66,37 @@ pub(crate) struct Ask<'a> {
     pub reserve: bool,
 }
 
+impl<'a> Ask<'a> {
+    /// An ask of task `t` by host `h` for nothing, one unsharded slice 0 of
+    /// 1,000 ms and 1,000 permits, every other word plain: what decoders
+    /// and tests change a few fields of.
+    pub(crate) fn plain(embedded: &'a AtomicU64) -> Self {
+        Ask {
+            task: "t",
+            shard: 0,
+            shards: 1,
+            slice: 0,
+            slice_ms: 1000,
+            quota: 1000,
+            burst: 1000,
+            want: 0,
+            host: "h",
+            claimed: 0,
+            given: 0,
+            gives_back: false,
+            redeem: false,
+            offset_us: 0,
+            record_version: 0,
+            spends_record: false,
+            own_slice_ms: 1000,
+            demand: 0,
+            health: Default::default(),
+            embedded,
+            reserve: false,
+        }
+    }
+}
+
 /// What a store answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Reply {
@@ -335,27 +366,13 @@ mod tests {
         let now = wall_us();
         let slice = slice_of(now, 60_000);
         let ask = |want| Ask {
-            task: "t",
-            shard: 0,
-            shards: 1,
             slice,
             slice_ms: 60_000,
             quota: 10,
             burst: 10,
             want,
-            host: "h",
-            claimed: 0,
-            given: 0,
-            gives_back: false,
-            redeem: false,
-            offset_us: 0,
-            record_version: 0,
-            spends_record: false,
             own_slice_ms: 60_000,
-            demand: 0,
-            health: Default::default(),
-            embedded: &word,
-            reserve: false,
+            ..Ask::plain(&word)
         };
         let mut total = 0;
         loop {

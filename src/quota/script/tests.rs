@@ -6,27 +6,13 @@ use super::*;
 
 fn ask(word: &AtomicU64, shards: u32) -> Ask<'_> {
     Ask {
-        task: "t",
-        shard: 0,
         shards,
-        slice: 0,
-        slice_ms: 1000,
         quota: 1000,
         burst: 100,
         want: 10,
-        host: "h",
-        claimed: 0,
-        given: 0,
-        gives_back: false,
-        redeem: false,
-        offset_us: 0,
         record_version: 6,
         spends_record: true,
-        own_slice_ms: 1000,
-        demand: 0,
-        health: Default::default(),
-        embedded: word,
-        reserve: false,
+        ..Ask::plain(word)
     }
 }
 
