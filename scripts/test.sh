@@ -7,11 +7,12 @@
 # pkg-config programs built against what it installed); the loom model of
 # the concurrency ledger and of the wait queue; the global-quota simulation's budgets at 1,000
 # hosts (sim/, built optimized); and the x86_64 release artifacts for glibc
-# 2.17 (scripts/release.sh --no-aarch64; its full run adds aarch64), whose
-# wheel the Python module's pytest suite runs on from a venv made afresh for
-# it, with mypy's stubtest, the wheel's manylinux check, the size budgets,
-# the tarball used from C and C++ with pkg-config and CMake, and the wheel
-# in a fresh venv. The deployment
+# 2.17 and musl (scripts/release.sh --no-aarch64; its full run adds
+# aarch64), whose glibc wheel the Python module's pytest suite runs on from
+# a venv made afresh for it, with mypy's stubtest, the wheels' manylinux
+# and musllinux checks, the size budgets, the tarball used from C and C++
+# with pkg-config and CMake, the musl one from C with musl-gcc, and the
+# wheel in a fresh venv. The deployment
 # recipes run in both: C++ pre-fork and thread-pool servers in
 # tests/recipes.rs, gunicorn and uvicorn in bindings/python/tests/test_recipes.py.
 # The documentation is checked with the Rust tests (tests/docs.rs): every
@@ -88,7 +89,8 @@ if [ ! -d "$wheelhouse" ]; then
     "${fresh_pip[@]}" download -d "$wheelhouse.part" -r "$requirements"
     mv "$wheelhouse.part" "$wheelhouse"
 fi
-"${fresh_pip[@]}" install --no-index --find-links "$wheelhouse" -r "$requirements" "$dist"/flowctrl-*.whl
+# The glibc wheel: the musl one is for musl's CPython.
+"${fresh_pip[@]}" install --no-index --find-links "$wheelhouse" -r "$requirements" "$dist"/flowctrl-*-manylinux*.whl
 FLOWCTRL_RELEASE_DIR="$dist" FLOWCTRL_RELEASE_LOG="$dist.log" FLOWCTRL_FRESH_VENV="$fresh" \
     "$fresh/bin/python" -m pytest -q bindings/python/tests
 echo "all tests passed in ${SECONDS} s"

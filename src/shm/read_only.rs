@@ -203,7 +203,8 @@ fn refuse_holes(path: &Path, file: &File, meta: &std::fs::Metadata, total: usize
         ));
     }
     let allocated = meta.blocks().saturating_mul(512);
-    if fs.f_type == libc::TMPFS_MAGIC && allocated < total as u64 {
+    // f_type is signed on glibc, unsigned on musl: compared as bits.
+    if fs.f_type as u64 == libc::TMPFS_MAGIC as u64 && allocated < total as u64 {
         return Err(Error::corrupt(format!(
             "{} has holes ({allocated} of its {total} bytes allocated): flowctrl allocates a \
              table whole, so it was truncated and grown again, or is not one",

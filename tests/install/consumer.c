@@ -6,8 +6,8 @@
  *   consumer <scratch-dir>
  *
  * Prints the library's version, checks that it is the header's, then takes
- * concurrency decisions on a table in <scratch-dir>. Exits 0 when every
- * check passes, 1 at the first that does not.
+ * concurrency and rate decisions on a table in <scratch-dir>. Exits 0 when
+ * every check passes, 1 at the first that does not.
  */
 
 #include <stdio.h>
@@ -31,9 +31,10 @@ int main(int argc, char **argv)
     fc_table_options options;
     fc_task_config config;
     fc_table *table;
-    fc_task *task;
+    fc_task *task, *rated;
     fc_permit first, second;
     fc_status s;
+    int admitted;
 
     if (argc != 2) {
         fprintf(stderr, "usage: consumer <scratch-dir>\n");
@@ -68,6 +69,28 @@ int main(int argc, char **argv)
     if ((s = fc_release(task, &second, FC_OUTCOME_SUCCESS)) != FC_OK)
         return failed("the second fc_release", s);
 
+    /* A rate: 0.5 a second, a burst of 2. Permits pass while the bucket
+     * holds some (2 in a new table, fewer where a run in the last 4 s
+     * spent them: the table is the host's), then one is refused, a
+     * decision and not an error. */
+    fc_task_config_init(&config, sizeof config);
+    config.local_rate = 0.5;
+    config.burst = 2;
+    if ((s = fc_task_register(table, "install-rated", &config, &rated)) != FC_OK)
+        return failed("fc_task_register of the rated task", s);
+    for (admitted = 0; (s = fc_acquire(rated, 1, &first)) == FC_OK; admitted++) {
+        if (admitted == 2) {
+            fprintf(stderr, "consumer: a third permit at once, past a burst of 2\n");
+            return 1;
+        }
+        if ((s = fc_release(rated, &first, FC_OUTCOME_SUCCESS)) != FC_OK)
+            return failed("fc_release of a rated permit", s);
+    }
+    if (s != FC_LIMITED_LOCAL)
+        return failed("an acquire past the burst, expected FC_LIMITED_LOCAL", s);
+    printf("rate: %d admitted, then refused\n", admitted);
+
+    fc_task_free(rated);
     fc_task_free(task);
     fc_table_close(table);
     printf("decisions ok\n");

@@ -265,7 +265,8 @@ pub(crate) fn wake_private(word: &AtomicU32) {
 
 fn futex(word: &AtomicU32, op: i32, value: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+        // time_t, by inference: on musl libc names the alias deprecated.
+        tv_sec: t.as_secs().min(i32::MAX as u64) as _,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
     let ts_ptr = ts
