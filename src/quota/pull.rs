@@ -15,7 +15,8 @@ use super::account::Account;
 use super::fallback::{share_left, share_over};
 use super::lock::{PullLock, try_lock};
 use super::phase::{self, Phase, Settled};
-use super::store::{Ask, slice_of, wall_us};
+use super::shard::Spread;
+use super::store::{Ask, QuotaStore, slice_of, wall_us};
 use super::{Global, Quota, QuotaStats, TaskRef, down, notes, outage, policy, record};
 use crate::error::Result;
 use crate::events::{self, Event};
@@ -121,34 +122,29 @@ impl Quota {
             let (record_version, spends_record) = record::seen(q);
             let sent = wall_us() + self.skew_us;
             let began = Instant::now();
-            let answer = self.pull_spread(
-                slot,
-                g,
-                Ask {
-                    task,
-                    shard: 0,
-                    shards: g.shards.max(1),
-                    slice,
-                    slice_ms: g.slice_ms,
-                    quota: g.quota as u64,
-                    burst: g.burst() as u64,
-                    want: want.min(g.quota as u64),
-                    host: &self.host,
-                    claimed: account.taken(slice),
-                    given: account.given(slice),
-                    gives_back: self.gives_back(g),
-                    redeem,
-                    offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
-                    record_version,
-                    spends_record,
-                    own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
-                    demand: self.demand(slot, g, slice),
-                    health: super::health::of_slice(shm, index, slot, slice),
-                    embedded: &q.embedded,
-                    reserve: true,
-                },
-                probe,
-            );
+            let answer = Spread::over(self, slot, g, probe).pull(&Ask {
+                task,
+                shard: 0,
+                shards: g.shards.max(1),
+                slice,
+                slice_ms: g.slice_ms,
+                quota: g.quota as u64,
+                burst: g.burst() as u64,
+                want: want.min(g.quota as u64),
+                host: &self.host,
+                claimed: account.taken(slice),
+                given: account.given(slice),
+                gives_back: self.gives_back(g),
+                redeem,
+                offset_us: q.offset_us.load(Ordering::Relaxed) as i64,
+                record_version,
+                spends_record,
+                own_slice_ms: record::own(slot).map_or(g.slice_ms, |own| own.slice_ms),
+                demand: self.demand(slot, g, slice),
+                health: super::health::of_slice(shm, index, slot, slice),
+                embedded: &q.embedded,
+                reserve: true,
+            });
             let ns = began.elapsed().as_nanos() as u64;
             q.pulls.fetch_add(1, Ordering::Relaxed);
             q.pull_ns_sum.fetch_add(ns, Ordering::Relaxed);

@@ -23,14 +23,39 @@
 use std::sync::atomic::Ordering;
 
 use super::account::Account;
+use super::keyed::{KeyBatch, KeyReply};
 use super::policy::{home, part};
 use super::record::{Refresh, version_of};
-use super::store::{Ask, Reply};
+use super::script::Fields;
+use super::store::{Ask, QuotaStore, Reply};
 use super::{Global, Quota, down};
 use crate::error::Result;
 use crate::format::{MAX_SHARDS, QuotaSlot, TaskSlot};
 
-impl Quota {
+/// The task's store as one pull sees it: the host's store, decorated to
+/// spread the pull over the task's shards (a store that spreads, a task
+/// with `shards` past 1) as the module doc says. Its other calls are the
+/// inner store's.
+pub(super) struct Spread<'a> {
+    quota: &'a Quota,
+    slot: &'a TaskSlot,
+    g: Global,
+    /// Every shard not used up is asked, the down ones included.
+    probe: bool,
+}
+
+impl<'a> Spread<'a> {
+    pub(super) fn over(quota: &'a Quota, slot: &'a TaskSlot, g: Global, probe: bool) -> Self {
+        Spread {
+            quota,
+            slot,
+            g,
+            probe,
+        }
+    }
+}
+
+impl QuotaStore for Spread<'_> {
     /// One pull for `ask.want` permits of the task's slice (under the pull
     /// lock): from its one key, or over its shards as the module doc says.
     /// The reply adds the shards' grants up; `left` is 0 once every shard
@@ -49,15 +74,10 @@ impl Quota {
     /// (an idle connection timing out, a connect, a command): nodes that
     /// hang rather than refuse would otherwise let the lock be broken under
     /// a live pull. The shards left unasked are asked by the next pull.
-    pub(super) fn pull_spread(
-        &self,
-        slot: &TaskSlot,
-        g: Global,
-        ask: Ask<'_>,
-        probe: bool,
-    ) -> Result<Reply> {
+    fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
+        let (slot, g, probe, ask) = (self.slot, self.g, self.probe, *ask);
         let (q, account) = (&slot.quota, Account::of(slot));
-        let shards = if self.store.spreads() {
+        let shards = if self.quota.store.spreads() {
             g.shards.clamp(1, MAX_SHARDS)
         } else {
             1
@@ -66,15 +86,15 @@ impl Quota {
             if down::down(slot) != 0 {
                 down::clear(slot);
             }
-            return self.store.pull(&Ask { shards: 1, ..ask });
+            return self.quota.store.pull(&Ask { shards: 1, ..ask });
         }
-        let (slice, home) = (ask.slice, home(&self.host, shards));
+        let (slice, home) = (ask.slice, home(&self.quota.host, shards));
         let start = (home as u64 + q.pulls.load(Ordering::Relaxed)) % shards as u64;
         let mut sum: Option<Reply> = None;
         let mut wait = u64::MAX;
         let (mut repaired, mut failure) = (false, None);
         let began = std::time::Instant::now();
-        let slowest = self.options.connect_timeout + 2 * self.options.timeout;
+        let slowest = self.quota.options.connect_timeout + 2 * self.quota.options.timeout;
         let mut asked = false;
         let mut k = 0;
         while k < shards {
@@ -89,16 +109,16 @@ impl Quota {
             let claim = account.shard_claim(slice, i, home, got);
             let mut want = ask.want.saturating_sub(got).min(quota);
             let mut demand = ask.demand;
-            if let Some(share) = self.share_of(slot, g, (slice, i, shards)) {
+            if let Some(share) = self.quota.share_of(slot, g, (slice, i, shards)) {
                 // Kept to its share: no fair tail to be owed (see `down`).
                 want = want.min(share.saturating_sub(claim));
                 demand = 0;
             }
-            if asked && began.elapsed() + slowest > self.stale_after() {
+            if asked && began.elapsed() + slowest > self.quota.stale_after() {
                 break;
             }
             asked = true;
-            let answer = self.store.pull(&Ask {
+            let answer = self.quota.store.pull(&Ask {
                 shard: i,
                 shards,
                 quota,
@@ -120,7 +140,13 @@ impl Quota {
                     // this one's part is the fallback's below.
                     q.failed_pulls.fetch_add(1, Ordering::Relaxed);
                     if !is_down {
-                        super::notes::shard_failed(ask.task, i, &e, g, self.options.probe_interval);
+                        super::notes::shard_failed(
+                            ask.task,
+                            i,
+                            &e,
+                            g,
+                            self.quota.options.probe_interval,
+                        );
                     }
                     down::set_down(slot, i, true);
                     failure = Some(e);
@@ -132,9 +158,9 @@ impl Quota {
             if let (Some(Refresh::Record(version)), 1.., false) = (reply.refresh, i, repaired) {
                 // A copy the store lost, or a write it missed: the
                 // canonical record decides, and the copy is rewritten.
-                let fields = self.store.record(ask.task)?;
+                let fields = self.quota.store.record(ask.task)?;
                 if fields.as_deref().and_then(version_of).unwrap_or(0) != version {
-                    self.store.repair_copy(
+                    self.quota.store.repair_copy(
                         ask.task,
                         (i, shards),
                         fields.as_deref().unwrap_or(&[]),
@@ -176,19 +202,21 @@ impl Quota {
             let got = sum.map_or(0, |s| s.granted);
             let want = ask.want.saturating_sub(got);
             let taken = account.shard_claim(slice, i, home, got);
-            let own = self.grant_self(slot, g, (slice, i, shards), want, taken);
+            let own = self
+                .quota
+                .grant_self(slot, g, (slice, i, shards), want, taken);
             account.count_shard_grant(slice, i, own.granted);
             if own.used_up {
                 used_up |= 1 << i;
             } else if own.wait_ms > 0 {
                 wait = wait.min(own.wait_ms);
             }
-            let mut reply = sum.unwrap_or_else(|| self.no_answer(q, slice));
+            let mut reply = sum.unwrap_or_else(|| self.quota.no_answer(q, slice));
             reply.granted += own.granted;
             sum = Some(reply);
         }
         let all_out = used_up & down::all(shards) == down::all(shards);
-        let mut reply = sum.unwrap_or_else(|| self.no_answer(q, slice));
+        let mut reply = sum.unwrap_or_else(|| self.quota.no_answer(q, slice));
         reply.left = if all_out { 0 } else { reply.left.max(1) };
         reply.wait_ms = if reply.granted >= ask.want || wait == u64::MAX {
             0
@@ -198,6 +226,48 @@ impl Quota {
         Ok(reply)
     }
 
+    fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
+        self.quota.store.pull_keys(batch)
+    }
+
+    fn keeps_keys(&self) -> bool {
+        self.quota.store.keeps_keys()
+    }
+
+    fn shares_host_clock(&self) -> bool {
+        self.quota.store.shares_host_clock()
+    }
+
+    fn keeper(&self) -> bool {
+        self.quota.store.keeper()
+    }
+
+    fn describe(&self) -> String {
+        self.quota.store.describe()
+    }
+
+    fn record(&self, task: &str) -> Result<Option<Fields>> {
+        self.quota.store.record(task)
+    }
+
+    fn record_at(&self, task: &str, version: u64) -> Result<Option<Fields>> {
+        self.quota.store.record_at(task, version)
+    }
+
+    fn key_record(&self, task: &str) -> Result<Option<Fields>> {
+        self.quota.store.key_record(task)
+    }
+
+    fn spreads(&self) -> bool {
+        self.quota.store.spreads()
+    }
+
+    fn repair_copy(&self, task: &str, at: (u32, u32), fields: &[(String, String)]) -> Result<()> {
+        self.quota.store.repair_copy(task, at, fields)
+    }
+}
+
+impl Quota {
     /// The reply of a pull no shard answered: nothing granted, the clock
     /// and the census as last measured.
     fn no_answer(&self, q: &QuotaSlot, slice: u32) -> Reply {

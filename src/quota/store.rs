@@ -9,6 +9,7 @@ use super::record::Refresh;
 use crate::error::Result;
 
 /// One pull: up to `want` permits of `slice` of the task's key.
+#[derive(Clone, Copy)]
 pub(crate) struct Ask<'a> {
     /// The task's name (the store key is derived from it, the shard and
     /// the slice).
