@@ -31,9 +31,12 @@ stage() {
 stage "style"
 cargo fmt --all -- --check
 (cd bindings/python && cargo fmt -- --check)
-cargo clippy -q --all-targets -- -D warnings
-# One build for the optional faces and the simulator: the workspace's
-# features unify, so the library is checked with async, tower and sim.
+# The library and the command as users build them (default features), then
+# every target once with the optional faces and the simulator: the
+# workspace's features unify, so the library is checked with async, tower
+# and sim, and the tests, benchmarks and examples are checked there alone
+# (the suite builds them with those features only).
+cargo clippy -q --lib --bins -- -D warnings
 cargo clippy -q --workspace --all-targets --features async,tower -- -D warnings
 (cd bindings/python && cargo clippy -q --all-targets -- -D warnings)
 
@@ -46,9 +49,11 @@ cargo test --features async,tower
 stage "the loom models and the global-quota simulation (1,000 hosts), side by side"
 # The loom models run one at a time on one core; the simulation's budgets
 # (its scenarios in parallel processes) take the other meanwhile. Both are
-# deterministic: neither's figures depend on the other's load. Built one
-# after the other (one cargo build at a time), then run together.
+# deterministic: neither's figures depend on the other's load. Both built
+# first, one after the other (one cargo build at a time), then run
+# together.
 cargo test -q --release --no-default-features --features loom --lib --no-run
+cargo test -q --release -p flowctrl-sim --no-run
 loom_log="$ROOT/target/loom.log"
 ./scripts/loom.sh >"$loom_log" 2>&1 &
 loom=$!
