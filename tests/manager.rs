@@ -268,9 +268,14 @@ fn a_paused_manager_lands_no_write_after_its_successor_and_steps_down() {
         "old manager: writes {writes_before} -> {writes_after}, active {active}, step downs \
          {step_downs}; task fence {successor} -> {fence}"
     );
-    assert_eq!(
-        writes_after, writes_before,
-        "the paused manager's writes landed"
+    // A write sent before the stop may land before the successor and be
+    // counted only once the manager runs again (its reply read after the
+    // SIGCONT; once in a cold suite run: 2 -> 3, the fence the successor's):
+    // one at most. A write after the successor would carry the old token,
+    // which the fence below refuses.
+    assert!(
+        writes_after <= writes_before + 1,
+        "the paused manager's writes landed: {writes_before} -> {writes_after}"
     );
     assert_eq!(active, 0, "the paused manager did not step down");
     assert_eq!(step_downs, 1);
