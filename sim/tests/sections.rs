@@ -73,7 +73,7 @@ end
 /// always first, as the script has them).
 fn run(sections: &[&str], test: &str) {
     let mut text = String::from(FAKE_REDIS);
-    for (name, body) in PULL_SCRIPT_SECTIONS {
+    for &(name, body) in PULL_SCRIPT_SECTIONS {
         if name == "00-common.lua" || sections.contains(&name) {
             text.push_str(body);
         }

@@ -176,7 +176,7 @@ impl Quota {
     ) -> SelfGrant {
         let q = &slot.quota;
         let Some(allow) = self.allowance_of(slot, g, i, shards) else {
-            self.mark_self(slot, slice, i);
+            Account::of(slot).mark_self_granted(slice, i);
             return SelfGrant {
                 granted: want,
                 wait_ms: 0,
@@ -197,7 +197,7 @@ impl Quota {
         let room = released(allow, burst, elapsed, g.slice_ms).saturating_sub(taken);
         let granted = want.min(room);
         if granted > 0 {
-            self.mark_self(slot, slice, i);
+            Account::of(slot).mark_self_granted(slice, i);
         }
         let wait_ms = if granted < want && taken + granted < allow {
             let target = (taken + want).min(allow);
@@ -210,15 +210,6 @@ impl Quota {
             wait_ms,
             used_up: taken + granted >= allow,
         }
-    }
-
-    fn mark_self(&self, slot: &TaskSlot, slice: u32, i: u32) {
-        let word = slot.shards_down.load(Ordering::Relaxed);
-        let selfs = Account::of(slot).self_granted(slice) | 1 << i;
-        slot.shards_down.store(
-            (slice as u64) << 32 | selfs << 8 | word & 0xff,
-            Ordering::Relaxed,
-        );
     }
 }
 

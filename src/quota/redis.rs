@@ -17,8 +17,8 @@ use super::connect::{Conn, Target};
 use super::deadline::Budget;
 use super::keyed::{KEYED, KeyBatch, KeyReply, key_call, key_record_key, key_reply};
 use super::keys::record_key;
-pub(crate) use super::redis_url::{RedisSettings, parse};
-use super::script::{Carried, PULL, pull_call, pull_reply, script_values};
+use super::redis_url::{RedisSettings, parse};
+use super::script::{Carried, PULL, pull_call, script_values};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::MAX_SHARDS;
@@ -233,9 +233,7 @@ impl QuotaStore for RedisStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
         let (keys, args) = pull_call(&self.settings.prefix, ask);
         let values = script_values(ask.task, self.run(&self.script, "pull", &keys, &args)?)?;
-        let (reply, fields) = pull_reply(ask, &values)?;
-        self.carried.keep(ask.task, fields);
-        Ok(reply)
+        self.carried.reply(ask, &values)
     }
 
     fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
@@ -258,10 +256,7 @@ impl QuotaStore for RedisStore {
     }
 
     fn record_at(&self, task: &str, version: u64) -> Result<Option<Vec<(String, String)>>> {
-        match self.carried.take(task, version) {
-            Some(fields) => Ok(Some(fields)),
-            None => self.record(task),
-        }
+        self.carried.record_at(task, version, || self.record(task))
     }
 
     fn key_record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {

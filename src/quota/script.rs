@@ -9,6 +9,19 @@ use super::store::{Ask, Reply};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{MAX_SLICE_MS, MIN_SLICE_MS};
 use crate::words::echo;
+
+/// The pull script's section files, in the order Redis runs them, as one
+/// text (`text`) or by name (`named`): one list for both.
+macro_rules! sections {
+    (@files $out:ident) => {
+        sections!(@$out "00-common.lua", "10-read.lua", "15-shape.lua", "20-create.lua",
+            "30-give-back.lua", "40-fair.lua", "50-reserve.lua", "60-wait.lua", "90-core.lua")
+    };
+    (@text $($f:literal),*) => { concat!($(include_str!(concat!("script/", $f))),*) };
+    (@named $($f:literal),*) => { [$(($f, include_str!(concat!("script/", $f)))),*] };
+    (text) => { sections!(@files text) };
+    (named) => { sections!(@files named) };
+}
 /// One pull. The slice's key KEYS[1] is a hash: `left` (permits left),
 /// `quota` (the threshold it was created with) and one census record per
 /// host, `<host id>` → "accounted asked granted claimed offset_us":
@@ -67,32 +80,12 @@ use crate::words::echo;
 ///
 /// The text is in sections (`script/`, run in the order of their names):
 /// the core last, each rule beside it a function of plain values.
-pub(crate) const PULL: &str = concat!(
-    include_str!("script/00-common.lua"),
-    include_str!("script/10-read.lua"),
-    include_str!("script/15-shape.lua"),
-    include_str!("script/20-create.lua"),
-    include_str!("script/30-give-back.lua"),
-    include_str!("script/40-fair.lua"),
-    include_str!("script/50-reserve.lua"),
-    include_str!("script/60-wait.lua"),
-    include_str!("script/90-core.lua"),
-);
+pub(crate) const PULL: &str = sections!(text);
 
 /// The sections of [`PULL`] by file name, in order (their tests load them
 /// one by one).
 #[cfg(feature = "sim")]
-pub(crate) const PULL_SECTIONS: [(&str, &str); 9] = [
-    ("00-common.lua", include_str!("script/00-common.lua")),
-    ("10-read.lua", include_str!("script/10-read.lua")),
-    ("15-shape.lua", include_str!("script/15-shape.lua")),
-    ("20-create.lua", include_str!("script/20-create.lua")),
-    ("30-give-back.lua", include_str!("script/30-give-back.lua")),
-    ("40-fair.lua", include_str!("script/40-fair.lua")),
-    ("50-reserve.lua", include_str!("script/50-reserve.lua")),
-    ("60-wait.lua", include_str!("script/60-wait.lua")),
-    ("90-core.lua", include_str!("script/90-core.lua")),
-];
+pub(crate) const PULL_SECTIONS: &[(&str, &str)] = &sections!(named);
 
 /// One element of [`PULL`]'s reply as the store hands it over: granted,
 /// left, server seconds, server µs, hosts, host-id conflict, wait ms,
@@ -140,15 +133,32 @@ pub(crate) fn script_values(task: &str, reply: Vec<redis::Value>) -> Result<Vec<
 pub(crate) struct Carried(parking_lot::Mutex<Option<(String, u64, Fields)>>);
 
 impl Carried {
-    pub(crate) fn keep(&self, task: &str, record: Option<(u64, Fields)>) {
+    /// Reads a pull's reply ([`pull_reply`]), keeping the record it carried.
+    pub(crate) fn reply(&self, ask: &Ask<'_>, values: &[ScriptValue]) -> Result<Reply> {
+        let (reply, record) = pull_reply(ask, values)?;
         if let Some((version, fields)) = record {
-            *self.0.lock() = Some((task.to_string(), version, fields));
+            *self.0.lock() = Some((ask.task.to_string(), version, fields));
+        }
+        Ok(reply)
+    }
+
+    /// `QuotaStore::record_at`: the record carried for `task` at
+    /// `version`, else what `read` reads from the store.
+    pub(crate) fn record_at(
+        &self,
+        task: &str,
+        version: u64,
+        read: impl FnOnce() -> Result<Option<Fields>>,
+    ) -> Result<Option<Fields>> {
+        match self.take(task, version) {
+            Some(fields) => Ok(Some(fields)),
+            None => read(),
         }
     }
 
     /// The record carried for `task` at `version` (its own `version` field
     /// says so too).
-    pub(crate) fn take(&self, task: &str, version: u64) -> Option<Fields> {
+    fn take(&self, task: &str, version: u64) -> Option<Fields> {
         let mut last = self.0.lock();
         match last.take() {
             Some((t, v, fields))

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::keyed::{KeyBatch, KeyReply, key_call, key_reply};
 pub use super::script::ScriptValue;
-use super::script::{Carried, PULL, PULL_SECTIONS, pull_call, pull_reply};
+use super::script::{Carried, PULL, PULL_SECTIONS, pull_call};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -19,7 +19,7 @@ pub const PULL_SCRIPT: &str = PULL;
 
 /// The pull script's sections by file name, in the order Redis runs them
 /// (their concatenation is [`PULL_SCRIPT`]).
-pub const PULL_SCRIPT_SECTIONS: [(&str, &str); 9] = PULL_SECTIONS;
+pub const PULL_SCRIPT_SECTIONS: &[(&str, &str)] = PULL_SECTIONS;
 
 /// The store URL of the installed [`Script`].
 pub const URL: &str = "sim:";
@@ -75,9 +75,7 @@ struct SimStore {
 impl QuotaStore for SimStore {
     fn pull(&self, ask: &Ask<'_>) -> Result<Reply> {
         let (keys, args) = pull_call(&self.prefix, ask);
-        let (reply, fields) = pull_reply(ask, &self.script.eval(&keys, &args)?)?;
-        self.carried.keep(ask.task, fields);
-        Ok(reply)
+        self.carried.reply(ask, &self.script.eval(&keys, &args)?)
     }
 
     fn pull_keys(&self, batch: &KeyBatch<'_>) -> Option<Result<KeyReply>> {
@@ -100,10 +98,7 @@ impl QuotaStore for SimStore {
     }
 
     fn record_at(&self, task: &str, version: u64) -> Result<Option<Vec<(String, String)>>> {
-        match self.carried.take(task, version) {
-            Some(fields) => Ok(Some(fields)),
-            None => self.record(task),
-        }
+        self.carried.record_at(task, version, || self.record(task))
     }
 
     fn record(&self, task: &str) -> Result<Option<Vec<(String, String)>>> {

@@ -12,7 +12,8 @@
 //! - `given`, `giving`: what the host gave back while idle, and the
 //!   journal of a give-back in flight (`give_back`);
 //! - `refused`: requests refused as global (the host's demand);
-//! - `shard_granted`, `shards_out`: per shard of a spread task.
+//! - `shard_granted`, `shards_out`, and the parts of down shards the host
+//!   granted itself: per shard of a spread task (`shards`).
 //!
 //! **The claim** a pull sends is [`Account::taken`]: every permit the host
 //! took of the slice, received or reserved. A key created anew deducts it,
@@ -21,6 +22,7 @@
 
 mod deposit;
 mod give_back;
+mod shards;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -81,17 +83,6 @@ impl<'a> Account<'a> {
     /// What the host's fallback admitted in `slice`.
     pub(super) fn fell_back(self, slice: u32) -> u64 {
         tagged(self.q().fallback_admitted.load(Ordering::Relaxed), slice)
-    }
-
-    /// The down shards whose part the host granted itself in `slice`
-    /// (bits; see `down`): `shards_down` holds the slice above bit 32.
-    pub(super) fn self_granted(self, slice: u32) -> u64 {
-        let word = self.slot.shards_down.load(Ordering::Relaxed);
-        if (word >> 32) as u32 == slice {
-            word >> 8 & 0xff
-        } else {
-            0
-        }
     }
 
     /// Whether the host's last fallback admission was in `slice` or later.
@@ -251,50 +242,6 @@ impl<'a> Account<'a> {
     /// Counts `n` requests the fallback admitted in `slice`.
     pub(super) fn count_fallback(self, slice: u32, n: u32) {
         count_in(&self.q().fallback_admitted, slice, n as u64);
-    }
-
-    /// What shard `i` granted this host of `slice` (shard 0: the rest of
-    /// the slice's grants); `pending`: what this pull was granted so far
-    /// (counted per shard already, not yet in the slice's grants).
-    pub(super) fn shard_granted(self, slice: u32, i: u32, pending: u64) -> u64 {
-        let q = self.q();
-        let of = |k: usize| tagged(q.shard_granted[k].load(Ordering::Relaxed), slice);
-        match i {
-            0 => {
-                let others: u64 = (0..q.shard_granted.len()).map(of).sum();
-                (self.granted(slice) + pending).saturating_sub(others)
-            }
-            i => of(i as usize - 1),
-        }
-    }
-
-    /// What this host took of `slice` that shard `i`'s key is to know of:
-    /// its grants, and on its home shard its fallback admissions. Every
-    /// permit is claimed from exactly one key.
-    pub(super) fn shard_claim(self, slice: u32, i: u32, home: u32, pending: u64) -> u64 {
-        let fell_back = if i == home { self.fell_back(slice) } else { 0 };
-        self.shard_granted(slice, i, pending) + fell_back
-    }
-
-    /// Counts a grant of shard `i` (shard 0's is the rest of the slice's
-    /// grants). Under the pull lock.
-    pub(super) fn count_shard_grant(self, slice: u32, i: u32, granted: u64) {
-        if i > 0 {
-            count_in(&self.q().shard_granted[i as usize - 1], slice, granted);
-        }
-    }
-
-    /// The shards found used up in `slice`, one bit each.
-    pub(super) fn shards_out(self, slice: u32) -> u64 {
-        tagged(self.q().shards_out.load(Ordering::Relaxed), slice)
-    }
-
-    /// Marks shard `i` used up in `slice`. Under the pull lock.
-    pub(super) fn mark_shard_out(self, slice: u32, i: u32) {
-        let mask = self.shards_out(slice) | 1 << i;
-        self.q()
-            .shards_out
-            .store(tag(slice, mask), Ordering::Relaxed);
     }
 }
 

@@ -77,14 +77,24 @@ fn a_record_rides_on_a_grant_or_a_refresh_and_nothing_else_does() {
 
 #[test]
 fn a_carried_record_goes_only_to_its_own_task_and_version() {
+    let word = AtomicU64::new(0);
     let carried = Carried::default();
     let fields = |v: &str| vec![("version".to_string(), v.to_string())];
-    carried.keep("a", Some((7, fields("7"))));
+    let carry = |version: &str| {
+        let record = [ScriptValue::Int(7), text("version"), text(version)];
+        carried
+            .reply(&ask(&word, 1), &reply(GRANT, &record))
+            .unwrap();
+    };
+    carry("7");
     assert_eq!(carried.take("b", 7), None, "another task's");
-    assert_eq!(carried.take("a", 8), None, "another version's");
-    assert_eq!(carried.take("a", 7), Some(fields("7")));
-    assert_eq!(carried.take("a", 7), None, "taken once");
+    assert_eq!(carried.take("t", 8), None, "another version's");
+    assert_eq!(carried.take("t", 7), Some(fields("7")));
+    assert_eq!(carried.take("t", 7), None, "taken once");
     // Fields whose own version is not the one they came with.
-    carried.keep("a", Some((7, fields("5"))));
-    assert_eq!(carried.take("a", 7), None);
+    carry("5");
+    assert_eq!(carried.take("t", 7), None);
+    // Else the store is read.
+    let read = carried.record_at("t", 7, || Ok(Some(fields("9")))).unwrap();
+    assert_eq!(read, Some(fields("9")));
 }
