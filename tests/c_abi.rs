@@ -58,6 +58,9 @@ enum Program {
     CompatV1,
     /// `compat_v0_3.c` against the frozen `tests/c/flowctrl-0.3.0.h`.
     CompatV0_3,
+    /// `share_v0_3.c` against the frozen 0.3.0 header: a process of that
+    /// release on a table this build shares.
+    ShareV0_3,
     /// `quota_worker.c`: a worker of the global-quota tests.
     QuotaWorker,
     /// `adaptive_test.c` against `include/flowctrl.h`.
@@ -80,6 +83,7 @@ impl Program {
             Program::Hpp | Program::HppClang => "hpp_test.cpp",
             Program::CompatV1 => "compat_v1.c",
             Program::CompatV0_3 => "compat_v0_3.c",
+            Program::ShareV0_3 => "share_v0_3.c",
             Program::QuotaWorker => "quota_worker.c",
             Program::Adaptive => "adaptive_test.c",
             Program::Records => "records_test.c",
@@ -95,6 +99,7 @@ impl Program {
             Program::C
             | Program::CompatV1
             | Program::CompatV0_3
+            | Program::ShareV0_3
             | Program::QuotaWorker
             | Program::Adaptive
             | Program::Records
@@ -118,7 +123,7 @@ impl Program {
             | Program::Config
             | Program::Log => "include",
             // Only tests/c: the frozen headers, never include/flowctrl.h.
-            Program::CompatV1 | Program::CompatV0_3 => "tests/c",
+            Program::CompatV1 | Program::CompatV0_3 | Program::ShareV0_3 => "tests/c",
         }
     }
 
@@ -130,6 +135,7 @@ impl Program {
             Program::HppClang => "hpp_test_clang",
             Program::CompatV1 => "compat_v1",
             Program::CompatV0_3 => "compat_v0_3",
+            Program::ShareV0_3 => "share_v0_3",
             Program::QuotaWorker => "quota_worker",
             Program::Adaptive => "adaptive_test",
             Program::Records => "records_test",
@@ -1015,6 +1021,74 @@ mod quota {
             String::from_utf8_lossy(&out.stderr)
         );
         Some(root)
+    }
+
+    /// A process of release 0.3.0 shares a table this build made (with the
+    /// lanes' own latency sketches after the bytes 0.3.0 reads), and this
+    /// build a table 0.3.0 made (without them): one cap holds across both
+    /// builds, and this build's releases fill the round-trip histogram on
+    /// either table.
+    #[test]
+    fn a_process_of_release_0_3_shares_a_table_either_build_made() {
+        use flowctrl::{Outcome, Table, TableOptions, TaskConfig, View};
+        let _turn = one_at_a_time();
+        let Some(old_root) = release_0_3() else {
+            return;
+        };
+        let old = compile_in(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            Program::ShareV0_3,
+            Linkage::Shared,
+            &old_root.join("../target/debug/deps"),
+            "_release_0_3",
+        );
+        let run_old = |table: &Path| {
+            let out = Command::new(&old).arg(table).arg("3").output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let scratch = scratch_dir("share-0_3");
+        for made_by_old in [false, true] {
+            let path = scratch.join(if made_by_old { "old" } else { "new" });
+            if made_by_old {
+                assert_eq!(run_old(&path), "got 3 in_flight 3\n");
+            }
+            let options = TableOptions {
+                capacity: 4,
+                max_processes: 4,
+                ..TableOptions::default()
+            };
+            let table = Table::open(&path, &options).unwrap();
+            let task = table
+                .task("shared", &TaskConfig::new().max_concurrency(3))
+                .unwrap();
+            let held = task.acquire(1).unwrap().permit().unwrap();
+            assert_eq!(
+                run_old(&path),
+                "got 2 in_flight 3\n",
+                "made by 0.3.0: {made_by_old}"
+            );
+            held.release_rtt(Outcome::Success, Duration::from_millis(3))
+                .unwrap();
+            let seen = View::open(&path).unwrap().task("shared").unwrap();
+            let released = if made_by_old { 6 } else { 3 };
+            assert_eq!(
+                (seen.stats.in_flight, seen.stats.released_success),
+                (0, released)
+            );
+            // 0.3.0 fills no bucket; this build's one release does.
+            assert_eq!(seen.rtt.count(), 1, "{:?}", seen.rtt);
+            // The header's lane sketch size: none in 0.3.0's table.
+            let bytes = std::fs::read(&path).unwrap();
+            let sketch = u32::from_le_bytes(bytes[92..96].try_into().unwrap());
+            assert_eq!(sketch, if made_by_old { 0 } else { 128 });
+            assert_eq!(bytes.len() as u64, table.size_bytes());
+        }
+        let _ = std::fs::remove_dir_all(&scratch);
     }
 
     /// A rolling upgrade: a host of release 0.3 and a host of this build,

@@ -238,7 +238,7 @@ fn fuzz(lanes: u32, test: &str) {
     let pristine = build_pristine(scratch.dir(), lanes);
     assert_eq!(
         pristine.len(),
-        g.total,
+        g.file,
         "the layout mirrored here is out of date"
     );
     // The mirror in `common` agrees (it reads the geometry from the header).

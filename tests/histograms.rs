@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::Scratch;
@@ -165,4 +166,124 @@ fn a_wait_is_counted_when_it_ends_with_a_permit_or_at_its_deadline() {
         buckets.iter().map(|(le, n)| (le.to_string(), *n)).collect();
     // Octaves of the round-trip sketch's bounds, from ~1 ms.
     assert_eq!(by_bound["0.001048576"], 0, "{by_bound:?}");
+}
+
+/// `threads` threads at once each release `n` permits of each RTT.
+fn release_from_threads(task: &flowctrl::Task, threads: usize, n: usize, rtts: &[Duration]) {
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for rtt in rtts {
+                    for _ in 0..n {
+                        let permit = task.acquire(1).unwrap().permit().unwrap();
+                        permit.release_rtt(Outcome::Success, *rtt).unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Each lane counts its threads' round trips in a sketch of its own (its
+/// first five buckets on the lane's line, the rest after the bytes 0.3.0
+/// reads), so threads releasing at once share no word; a table made by
+/// 0.3.0 (no lane sketches: its header says 0 and its file ends at
+/// `total_size`) counts them in the process's shared words and gives the
+/// same histogram; a file cut inside the sketches, or a header naming
+/// another sketch size, is refused.
+#[test]
+fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_counts() {
+    use common::layout::*;
+    let scratch = Scratch::new("histograms-lanes");
+    let (tasks, processes) = (4, 4);
+    let options = || TableOptions {
+        capacity: tasks as u32,
+        max_processes: processes as u32,
+        balancers: 0,
+        ..TableOptions::default()
+    };
+    let lanes_at = HEADER_SIZE + tasks * TASK_SLOT + processes * ATTACH_SLOT;
+    let lanes = tasks * processes * LANES;
+    let total = total_size(tasks, processes, 0, 0);
+    let word = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    // Per lane: its five words on line 0 (from its fourth word), and its
+    // sketch after `total_size`.
+    let on_line = |bytes: &[u8], l: usize| -> u64 {
+        (3..8)
+            .map(|w| word(bytes, lanes_at + l * LANE + 8 * w))
+            .sum()
+    };
+    let after = |bytes: &[u8], l: usize| -> u64 {
+        (0..LANE_SKETCH / 8)
+            .map(|w| word(bytes, total.next_multiple_of(128) + l * LANE_SKETCH + 8 * w))
+            .sum()
+    };
+    // Buckets 3 and 10: one of the first five, one of the rest.
+    let rtts = [Duration::from_millis(3), Duration::from_millis(40)];
+
+    let new = scratch.path("new");
+    let table = Table::open(&new, &options()).unwrap();
+    let task = table.task("t", &TaskConfig::new()).unwrap();
+    release_from_threads(&task, 4, 125, &rtts);
+    let bytes = std::fs::read(&new).unwrap();
+    assert_eq!(bytes.len(), file_size(tasks, processes, 0, 0));
+    // Each thread's two RTTs went to its own lane: as many on the line as
+    // after it, lane by lane.
+    let per_lane: Vec<_> = (0..lanes)
+        .map(|l| (on_line(&bytes, l), after(&bytes, l)))
+        .filter(|c| *c != (0, 0))
+        .collect();
+    assert!(per_lane.iter().all(|(a, b)| a == b), "{per_lane:?}");
+    assert_eq!(
+        per_lane.iter().map(|c| c.0).sum::<u64>(),
+        500,
+        "{per_lane:?}"
+    );
+    let made_new = View::open(&new).unwrap().task("t").unwrap().rtt;
+    assert_eq!(made_new.count(), 1000, "{made_new:?}");
+    drop((task, table));
+
+    // As 0.3.0 made it: no sketch size in the header, and no sketches.
+    let old = scratch.path("old");
+    let mut bytes = std::fs::read(&new).unwrap();
+    bytes[H_LANE_SKETCH_SIZE..H_LANE_SKETCH_SIZE + 4].fill(0);
+    bytes.truncate(total);
+    // The copy starts with its sketch words empty (its sum counter keeps
+    // the first thousand).
+    for l in 0..lanes {
+        bytes[lanes_at + l * LANE + 24..lanes_at + l * LANE + 64].fill(0);
+    }
+    std::fs::write(&old, &bytes).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let table = Table::open(&old, &options()).unwrap();
+    assert_eq!(table.size_bytes() as usize, total);
+    let task = table.task("t", &TaskConfig::new()).unwrap();
+    release_from_threads(&task, 4, 125, &rtts);
+    let bytes = std::fs::read(&old).unwrap();
+    assert_eq!(bytes.len(), total);
+    let on_lines: u64 = (0..lanes).map(|l| on_line(&bytes, l)).sum();
+    assert_eq!(on_lines, 1000);
+    let made_old = View::open(&old).unwrap().task("t").unwrap().rtt;
+    assert_eq!(made_old.buckets, made_new.buckets);
+    assert_eq!(made_old.sum_ns, 2 * made_new.sum_ns);
+    drop((task, table));
+
+    // Cut inside the sketches, or another sketch size: refused, by an
+    // attaching handle and by a view alike.
+    let cut = scratch.path("cut");
+    let mut bytes = std::fs::read(&new).unwrap();
+    bytes.truncate(total + LANE_SKETCH / 2);
+    std::fs::write(&cut, &bytes).unwrap();
+    std::fs::set_permissions(&cut, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = Table::open(&cut, &options()).err().unwrap();
+    assert!(err.message().contains("truncated"), "{err}");
+    assert!(View::open(&cut).is_err());
+    let other = scratch.path("other");
+    let mut bytes = std::fs::read(&new).unwrap();
+    bytes[H_LANE_SKETCH_SIZE..H_LANE_SKETCH_SIZE + 4].copy_from_slice(&100u32.to_le_bytes());
+    std::fs::write(&other, &bytes).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = Table::open(&other, &options()).err().unwrap();
+    assert_eq!(err.kind(), flowctrl::ErrorKind::Corrupt);
+    assert!(err.message().contains("lane sketch size is 100"), "{err}");
 }

@@ -578,6 +578,7 @@ fn the_layout_the_tests_mirror_is_the_one_the_header_records() {
             (H_TASK_CAPACITY, tasks, "task_capacity"),
             (H_ATTACH_CAPACITY, processes, "attach_capacity"),
             (H_BALANCER_CAPACITY, balancers, "balancer_capacity"),
+            (H_LANE_SKETCH_SIZE, LANE_SKETCH, "lane_sketch_size"),
         ];
         for (offset, expected, name) in recorded {
             assert_eq!(u32_at(offset) as usize, expected, "{at}: header {name}");
@@ -593,7 +594,9 @@ fn the_layout_the_tests_mirror_is_the_one_the_header_records() {
         }
         let total = total_size(tasks, processes, balancers, backends);
         assert_eq!(u64_at(H_TOTAL_SIZE) as usize, total, "{at}: total_size");
-        assert_eq!(bytes.len(), total, "{at}: file size");
+        let file = file_size(tasks, processes, balancers, backends);
+        assert_eq!(bytes.len(), file, "{at}: file size");
+        assert_eq!(table.size_bytes() as usize, file, "{at}: size_bytes");
         assert_eq!(table.clock().ticks_per_sec(), u64_at(H_TICKS), "{at}");
 
         // The offsets find what the library wrote.

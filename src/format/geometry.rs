@@ -2,7 +2,7 @@
 
 use super::{
     AttachSlot, BackendSlot, BalancerSlot, Baseline, FoldRecord, HEADER_SIZE, LANES, Lane,
-    LaneTotals, PickLedger, TaskSlot,
+    LaneSketch, LaneTotals, PickLedger, TaskSlot,
 };
 
 /// Bounds on geometry read from a file or asked for, so a hostile header
@@ -134,8 +134,26 @@ impl Geometry {
         self.backends_offset() + self.backend_count() * size_of::<BackendSlot>()
     }
 
+    /// The bytes 0.3.0 reads: the header's `total_size`.
     pub fn total_size(&self) -> usize {
         self.pick_ledgers_offset()
             + self.backend_count() * self.attach_capacity as usize * size_of::<PickLedger>()
+    }
+
+    /// Where the lanes' own sketches start (in a table whose header says
+    /// it has them), a [`LaneSketch`] per lane in set order: after
+    /// `total_size`, on a 128-byte boundary, so no two lanes' sketches
+    /// share a line or a pair of lines (which CPUs prefetch together).
+    pub(crate) fn lane_sketches_offset(&self) -> usize {
+        self.total_size().next_multiple_of(128)
+    }
+
+    pub(crate) fn lane_sketches_size(&self) -> usize {
+        self.sets() * LANES as usize * size_of::<LaneSketch>()
+    }
+
+    /// The bytes a table made by this release maps: all of the above.
+    pub(crate) fn size_with_sketches(&self) -> usize {
+        self.lane_sketches_offset() + self.lane_sketches_size()
     }
 }

@@ -36,7 +36,10 @@ pub(crate) struct Header {
     pub backend_slot_size: AtomicU32,
     /// [`super::Geometry::lane_sets`] (0 in a table with a set per pair).
     pub lane_sets: AtomicU32,
-    _pad1a: AtomicU32,
+    /// The size of a [`super::LaneSketch`] when the file carries one per
+    /// lane after `total_size` (0: none; 0.3.0 wrote 0 and reads no further
+    /// than `total_size`, so it shares such a table).
+    pub lane_sketch_size: AtomicU32,
     /// Where the next claim of a pooled lane set starts looking (a hint).
     pub lane_hint: AtomicU64,
     _pad1: [AtomicU64; 3],

@@ -10,6 +10,9 @@ pub(crate) const LANES: u32 = 4;
 /// Latency-sketch buckets each lane carries on its ledger line.
 pub(crate) const SKETCH_PER_LANE: usize = 5;
 
+/// Buckets of a task's latency sketch (see `quota::health`).
+pub(crate) const SKETCH_BUCKETS: usize = LANES as usize * SKETCH_PER_LANE;
+
 /// Attachment slot state: bit 0 set = live, the claim's epoch above. The
 /// epoch survives the slot being freed, so every claim has a new one.
 pub(crate) const ATTACH_LIVE: u64 = 1;
@@ -68,14 +71,27 @@ pub(crate) struct Lane {
     /// Permits reclaimed from dead owners of this lane: seq of the last drain
     /// (24 bits) | total (40 bits, wrapping), so a repeated drain counts once.
     pub reclaimed: AtomicU64,
-    /// Five buckets of the task's latency sketch (see `quota::health`):
-    /// lane `k / 5` holds bucket `k`, so the sketch needs no space of its
-    /// own. Monotonic like the counters (a pooled set is emptied when it is
-    /// given back). 0.3.0 never writes them.
+    /// Five buckets of the task's latency sketch: with [`LaneSketch`]es,
+    /// buckets 0..5 of the lane's own; in a table without them (made by
+    /// 0.3.0), lane `k / 5` holds bucket `k` for every thread of the
+    /// process. Monotonic like the counters (a pooled set is emptied when
+    /// it is given back). 0.3.0 never writes them.
     pub sketch: [AtomicU64; SKETCH_PER_LANE],
     /// Indexed by [`Counter`]; monotonic for the table's life (never reset:
     /// a new owner of the slot records a [`Baseline`] instead).
     pub counters: [AtomicU64; COUNTERS],
+}
+
+/// The rest of a lane's own latency sketch: buckets [`SKETCH_PER_LANE`]..
+/// of the task's sketch as the lane's threads count them, its first
+/// buckets being the lane's own [`Lane::sketch`] words. Only the lane's
+/// threads write either, so a release adds to no line another thread
+/// writes. Tables made since 0.3.0 carry one per lane after the region
+/// 0.3.0 reads (`Header::lane_sketch_size`); monotonic like the counters.
+#[repr(C, align(64))]
+pub(crate) struct LaneSketch {
+    pub buckets: [AtomicU64; SKETCH_BUCKETS - SKETCH_PER_LANE],
+    _pad: AtomicU64,
 }
 
 /// What the lanes of a (task, process slot) had counted when the current
@@ -138,6 +154,7 @@ const _: () = {
     assert!(size_of::<Lane>() == 128);
     assert!(std::mem::offset_of!(Lane, counters) == 64);
     assert!(size_of::<Baseline>() == 128);
+    assert!(size_of::<LaneSketch>() == 128);
     assert!(size_of::<LaneTotals>() == 256);
     assert!(std::mem::offset_of!(LaneTotals, unlaned) == 128);
     assert!(size_of::<FoldRecord>() == 192);

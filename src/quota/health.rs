@@ -5,11 +5,14 @@
 //!
 //! The counts are the lanes' own counters (monotonic), less what they were
 //! when the slice began (`TaskSlot::health`). The percentile comes from a
-//! fixed sketch of 20 buckets kept on the lanes' ledger lines: every release
-//! as success or dropped adds one to a bucket of its own process's lanes
-//! (lane `k / 5` for bucket `k`: a line no other process writes on its
-//! requests, but every thread of the process adding to bucket `k` does;
-//! no allocation). The buckets are monotonic, like the counters
+//! fixed sketch of 20 buckets: every release as success or dropped adds one
+//! to a bucket of its own lane's sketch (the lane's five `Lane::sketch`
+//! words for buckets 0..5, its `LaneSketch` for the rest: lines only the
+//! threads on that lane write, so the add moves no cache line between
+//! threads; no allocation). A table made by 0.3.0 has no `LaneSketch`es:
+//! there bucket `k` is word `k % 5` of lane `k / 5` of the releasing
+//! process, which all its threads share. The task's sketch is the sum over
+//! the lanes. The buckets are monotonic, like the counters
 //! (`metrics` exports them as a histogram); the first pull of each slice
 //! records them as the slice's baseline (`TaskSlot::sketch_base`, 32 bits a
 //! bucket), and a percentile is over what they gained since.
@@ -21,12 +24,12 @@
 use std::sync::atomic::Ordering;
 
 use crate::format::{
-    Counter, LANES, Lane, SKETCH_BASE_WORDS, SKETCH_PER_LANE, TaskSlot, WAIT_BUCKETS,
+    Counter, LANES, SKETCH_BASE_WORDS, SKETCH_BUCKETS, SKETCH_PER_LANE, TaskSlot, WAIT_BUCKETS,
 };
 use crate::shm::{Region, Shm};
 
 /// Buckets of the latency sketch.
-pub(crate) const BUCKETS: usize = LANES as usize * SKETCH_PER_LANE;
+pub(crate) const BUCKETS: usize = SKETCH_BUCKETS;
 /// The sketch's unit: 2^19 ns (~0.52 ms), half its first bucket.
 const UNIT_SHIFT: u32 = 19;
 
@@ -88,13 +91,21 @@ fn lower_ns(k: usize) -> u64 {
     ((1u64 << octave) + ((half as u64) << (octave - 1))) << UNIT_SHIFT
 }
 
-/// Counts `n` releases of one RTT into the releasing process's lanes of the
-/// task (`lane(i)`: its lane `i` of [`LANES`]).
+/// Counts `n` releases of one RTT into the sketch of lane `id` (`attach *
+/// LANES + lane`) of task `index`: the releasing thread's own.
 #[inline]
-pub(crate) fn record<'a>(lane: impl Fn(u32) -> Option<&'a Lane>, rtt_ns: u64, n: u64) {
+pub(crate) fn record(region: &Region, index: u32, id: u32, rtt_ns: u64, n: u64) {
     let k = bucket(rtt_ns);
-    if let Some(lane) = lane((k / SKETCH_PER_LANE) as u32) {
-        lane.sketch[k % SKETCH_PER_LANE].fetch_add(n, Ordering::Relaxed);
+    let word = match region.lane_sketch(index, id) {
+        Some(rest) if k >= SKETCH_PER_LANE => Some(&rest.buckets[k - SKETCH_PER_LANE]),
+        Some(_) => region.lane(index, id).map(|own| &own.sketch[k]),
+        // 0.3.0's table: the process's lane `k / 5` holds bucket `k`.
+        None => region
+            .lane(index, id - id % LANES + (k / SKETCH_PER_LANE) as u32)
+            .map(|lane| &lane.sketch[k % SKETCH_PER_LANE]),
+    };
+    if let Some(word) = word {
+        word.fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -125,13 +136,28 @@ pub(crate) fn quantile(buckets: &[u64; BUCKETS], q: f64) -> u64 {
 /// (saturating: the buckets are words of the file).
 pub(crate) fn sketch(region: &Region, index: u32) -> [u64; BUCKETS] {
     let mut buckets = [0u64; BUCKETS];
+    let mut add = |k: usize, word: &std::sync::atomic::AtomicU64| {
+        buckets[k] = buckets[k].saturating_add(word.load(Ordering::Relaxed));
+    };
     for id in 0..region.geometry.attach_capacity * LANES {
         let Some(lane) = region.lane(index, id) else {
             continue;
         };
-        let first = (id % LANES) as usize * SKETCH_PER_LANE;
-        for (i, b) in lane.sketch.iter().enumerate() {
-            buckets[first + i] = buckets[first + i].saturating_add(b.load(Ordering::Relaxed));
+        match region.lane_sketch(index, id) {
+            Some(rest) => {
+                lane.sketch.iter().enumerate().for_each(|(k, b)| add(k, b));
+                rest.buckets
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, b)| add(SKETCH_PER_LANE + i, b));
+            }
+            None => {
+                let first = (id % LANES) as usize * SKETCH_PER_LANE;
+                lane.sketch
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, b)| add(first + i, b));
+            }
         }
     }
     buckets

@@ -44,8 +44,28 @@ pub(crate) struct Trust {
 pub(crate) struct Mapped {
     pub file: File,
     pub map: MmapRaw,
+    pub table: Checked,
+}
+
+/// What a header that passed [`validate_header`] says of its table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked {
     pub geometry: Geometry,
     pub clock: Clock,
+    pub table_id: u64,
+    /// The file carries a [`LaneSketch`] per lane after `total_size`.
+    pub lane_sketches: bool,
+}
+
+impl Checked {
+    /// The bytes a mapping or a copy of the table holds.
+    pub fn size(&self) -> usize {
+        if self.lane_sketches {
+            self.geometry.size_with_sketches()
+        } else {
+            self.geometry.total_size()
+        }
+    }
 }
 
 /// Opens the table at `path`, creating it with `geometry` and `mode` if it
@@ -121,7 +141,7 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
     // A named temporary (no O_TMPFILE here) goes away in every case; once
     // linked, the table lives on under `path`.
     let _cleanup = temp.as_deref().map(RemoveOnDrop);
-    let size = geometry.total_size();
+    let size = geometry.size_with_sketches();
     reserve(&file, size, path)?;
     let map = map_file(&file, size, path)?;
     let clock = Clock::detect();
@@ -132,6 +152,7 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
     let set = |f: &std::sync::atomic::AtomicU32, v: u32| f.store(v, Ordering::Relaxed);
     set(&h.layout_version, geometry.layout_version());
     set(&h.lane_sets, geometry.lane_sets);
+    set(&h.lane_sketch_size, size_of::<LaneSketch>() as u32);
     set(&h.header_size, size_of::<Header>() as u32);
     set(&h.task_slot_size, size_of::<TaskSlot>() as u32);
     set(&h.attach_slot_size, size_of::<AttachSlot>() as u32);
@@ -146,7 +167,8 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
     set(&h.clock_kind, clock.kind() as u32);
     h.ticks_per_sec
         .store(clock.ticks_per_sec(), Ordering::Relaxed);
-    h.total_size.store(size as u64, Ordering::Relaxed);
+    h.total_size
+        .store(geometry.total_size() as u64, Ordering::Relaxed);
     h.table_id.store(table_id, Ordering::Relaxed);
     h.magic.store(MAGIC, Ordering::Release);
     // The umask must not narrow (or widen) what the caller asked for.
@@ -165,8 +187,12 @@ fn create(path: &Path, geometry: Geometry, mode: u32) -> Result<Option<Mapped>> 
         Ok(()) => Ok(Some(Mapped {
             file,
             map,
-            geometry,
-            clock,
+            table: Checked {
+                geometry,
+                clock,
+                table_id,
+                lane_sketches: true,
+            },
         })),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
         Err(e) => Err(Error::io(format!("cannot publish table {shown}"), e)),
@@ -317,23 +343,17 @@ fn open_existing(path: &Path, file: File, trust: Trust) -> Result<Mapped> {
         .metadata()
         .map_err(|e| Error::io(format!("cannot stat table {}", path.display()), e))?;
     check_trust(path, &meta, trust)?;
-    let (geometry, clock, _) = validate(path, &file, meta.len())?;
-    let total = geometry.total_size();
-    reserve(&file, total, path)?;
-    let map = map_file(&file, total, path)?;
-    Ok(Mapped {
-        file,
-        map,
-        geometry,
-        clock,
-    })
+    let table = validate(path, &file, meta.len())?;
+    reserve(&file, table.size(), path)?;
+    let map = map_file(&file, table.size(), path)?;
+    Ok(Mapped { file, map, table })
 }
 
 /// Checks everything the header of `file` (`len` bytes) claims, on a copy
 /// of it read with `pread` (a file truncated meanwhile is a short read,
 /// never a fault); returns the geometry and clock a mapping or a copy of
 /// the whole table may then rely on.
-pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, Clock, u64)> {
+pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<Checked> {
     let shown = path.display();
     if len < HEADER_SIZE as u64 {
         return Err(Error::corrupt(format!(
@@ -354,7 +374,7 @@ pub(super) fn validate(path: &Path, file: &File, len: u64) -> Result<(Geometry, 
 
 /// Checks everything header `h` of a file of `len` bytes claims; the
 /// geometry, the clock and the table's id.
-pub(super) fn validate_header(path: &Path, h: &Header, len: u64) -> Result<(Geometry, Clock, u64)> {
+pub(super) fn validate_header(path: &Path, h: &Header, len: u64) -> Result<Checked> {
     let shown = path.display();
     let get = |f: &std::sync::atomic::AtomicU32| f.load(Ordering::Relaxed);
     let get64 = |f: &AtomicU64| f.load(Ordering::Relaxed);
@@ -426,17 +446,36 @@ pub(super) fn validate_header(path: &Path, h: &Header, len: u64) -> Result<(Geom
             geometry.total_size()
         )));
     }
-    if len < total {
+    let lane_sketches = match get(&h.lane_sketch_size) {
+        0 => false,
+        size if size as usize == size_of::<LaneSketch>() => true,
+        size => {
+            return Err(Error::corrupt(format!(
+                "{shown}: lane sketch size is {size} bytes, this flowctrl expects 0 (none) or {} \
+                 (damaged header)",
+                size_of::<LaneSketch>()
+            )));
+        }
+    };
+    let needed = if lane_sketches {
+        geometry.size_with_sketches() as u64
+    } else {
+        total
+    };
+    if len < needed {
         return Err(Error::corrupt(format!(
-            "{shown} is {len} bytes but the table needs {total} (truncated)"
+            "{shown} is {len} bytes but the table needs {needed} (truncated)"
         )));
     }
     let kind = get(&h.clock_kind);
     let ticks = get64(&h.ticks_per_sec);
     match ClockKind::from_raw(kind) {
-        Some(kind) if (1_000..=1 << 40).contains(&ticks) => {
-            Ok((geometry, Clock::new(kind, ticks), get64(&h.table_id)))
-        }
+        Some(kind) if (1_000..=1 << 40).contains(&ticks) => Ok(Checked {
+            geometry,
+            clock: Clock::new(kind, ticks),
+            table_id: get64(&h.table_id),
+            lane_sketches,
+        }),
         _ => Err(Error::new(
             ErrorKind::Incompatible,
             format!("{shown}: unknown clock {kind} at {ticks} ticks/s"),

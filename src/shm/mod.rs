@@ -101,13 +101,8 @@ impl Shm {
         let identity = (meta.dev(), meta.ino());
         let fd = TrackedFd::new(std::os::fd::IntoRawFd::into_raw_fd(mapped.file))?;
         let shm = Arc::new_cyclic(|me| Shm {
-            reap_interval: mapped.clock.duration_to_ticks(attach::REAP_INTERVAL),
-            region: Region::new(
-                region::Backing::Map(mapped.map),
-                mapped.geometry,
-                mapped.clock,
-                path,
-            ),
+            reap_interval: mapped.table.clock.duration_to_ticks(attach::REAP_INTERVAL),
+            region: Region::new(region::Backing::Map(mapped.map), mapped.table, path),
             permit_key: file::random_u64(),
             fd,
             identity,

@@ -128,6 +128,10 @@ fn empty(region: &Region, set: u32) {
         lane.reclaimed
             .store(reclaimed - reclaimed_total(reclaimed), Ordering::Relaxed);
     }
+    region
+        .set_lane_sketches(set)
+        .flat_map(|own| &own.buckets)
+        .for_each(|b| b.store(0, Ordering::Relaxed));
     let base = region.set_baseline(set);
     base.counters
         .iter()

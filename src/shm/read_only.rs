@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::attach;
 use super::copy::Copied;
-use super::file;
+use super::file::{self, Checked};
 use super::region::{Backing, Region};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
@@ -32,11 +32,11 @@ pub(crate) struct ReadOnly {
     path: PathBuf,
     /// Device and inode of the file opened, to notice it being replaced.
     identity: (u64, u64),
+    /// What the header said at open; a copy whose header says otherwise
+    /// is a table changed or made anew in place.
+    table: Checked,
     pub geometry: Geometry,
     pub clock: Clock,
-    /// The header's table id: another in a copy is a table made anew in
-    /// place.
-    table_id: u64,
 }
 
 impl ReadOnly {
@@ -45,15 +45,15 @@ impl ReadOnly {
         let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("cannot stat table {}", path.display()), e))?;
-        let (geometry, clock, table_id) = file::validate(path, &file, meta.len())?;
-        refuse_holes(path, &file, &meta, geometry.total_size())?;
+        let table = file::validate(path, &file, meta.len())?;
+        refuse_holes(path, &file, &meta, table.size())?;
         Ok(Self {
             file: Arc::new(file),
             path: path.to_path_buf(),
             identity: (meta.dev(), meta.ino()),
-            geometry,
-            clock,
-            table_id,
+            table,
+            geometry: table.geometry,
+            clock: table.clock,
         })
     }
 
@@ -66,7 +66,7 @@ impl ReadOnly {
     /// is an error of this pass; the next may succeed.
     pub fn copy(&self) -> Result<Region> {
         let shown = self.path.display();
-        let total = self.geometry.total_size();
+        let total = self.table.size();
         let shrank = |len: u64| {
             Error::corrupt(format!(
                 "{shown}: the table shrank under the view: it is {len} bytes, its header \
@@ -94,27 +94,31 @@ impl ReadOnly {
         // SAFETY: the copy holds the whole table, aligned; its header is
         // made of atomics.
         let h = unsafe { &*(copy.as_ptr() as *const Header) };
-        let (geometry, clock, id) =
+        let now =
             file::validate_header(&self.path, h, total as u64).map_err(|e| changed(e.message()))?;
-        if geometry != self.geometry {
-            return Err(changed(&format!("capacities {geometry:?}")));
+        let was = self.table;
+        if now.geometry != was.geometry {
+            return Err(changed(&format!("capacities {:?}", now.geometry)));
         }
-        if (clock.kind(), clock.ticks_per_sec()) != (self.clock.kind(), self.clock.ticks_per_sec())
+        if (now.clock.kind(), now.clock.ticks_per_sec())
+            != (was.clock.kind(), was.clock.ticks_per_sec())
         {
             return Err(changed("another clock"));
         }
-        if id != self.table_id {
+        if now.table_id != was.table_id {
             return Err(changed(
                 "another table's id: a table made anew in the same file",
             ));
+        }
+        if now.lane_sketches != was.lane_sketches {
+            return Err(changed("lane sketches come or go"));
         }
         Ok(Region::new(
             Backing::Copy {
                 copy,
                 file: self.file.clone(),
             },
-            self.geometry,
-            self.clock,
+            was,
             &self.path,
         ))
     }

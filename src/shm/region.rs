@@ -13,6 +13,7 @@ use std::sync::Arc;
 use memmap2::MmapRaw;
 
 use super::copy::Copied;
+use super::file::Checked;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::format::*;
@@ -41,6 +42,8 @@ pub(crate) struct Region {
     /// starts here.
     pooled: bool,
     pair_map_at: usize,
+    /// Where the lanes' own sketches start, in a table that has them.
+    lane_sketches_at: Option<usize>,
 }
 
 // SAFETY: the bytes behind `base` are only ever accessed through atomics,
@@ -49,14 +52,15 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// A mapping or a copy whose header `file::validate_header` checked
-    /// against `geometry`, and which holds all of it.
-    pub(super) fn new(backing: Backing, geometry: Geometry, clock: Clock, path: &Path) -> Self {
+    /// A mapping or a copy of a table whose header `file::validate_header`
+    /// checked, which holds all of it.
+    pub(super) fn new(backing: Backing, table: Checked, path: &Path) -> Self {
         let (base, len) = match &backing {
             Backing::Map(map) => (map.as_ptr(), map.len()),
             Backing::Copy { copy, .. } => (copy.as_ptr(), copy.len()),
         };
-        assert!(len >= geometry.total_size());
+        assert!(len >= table.size());
+        let geometry = table.geometry;
         Self {
             base,
             backing,
@@ -64,9 +68,18 @@ impl Region {
             lane_ids: geometry.attach_capacity * LANES,
             pooled: geometry.pooled(),
             pair_map_at: geometry.pair_map_offset(),
+            lane_sketches_at: table.lane_sketches.then(|| geometry.lane_sketches_offset()),
             geometry,
-            clock,
+            clock: table.clock,
             path: path.to_path_buf(),
+        }
+    }
+
+    /// The table's bytes: what 0.3.0 reads, then any lane sketches.
+    pub fn size(&self) -> usize {
+        match self.lane_sketches_at {
+            Some(_) => self.geometry.size_with_sketches(),
+            None => self.geometry.total_size(),
         }
     }
 
@@ -74,7 +87,7 @@ impl Region {
     /// `offset + size_of::<T>()` lies within the validated mapping and `T` is
     /// one of the all-atomic structs of [`crate::format`].
     pub(crate) unsafe fn at<T>(&self, offset: usize) -> &T {
-        debug_assert!(offset + size_of::<T>() <= self.geometry.total_size());
+        debug_assert!(offset + size_of::<T>() <= self.size());
         // SAFETY: per the contract; the bytes live as long as `self`.
         unsafe { &*(self.base.add(offset) as *const T) }
     }
@@ -186,6 +199,34 @@ impl Region {
             self.lanes_at + (set as usize * LANES as usize + lane as usize) * size_of::<Lane>();
         // SAFETY: the set and lane lie within the validated lanes region.
         unsafe { self.at(offset) }
+    }
+
+    /// The own sketch of lane `id` (`attach * LANES + lane`) of a task, as
+    /// [`Region::lane`] finds the lane; `None` also in a table without
+    /// lane sketches (made by 0.3.0).
+    #[inline]
+    pub fn lane_sketch(&self, task: u32, id: u32) -> Option<&LaneSketch> {
+        let at = self.lane_sketches_at?;
+        if task >= self.geometry.task_capacity || id >= self.lane_ids {
+            return None;
+        }
+        let set = self.set_of(task, id / LANES)?;
+        let index = set as usize * LANES as usize + (id % LANES) as usize;
+        // SAFETY: the set is below the set count (`set_of`) and the lane
+        // below LANES; the validated file holds a sketch per lane from `at`.
+        Some(unsafe { self.at(at + index * size_of::<LaneSketch>()) })
+    }
+
+    /// The own sketches of set `set`'s lanes (below the set count), in a
+    /// table that has them.
+    pub fn set_lane_sketches(&self, set: u32) -> impl Iterator<Item = &LaneSketch> {
+        assert!((set as usize) < self.geometry.sets());
+        let at = self.lane_sketches_at;
+        (0..LANES as usize).filter_map(move |l| {
+            let index = set as usize * LANES as usize + l;
+            // SAFETY: bounds checked above, as in `lane_sketch`.
+            at.map(|at| unsafe { self.at(at + index * size_of::<LaneSketch>()) })
+        })
     }
 
     /// The baseline of set `set` (below the set count).

@@ -418,8 +418,8 @@ impl Task {
                     .ticks_to_ns(now.saturating_sub(permit.acquired_at)),
             };
             // The bucket first, then the counters (see `quota::health`).
-            let lane = |i| shm.lane(self.index, attach * LANES + i);
-            crate::quota::health::record(lane, rtt, n as u64);
+            let id = attach * LANES + lane;
+            crate::quota::health::record(shm, self.index, id, rtt, n as u64);
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
         }
         count(counters, counter, n as u64);

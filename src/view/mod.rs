@@ -19,8 +19,7 @@
 //! `Task::quota_stats`, `Balancer::stats`, `Table::check`).
 //!
 //! A copy costs the table's size in memory for as long as the snapshot
-//! lives, and the time of a `pread` of it: about 3 ms for the default
-//! table's 11 MiB (tmpfs, 2 cores).
+//! lives, and the time of a `pread` of it (the default table is 19 MiB).
 
 use std::path::Path;
 use std::sync::Arc;

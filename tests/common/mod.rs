@@ -489,6 +489,10 @@ pub mod layout {
     pub const H_BALANCER_CAPACITY: usize = 72;
     /// Lane sets of a pooled table (0: a set per pair).
     pub const H_LANE_SETS: usize = 88;
+    /// Size of a lane's own latency sketch when the file carries one per
+    /// lane after `total_size` (0: none, as in a table made by 0.3.0).
+    pub const H_LANE_SKETCH_SIZE: usize = 92;
+    pub const LANE_SKETCH: usize = 128;
     /// u64: where the next claim of a pooled set starts looking (a hint).
     pub const H_LANE_HINT: usize = 96;
     /// The layout version of a table made with `lanes` > 0.
@@ -515,9 +519,20 @@ pub mod layout {
         balancers * BALANCER_SLOT + balancers * backends * (BACKEND_SLOT + processes * PICK_LEDGER)
     }
 
-    /// Bytes of a whole table.
+    /// Bytes of a whole table as 0.3.0 reads it: the header's `total_size`.
     pub fn total_size(tasks: usize, processes: usize, balancers: usize, backends: usize) -> usize {
         tasks_size(tasks, processes) + balancers_size(balancers, backends, processes)
+    }
+
+    /// Bytes of a table file this release makes (a set per pair): the
+    /// table, then a lane sketch per lane.
+    pub fn file_size(tasks: usize, processes: usize, balancers: usize, backends: usize) -> usize {
+        sketches_at(tasks, processes, balancers, backends) + tasks * processes * LANES * LANE_SKETCH
+    }
+
+    /// Where the lane sketches start: `total_size` rounded up to 128 bytes.
+    pub fn sketches_at(tasks: usize, processes: usize, balancers: usize, backends: usize) -> usize {
+        total_size(tasks, processes, balancers, backends).next_multiple_of(128)
     }
 
     // Task slot fields.

@@ -74,7 +74,10 @@ pub struct Geometry {
     pub pair_map: usize,
     pub fold: usize,
     pub totals: usize,
+    /// The header's `total_size`: where the lanes' own sketches start.
     pub total: usize,
+    /// The file's size: the lanes' own sketches end here.
+    pub file: usize,
 }
 
 impl Geometry {
@@ -104,6 +107,7 @@ impl Geometry {
             fold,
             totals,
             total,
+            file: total.next_multiple_of(128) + sets * LANES * LANE_SKETCH,
         }
     }
 

@@ -73,7 +73,7 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
             (H_LAST_REAP, 8, "last_reap"),
             (H_LANE_SETS, 4, "lane_sets"),
             (H_LANE_HINT, 8, "lane_hint"),
-            (H_LAST_REAP, 8, "last_reap"),
+            (H_LANE_SKETCH_SIZE, 4, "lane_sketch_size"),
         ];
         let (o, w, name) = *rng.pick(&fields);
         offset = o;
@@ -287,12 +287,12 @@ fn targeted(rng: &mut Rng, bytes: &[u8], g: &Geometry) -> Mutation {
         what = format!("baseline of set {set}.word{w}");
         value = generic_value(rng, word_at(bytes, offset));
     } else if region < 98 {
-        offset = rng.below(g.total as u64) as usize;
+        offset = rng.below(g.file as u64) as usize;
         width = 1;
         what = "a byte".into();
         value = rng.below(256);
     } else {
-        offset = 8 * rng.below(g.total as u64 / 8) as usize;
+        offset = 8 * rng.below(g.file as u64 / 8) as usize;
         width = 8;
         what = "a word".into();
         value = generic_value(rng, word_at(bytes, offset));
