@@ -94,9 +94,9 @@ fn main() {
     };
     let (own, shared) = (open(&own), open(&shared));
     let mut cases = Vec::new();
-    // 2 ms: bucket 1, on each lane's own line in this release's table and
-    // on lane 0's line in 0.3.0's; 40 ms: bucket 10, in the lane's sketch
-    // after the table, and on lane 2's line in 0.3.0's.
+    // 2 ms: bucket 2, on lane 0's line in 0.3.0's table; 40 ms: bucket 11,
+    // on lane 2's line there. In this release's, both in the lane's own
+    // sketch.
     for rtt in [Duration::from_millis(2), Duration::from_millis(40)] {
         for (what, task) in [("own lane sketches", &own), ("0.3.0 table", &shared)] {
             for two in [false, true] {

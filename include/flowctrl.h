@@ -1139,7 +1139,7 @@ typedef struct fc_table_options {
   /**
    * How many (task, process) pairs of a new table can hold ledger lanes
    * at once. 0 (the default): every pair has its own, the file grows as
-   * capacity × max_processes × 1,152 B, and 0.3 processes can share it.
+   * capacity × max_processes × 1,280 B, and 0.3 processes can share it.
    * N > 0: a pool of N lane sets, taken on a process's first use of a
    * task and given back when it dies (the file grows with use; 0.3
    * refuses it). With the pool empty, a process still decides rate and

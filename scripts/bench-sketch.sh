@@ -20,7 +20,7 @@ cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 
 Run $(date -u '+%Y-%m-%d %H:%M UTC') on ${cpu} ($(nproc) cores), a shared VM:
 load average ${load_before} before, ${load_after} after. Commit
-$(git rev-parse --short HEAD). Produced by \`scripts/bench-sketch.sh\`
+$(git describe --always --dirty). Produced by \`scripts/bench-sketch.sh\`
 (benches/sketch.rs).
 
 One task without limits, so the threads share no word of it but what the
@@ -32,8 +32,8 @@ threads run pinned to two cores. "own lane sketches" is a table this
 release makes: each lane counts its threads' round trips in a sketch of its
 own. "0.3.0 table" is the same table as 0.3.0 made it (no lane sketches):
 the process's threads count in one word per bucket, on a lane's ledger
-line. 2 ms falls in bucket 1 (on each lane's own line, or lane 0's), 40 ms
-in bucket 10 (in the lane's sketch after the table, or on lane 2's line).
+line. 2 ms falls in bucket 2 (on lane 0's line in a 0.3.0 table), 40 ms
+in bucket 11 (on lane 2's line there).
 
 HEAD
     echo "$table"

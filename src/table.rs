@@ -51,10 +51,10 @@ pub struct TableOptions {
     pub config: Option<PathBuf>,
     /// How many (task, process) pairs can hold ledger lanes at once. 0 (the
     /// default) gives every pair its own at a fixed place, as every release
-    /// did: the file grows as tasks × processes (1,152 B a pair) and 0.3
+    /// did: the file grows as tasks × processes (1,280 B a pair) and 0.3
     /// processes can share it. N > 0 makes a pool of N sets, taken on a
     /// process's first use of a task and given back when it dies: the file
-    /// then grows with use (4 B a pair, 1,152 B a set), and 0.3 refuses it.
+    /// then grows with use (4 B a pair, 1,280 B a set), and 0.3 refuses it.
     /// A process that finds the pool empty still decides: rate and global
     /// limits as always, its acquires of a capped task refused as
     /// concurrency; both counted (`TaskStats::unlaned`). Applies only when

@@ -1085,7 +1085,7 @@ mod quota {
             // The header's lane sketch size: none in 0.3.0's table.
             let bytes = std::fs::read(&path).unwrap();
             let sketch = u32::from_le_bytes(bytes[92..96].try_into().unwrap());
-            assert_eq!(sketch, if made_by_old { 0 } else { 128 });
+            assert_eq!(sketch, if made_by_old { 0 } else { 160 });
             assert_eq!(bytes.len() as u64, table.size_bytes());
         }
         let _ = std::fs::remove_dir_all(&scratch);

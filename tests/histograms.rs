@@ -184,13 +184,12 @@ fn release_from_threads(task: &flowctrl::Task, threads: usize, n: usize, rtts: &
     });
 }
 
-/// Each lane counts its threads' round trips in a sketch of its own (its
-/// first five buckets on the lane's line, the rest after the bytes 0.3.0
-/// reads), so threads releasing at once share no word; a table made by
-/// 0.3.0 (no lane sketches: its header says 0 and its file ends at
-/// `total_size`) counts them in the process's shared words and gives the
-/// same histogram; a file cut inside the sketches, or a header naming
-/// another sketch size, is refused.
+/// Each lane counts its threads' round trips in a sketch of its own, after
+/// the bytes 0.3.0 reads, so threads releasing at once share no word; a
+/// table made by 0.3.0 (no lane sketches: its header says 0 and its file
+/// ends at `total_size`) counts them in the process's shared words and
+/// gives the same histogram; a file cut inside the sketches, or a header
+/// naming another sketch size, is refused.
 #[test]
 fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_counts() {
     use common::layout::*;
@@ -206,20 +205,20 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     let lanes = tasks * processes * LANES;
     let total = total_size(tasks, processes, 0, 0);
     let word = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-    // Per lane: its five words on line 0 (from its fourth word), and its
-    // sketch after `total_size`.
+    // Per lane: the five shared words on its line 0 (from its fourth word),
+    // and its own sketch after `total_size`.
     let on_line = |bytes: &[u8], l: usize| -> u64 {
         (3..8)
             .map(|w| word(bytes, lanes_at + l * LANE + 8 * w))
             .sum()
     };
-    let after = |bytes: &[u8], l: usize| -> u64 {
+    let own = |bytes: &[u8], l: usize| -> u64 {
         (0..LANE_SKETCH / 8)
             .map(|w| word(bytes, total.next_multiple_of(128) + l * LANE_SKETCH + 8 * w))
             .sum()
     };
-    // Buckets 3 and 10: one of the first five, one of the rest.
-    let rtts = [Duration::from_millis(3), Duration::from_millis(40)];
+    // Buckets 2 and 11: on lanes 0 and 2 of a 0.3.0 table.
+    let rtts = [Duration::from_millis(2), Duration::from_millis(40)];
 
     let new = scratch.path("new");
     let table = Table::open(&new, &options()).unwrap();
@@ -227,32 +226,46 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     release_from_threads(&task, 4, 125, &rtts);
     let bytes = std::fs::read(&new).unwrap();
     assert_eq!(bytes.len(), file_size(tasks, processes, 0, 0));
-    // Each thread's two RTTs went to its own lane: as many on the line as
-    // after it, lane by lane.
+    // Each thread's 250 went to its own lane's sketch, none to the shared
+    // words.
     let per_lane: Vec<_> = (0..lanes)
-        .map(|l| (on_line(&bytes, l), after(&bytes, l)))
+        .map(|l| (own(&bytes, l), on_line(&bytes, l)))
         .filter(|c| *c != (0, 0))
         .collect();
-    assert!(per_lane.iter().all(|(a, b)| a == b), "{per_lane:?}");
+    assert!(
+        per_lane
+            .iter()
+            .all(|(n, shared)| n % 250 == 0 && *shared == 0),
+        "{per_lane:?}"
+    );
     assert_eq!(
         per_lane.iter().map(|c| c.0).sum::<u64>(),
-        500,
+        1000,
         "{per_lane:?}"
     );
     let made_new = View::open(&new).unwrap().task("t").unwrap().rtt;
     assert_eq!(made_new.count(), 1000, "{made_new:?}");
     drop((task, table));
+    // A 0.3.0 process sharing the table adds to the shared words (and
+    // empties them every slice) when its task pulls global quota: they are
+    // not read where every lane has its own sketch.
+    let mut scribbled = bytes.clone();
+    for l in 0..lanes {
+        for w in 3..8 {
+            let at = lanes_at + l * LANE + 8 * w;
+            scribbled[at..at + 8].copy_from_slice(&7u64.to_le_bytes());
+        }
+    }
+    std::fs::write(&new, &scribbled).unwrap();
+    assert_eq!(View::open(&new).unwrap().task("t").unwrap().rtt, made_new);
+    std::fs::write(&new, &bytes).unwrap();
 
     // As 0.3.0 made it: no sketch size in the header, and no sketches.
     let old = scratch.path("old");
     let mut bytes = std::fs::read(&new).unwrap();
     bytes[H_LANE_SKETCH_SIZE..H_LANE_SKETCH_SIZE + 4].fill(0);
     bytes.truncate(total);
-    // The copy starts with its sketch words empty (its sum counter keeps
-    // the first thousand).
-    for l in 0..lanes {
-        bytes[lanes_at + l * LANE + 24..lanes_at + l * LANE + 64].fill(0);
-    }
+    // Its sum counter keeps the first thousand; its buckets start empty.
     std::fs::write(&old, &bytes).unwrap();
     std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o600)).unwrap();
     let table = Table::open(&old, &options()).unwrap();

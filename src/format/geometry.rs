@@ -142,8 +142,8 @@ impl Geometry {
 
     /// Where the lanes' own sketches start (in a table whose header says
     /// it has them), a [`LaneSketch`] per lane in set order: after
-    /// `total_size`, on a 128-byte boundary, so no two lanes' sketches
-    /// share a line or a pair of lines (which CPUs prefetch together).
+    /// `total_size`, on a 128-byte boundary (a set's sketches are 640
+    /// bytes: every set starts on one too).
     pub(crate) fn lane_sketches_offset(&self) -> usize {
         self.total_size().next_multiple_of(128)
     }

@@ -71,27 +71,28 @@ pub(crate) struct Lane {
     /// Permits reclaimed from dead owners of this lane: seq of the last drain
     /// (24 bits) | total (40 bits, wrapping), so a repeated drain counts once.
     pub reclaimed: AtomicU64,
-    /// Five buckets of the task's latency sketch: with [`LaneSketch`]es,
-    /// buckets 0..5 of the lane's own; in a table without them (made by
-    /// 0.3.0), lane `k / 5` holds bucket `k` for every thread of the
-    /// process. Monotonic like the counters (a pooled set is emptied when
-    /// it is given back). 0.3.0 never writes them.
+    /// Five buckets of the task's latency sketch in a table without
+    /// [`LaneSketch`]es (made by 0.3.0): lane `k / 5` holds bucket `k` for
+    /// every thread of the process. Monotonic for this release's writes (a
+    /// pooled set is emptied when it is given back); a 0.3.0 process adds
+    /// to them when its task pulls global quota and empties them at each
+    /// slice. Nobody reads them in a table with lane sketches.
     pub sketch: [AtomicU64; SKETCH_PER_LANE],
     /// Indexed by [`Counter`]; monotonic for the table's life (never reset:
     /// a new owner of the slot records a [`Baseline`] instead).
     pub counters: [AtomicU64; COUNTERS],
 }
 
-/// The rest of a lane's own latency sketch: buckets [`SKETCH_PER_LANE`]..
-/// of the task's sketch as the lane's threads count them, its first
-/// buckets being the lane's own [`Lane::sketch`] words. Only the lane's
-/// threads write either, so a release adds to no line another thread
-/// writes. Tables made since 0.3.0 carry one per lane after the region
-/// 0.3.0 reads (`Header::lane_sketch_size`); monotonic like the counters.
-#[repr(C, align(64))]
+/// A lane's own latency sketch: every bucket, written only by the threads
+/// using the lane (up to four threads of a process each have a lane of
+/// their own). Tables made since 0.3.0 carry one per lane after the region
+/// 0.3.0 reads (`Header::lane_sketch_size`), the lanes of a set side by
+/// side: two neighbours share a line only between the one's buckets 16–19
+/// (round trips of 201 ms and more, which a thread ends at most five times
+/// a second) and the next one's buckets 0–3. Monotonic like the counters.
+#[repr(C)]
 pub(crate) struct LaneSketch {
-    pub buckets: [AtomicU64; SKETCH_BUCKETS - SKETCH_PER_LANE],
-    _pad: AtomicU64,
+    pub buckets: [AtomicU64; SKETCH_BUCKETS],
 }
 
 /// What the lanes of a (task, process slot) had counted when the current
@@ -154,7 +155,7 @@ const _: () = {
     assert!(size_of::<Lane>() == 128);
     assert!(std::mem::offset_of!(Lane, counters) == 64);
     assert!(size_of::<Baseline>() == 128);
-    assert!(size_of::<LaneSketch>() == 128);
+    assert!(size_of::<LaneSketch>() == 160);
     assert!(size_of::<LaneTotals>() == 256);
     assert!(std::mem::offset_of!(LaneTotals, unlaned) == 128);
     assert!(size_of::<FoldRecord>() == 192);

@@ -18,7 +18,7 @@
 //! | BackendSlot × balancers × backends              balance.rs  384 B
 //! | PickLedger × balancers × processes × backends   balance.rs  16 B
 //! |   (the header's `total_size` ends here: what 0.3.0 reads)
-//! | LaneSketch × sets × LANES ]                     lane.rs     128 B
+//! | LaneSketch × sets × LANES ]                     lane.rs     160 B
 //! ```
 //!
 //! `geometry.rs` computes where each region starts; `versioned.rs` is the one

@@ -6,10 +6,9 @@
 //! The counts are the lanes' own counters (monotonic), less what they were
 //! when the slice began (`TaskSlot::health`). The percentile comes from a
 //! fixed sketch of 20 buckets: every release as success or dropped adds one
-//! to a bucket of its own lane's sketch (the lane's five `Lane::sketch`
-//! words for buckets 0..5, its `LaneSketch` for the rest: lines only the
+//! to a bucket of its own lane's sketch (`LaneSketch`: words only the
 //! threads on that lane write, so the add moves no cache line between
-//! threads; no allocation). A table made by 0.3.0 has no `LaneSketch`es:
+//! threads; no allocation). A table made by 0.3.0 has no lane sketches:
 //! there bucket `k` is word `k % 5` of lane `k / 5` of the releasing
 //! process, which all its threads share. The task's sketch is the sum over
 //! the lanes. The buckets are monotonic, like the counters
@@ -96,13 +95,13 @@ fn lower_ns(k: usize) -> u64 {
 #[inline]
 pub(crate) fn record(region: &Region, index: u32, id: u32, rtt_ns: u64, n: u64) {
     let k = bucket(rtt_ns);
-    let word = match region.lane_sketch(index, id) {
-        Some(rest) if k >= SKETCH_PER_LANE => Some(&rest.buckets[k - SKETCH_PER_LANE]),
-        Some(_) => region.lane(index, id).map(|own| &own.sketch[k]),
+    let word = if region.has_lane_sketches() {
+        region.lane_sketch(index, id).map(|own| &own.buckets[k])
+    } else {
         // 0.3.0's table: the process's lane `k / 5` holds bucket `k`.
-        None => region
+        region
             .lane(index, id - id % LANES + (k / SKETCH_PER_LANE) as u32)
-            .map(|lane| &lane.sketch[k % SKETCH_PER_LANE]),
+            .map(|lane| &lane.sketch[k % SKETCH_PER_LANE])
     };
     if let Some(word) = word {
         word.fetch_add(n, Ordering::Relaxed);
@@ -140,24 +139,16 @@ pub(crate) fn sketch(region: &Region, index: u32) -> [u64; BUCKETS] {
         buckets[k] = buckets[k].saturating_add(word.load(Ordering::Relaxed));
     };
     for id in 0..region.geometry.attach_capacity * LANES {
-        let Some(lane) = region.lane(index, id) else {
-            continue;
-        };
-        match region.lane_sketch(index, id) {
-            Some(rest) => {
-                lane.sketch.iter().enumerate().for_each(|(k, b)| add(k, b));
-                rest.buckets
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, b)| add(SKETCH_PER_LANE + i, b));
+        if region.has_lane_sketches() {
+            if let Some(own) = region.lane_sketch(index, id) {
+                own.buckets.iter().enumerate().for_each(|(k, b)| add(k, b));
             }
-            None => {
-                let first = (id % LANES) as usize * SKETCH_PER_LANE;
-                lane.sketch
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, b)| add(first + i, b));
-            }
+        } else if let Some(lane) = region.lane(index, id) {
+            let first = (id % LANES) as usize * SKETCH_PER_LANE;
+            lane.sketch
+                .iter()
+                .enumerate()
+                .for_each(|(i, b)| add(first + i, b));
         }
     }
     buckets

@@ -201,6 +201,12 @@ impl Region {
         unsafe { self.at(offset) }
     }
 
+    /// Whether the table has a sketch per lane (made since 0.3.0).
+    #[inline(always)]
+    pub fn has_lane_sketches(&self) -> bool {
+        self.lane_sketches_at.is_some()
+    }
+
     /// The own sketch of lane `id` (`attach * LANES + lane`) of a task, as
     /// [`Region::lane`] finds the lane; `None` also in a table without
     /// lane sketches (made by 0.3.0).

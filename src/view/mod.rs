@@ -19,7 +19,7 @@
 //! `Task::quota_stats`, `Balancer::stats`, `Table::check`).
 //!
 //! A copy costs the table's size in memory for as long as the snapshot
-//! lives, and the time of a `pread` of it (the default table is 19 MiB).
+//! lives, and the time of a `pread` of it (the default table is 21 MiB).
 
 use std::path::Path;
 use std::sync::Arc;

@@ -492,7 +492,7 @@ pub mod layout {
     /// Size of a lane's own latency sketch when the file carries one per
     /// lane after `total_size` (0: none, as in a table made by 0.3.0).
     pub const H_LANE_SKETCH_SIZE: usize = 92;
-    pub const LANE_SKETCH: usize = 128;
+    pub const LANE_SKETCH: usize = 160;
     /// u64: where the next claim of a pooled set starts looking (a hint).
     pub const H_LANE_HINT: usize = 96;
     /// The layout version of a table made with `lanes` > 0.
