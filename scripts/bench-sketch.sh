@@ -10,6 +10,8 @@ set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
 cargo bench -q --bench sketch --no-run
+# Before the report is written (which changes a tracked file).
+commit="$(git describe --always --dirty)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 table="$(cargo bench -q --bench sketch)"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -20,7 +22,7 @@ cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 
 Run $(date -u '+%Y-%m-%d %H:%M UTC') on ${cpu} ($(nproc) cores), a shared VM:
 load average ${load_before} before, ${load_after} after. Commit
-$(git describe --always --dirty). Produced by \`scripts/bench-sketch.sh\`
+${commit}. Produced by \`scripts/bench-sketch.sh\`
 (benches/sketch.rs).
 
 One task without limits, so the threads share no word of it but what the
