@@ -21,11 +21,15 @@ use flowctrl::{Outcome, Table, TableOptions, Task, TaskConfig};
 const H_TOTAL_SIZE: usize = 56;
 const H_LANE_SKETCH_SIZE: usize = 92;
 
+/// A positive count from the environment, or `default` when unset.
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => match v.parse() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("{name}={v:?}: expected a positive whole number"),
+        },
+    }
 }
 
 /// Pins the calling thread to `cpu` (a no-op where it cannot).
