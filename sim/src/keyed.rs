@@ -260,9 +260,11 @@ pub fn scenarios(hosts: usize, slices: u32, local: Option<u32>) -> Vec<KeyScenar
             offered: 500_000.0,
             spread: Spread::Pinned,
             // Keys on one host each are exact with any allowance below
-            // their limit: a larger one spares the call-window wait to
-            // keys asked a few times a slice.
-            local: local.unwrap_or(5),
+            // their limit, and the largest (the limit less one) spares
+            // the call-window wait to every key asked at most that often
+            // a slice: under-limit keys admitted 0.992-0.994 from the
+            // fourth slice, against 0.984-0.987 with 5.
+            local: local.unwrap_or(9),
             // Each host asks only its own keys' share: 1,024 evicts none
             // (the same figures as 4,096).
             capacity: 1024,
@@ -293,7 +295,7 @@ pub fn scenarios(hosts: usize, slices: u32, local: Option<u32>) -> Vec<KeyScenar
 ///   within [0.98, 1.01] (the spread key from the fourth slice on: hosts
 ///   that asked it at most their allowance in a slice pass it in the next);
 /// - keys on one host each (Zipf): none past 1.01 × its limit; under-limit
-///   keys admitted ≥ 0.98 of what they asked from the fourth slice on (a
+///   keys admitted ≥ 0.99 of what they asked from the fourth slice on (a
 ///   fleet started cold learns which keys are hot where in three);
 /// - keys spread at random (Zipf): under-limit keys admitted ≥ 0.99;
 /// - every Zipf run: at most 0.01 store round trips per admission.
@@ -318,12 +320,7 @@ pub fn misses(run: &KeyRun) -> Vec<String> {
             if rt > 0.01 {
                 miss(format!("{rt:.4} round trips per admission"));
             }
-            let floor = if s.spread == Spread::Pinned {
-                0.98
-            } else {
-                0.99
-            };
-            if (learnt || s.spread != Spread::Pinned) && f.under_ratio < floor {
+            if (learnt || s.spread != Spread::Pinned) && f.under_ratio < 0.99 {
                 miss(format!("under-limit keys admitted {:.4}", f.under_ratio));
             }
             if s.spread == Spread::Pinned && f.keys_past > 0 {
