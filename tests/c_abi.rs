@@ -1030,7 +1030,8 @@ mod quota {
     /// either table.
     #[test]
     fn a_process_of_release_0_3_shares_a_table_either_build_made() {
-        use flowctrl::{Outcome, Table, TableOptions, TaskConfig, View};
+        use crate::common::{Options, options};
+        use flowctrl::{Outcome, Table, TaskConfig, View};
         let _turn = one_at_a_time();
         let Some(old_root) = release_0_3() else {
             return;
@@ -1057,12 +1058,7 @@ mod quota {
             if made_by_old {
                 assert_eq!(run_old(&path), "got 3 in_flight 3\n");
             }
-            let options = TableOptions {
-                capacity: 4,
-                max_processes: 4,
-                ..TableOptions::default()
-            };
-            let table = Table::open(&path, &options).unwrap();
+            let table = Table::open(&path, &options().capacity(4).processes(4)).unwrap();
             let task = table
                 .task("shared", &TaskConfig::new().max_concurrency(3))
                 .unwrap();

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::Scratch;
+use common::{Options, Scratch, options};
 use flowctrl::{Decision, Limited, Outcome, Table, TableOptions, TaskConfig, View};
 
 /// The `_bucket`, `_sum` and `_count` samples of `family` for `task`: the
@@ -195,11 +195,11 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     use common::layout::*;
     let scratch = Scratch::new("histograms-lanes");
     let (tasks, processes) = (4, 4);
-    let options = || TableOptions {
-        capacity: tasks as u32,
-        max_processes: processes as u32,
-        balancers: 0,
-        ..TableOptions::default()
+    let small = || {
+        options()
+            .capacity(tasks as u32)
+            .processes(processes as u32)
+            .balancers(0)
     };
     let lanes_at = HEADER_SIZE + tasks * TASK_SLOT + processes * ATTACH_SLOT;
     let lanes = tasks * processes * LANES;
@@ -221,7 +221,7 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     let rtts = [Duration::from_millis(2), Duration::from_millis(40)];
 
     let new = scratch.path("new");
-    let table = Table::open(&new, &options()).unwrap();
+    let table = Table::open(&new, &small()).unwrap();
     let task = table.task("t", &TaskConfig::new()).unwrap();
     release_from_threads(&task, 4, 125, &rtts);
     let bytes = std::fs::read(&new).unwrap();
@@ -268,7 +268,7 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     // Its sum counter keeps the first thousand; its buckets start empty.
     std::fs::write(&old, &bytes).unwrap();
     std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let table = Table::open(&old, &options()).unwrap();
+    let table = Table::open(&old, &small()).unwrap();
     assert_eq!(table.size_bytes() as usize, total);
     let task = table.task("t", &TaskConfig::new()).unwrap();
     release_from_threads(&task, 4, 125, &rtts);
@@ -288,7 +288,7 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     bytes.truncate(total + LANE_SKETCH / 2);
     std::fs::write(&cut, &bytes).unwrap();
     std::fs::set_permissions(&cut, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let err = Table::open(&cut, &options()).err().unwrap();
+    let err = Table::open(&cut, &small()).err().unwrap();
     assert!(err.message().contains("truncated"), "{err}");
     assert!(View::open(&cut).is_err());
     let other = scratch.path("other");
@@ -296,7 +296,7 @@ fn threads_count_in_their_own_lanes_and_a_table_without_lane_sketches_still_coun
     bytes[H_LANE_SKETCH_SIZE..H_LANE_SKETCH_SIZE + 4].copy_from_slice(&100u32.to_le_bytes());
     std::fs::write(&other, &bytes).unwrap();
     std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let err = Table::open(&other, &options()).err().unwrap();
+    let err = Table::open(&other, &small()).err().unwrap();
     assert_eq!(err.kind(), flowctrl::ErrorKind::Corrupt);
     assert!(err.message().contains("lane sketch size is 100"), "{err}");
 }

@@ -23,7 +23,8 @@
 use std::sync::atomic::Ordering;
 
 use crate::format::{
-    Counter, LANES, SKETCH_BASE_WORDS, SKETCH_BUCKETS, SKETCH_PER_LANE, TaskSlot, WAIT_BUCKETS,
+    Counter, LANES, Lane, SKETCH_BASE_WORDS, SKETCH_BUCKETS, SKETCH_PER_LANE, TaskSlot,
+    WAIT_BUCKETS,
 };
 use crate::shm::{Region, Shm};
 
@@ -91,12 +92,20 @@ fn lower_ns(k: usize) -> u64 {
 }
 
 /// Counts `n` releases of one RTT into the sketch of lane `id` (`attach *
-/// LANES + lane`) of task `index`: the releasing thread's own.
+/// LANES + lane`) of task `index`: the releasing thread's own, `own`
+/// (`None` for a pair of a pooled table without a set).
 #[inline]
-pub(crate) fn record(region: &Region, index: u32, id: u32, rtt_ns: u64, n: u64) {
+pub(crate) fn record(
+    region: &Region,
+    own: Option<&Lane>,
+    (index, id): (u32, u32),
+    rtt_ns: u64,
+    n: u64,
+) {
     let k = bucket(rtt_ns);
     let word = if region.has_lane_sketches() {
-        region.lane_sketch(index, id).map(|own| &own.buckets[k])
+        own.and_then(|lane| region.sketch_of(lane))
+            .map(|sketch| &sketch.buckets[k])
     } else {
         // 0.3.0's table: the process's lane `k / 5` holds bucket `k`.
         region

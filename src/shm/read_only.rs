@@ -35,8 +35,6 @@ pub(crate) struct ReadOnly {
     /// What the header said at open; a copy whose header says otherwise
     /// is a table changed or made anew in place.
     table: Checked,
-    pub geometry: Geometry,
-    pub clock: Clock,
 }
 
 impl ReadOnly {
@@ -52,13 +50,19 @@ impl ReadOnly {
             path: path.to_path_buf(),
             identity: (meta.dev(), meta.ino()),
             table,
-            geometry: table.geometry,
-            clock: table.clock,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.table.geometry
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.table.clock
     }
 
     /// One read pass: the whole table copied with `pread` and checked. A

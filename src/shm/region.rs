@@ -207,32 +207,34 @@ impl Region {
         self.lane_sketches_at.is_some()
     }
 
-    /// The own sketch of lane `id` (`attach * LANES + lane`) of a task, as
-    /// [`Region::lane`] finds the lane; `None` also in a table without
-    /// lane sketches (made by 0.3.0).
+    /// The own sketch of `lane`, a lane of this region: the lane's place
+    /// among the lanes is its sketch's among the sketches, so a caller that
+    /// holds the lane finds its set no second time. `None` in a table
+    /// without lane sketches (made by 0.3.0).
     #[inline]
-    pub fn lane_sketch(&self, task: u32, id: u32) -> Option<&LaneSketch> {
+    pub fn sketch_of(&self, lane: &Lane) -> Option<&LaneSketch> {
         let at = self.lane_sketches_at?;
-        if task >= self.geometry.task_capacity || id >= self.lane_ids {
+        let index = self.offset_of(lane).checked_sub(self.lanes_at)? / size_of::<Lane>();
+        if index >= self.geometry.sets() * LANES as usize {
             return None;
         }
-        let set = self.set_of(task, id / LANES)?;
-        let index = set as usize * LANES as usize + (id % LANES) as usize;
-        // SAFETY: the set is below the set count (`set_of`) and the lane
-        // below LANES; the validated file holds a sketch per lane from `at`.
+        // SAFETY: the index is below the lane count, and the validated file
+        // holds a sketch per lane from `at`.
         Some(unsafe { self.at(at + index * size_of::<LaneSketch>()) })
+    }
+
+    /// The own sketch of lane `id` (`attach * LANES + lane`) of a task, as
+    /// [`Region::lane`] finds the lane.
+    #[inline]
+    pub fn lane_sketch(&self, task: u32, id: u32) -> Option<&LaneSketch> {
+        self.sketch_of(self.lane(task, id)?)
     }
 
     /// The own sketches of set `set`'s lanes (below the set count), in a
     /// table that has them.
     pub fn set_lane_sketches(&self, set: u32) -> impl Iterator<Item = &LaneSketch> {
         assert!((set as usize) < self.geometry.sets());
-        let at = self.lane_sketches_at;
-        (0..LANES as usize).filter_map(move |l| {
-            let index = set as usize * LANES as usize + l;
-            // SAFETY: bounds checked above, as in `lane_sketch`.
-            at.map(|at| unsafe { self.at(at + index * size_of::<LaneSketch>()) })
-        })
+        (0..LANES).filter_map(move |l| self.sketch_of(self.set_lane(set, l)))
     }
 
     /// The baseline of set `set` (below the set count).

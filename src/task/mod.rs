@@ -398,7 +398,7 @@ impl Task {
             std::sync::atomic::fence(Ordering::SeqCst);
             wait::freed(shm, self.index);
         }
-        let (counters, _) = self.own_lane(attach, lane);
+        let (counters, own) = self.own_lane(attach, lane);
         let counter = match outcome {
             Outcome::Success => Counter::ReleasedSuccess,
             Outcome::Dropped => Counter::ReleasedDropped,
@@ -419,7 +419,7 @@ impl Task {
             };
             // The bucket first, then the counters (see `quota::health`).
             let id = attach * LANES + lane;
-            crate::quota::health::record(shm, self.index, id, rtt, n as u64);
+            crate::quota::health::record(shm, own, (self.index, id), rtt, n as u64);
             count(counters, Counter::RttSumNs, rtt.saturating_mul(n as u64));
         }
         count(counters, counter, n as u64);

@@ -116,27 +116,27 @@ impl View {
 
     /// Number of task slots.
     pub fn capacity(&self) -> u32 {
-        self.table.geometry.task_capacity
+        self.table.geometry().task_capacity
     }
 
     /// Number of attachment slots.
     pub fn max_processes(&self) -> u32 {
-        self.table.geometry.attach_capacity
+        self.table.geometry().attach_capacity
     }
 
     /// Number of balancer slots.
     pub fn balancer_capacity(&self) -> u32 {
-        self.table.geometry.balancer_capacity
+        self.table.geometry().balancer_capacity
     }
 
     /// Backends each balancer can hold.
     pub fn backends_per_balancer(&self) -> u32 {
-        self.table.geometry.backend_capacity
+        self.table.geometry().backend_capacity
     }
 
     /// The table's clock (the one its processes decide with).
     pub fn clock(&self) -> Clock {
-        self.table.clock
+        self.table.clock()
     }
 
     /// The lane pool: (sets in use, sets); `None` for a table with lanes
