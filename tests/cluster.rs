@@ -247,8 +247,7 @@ fn a_tls_cluster_url_reaches_every_master_over_tls() {
         let (table, ca, name) = (scratch.path(table), tls.ca.clone(), name.clone());
         run_in_child(Duration::from_secs(30), move || {
             if trust {
-                // SAFETY: the child is single-threaded here.
-                unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
+                set_env_in_child("SSL_CERT_FILE", &ca);
             }
             let t = Table::open(&table, &ha_options(&url, PROBE)).unwrap();
             // The whole slice released at once: one pull takes each

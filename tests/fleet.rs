@@ -579,15 +579,16 @@ fn chunks_granted_to_a_puller_that_died_before_the_deposit_are_redeemed() {
     for i in 0..30 {
         let (path, opts) = (path.clone(), opts.clone());
         let pid = fork_guarded(move || {
-            // SAFETY: a forked child runs one thread.
-            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_AFTER_GRANT", "1") };
+            arm_crash_point("FLOWCTRL_TEST_DIE_AFTER_GRANT");
             let table = Table::open(&path, &opts).unwrap();
             let task = table.task("lost", &config).unwrap();
             let _ = task.pull_quota(10);
             0 // not reached when the store granted anything
         });
-        if wait(pid) < 0 {
-            died += 1;
+        match wait_timeout(pid, Duration::from_secs(10)) {
+            Exit::Signal(libc::SIGKILL) => died += 1,
+            Exit::TimedOut => panic!("puller {pid} hung (10 s)"),
+            _ => {}
         }
         if i % 7 == 3 {
             assert!(pull_through_hiccups(&task).is_ok());
@@ -660,15 +661,16 @@ fn a_puller_killed_inside_the_deposit_never_hands_its_chunk_out_twice() {
     for _ in 0..DEATHS {
         let (path, opts) = (path.clone(), opts.clone());
         let pid = fork_guarded(move || {
-            // SAFETY: a forked child runs one thread.
-            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_IN_DEPOSIT", "1") };
+            arm_crash_point("FLOWCTRL_TEST_DIE_IN_DEPOSIT");
             let table = Table::open(&path, &opts).unwrap();
             let task = table.task("dep", &config).unwrap();
             let _ = task.pull_quota(CHUNK as u64);
             0 // not reached when the store granted anything
         });
-        if wait(pid) < 0 {
-            died += 1;
+        match wait_timeout(pid, Duration::from_secs(10)) {
+            Exit::Signal(libc::SIGKILL) => died += 1,
+            Exit::TimedOut => panic!("puller {pid} hung (10 s)"),
+            _ => {}
         }
     }
     assert_eq!(died, DEATHS, "every puller died in its deposit");

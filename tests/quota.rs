@@ -701,8 +701,7 @@ fn tls_and_auth_through_the_url() {
     let port = server.port;
     let (table, ca) = (scratch.path("t"), tls.ca.clone());
     let exit = run_in_child(Duration::from_secs(30), move || {
-        // SAFETY: the child is single-threaded here.
-        unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
+        set_env_in_child("SSL_CERT_FILE", &ca);
         let opts = quota_options(Some(format!("rediss://:s3cret@127.0.0.1:{port}/0")), 0)
             .connect_timeout(Duration::from_secs(2));
         let t = Table::open(&table, &opts).unwrap();

@@ -204,8 +204,7 @@ fn a_reservation_lost_by_a_dying_mover_is_redeemed() {
     while slice_now().1 < SLICE_MS - 1200 {
         let (path, opts) = (path.clone(), opts.clone());
         let pid = fork_guarded(move || {
-            // SAFETY: a forked child runs one thread.
-            unsafe { std::env::set_var("FLOWCTRL_TEST_DIE_IN_MOVE", "1") };
+            arm_crash_point("FLOWCTRL_TEST_DIE_IN_MOVE");
             let table = Table::open(&path, &opts).unwrap();
             let task = table.task("storm", &config()).unwrap();
             let until = monotonic() + Duration::from_millis(300);

@@ -121,8 +121,7 @@ fn a_tls_sentinel_url_reaches_the_master_over_tls() {
         let (table, ca) = (scratch.path(name), tls.ca.clone());
         run_in_child(Duration::from_secs(30), move || {
             if trust {
-                // SAFETY: the child is single-threaded here.
-                unsafe { std::env::set_var("SSL_CERT_FILE", &ca) };
+                set_env_in_child("SSL_CERT_FILE", &ca);
             }
             let t = Table::open(&table, &ha_options(&url, PROBE)).unwrap();
             let task = t

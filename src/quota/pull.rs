@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::account::Account;
+use super::account::{Account, crash_point};
 use super::fallback::{share_left, share_over};
 use super::lock::{PullLock, try_lock};
 use super::phase::{self, Phase, Settled};
@@ -185,10 +185,9 @@ impl Quota {
                     .redeem
                     .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed);
             }
-            if reply.granted > 0 && std::env::var_os("FLOWCTRL_TEST_DIE_AFTER_GRANT").is_some() {
-                // Tests of the lost chunk: die between the grant and the
-                // deposit, as a SIGKILL there would.
-                std::process::abort();
+            if reply.granted > 0 {
+                // Tests of the lost chunk: between the grant and the deposit.
+                crash_point("FLOWCTRL_TEST_DIE_AFTER_GRANT");
             }
             q.hosts_seen.store(reply.hosts, Ordering::Relaxed);
             if reply.created {

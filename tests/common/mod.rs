@@ -81,6 +81,27 @@ impl Drop for Scratch {
     }
 }
 
+/// Sets an environment variable in a forked child.
+///
+/// Through libc, not `std::env::set_var`: the test binary's other threads
+/// read the environment (every pull does), and a child forked while one of
+/// them held Rust's environment lock inherits it held by a thread it does
+/// not have; `set_var` then waits on it until the child's alarm.
+pub fn set_env_in_child(name: &str, value: impl AsRef<std::ffi::OsStr>) {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(name).unwrap();
+    let value = std::ffi::CString::new(value.as_ref().as_bytes()).unwrap();
+    // SAFETY: a forked child runs one thread, and libc's own lock is taken
+    // only by setenv, which the parent's threads never call.
+    assert_eq!(unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) }, 0);
+}
+
+/// Arms one of the library's crash points (`FLOWCTRL_TEST_DIE_*`) in a
+/// forked child: the child SIGKILLs itself when it gets there.
+pub fn arm_crash_point(hook: &str) {
+    set_env_in_child(hook, "1");
+}
+
 /// Forks a child that runs `body` and exits with its return value (101 if it
 /// panics). The child never returns into the test harness, and a child that
 /// hangs dies by SIGALRM after [`CHILD_DEADLINE_S`]: a test waiting for it

@@ -15,7 +15,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Account, just_before, tag, tagged};
+use super::{Account, crash_point, just_before, tag, tagged};
 
 impl Account<'_> {
     /// Adds `granted` permits of `slice` to the host's quota (under the
@@ -52,11 +52,9 @@ impl Account<'_> {
             usable -= over().min(granted);
             q.stranded.fetch_add(granted - usable, Ordering::Relaxed);
         }
-        if std::env::var_os("FLOWCTRL_TEST_DIE_IN_DEPOSIT").is_some() {
-            // Tests of the kill inside the deposit: die between the claim
-            // and the host word, as a SIGKILL there would.
-            std::process::abort();
-        }
+        // Tests of the kill inside the deposit: between the claim and the
+        // host word.
+        crash_point("FLOWCTRL_TEST_DIE_IN_DEPOSIT");
         loop {
             let (current, left) = ((word >> 32) as u32, word & 0xffff_ffff);
             let next = if current == slice {
@@ -132,11 +130,8 @@ impl Account<'_> {
             return 0;
         }
         let permits = word & 0xffff_ffff;
-        if std::env::var_os("FLOWCTRL_TEST_DIE_IN_MOVE").is_some() {
-            // Tests of the lost reservation: die between the two, as a
-            // SIGKILL there would.
-            std::process::abort();
-        }
+        // Tests of the lost reservation: between the two.
+        crash_point("FLOWCTRL_TEST_DIE_IN_MOVE");
         self.deposit((word >> 32) as u32, permits, || 0, touched);
         permits
     }

@@ -15,7 +15,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Account, just_before, tagged};
+use super::{Account, crash_point, just_before, tagged};
 use crate::format::TaskSlot;
 
 impl Account<'_> {
@@ -83,11 +83,8 @@ fn take_out(slot: &TaskSlot, seen: u64, slice: u32) -> u64 {
             .compare_exchange(journal, 0, Ordering::AcqRel, Ordering::Relaxed);
         return 0;
     }
-    if std::env::var_os("FLOWCTRL_TEST_DIE_IN_GIVE_BACK").is_some() {
-        // Tests of the half-done give-back: die between the mark and its
-        // completion, as a SIGKILL there would.
-        std::process::abort();
-    }
+    // Tests of the half-done give-back: between the mark and its completion.
+    crash_point("FLOWCTRL_TEST_DIE_IN_GIVE_BACK");
     complete(slot, marked, journal);
     permits
 }
