@@ -53,7 +53,8 @@ took_keys=$(( $(date +%s) - began ))
     echo "*zipf-keys*: a million keys by Zipf(1.1), 500 k requests/s, each at a host drawn at"
     echo "random; *-pinned*: each key at one host of its own (a load balancer hashing the key),"
     echo "allowance 9; *one-host-key*: one key asked 100/s on one host; *spread-key*: one key asked"
-    echo "5/s on every host; *thin-key*: one key asked 0.2/s on every host (never past an allowance)."
+    echo "5/s on every host; *thin-key*: one key asked 0.2/s on every host (a host past its"
+    echo "allowance now and then). Each host's keeper looks every 10 ms, as its thread does."
     echo
     cat target/simulation-keys.md
     echo
@@ -62,6 +63,9 @@ took_keys=$(( $(date +%s) - began ))
     echo "  admitted past 1.01 × limit, over all admissions."
     echo "- *under-limit keys admitted*: admitted over asked, over the keys asked at most 10;"
     echo "  *short*: such keys admitted less than 0.99 of what they asked."
+    echo "- *round trips*: every call, the hosts' slice-end calls with nothing to ask included (a"
+    echo "  host's heartbeat: one a second even when idle, so 999 idle hosts cost *one-host-key* 100"
+    echo "  round trips per admission)."
     echo "- *store fields*: fields of the model's key hashes at the slice's end (one per key and"
     echo "  slice that pulled, and the names of the hot keys, up to 2 a call; on a real Redis"
     echo "  80 bytes per key that pulled a slice, names included,"

@@ -315,6 +315,79 @@ fn the_fleets_hot_keys_are_named_on_a_cluster() {
     );
 }
 
+/// A key of 2 a slice asked 3 times a slice on each of 4 hosts (past
+/// their allowance of 1: they pull, for this slice and ahead, so the store
+/// sees at least twice as many asks as the key has permits) and once on
+/// each of 4 more (within it): the busy hosts are refused once the slice is
+/// spent, the store lists the key, and every host learns it at a slice-end
+/// call, so the other four lose their allowance too. Without the list each
+/// of them passed its one a slice: 4 of 2 on the allowances alone.
+#[test]
+fn a_key_thin_on_most_hosts_is_listed_and_kept_to_its_limit() {
+    const THIN_LIMIT: u64 = 2;
+    const HOSTS: usize = 8;
+    const BUSY: usize = 4;
+    const SLICES: u64 = 6;
+    let scratch = Scratch::in_memory("keyed-global-listed");
+    let redis = RedisServer::start();
+    let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(THIN_LIMIT as f64)));
+    let tasks: Vec<_> = (0..HOSTS)
+        .map(|h| {
+            let table = Table::open(
+                scratch.path(&format!("h{h}")),
+                &host_options(&redis.url(), &*format!("h{h}")),
+            )
+            .unwrap();
+            let task = table.task("api", &TaskConfig::new()).unwrap();
+            task.set_keys(&KeyConfig::new(limits).capacity(64)).unwrap();
+            (table, task)
+        })
+        .collect();
+    // Asks at fixed points of each slice, away from its edges: the busy
+    // hosts at 100, 300 and 500 ms, the others one each between 150 and
+    // 450 ms.
+    let mut plan: Vec<(u64, usize)> = Vec::new();
+    for h in 0..BUSY {
+        plan.extend([100, 300, 500].map(|ms| (ms, h)));
+    }
+    for h in BUSY..HOSTS {
+        plan.push((150 + 100 * (h - BUSY) as u64, h));
+    }
+    plan.sort();
+    let first = wall_ms() / 1000 + 1;
+    let mut admitted = vec![0u64; SLICES as usize];
+    for slice in 0..SLICES {
+        for &(ms, h) in &plan {
+            let at = (first + slice) * 1000 + ms;
+            let now = wall_ms();
+            if now < at {
+                std::thread::sleep(Duration::from_millis(at - now));
+            }
+            assert_eq!(
+                wall_ms() / 1000,
+                first + slice,
+                "the machine stalled past a slice"
+            );
+            if let Ok(mut permit) = tasks[h].1.acquire_key_raw(b"shared", 1).unwrap() {
+                admitted[slice as usize] += 1;
+                tasks[h]
+                    .1
+                    .release_raw(&mut permit, Outcome::Success)
+                    .unwrap();
+            }
+        }
+    }
+    // Listed in the first slice once the busy hosts' calls were refused;
+    // a thin host whose call came before that learns it in the second
+    // slice (the answer lists the last slice's too): from the third on, at
+    // most the limit.
+    assert!(
+        admitted[2..].iter().all(|&n| n <= THIN_LIMIT),
+        "admitted per slice: {admitted:?} (limit {THIN_LIMIT})"
+    );
+    assert!(admitted[2..].iter().sum::<u64>() > 0, "{admitted:?}");
+}
+
 #[test]
 fn a_key_that_pulled_holds_at_most_200_bytes_of_the_store() {
     let scratch = Scratch::in_memory("keyed-global-memory");
@@ -340,10 +413,12 @@ fn a_key_that_pulled_holds_at_most_200_bytes_of_the_store() {
         let fields: i64 = redis.command(&["HLEN", key]);
         (bytes, fields)
     };
-    // The slices' counts (`…:k:<slice>`) and the hot keys' names
-    // (`…:k:n:<slice>`, a few a call): the names count in the bytes.
+    // The slices' counts (`…:k:<slice>`), the hot keys' names
+    // (`…:k:n:<slice>`, a few a call) and the spread keys listed
+    // (`…:k:h:<slice>`, at most 64): the names and lists count in the bytes.
     let keys: Vec<String> = redis.command(&["KEYS", "*:k:*"]);
-    let counts = |k: &&String| !k.contains(":k:n:") && !k.ends_with(":born");
+    let counts =
+        |k: &&String| !k.contains(":k:n:") && !k.contains(":k:h:") && !k.ends_with(":born");
     let (mut bytes, mut pulled_last) = (0i64, 0i64);
     let last = keys
         .iter()
@@ -352,6 +427,11 @@ fn a_key_that_pulled_holds_at_most_200_bytes_of_the_store() {
         .max()
         .unwrap();
     for key in keys.iter().filter(|k| !k.ends_with(":born")) {
+        if key.contains(":k:h:") {
+            let b: i64 = redis.command(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+            bytes += b;
+            continue;
+        }
         let (b, fields) = stats(key);
         bytes += b;
         // The newest hash is the next slice's, asked ahead: the keys that

@@ -324,6 +324,44 @@ impl Model {
                 z.retain(|_, s| *s < lo || *s > hi);
                 Ok(Reply::Int((before - z.len()) as i64))
             }
+            "ZREMRANGEBYRANK" | "ZREVRANGE" => {
+                arity(4, false)?;
+                let (start, stop) = (int(&args[2])?, int(&args[3])?);
+                let remove = args[0].eq_ignore_ascii_case("ZREMRANGEBYRANK");
+                let Some(z) = self.zset(&args[1], false)? else {
+                    return Ok(if remove {
+                        Reply::Int(0)
+                    } else {
+                        Reply::Array(Vec::new())
+                    });
+                };
+                // Redis' order: by score, then member; ZREVRANGE reverses it.
+                let mut order: Vec<(String, f64)> =
+                    z.iter().map(|(m, s)| (m.clone(), *s)).collect();
+                order.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+                if !remove {
+                    order.reverse();
+                }
+                let n = order.len() as i64;
+                let at = |i: i64| if i < 0 { (n + i).max(0) } else { i };
+                let (from, to) = (at(start), at(stop).min(n - 1));
+                let picked: Vec<String> = if from > to {
+                    Vec::new()
+                } else {
+                    order[from as usize..=to as usize]
+                        .iter()
+                        .map(|(m, _)| m.clone())
+                        .collect()
+                };
+                if remove {
+                    for m in &picked {
+                        z.remove(m);
+                    }
+                    Ok(Reply::Int(picked.len() as i64))
+                } else {
+                    Ok(Reply::Array(picked.into_iter().map(Some).collect()))
+                }
+            }
             "ZCARD" => {
                 arity(2, false)?;
                 Ok(Reply::Int(

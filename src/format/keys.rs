@@ -76,6 +76,9 @@ pub(crate) struct KeysHeader {
     /// live keys): limited as one key, never refusing every new caller.
     pub overflow: KeyEntry,
     _pad2: AtomicU64,
+    /// The fleet's spread keys, as the store last listed them (zero in a
+    /// file of a release without them: no list).
+    pub fleet: FleetWords,
 }
 
 /// What [`KeysHeader::counters`] count.
@@ -113,6 +116,28 @@ pub(crate) struct GlobalHeader {
     pub hosts: AtomicU64,
     /// Until when (store ms) the store is taken as down: no pull is tried.
     pub failed_until_ms: AtomicU64,
+}
+
+/// Keys the fleet's spread-key list holds at most (see `keyed::fleet`).
+pub(crate) const FLEET_LISTED: usize = 32;
+
+/// The keys the store lists as asked for by many hosts, as the host's last
+/// call learnt them, and when the host last took a key's global step.
+/// Written by whichever process made the call, read at each key's first
+/// request of a slice; a reader racing a writer may see a mix of two lists,
+/// which moves only which keys keep their allowance for a slice.
+#[repr(C)]
+pub(crate) struct FleetWords {
+    /// The store's second (its ms / 1000) of the host's latest request
+    /// that took a key's global step: the keeper makes the slice's last call
+    /// for a host active in the last two.
+    pub active: AtomicU64,
+    /// The store slice the list is of, plus one (0: no list), and the
+    /// slice length it counts in.
+    pub slice: AtomicU64,
+    pub slice_ms: AtomicU64,
+    /// The listed keys' store ids (0: unused).
+    pub ids: [AtomicU64; FLEET_LISTED],
 }
 
 /// What the host knows of the store's record of its keys' global rates

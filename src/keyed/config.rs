@@ -28,6 +28,14 @@ impl Keys {
         })
     }
 
+    /// The default limits' rules (those of every key without an override).
+    pub(super) fn default_rules(&self) -> Rules {
+        let h = self.region.header();
+        read_versioned(&h.config_version, |i| {
+            Rules::read(&self.region.config(i).default)
+        })
+    }
+
     /// Writes the default limits (and the overflow policy), keeping the
     /// overrides, and with `keep_global` the global rate in force (read
     /// under the lock: a concurrent change of it is never lost). The caller

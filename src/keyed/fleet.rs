@@ -6,13 +6,21 @@
 //! needs the store between calls is refused until the next one. A store
 //! that fails leaves each key its fallback share (see `global` for the
 //! words, `quota::keyed` for the store's side).
+//!
+//! Every answer lists the fleet's spread keys (those whose slice the store
+//! spent and was asked for again): a key on the list has no allowance on
+//! any host from its next slice, so a key asked a few times on each of a
+//! thousand hosts is exact once the hosts have called. The slice's last
+//! call is therefore made even with nothing to ask, by the keeper if no
+//! request comes after the call point: it is the host's heartbeat too.
 
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
 use siphasher::sip::SipHasher13;
 
 use super::global::{self, GlobalRule, Now, Paid, Seen, Step};
+use super::record::HEARTBEAT_MS;
 use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
 use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK, KeyCounter};
@@ -120,10 +128,22 @@ impl Keys {
             self.call_if_due(quota, task, rule.slice_ms);
         }
         let clock = self.store_clock(quota, rule.slice_ms);
-        global::note(w, tag, clock.slice, rule, n);
+        if keeps {
+            self.note_active(clock.ms);
+        }
+        // Read when the key's words start a slice, as its id is.
+        let spread = || self.listed(clock.slice, rule.slice_ms, id());
+        global::note(w, tag, clock.slice, rule, n, &spread);
         let mut wait = rule.slice_ms - clock.elapsed_ms;
         for _ in 0..3 {
-            let step = global::decide(w, (tag, &id), clock.slice, rule, n, clock.elapsed_ms);
+            let step = global::decide(
+                w,
+                (tag, &id),
+                clock.slice,
+                rule,
+                (n, clock.elapsed_ms),
+                &spread,
+            );
             let charge = match step {
                 Step::Admit(paid) => {
                     return Ok(Some(GlobalPaid {
@@ -181,6 +201,58 @@ impl Keys {
         }
     }
 
+    /// Notes that the host took a key's global step at store ms `ms` (a
+    /// write at most once a second: the word is read far more than written).
+    fn note_active(&self, ms: u64) {
+        let active = &self.region.header().fleet.active;
+        if active.load(Relaxed) != ms / 1000 {
+            active.store(ms / 1000, Relaxed);
+        }
+    }
+
+    /// Whether the store listed the key `id` among the fleet's spread keys
+    /// in `slice` or the one before (of `slice_ms`).
+    fn listed(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
+        let f = &self.region.header().fleet;
+        let of = f.slice.load(Acquire);
+        of != 0
+            && f.slice_ms.load(Relaxed) == slice_ms
+            && slice.wrapping_sub(of - 1) <= 1
+            && f.ids.iter().any(|w| w.load(Relaxed) == id)
+    }
+
+    /// Keeps the spread keys the store listed for `slice`.
+    fn note_spread(&self, slice: u64, slice_ms: u64, ids: &[u64]) {
+        let f = &self.region.header().fleet;
+        for (i, w) in f.ids.iter().enumerate() {
+            w.store(ids.get(i).copied().unwrap_or(0), Relaxed);
+        }
+        f.slice_ms.store(slice_ms, Relaxed);
+        f.slice.store(slice + 1, Release);
+    }
+
+    /// The keeper's part, for a task with global rates (by the default
+    /// limits' slice): the host makes its call at the call point even if no
+    /// request comes after it, so it learns the fleet's spread keys before
+    /// the next slice's first request. The call is the host's heartbeat
+    /// too (see `record`). A host that took no key's global step in the
+    /// last two seconds calls at most once a heartbeat: with slices of a
+    /// second or more, a call a second, as the heartbeat cost before.
+    pub(crate) fn call_when_due(&self, quota: &Quota, task: &str) {
+        let h = self.region.header();
+        if h.any_global.load(Acquire) == 0 {
+            return;
+        }
+        let Some(rule) = GlobalRule::of(&self.default_rules()) else {
+            return;
+        };
+        let clock = self.store_clock(quota, rule.slice_ms);
+        let idle = h.fleet.active.load(Relaxed) + 2 < clock.ms / 1000;
+        if !idle || rule.slice_ms >= HEARTBEAT_MS || self.heartbeat_due(quota) {
+            self.call_if_due(quota, task, rule.slice_ms);
+        }
+    }
+
     /// Makes the host's call to the store if one is due (the first process
     /// of the host to see it due makes it; `GlobalHeader::ahead` holds when
     /// the next is due, store ms): true if this process made one.
@@ -220,6 +292,12 @@ impl Keys {
             self.asks_of(w, index, clock, slice_ms, last, &mut asks);
         }
         if asks.is_empty() {
+            // With nothing to ask, the slice's last call is made still (its
+            // answer lists the fleet's spread keys), and one whose
+            // heartbeat is due (the census, the record's version).
+            if last || self.heartbeat_due(quota) {
+                self.call_part(quota, task, clock, slice_ms, &[]);
+            }
             return;
         }
         asks.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
@@ -247,6 +325,9 @@ impl Keys {
             Some(Ok(reply)) => {
                 self.note_reply(quota, sent, reply.store_ms, reply.hosts);
                 self.note_record(reply.record, quota.host_ms().max(0) as u64);
+                if reply.slice == clock.slice {
+                    self.note_spread(reply.slice, slice_ms, &reply.spread);
+                }
                 for ((_, index, tag, ask), &(granted, left)) in asks.iter().zip(&reply.grants) {
                     let Some(w) = self.region.globals(*index) else {
                         continue;
@@ -350,6 +431,17 @@ impl Keys {
         // ahead even if this slice did not see it.
         if last && seen.hot_for_in(rule.local, clock.slice + 1) > 0 {
             let asked = if current { seen.asked } else { 0 };
+            // Hot here for the first time, and asked less than its slice:
+            // the store cannot tell yet whether many hosts share the key
+            // (their calls come together, the first would count one asker
+            // and be given the whole slice), so one permit, as each host of
+            // a key spread over many is given.
+            let first = current && seen.hot_for == 0 && asked < rule.permits;
+            let want = if first {
+                1
+            } else {
+                rule.want_ahead(asked, clock.elapsed_ms)
+            };
             asks.push((
                 asked,
                 index,
@@ -357,7 +449,7 @@ impl Keys {
                 KeyAsk {
                     id,
                     permits: rule.permits,
-                    want: rule.want_ahead(asked, clock.elapsed_ms),
+                    want,
                     charge: 0,
                     next: true,
                 },

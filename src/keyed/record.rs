@@ -5,7 +5,8 @@
 //! <fallback>` (`100/s 1s 1 share`) or `none`.
 //!
 //! Every call a host makes for keys learns the record's version (and a
-//! host that needs no call makes an empty one every [`HEARTBEAT_MS`], so a
+//! host that needs no call makes an empty one every [`HEARTBEAT_MS`], at
+//! a call point when its task has a global rate (see `fleet`), so a
 //! record reaches a host whose keys all stay within their allowance; a task
 //! with neither a global rate nor a record makes one when a process starts,
 //! so a record written later reaches it at its next start). Off
@@ -196,6 +197,11 @@ fn rate_of(text: &str) -> Result<Option<KeyGlobal>> {
 }
 
 impl Keys {
+    /// Whether the host has made no call for keys for [`HEARTBEAT_MS`].
+    pub(crate) fn heartbeat_due(&self, quota: &Quota) -> bool {
+        quota.host_ms().max(0) as u64 >= self.region.header().record.due.load(Acquire)
+    }
+
     /// After a call for keys: the store's record is at `version` (0: none).
     pub(crate) fn note_record(&self, version: u64, host_ms: u64) {
         let r = &self.region.header().record;
@@ -204,7 +210,8 @@ impl Keys {
     }
 }
 
-/// The keeper's look at a task's keys: an empty call if none was made for
+/// The keeper's look at a task's keys: an active host's call at its call
+/// point (see `fleet`), an empty call if none was made for
 /// [`HEARTBEAT_MS`], then the record adopted if the store holds one this
 /// host has not seen.
 impl Tend for Keys {
@@ -212,16 +219,18 @@ impl Tend for Keys {
         if !quota.keeps_keys() {
             return;
         }
+        self.call_when_due(quota, task);
         let h = self.region.header();
         let r = &h.record;
         let now = quota.host_ms().max(0) as u64;
         // A task without a global rate or a record costs the store a call
-        // per process start, not one a second.
-        let kept = h.any_global.load(Acquire) != 0
-            || r.wanted.load(Acquire) != 0
-            || r.seen.load(Acquire) != 0;
+        // per process start, not one a second; one with a global rate makes
+        // its heartbeat at a call point (`call_when_due`).
+        let kept = h.any_global.load(Acquire) == 0
+            && (r.wanted.load(Acquire) != 0 || r.seen.load(Acquire) != 0);
         let due = r.due.load(Acquire);
-        if !self.looked.swap(true, Relaxed)
+        let first = !self.looked.swap(true, Relaxed) && h.any_global.load(Acquire) == 0;
+        if first
             || kept
                 && now >= due
                 && r.due

@@ -36,6 +36,20 @@ local function read(hash, id)
 end
 local here = KEYS[1] .. ':' .. current
 local expiring = {}
+-- The fleet's spread keys: a key asked in a slice at least SPREAD times
+-- per permit (by about as many hosts as it has permits, each asking for
+-- this slice and ahead for the next: no chunk of one permit reaches each,
+-- and their allowances alone would pass its limit), and refused in
+-- it (its slice spent), is scored by its asks in the slice's set
+-- `KEYS[1]:h:<slice>`, kept to its LISTED most asked (a set of at most
+-- twice that between trims, kept to the end of the next slice). Each
+-- answer lists this slice's and the last's, so every host that calls
+-- learns them before the next slice's first request and gives them no
+-- allowance there. A key asked less keeps its allowances: listed, its
+-- chunks would go to hosts that never see it again (figures in
+-- docs/design/keyed-global.md).
+local SPREAD, LISTED = 2, 32
+local listed = {}
 local asks = tonumber(ARGV[4])
 for i = 5, 4 + 5 * asks, 5 do
   local id = ARGV[i]
@@ -52,8 +66,14 @@ for i = 5, 4 + 5 * asks, 5 do
   if askers > 1 then share = math.max(1, math.floor(permits / askers)) end
   local grant = math.max(0, math.min(want, share, permits - used))
   if slice == born then grant = 0 end
-  redis.call('HINCRBY', counts, id, charge + grant + ASK)
+  local asked = math.floor(redis.call('HINCRBY', counts, id, charge + grant + ASK) / ASK)
   expiring[counts] = (slice + 1) * slice_ms
+  if slice == current and asked >= SPREAD * permits and grant < want and permits - used - grant <= 0 then
+    local set = KEYS[1] .. ':h:' .. slice
+    redis.call('ZADD', set, asked, id)
+    listed[set] = true
+    expiring[set] = (slice + 2) * slice_ms
+  end
   out[#out + 1] = grant
   out[#out + 1] = math.max(0, permits - used - grant)
 end
@@ -66,4 +86,22 @@ for i = 5 + 5 * asks, #ARGV - 2, 3 do
   expiring[names] = (s + 1) * slice_ms
 end
 for key, at in pairs(expiring) do redis.call('PEXPIREAT', key, at) end
+for set in pairs(listed) do
+  local n = redis.call('ZCARD', set)
+  if n > 2 * LISTED then redis.call('ZREMRANGEBYRANK', set, 0, n - LISTED - 1) end
+end
+-- The spread keys of this slice, then of the last (a key listed there is
+-- learnt by a host whose call this slice came before the key's refusal),
+-- each once and at most LISTED, each id (16 hex digits) as two 32-bit
+-- halves: the answer is integers.
+local told, n = {}, 0
+for back = 0, 1 do
+  for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1] .. ':h:' .. (current - back), 0, LISTED - 1)) do
+    if n < LISTED and not told[id] then
+      told[id], n = true, n + 1
+      out[#out + 1] = tonumber(string.sub(id, 1, 8), 16) or 0
+      out[#out + 1] = tonumber(string.sub(id, 9, 16), 16) or 0
+    end
+  end
+end
 return out

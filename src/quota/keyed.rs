@@ -5,6 +5,7 @@
 
 use super::keys::manager_key;
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::FLEET_LISTED;
 
 /// Grants chunks of keys' slices to one host.
 ///
@@ -26,7 +27,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// hosts took of it is unknown. Answers the store's ms, its
 /// current slice, the hosts in the census, 1 (or 0: the store is in
 /// another slice, nothing granted), the record's version (0: none), then
-/// granted and left for each key.
+/// granted and left for each key, then (when 1) the current slice's spread
+/// keys, most asked first, each id as two 32-bit halves (kept in
+/// `KEYS[1]:h:<slice>`: keys whose slice is spent and that were asked for
+/// again in it; at most [`FLEET_LISTED`]).
 pub(crate) const KEYED: &str = include_str!("keyed.lua");
 
 /// The keys' record of `task` (see `keyed::record`).
@@ -83,6 +87,9 @@ pub(crate) struct KeyReply {
     /// Granted and left of each ask, in order; empty when the store was in
     /// another slice than asked.
     pub grants: Vec<(u64, u64)>,
+    /// The store ids of the current slice's spread keys, most asked first
+    /// (at most [`FLEET_LISTED`]; empty when the store was in another slice).
+    pub spread: Vec<u64>,
 }
 
 impl super::Quota {
@@ -182,8 +189,22 @@ pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
     } else {
         0
     };
-    if rest.len() != expected {
+    let listed = rest.len().saturating_sub(expected);
+    if rest.len() < expected
+        || listed % 2 != 0
+        || listed > 2 * FLEET_LISTED
+        || *granted == 0 && listed > 0
+    {
         return bad(format!("{} grant values for {expected}", rest.len()));
+    }
+    let (rest, halves) = rest.split_at(expected);
+    let mut spread = Vec::with_capacity(listed / 2);
+    for pair in halves.chunks(2) {
+        let (high, low) = (pair[0], pair[1]);
+        if !(0..=u32::MAX as i64).contains(&high) || !(0..=u32::MAX as i64).contains(&low) {
+            return bad(format!("a spread key's id of {high}, {low}"));
+        }
+        spread.push((high as u64) << 32 | low as u64);
     }
     let mut grants = Vec::with_capacity(batch.asks.len());
     for (ask, pair) in batch.asks.iter().zip(rest.chunks(2)) {
@@ -202,6 +223,7 @@ pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
         hosts: *hosts as u64,
         record: *record as u64,
         grants,
+        spread,
     })
 }
 
@@ -248,6 +270,13 @@ mod tests {
         );
         let ok = key_reply(&b, &[1_700_000_000_000, 7, 3, 1, 12, 4, 5]).unwrap();
         assert_eq!(ok.grants, [(4, 5)]);
+        assert!(ok.spread.is_empty());
+        let listed = key_reply(
+            &b,
+            &[1_700_000_000_000, 7, 3, 1, 12, 4, 5, 0xab, 0xcd, 0, 1],
+        )
+        .unwrap();
+        assert_eq!(listed.spread, [0xab_0000_00cd, 1]);
         assert_eq!((ok.hosts, ok.record), (3, 12));
         let other = key_reply(&b, &[1_700_000_000_000, 9, 3, 0, 0]).unwrap();
         assert!(other.grants.is_empty());
@@ -261,6 +290,10 @@ mod tests {
             &[1, 7, 3, 1, -1, 4, 5][..],      // a version below 0
             &[1, 7, 3, 1, 1 << 53, 4, 5][..], // past a Lua number's exact range
             &[1, 7, 3, 1][..],
+            &[1, 7, 3, 1, 0, 4, 5, 1][..], // half a spread key's id
+            &[1, 7, 3, 1, 0, 4, 5, 1 << 32, 0][..], // a half past 32 bits
+            &[1, 7, 3, 1, 0, 4, 5, 0, -1][..],
+            &[1, 9, 3, 0, 0, 0, 1][..], // a list from another slice
         ] {
             assert!(key_reply(&b, hostile).is_err(), "{hostile:?}");
         }

@@ -461,6 +461,16 @@ impl Task {
         Ok(adaptive::settle(&self.shm, self.index, self.shm.owner()?))
     }
 
+    /// Looks after this task's keys once, as the keeper thread does every
+    /// 10 ms (the simulator runs no threads).
+    #[doc(hidden)]
+    pub fn tend_keys(&self) {
+        use crate::quota::Tend;
+        if let Some(keys) = self.keys.get() {
+            keys.tend(&self.shm, &self.quota, &self.name);
+        }
+    }
+
     /// The concurrency limit every process applies now: the adaptive limit,
     /// or `max_concurrency` (`None` when there is no cap).
     pub fn limit(&self) -> Option<u32> {

@@ -135,8 +135,18 @@ fn cas(word: &AtomicU64, old: u64, new: u64) -> Result<u64, u64> {
 }
 
 /// Counts `n` asked of the key in `slice` (rolling `seen` into it) and
-/// returns what the host saw.
-pub(crate) fn note(w: &GlobalWords, tag: u64, slice: u64, rule: &GlobalRule, n: u64) -> Seen {
+/// returns what the host saw. A key the store lists as spread over the
+/// fleet (`spread`, asked only when the word starts a slice) is hot in this
+/// slice and the next: no host's allowance passes it once every host has
+/// the list, and each host that saw it asks ahead for it.
+pub(crate) fn note(
+    w: &GlobalWords,
+    tag: u64,
+    slice: u64,
+    rule: &GlobalRule,
+    n: u64,
+    spread: &dyn Fn() -> bool,
+) -> Seen {
     let mut old = w.seen.load(Acquire);
     loop {
         let s = Seen::unpack(old);
@@ -146,11 +156,16 @@ pub(crate) fn note(w: &GlobalWords, tag: u64, slice: u64, rule: &GlobalRule, n: 
                 ..s
             }
         } else {
-            let hot_for = if s.tag == tag {
+            let mut hot_for = if s.tag == tag {
                 s.hot_for_in(rule.local, slice)
             } else {
                 0
             };
+            // Hot in this slice and the next: its hosts ask ahead for it,
+            // and the store divides it among them.
+            if spread() {
+                hot_for = hot_for.max(2);
+            }
             Seen {
                 tag,
                 slice: slice & SLICE_MASK,
@@ -244,21 +259,21 @@ pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: &dyn Fn() -> u64) 
 }
 
 /// Decides `n` of a key with global rule `rule` in `slice`, `elapsed_ms`
-/// into it (the request counted by [`note`]): from its chunk, on the host's
-/// own, or not without the store.
+/// into it (the request counted by [`note`], with the same `spread`): from
+/// its chunk, on the host's own, or not without the store.
 pub(crate) fn decide(
     w: &GlobalWords,
     (tag, id): (u64, &dyn Fn() -> u64),
     slice: u64,
     rule: &GlobalRule,
-    n: u64,
-    elapsed_ms: u64,
+    (n, elapsed_ms): (u64, u64),
+    spread: &dyn Fn() -> bool,
 ) -> Step {
     let read = Seen::unpack(w.seen.load(Acquire));
     let seen = if read.is(tag, slice) {
         read
     } else {
-        note(w, tag, slice, rule, 0)
+        note(w, tag, slice, rule, 0, spread)
     };
     let mut now = roll(w, tag, slice, id);
     loop {

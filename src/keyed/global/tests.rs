@@ -4,8 +4,8 @@ use super::*;
 
 /// A request: counted, then decided.
 fn ask(w: &GlobalWords, key: (u64, u64), slice: u64, rule: &GlobalRule, n: u64, at: u64) -> Step {
-    note(w, key.0, slice, rule, n);
-    decide(w, (key.0, &|| key.1), slice, rule, n, at)
+    note(w, key.0, slice, rule, n, &|| false);
+    decide(w, (key.0, &|| key.1), slice, rule, (n, at), &|| false)
 }
 
 fn words() -> GlobalWords {
@@ -184,4 +184,27 @@ fn chunks_follow_the_rate_seen_and_never_pass_the_slice() {
     assert_eq!(RULE.want(0, 0, 1), 1);
     assert_eq!(RULE.want_ahead(2, 800), 8);
     assert_eq!(RULE.want_ahead(0, 800), 2);
+}
+
+#[test]
+fn a_key_the_fleet_lists_as_spread_starts_its_slice_without_an_allowance() {
+    let (w, asked) = (words(), std::cell::Cell::new(0));
+    let listed = || {
+        asked.set(asked.get() + 1);
+        true
+    };
+    let spread = |w: &GlobalWords, slice| {
+        note(w, KEY.0, slice, &RULE, 1, &listed);
+        decide(w, (KEY.0, &|| KEY.1), slice, &RULE, (1, 10), &listed)
+    };
+    assert!(matches!(spread(&w, 5), Step::Pull { charge: 0, .. }));
+    assert!(matches!(spread(&w, 5), Step::Pull { charge: 0, .. }));
+    // Asked once, when the words started the slice.
+    assert_eq!(asked.get(), 1);
+    // Not listed: the allowance, as ever.
+    let other = words();
+    assert_eq!(
+        ask(&other, KEY, 5, &RULE, 1, 10),
+        Step::Admit(Paid::Local(1))
+    );
 }
