@@ -91,6 +91,19 @@ fn a_key_under_its_limit_asked_little_or_spent_ahead_is_not_listed() {
     let (g, listed) = call(&store, "h2", &[(few, 2, 1, 1, false)]);
     assert_eq!(g, [(0, 0)]);
     assert!(listed.is_empty(), "{listed:?}");
+    // An id that is not 16 hex digits (no host sends one) is never listed:
+    // every host would refuse the answer that carried it.
+    let odd = |id: &str, host: &str| {
+        let keys = ["t:k", "t:k-hosts", "t:k-cfg"].map(String::from);
+        let slice = SLICE.to_string();
+        let args = ["1000", &slice, host, "1", id, "1", "1", "0", "0"].map(String::from);
+        store.eval_keyed(&keys, &args).unwrap()
+    };
+    for id in ["-000000000000001", "abc"] {
+        odd(id, "h1");
+        let r = odd(id, "h2");
+        assert_eq!(r.len(), 7, "{id}: {r:?}");
+    }
     // The next slice given whole ahead, and asked ahead again: chunks
     // asked ahead are no proof of demand.
     let other = KEY + 1;

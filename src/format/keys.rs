@@ -37,7 +37,8 @@ pub(crate) const OVERRIDE_INDEX: usize = 128;
 pub(crate) const IDENT_LOCK: u64 = 1 << 63;
 
 /// The first page of a key file. Written by its creator before the file is
-/// published, never after, but for the counters and the config lock.
+/// published, never after, but for the counters, the config lock, and the
+/// words of the keys' global rates (`global`, `record`, `fleet`).
 #[repr(C, align(64))]
 pub(crate) struct KeysHeader {
     pub magic: AtomicU64,
@@ -122,16 +123,16 @@ pub(crate) struct GlobalHeader {
 pub(crate) const FLEET_LISTED: usize = 32;
 
 /// The keys the store lists as asked for by many hosts, as the host's last
-/// call learnt them, and when the host last took a key's global step.
-/// Written by whichever process made the call, read at each key's first
-/// request of a slice; a reader racing a writer may see a mix of two lists,
-/// which moves only which keys keep their allowance for a slice.
+/// call learnt them. Written by whichever process made the call, read at
+/// each key's first request of a slice; a reader racing a writer may see a
+/// mix of two lists, which moves only which keys keep their allowance for
+/// a slice.
 #[repr(C)]
 pub(crate) struct FleetWords {
-    /// The store's second (its ms / 1000) of the host's latest request
-    /// that took a key's global step: the keeper makes the slice's last call
-    /// for a host active in the last two.
-    pub active: AtomicU64,
+    /// When the host last sent a call for keys (store ms, as the sender
+    /// estimated it): the keeper's call with nothing to ask is made only
+    /// if none was sent since the window's call point.
+    pub called: AtomicU64,
     /// The store slice the list is of, plus one (0: no list), and the
     /// slice length it counts in.
     pub slice: AtomicU64,

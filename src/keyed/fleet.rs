@@ -7,23 +7,24 @@
 //! that fails leaves each key its fallback share (see `global` for the
 //! words, `quota::keyed` for the store's side).
 //!
-//! Every answer lists the fleet's spread keys (those whose slice the store
-//! spent and was asked for again): a key on the list has no allowance on
-//! any host from its next slice, so a key asked a few times on each of a
-//! thousand hosts is exact once the hosts have called. The slice's last
-//! call is therefore made even with nothing to ask, by the keeper if no
-//! request comes after the call point: it is the host's heartbeat too.
+//! Every answer lists the fleet's spread keys (asked of the store at least
+//! twice per permit in a slice, and refused): a key on the list has no
+//! allowance on any host from its next slice, so a key asked a few times
+//! on each of a thousand hosts is exact once the hosts have called. The
+//! keeper therefore makes the slice's last call even with nothing to ask,
+//! if none was made since the call point: it is the host's heartbeat too.
+//! A key hot on the host for the first time is asked ahead for one permit,
+//! and topped up by a call as the next slice begins.
 
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::time::Duration;
 
 use siphasher::sip::SipHasher13;
 
-use super::global::{self, GlobalRule, Now, Paid, Seen, Step};
+use super::global::{self, GlobalRule, Paid, Step};
 use super::record::HEARTBEAT_MS;
-use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
-use crate::format::{BUCKET_KEYS, GlobalWords, IDENT_LOCK, KeyCounter};
+use crate::format::{BUCKET_KEYS, KeyCounter};
 use crate::quota::{KeyAsk, KeyName, MAX_KEY_BATCH, Quota, smooth_offset};
 
 /// How long a failed store is left alone before a key asks it again.
@@ -36,10 +37,35 @@ const WINDOW_MS: u64 = 1000;
 /// next slice begins.
 const CALL_AT_TENTHS: u64 = 8;
 
+/// How far into a slice the early call of a host with a first-time key is
+/// made (store ms): past the slice's edge for any host whose clock the
+/// store's offset corrects, well before most of its requests.
+const EARLY_MS: u64 = 10;
+
 /// Keys a call names (the most asked): what the store keeps for the
 /// fleet's view of its hot keys. The fleet's hot keys are each among the
 /// most asked of the hosts that ask for them.
 const NAMED: usize = 2;
+
+/// What a call did.
+enum Called {
+    Made,
+    /// Nothing to ask: none made.
+    Nothing,
+    /// Made, with a first-time key asked ahead for one permit.
+    Early,
+}
+
+/// Who looks whether a call is due.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// The keeper thread, every 10 ms.
+    Keeper,
+    /// A request, before it decides.
+    Request,
+    /// A request whose key waits for the store.
+    Pull,
+}
 
 /// A key's global payment, given back if the task's own limits refuse.
 #[derive(Clone, Copy, Debug)]
@@ -62,11 +88,11 @@ pub(crate) fn store_id(task: &str, key: &[u8]) -> u64 {
 }
 
 /// Where the store's clock is for a key's slices.
-struct Clock {
+pub(super) struct Clock {
     /// The store's ms, as this host estimates it.
-    ms: u64,
-    slice: u64,
-    elapsed_ms: u64,
+    pub ms: u64,
+    pub slice: u64,
+    pub elapsed_ms: u64,
 }
 
 /// The call windows of slices of `slice_ms`.
@@ -125,12 +151,9 @@ impl Keys {
         let rule = &rule.among(self.region.header().global.hosts.load(Relaxed));
         let keeps = quota.keeps_keys();
         if keeps {
-            self.call_if_due(quota, task, rule.slice_ms);
+            self.call_if_due(quota, task, rule.slice_ms, Caller::Request);
         }
         let clock = self.store_clock(quota, rule.slice_ms);
-        if keeps {
-            self.note_active(clock.ms);
-        }
         // Read when the key's words start a slice, as its id is.
         let spread = || self.listed(clock.slice, rule.slice_ms, id());
         global::note(w, tag, clock.slice, rule, n, &spread);
@@ -177,7 +200,7 @@ impl Keys {
                 continue;
             }
             global::wait_for_store(w, tag, clock.slice);
-            if !self.call_if_due(quota, task, rule.slice_ms) {
+            if !self.call_if_due(quota, task, rule.slice_ms, Caller::Pull) {
                 let next = g.ahead.load(Relaxed);
                 wait = next.saturating_sub(clock.ms).max(1);
                 break;
@@ -201,62 +224,59 @@ impl Keys {
         }
     }
 
-    /// Notes that the host took a key's global step at store ms `ms` (a
-    /// write at most once a second: the word is read far more than written).
-    fn note_active(&self, ms: u64) {
-        let active = &self.region.header().fleet.active;
-        if active.load(Relaxed) != ms / 1000 {
-            active.store(ms / 1000, Relaxed);
-        }
-    }
-
-    /// Whether the store listed the key `id` among the fleet's spread keys
-    /// in `slice` or the one before (of `slice_ms`).
-    fn listed(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
-        let f = &self.region.header().fleet;
-        let of = f.slice.load(Acquire);
-        of != 0
-            && f.slice_ms.load(Relaxed) == slice_ms
-            && slice.wrapping_sub(of - 1) <= 1
-            && f.ids.iter().any(|w| w.load(Relaxed) == id)
-    }
-
-    /// Keeps the spread keys the store listed for `slice`.
-    fn note_spread(&self, slice: u64, slice_ms: u64, ids: &[u64]) {
-        let f = &self.region.header().fleet;
-        for (i, w) in f.ids.iter().enumerate() {
-            w.store(ids.get(i).copied().unwrap_or(0), Relaxed);
-        }
-        f.slice_ms.store(slice_ms, Relaxed);
-        f.slice.store(slice + 1, Release);
-    }
-
-    /// The keeper's part, for a task with global rates (by the default
-    /// limits' slice): the host makes its call at the call point even if no
-    /// request comes after it, so it learns the fleet's spread keys before
-    /// the next slice's first request. The call is the host's heartbeat
-    /// too (see `record`). A host that took no key's global step in the
-    /// last two seconds calls at most once a heartbeat: with slices of a
-    /// second or more, a call a second, as the heartbeat cost before.
-    pub(crate) fn call_when_due(&self, quota: &Quota, task: &str) {
-        let h = self.region.header();
-        if h.any_global.load(Acquire) == 0 {
-            return;
+    /// The keeper's part, for a task whose default limits have a global
+    /// rate (by their slice): the host makes its call at the call point
+    /// even if no request comes after it, so it learns the fleet's spread
+    /// keys before the next slice's first request. The call is the host's
+    /// heartbeat too (see `record`): with nothing to ask, one a second.
+    /// Returns whether it serves the heartbeat (false: the task's keeper
+    /// makes a plain one).
+    pub(crate) fn call_when_due(&self, quota: &Quota, task: &str) -> bool {
+        if self.region.header().any_global.load(Acquire) == 0 {
+            return false;
         }
         let Some(rule) = GlobalRule::of(&self.default_rules()) else {
-            return;
+            return false;
         };
-        let clock = self.store_clock(quota, rule.slice_ms);
-        let idle = h.fleet.active.load(Relaxed) + 2 < clock.ms / 1000;
-        if !idle || rule.slice_ms >= HEARTBEAT_MS || self.heartbeat_due(quota) {
-            self.call_if_due(quota, task, rule.slice_ms);
+        self.call_if_due(quota, task, rule.slice_ms, Caller::Keeper);
+        self.empty_call_if_due(quota, task, rule.slice_ms);
+        true
+    }
+
+    /// The keeper's call with nothing to ask, if no call was sent since
+    /// this window's call point: in the slice's last window with slices of
+    /// a second or more (its answer lists the fleet's spread keys), or when
+    /// the heartbeat is due (once a second); never to a store taken as
+    /// down. One process of the host makes it.
+    fn empty_call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64) {
+        let clock = self.store_clock(quota, slice_ms);
+        let w = window(slice_ms);
+        let this = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
+        let h = self.region.header();
+        let called = h.fleet.called.load(Acquire);
+        if clock.ms < this || called >= this {
+            return;
+        }
+        let last = clock.elapsed_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
+        let due = last && slice_ms >= HEARTBEAT_MS || self.heartbeat_due(quota);
+        if !due || h.global.failed_until_ms.load(Relaxed) > clock.ms {
+            return;
+        }
+        if h.fleet
+            .called
+            .compare_exchange(called, clock.ms, AcqRel, Relaxed)
+            .is_ok()
+        {
+            self.call_part(quota, task, &clock, slice_ms, &[]);
         }
     }
 
     /// Makes the host's call to the store if one is due (the first process
     /// of the host to see it due makes it; `GlobalHeader::ahead` holds when
-    /// the next is due, store ms): true if this process made one.
-    fn call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64) -> bool {
+    /// the next is due, store ms): true if this process made one. A call
+    /// due early in a slice (see `Called::Early`) is made only for a key
+    /// that waits for the store.
+    fn call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64, caller: Caller) -> bool {
         let clock = self.store_clock(quota, slice_ms);
         let due = &self.region.header().global.ahead;
         let at = due.load(Acquire);
@@ -264,6 +284,10 @@ impl Keys {
         let this = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
         // A host's first call is at its first window's call point.
         if clock.ms < at || (at == 0 && clock.ms < this) {
+            return false;
+        }
+        let early = at < this && clock.ms < this;
+        if early && caller != Caller::Pull {
             return false;
         }
         let next = this + if clock.ms < this { 0 } else { w };
@@ -274,7 +298,18 @@ impl Keys {
         // for an earlier window would ask before the slice's demand is
         // known, and before the store counted the key's askers.
         let last = clock.elapsed_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
-        self.call(quota, task, &clock, slice_ms, last);
+        match self.call(quota, task, &clock, (slice_ms, last), early) {
+            Called::Made => {}
+            Called::Nothing => return false,
+            // A key hot here for the first time was asked ahead for one
+            // permit: the next call comes as the next slice begins, when
+            // the store has counted every host's asks ahead for it.
+            Called::Early if last => {
+                let early = (clock.slice + 1) * slice_ms + EARLY_MS;
+                let _ = due.compare_exchange(next, early.min(next), AcqRel, Relaxed);
+            }
+            Called::Early => {}
+        }
         true
     }
 
@@ -283,29 +318,34 @@ impl Keys {
     /// keys hot on the host; the most asked first. A process killed
     /// meanwhile leaves its keys waiting, and the grants unspent (less
     /// admitted, never more).
-    fn call(&self, quota: &Quota, task: &str, clock: &Clock, slice_ms: u64, last: bool) {
+    /// `top_up`: the early call of a slice, whose asks are not counted among
+    /// the keys' asks (one host's top-up is not another host).
+    fn call(
+        &self,
+        quota: &Quota,
+        task: &str,
+        clock: &Clock,
+        (slice_ms, last): (u64, bool),
+        top_up: bool,
+    ) -> Called {
         let mut asks: Vec<(u64, u32, u64, KeyAsk)> = Vec::new();
+        let mut early = false;
         for index in 0..self.region.entries() {
             let Some(w) = self.region.globals(index) else {
                 break;
             };
-            self.asks_of(w, index, clock, slice_ms, last, &mut asks);
+            early |= self.asks_of(w, index, clock, (slice_ms, last, top_up), &mut asks);
         }
         if asks.is_empty() {
-            // With nothing to ask, the slice's last call is made still (its
-            // answer lists the fleet's spread keys), and one whose
-            // heartbeat is due (the census, the record's version).
-            if last || self.heartbeat_due(quota) {
-                self.call_part(quota, task, clock, slice_ms, &[]);
-            }
-            return;
+            return Called::Nothing;
         }
         asks.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
         for part in asks.chunks(MAX_KEY_BATCH) {
             if !self.call_part(quota, task, clock, slice_ms, part) {
-                return;
+                return Called::Made;
             }
         }
+        if early { Called::Early } else { Called::Made }
     }
 
     /// One round trip of a call: false when the store failed.
@@ -318,13 +358,20 @@ impl Keys {
         asks: &[(u64, u32, u64, KeyAsk)],
     ) -> bool {
         let batch: Vec<KeyAsk> = asks.iter().map(|a| a.3).collect();
+        self.region
+            .header()
+            .fleet
+            .called
+            .fetch_max(clock.ms, AcqRel);
         let names = self.names_of(asks);
         let sent = quota.host_us();
         let g = &self.region.header().global;
         match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch, &names) {
             Some(Ok(reply)) => {
                 self.note_reply(quota, sent, reply.store_ms, reply.hosts);
-                self.note_record(reply.record, quota.host_ms().max(0) as u64);
+                // The next heartbeat a second after this call was sent, so
+                // the keeper's next call point finds it due.
+                self.note_record(reply.record, (sent / 1000).max(0) as u64);
                 if reply.slice == clock.slice {
                     self.note_spread(reply.slice, slice_ms, &reply.spread);
                 }
@@ -371,90 +418,6 @@ impl Keys {
                 })
             })
             .collect()
-    }
-
-    /// The asks of entry `index`'s key (with what it was asked in the
-    /// slice, its entry and tag): for the current slice if it waits for
-    /// the store, for the next if the slice's `last` window is on and the
-    /// key is hot on the host.
-    fn asks_of(
-        &self,
-        w: &GlobalWords,
-        index: u32,
-        clock: &Clock,
-        slice_ms: u64,
-        last: bool,
-        asks: &mut Vec<(u64, u32, u64, KeyAsk)>,
-    ) {
-        let seen = Seen::unpack(w.seen.load(Relaxed));
-        let current = seen.slice == clock.slice & 0xff_ffff;
-        if index == OVERFLOW || !(current && seen.wants || last) {
-            return;
-        }
-        let bucket = self.region.bucket(index / BUCKET_KEYS as u32);
-        let ident = bucket.ident[index as usize % BUCKET_KEYS].load(Relaxed);
-        if ident == 0 || ident & IDENT_LOCK != 0 || global::tag_of(ident) != seen.tag {
-            return;
-        }
-        let (rules, _) = self.rules(ident);
-        let Some(rule) = GlobalRule::of(&rules) else {
-            return;
-        };
-        let rule = rule.among(self.region.header().global.hosts.load(Relaxed));
-        if rule.slice_ms != slice_ms {
-            return;
-        }
-        let id = w.id.load(Relaxed);
-        let now = Now::unpack(w.now.load(Relaxed));
-        // A key on its fallback share keeps to it for the slice.
-        if current
-            && seen.wants
-            && now.tag == seen.tag
-            && now.slice == seen.slice
-            && !now.exhausted
-            && !now.fallback
-        {
-            asks.push((
-                seen.asked,
-                index,
-                seen.tag,
-                KeyAsk {
-                    id,
-                    permits: rule.permits,
-                    want: rule.want(seen.asked, clock.elapsed_ms, 1),
-                    charge: now.local - now.charged.min(now.local),
-                    next: false,
-                },
-            ));
-        }
-        // A key still hot next slice has no allowance there: it is asked
-        // ahead even if this slice did not see it.
-        if last && seen.hot_for_in(rule.local, clock.slice + 1) > 0 {
-            let asked = if current { seen.asked } else { 0 };
-            // Hot here for the first time, and asked less than its slice:
-            // the store cannot tell yet whether many hosts share the key
-            // (their calls come together, the first would count one asker
-            // and be given the whole slice), so one permit, as each host of
-            // a key spread over many is given.
-            let first = current && seen.hot_for == 0 && asked < rule.permits;
-            let want = if first {
-                1
-            } else {
-                rule.want_ahead(asked, clock.elapsed_ms)
-            };
-            asks.push((
-                asked,
-                index,
-                seen.tag,
-                KeyAsk {
-                    id,
-                    permits: rule.permits,
-                    want,
-                    charge: 0,
-                    next: true,
-                },
-            ));
-        }
     }
 }
 

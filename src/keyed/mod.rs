@@ -8,6 +8,7 @@
 //! entries hold a keyed hash of them (see `map`), so a key of any length
 //! costs its 96 bytes (64, and 32 for its global rate).
 
+mod asks;
 mod config;
 mod decide;
 mod fleet;
@@ -19,6 +20,7 @@ mod names;
 mod rate;
 mod record;
 mod region;
+mod spread;
 mod view;
 
 use std::sync::Arc;

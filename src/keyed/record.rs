@@ -219,17 +219,20 @@ impl Tend for Keys {
         if !quota.keeps_keys() {
             return;
         }
-        self.call_when_due(quota, task);
+        let served = self.call_when_due(quota, task);
         let h = self.region.header();
         let r = &h.record;
         let now = quota.host_ms().max(0) as u64;
         // A task without a global rate or a record costs the store a call
-        // per process start, not one a second; one with a global rate makes
-        // its heartbeat at a call point (`call_when_due`).
-        let kept = h.any_global.load(Acquire) == 0
-            && (r.wanted.load(Acquire) != 0 || r.seen.load(Acquire) != 0);
+        // per process start, not one a second; one whose default limits
+        // have a global rate makes its heartbeat at a call point
+        // (`call_when_due`).
+        let kept = !served
+            && (h.any_global.load(Acquire) != 0
+                || r.wanted.load(Acquire) != 0
+                || r.seen.load(Acquire) != 0);
         let due = r.due.load(Acquire);
-        let first = !self.looked.swap(true, Relaxed) && h.any_global.load(Acquire) == 0;
+        let first = !self.looked.swap(true, Relaxed) && !served;
         if first
             || kept
                 && now >= due

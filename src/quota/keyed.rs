@@ -18,7 +18,8 @@ use crate::format::FLEET_LISTED;
 /// per key: its id, its
 /// permits per slice, the chunk wanted, what the host admitted of it on its
 /// own and has not reported yet (the charge, counted before the grant), and
-/// 0 for the current slice or 1 for the next; then id, 0 or 1 (the same)
+/// 0 for the current slice or 1 for the next (plus 2: a top-up, not counted
+/// among the key's asks); then id, 0 or 1 (the slice, as for asks)
 /// and name of the host's most asked keys (kept in `KEYS[1]:n:<slice>`,
 /// 64 bytes at most, for the fleet's view of its hot keys). A store that
 /// finds no mark
@@ -27,10 +28,10 @@ use crate::format::FLEET_LISTED;
 /// hosts took of it is unknown. Answers the store's ms, its
 /// current slice, the hosts in the census, 1 (or 0: the store is in
 /// another slice, nothing granted), the record's version (0: none), then
-/// granted and left for each key, then (when 1) the current slice's spread
-/// keys, most asked first, each id as two 32-bit halves (kept in
-/// `KEYS[1]:h:<slice>`: keys whose slice is spent and that were asked for
-/// again in it; at most [`FLEET_LISTED`]).
+/// granted and left for each key, then (when 1) the spread keys of the
+/// current slice and the last, most asked first, each id as two 32-bit
+/// halves (kept in `KEYS[1]:h:<slice>`: keys asked at least twice per
+/// permit in a slice and refused in it; at most [`FLEET_LISTED`]).
 pub(crate) const KEYED: &str = include_str!("keyed.lua");
 
 /// The keys' record of `task` (see `keyed::record`).
@@ -53,6 +54,9 @@ pub(crate) struct KeyAsk {
     pub charge: u64,
     /// For the next slice (asked ahead), not the current one.
     pub next: bool,
+    /// A top-up early in a slice: not counted among the key's asks, which
+    /// divide it among its hosts.
+    pub top_up: bool,
 }
 
 /// A key's name, sent with a call for the fleet's view of its hot keys.
@@ -87,8 +91,9 @@ pub(crate) struct KeyReply {
     /// Granted and left of each ask, in order; empty when the store was in
     /// another slice than asked.
     pub grants: Vec<(u64, u64)>,
-    /// The store ids of the current slice's spread keys, most asked first
-    /// (at most [`FLEET_LISTED`]; empty when the store was in another slice).
+    /// The store ids of the spread keys of the current slice and the last,
+    /// most asked first (at most [`FLEET_LISTED`]; empty when the store was
+    /// in another slice).
     pub spread: Vec<u64>,
 }
 
@@ -152,7 +157,7 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         args.push(a.permits.to_string());
         args.push(a.want.to_string());
         args.push(a.charge.to_string());
-        args.push((a.next as u8).to_string());
+        args.push((a.next as u8 | (a.top_up as u8) << 1).to_string());
     }
     for n in batch.names {
         args.push(format!("{:016x}", n.id));
@@ -250,6 +255,7 @@ mod tests {
             want: 4,
             charge: 1,
             next: false,
+            top_up: false,
         }];
         let b = batch(&asks);
         let (keys, args) = key_call("", &b);

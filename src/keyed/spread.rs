@@ -1,0 +1,46 @@
+//! The fleet's spread keys as the host keeps them: the list the store's
+//! last answer carried (see `fleet`, and `format::FleetWords` for the
+//! words), read when a key's words start a slice.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::Keys;
+use super::global::GlobalRule;
+use super::record::HEARTBEAT_MS;
+
+impl Keys {
+    /// Whether the store listed the key `id` among the fleet's spread keys
+    /// in `slice`, or up to a second of slices (of `slice_ms`) before: a
+    /// host with nothing to ask calls once a second.
+    pub(super) fn listed(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
+        let f = &self.region.header().fleet;
+        let of = f.slice.load(Acquire);
+        let span = (HEARTBEAT_MS / slice_ms.max(1)).max(1);
+        of != 0
+            && f.slice_ms.load(Relaxed) == slice_ms
+            && slice.wrapping_sub(of - 1) <= span
+            && f.ids.iter().any(|w| w.load(Relaxed) == id)
+    }
+
+    /// Keeps the spread keys the store listed for `slice` (of `slice_ms`):
+    /// not over a later slice's list, nor over the default limits' list
+    /// with another slicing's.
+    pub(super) fn note_spread(&self, slice: u64, slice_ms: u64, ids: &[u64]) {
+        let f = &self.region.header().fleet;
+        let (of, of_ms) = (f.slice.load(Acquire), f.slice_ms.load(Relaxed));
+        if of_ms == slice_ms && of > slice + 1 {
+            return;
+        }
+        if of_ms != slice_ms
+            && of != 0
+            && GlobalRule::of(&self.default_rules()).is_some_and(|r| r.slice_ms == of_ms)
+        {
+            return;
+        }
+        for (i, w) in f.ids.iter().enumerate() {
+            w.store(ids.get(i).copied().unwrap_or(0), Relaxed);
+        }
+        f.slice_ms.store(slice_ms, Relaxed);
+        f.slice.store(slice + 1, Release);
+    }
+}
