@@ -13,8 +13,6 @@
 //! on each of a thousand hosts is exact once the hosts have called. The
 //! keeper therefore makes the slice's last call even with nothing to ask,
 //! if none was made since the call point: it is the host's heartbeat too.
-//! A key hot on the host for the first time is asked ahead for one permit,
-//! and topped up by a call as the next slice begins.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::time::Duration;
@@ -37,35 +35,10 @@ const WINDOW_MS: u64 = 1000;
 /// next slice begins.
 const CALL_AT_TENTHS: u64 = 8;
 
-/// How far into a slice the early call of a host with a first-time key is
-/// made (store ms): past the slice's edge for any host whose clock the
-/// store's offset corrects, well before most of its requests.
-const EARLY_MS: u64 = 10;
-
 /// Keys a call names (the most asked): what the store keeps for the
 /// fleet's view of its hot keys. The fleet's hot keys are each among the
 /// most asked of the hosts that ask for them.
 const NAMED: usize = 2;
-
-/// What a call did.
-enum Called {
-    Made,
-    /// Nothing to ask: none made.
-    Nothing,
-    /// Made, with a first-time key asked ahead for one permit.
-    Early,
-}
-
-/// Who looks whether a call is due.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Caller {
-    /// The keeper thread, every 10 ms.
-    Keeper,
-    /// A request, before it decides.
-    Request,
-    /// A request whose key waits for the store.
-    Pull,
-}
 
 /// A key's global payment, given back if the task's own limits refuse.
 #[derive(Clone, Copy, Debug)]
@@ -151,7 +124,7 @@ impl Keys {
         let rule = &rule.among(self.region.header().global.hosts.load(Relaxed));
         let keeps = quota.keeps_keys();
         if keeps {
-            self.call_if_due(quota, task, rule.slice_ms, Caller::Request);
+            self.call_if_due(quota, task, rule.slice_ms);
         }
         let clock = self.store_clock(quota, rule.slice_ms);
         // Read when the key's words start a slice, as its id is.
@@ -200,7 +173,7 @@ impl Keys {
                 continue;
             }
             global::wait_for_store(w, tag, clock.slice);
-            if !self.call_if_due(quota, task, rule.slice_ms, Caller::Pull) {
+            if !self.call_if_due(quota, task, rule.slice_ms) {
                 let next = g.ahead.load(Relaxed);
                 wait = next.saturating_sub(clock.ms).max(1);
                 break;
@@ -238,26 +211,31 @@ impl Keys {
         let Some(rule) = GlobalRule::of(&self.default_rules()) else {
             return false;
         };
-        self.call_if_due(quota, task, rule.slice_ms, Caller::Keeper);
+        self.call_if_due(quota, task, rule.slice_ms);
         self.empty_call_if_due(quota, task, rule.slice_ms);
         true
     }
 
     /// The keeper's call with nothing to ask, if no call was sent since
-    /// this window's call point: in the slice's last window with slices of
-    /// a second or more (its answer lists the fleet's spread keys), or when
+    /// the latest call point: in the slice's last window with slices of a
+    /// second or more (its answer lists the fleet's spread keys), or when
     /// the heartbeat is due (once a second); never to a store taken as
     /// down. One process of the host makes it.
     fn empty_call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64) {
         let clock = self.store_clock(quota, slice_ms);
         let w = window(slice_ms);
-        let this = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
+        let mut point = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
+        if clock.ms < point {
+            point = point.saturating_sub(w);
+        }
         let h = self.region.header();
         let called = h.fleet.called.load(Acquire);
-        if clock.ms < this || called >= this {
+        // (A mark ahead of the clock by more than a window is one the
+        // store's clock jumped back from: stale.)
+        if called >= point && called <= clock.ms + w {
             return;
         }
-        let last = clock.elapsed_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
+        let last = point % slice_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
         let due = last && slice_ms >= HEARTBEAT_MS || self.heartbeat_due(quota);
         if !due || h.global.failed_until_ms.load(Relaxed) > clock.ms {
             return;
@@ -273,10 +251,9 @@ impl Keys {
 
     /// Makes the host's call to the store if one is due (the first process
     /// of the host to see it due makes it; `GlobalHeader::ahead` holds when
-    /// the next is due, store ms): true if this process made one. A call
-    /// due early in a slice (see `Called::Early`) is made only for a key
-    /// that waits for the store.
-    fn call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64, caller: Caller) -> bool {
+    /// the next is due, store ms): true if this process claimed it. With
+    /// nothing to ask no call is made (see `empty_call_if_due`).
+    fn call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64) -> bool {
         let clock = self.store_clock(quota, slice_ms);
         let due = &self.region.header().global.ahead;
         let at = due.load(Acquire);
@@ -284,10 +261,6 @@ impl Keys {
         let this = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
         // A host's first call is at its first window's call point.
         if clock.ms < at || (at == 0 && clock.ms < this) {
-            return false;
-        }
-        let early = at < this && clock.ms < this;
-        if early && caller != Caller::Pull {
             return false;
         }
         let next = this + if clock.ms < this { 0 } else { w };
@@ -298,18 +271,7 @@ impl Keys {
         // for an earlier window would ask before the slice's demand is
         // known, and before the store counted the key's askers.
         let last = clock.elapsed_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
-        match self.call(quota, task, &clock, (slice_ms, last), early) {
-            Called::Made => {}
-            Called::Nothing => return false,
-            // A key hot here for the first time was asked ahead for one
-            // permit: the next call comes as the next slice begins, when
-            // the store has counted every host's asks ahead for it.
-            Called::Early if last => {
-                let early = (clock.slice + 1) * slice_ms + EARLY_MS;
-                let _ = due.compare_exchange(next, early.min(next), AcqRel, Relaxed);
-            }
-            Called::Early => {}
-        }
+        self.call(quota, task, &clock, slice_ms, last);
         true
     }
 
@@ -318,34 +280,23 @@ impl Keys {
     /// keys hot on the host; the most asked first. A process killed
     /// meanwhile leaves its keys waiting, and the grants unspent (less
     /// admitted, never more).
-    /// `top_up`: the early call of a slice, whose asks are not counted among
-    /// the keys' asks (one host's top-up is not another host).
-    fn call(
-        &self,
-        quota: &Quota,
-        task: &str,
-        clock: &Clock,
-        (slice_ms, last): (u64, bool),
-        top_up: bool,
-    ) -> Called {
+    fn call(&self, quota: &Quota, task: &str, clock: &Clock, slice_ms: u64, last: bool) {
         let mut asks: Vec<(u64, u32, u64, KeyAsk)> = Vec::new();
-        let mut early = false;
         for index in 0..self.region.entries() {
             let Some(w) = self.region.globals(index) else {
                 break;
             };
-            early |= self.asks_of(w, index, clock, (slice_ms, last, top_up), &mut asks);
+            self.asks_of(w, index, clock, slice_ms, last, &mut asks);
         }
         if asks.is_empty() {
-            return Called::Nothing;
+            return;
         }
         asks.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
         for part in asks.chunks(MAX_KEY_BATCH) {
             if !self.call_part(quota, task, clock, slice_ms, part) {
-                return Called::Made;
+                return;
             }
         }
-        if early { Called::Early } else { Called::Made }
     }
 
     /// One round trip of a call: false when the store failed.

@@ -54,10 +54,7 @@ local asks = tonumber(ARGV[4])
 for i = 5, 4 + 5 * asks, 5 do
   local id = ARGV[i]
   local permits, want, charge = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  -- 1: for the next slice; 2: a top-up, not one of the key's asks.
-  local flag = tonumber(ARGV[i + 4]) or 0
-  local slice, counted = current + flag % 2, ASK
-  if flag >= 2 then counted = 0 end
+  local slice = current + tonumber(ARGV[i + 4])
   local counts = KEYS[1] .. ':' .. slice
   local given = read(counts, id) or permits
   local used = given + charge
@@ -69,7 +66,7 @@ for i = 5, 4 + 5 * asks, 5 do
   if askers > 1 then share = math.max(1, math.floor(permits / askers)) end
   local grant = math.max(0, math.min(want, share, permits - used))
   if slice == born then grant = 0 end
-  local asked = math.floor(redis.call('HINCRBY', counts, id, charge + grant + counted) / ASK)
+  local asked = math.floor(redis.call('HINCRBY', counts, id, charge + grant + ASK) / ASK)
   expiring[counts] = (slice + 1) * slice_ms
   -- (Only an id of 16 hex digits is listed: every host reads the list.)
   if slice == current and asked >= SPREAD * permits and grant < want and permits - used - grant <= 0

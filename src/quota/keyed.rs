@@ -18,8 +18,7 @@ use crate::format::FLEET_LISTED;
 /// per key: its id, its
 /// permits per slice, the chunk wanted, what the host admitted of it on its
 /// own and has not reported yet (the charge, counted before the grant), and
-/// 0 for the current slice or 1 for the next (plus 2: a top-up, not counted
-/// among the key's asks); then id, 0 or 1 (the slice, as for asks)
+/// 0 for the current slice or 1 for the next; then id, 0 or 1 (the same)
 /// and name of the host's most asked keys (kept in `KEYS[1]:n:<slice>`,
 /// 64 bytes at most, for the fleet's view of its hot keys). A store that
 /// finds no mark
@@ -54,9 +53,6 @@ pub(crate) struct KeyAsk {
     pub charge: u64,
     /// For the next slice (asked ahead), not the current one.
     pub next: bool,
-    /// A top-up early in a slice: not counted among the key's asks, which
-    /// divide it among its hosts.
-    pub top_up: bool,
 }
 
 /// A key's name, sent with a call for the fleet's view of its hot keys.
@@ -157,7 +153,7 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
         args.push(a.permits.to_string());
         args.push(a.want.to_string());
         args.push(a.charge.to_string());
-        args.push((a.next as u8 | (a.top_up as u8) << 1).to_string());
+        args.push((a.next as u8).to_string());
     }
     for n in batch.names {
         args.push(format!("{:016x}", n.id));
@@ -255,7 +251,6 @@ mod tests {
             want: 4,
             charge: 1,
             next: false,
-            top_up: false,
         }];
         let b = batch(&asks);
         let (keys, args) = key_call("", &b);
