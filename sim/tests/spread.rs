@@ -1,7 +1,7 @@
 //! The keys' script's list of the fleet's spread keys, one call at a time:
 //! the crate's own `keyed.lua` over the model of Redis, at a fixed instant.
 //! `keys` in the simulator shows what the list buys (a key asked on every
-//! host exact from its second slice); these show what the script lists.
+//! host exact from its third slice); these show what the script lists.
 
 use flowctrl::sim::Script;
 use flowctrl_sim::lua::LuaStore;

@@ -108,7 +108,8 @@ pub(crate) const KEY_COUNTERS: usize = 8;
 /// The host-wide words of the keys' global rates.
 #[repr(C)]
 pub(crate) struct GlobalHeader {
-    /// The slice (low 32 bits of its id) whose chunks were asked ahead.
+    /// When the host's next call for keys is due (store ms; see
+    /// `keyed::fleet`).
     pub ahead: AtomicU64,
     /// The store's clock minus this host's, µs (i64 bits), as measured
     /// and smoothed.

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::global::GlobalRule;
 use super::limits::Rules;
 use super::{KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, Keys};
 use crate::clock::Clock;
@@ -33,6 +34,21 @@ impl Keys {
         let h = self.region.header();
         read_versioned(&h.config_version, |i| {
             Rules::read(&self.region.config(i).default)
+        })
+    }
+
+    /// The default limits' global slice length, if they have a global rate
+    /// and every override that has one counts in the same slices.
+    pub(super) fn one_slicing(&self) -> Option<u64> {
+        let h = self.region.header();
+        read_versioned(&h.config_version, |i| {
+            let c = self.region.config(i);
+            let slice_ms = GlobalRule::of(&Rules::read(&c.default))?.slice_ms;
+            (0..MAX_OVERRIDES)
+                .filter(|&o| c.override_keys[o].load(Ordering::Relaxed) != 0)
+                .filter_map(|o| GlobalRule::of(&Rules::read(&c.overrides[o])))
+                .all(|r| r.slice_ms == slice_ms)
+                .then_some(slice_ms)
         })
     }
 

@@ -198,12 +198,15 @@ impl Keys {
     }
 
     /// The keeper's part, for a task whose default limits have a global
-    /// rate (by their slice): the host makes its call at the call point
-    /// even if no request comes after it, so it learns the fleet's spread
-    /// keys before the next slice's first request. The call is the host's
-    /// heartbeat too (see `record`): with nothing to ask, one a second.
-    /// Returns whether it serves the heartbeat (false: the task's keeper
-    /// makes a plain one).
+    /// rate (by their slice): the window's call if it is due and no request
+    /// came to make it (keys that wait for the store are asked, and in the
+    /// slice's last window the hot ones ahead), or a call with nothing to
+    /// ask, so the host learns the fleet's spread keys before the next
+    /// slice's first request. It is the host's heartbeat too (see
+    /// `record`): one a second. The keeper takes no window while overrides
+    /// count in other slices: their keys' requests take the windows they
+    /// need. Returns whether it serves the heartbeat (false: the task's
+    /// keeper makes a plain one).
     pub(crate) fn call_when_due(&self, quota: &Quota, task: &str) -> bool {
         if self.region.header().any_global.load(Acquire) == 0 {
             return false;
@@ -211,13 +214,15 @@ impl Keys {
         let Some(rule) = GlobalRule::of(&self.default_rules()) else {
             return false;
         };
-        self.call_if_due(quota, task, rule.slice_ms);
+        if self.one_slicing() == Some(rule.slice_ms) {
+            self.call_if_due(quota, task, rule.slice_ms);
+        }
         self.empty_call_if_due(quota, task, rule.slice_ms);
         true
     }
 
     /// The keeper's call with nothing to ask, if no call was sent since
-    /// the latest call point: in the slice's last window with slices of a
+    /// the latest call point, a tenth of a window after it: in the slice's last window with slices of a
     /// second or more (its answer lists the fleet's spread keys), or when
     /// the heartbeat is due (once a second); never to a store taken as
     /// down. One process of the host makes it.
@@ -230,9 +235,10 @@ impl Keys {
         }
         let h = self.region.header();
         let called = h.fleet.called.load(Acquire);
-        // (A mark ahead of the clock by more than a window is one the
-        // store's clock jumped back from: stale.)
-        if called >= point && called <= clock.ms + w {
+        // A tenth of a window after the point: a request past it makes the
+        // window's call first. (A mark ahead of the clock by more than a
+        // window is one the store's clock jumped back from: stale.)
+        if clock.ms < point + w / 10 || called >= point && called <= clock.ms + w {
             return;
         }
         let last = point % slice_ms >= slice_ms - w + w * CALL_AT_TENTHS / 10;
@@ -259,8 +265,10 @@ impl Keys {
         let at = due.load(Acquire);
         let w = window(slice_ms);
         let this = clock.ms / w * w + w * CALL_AT_TENTHS / 10;
-        // A host's first call is at its first window's call point.
-        if clock.ms < at || (at == 0 && clock.ms < this) {
+        // A host's first call is at its first window's call point. A due
+        // time more than two windows ahead is one the store's clock jumped
+        // back from: due now.
+        if clock.ms < at && at <= clock.ms + 2 * w || (at == 0 && clock.ms < this) {
             return false;
         }
         let next = this + if clock.ms < this { 0 } else { w };

@@ -200,7 +200,10 @@ fn rate_of(text: &str) -> Result<Option<KeyGlobal>> {
 impl Keys {
     /// Whether the host has made no call for keys for [`HEARTBEAT_MS`].
     pub(crate) fn heartbeat_due(&self, quota: &Quota) -> bool {
-        quota.host_ms().max(0) as u64 >= self.region.header().record.due.load(Acquire)
+        let now = quota.host_ms().max(0) as u64;
+        let due = self.region.header().record.due.load(Acquire);
+        // (Due later than two heartbeats: the host's clock stepped back.)
+        now >= due || due > now + 2 * HEARTBEAT_MS
     }
 
     /// After a call for keys: the store's record is at `version` (0: none).
@@ -316,6 +319,9 @@ impl Keys {
         if let Some(Ok(reply)) = quota.pull_keys(task, (slice, 1000), &[], &[]) {
             self.note_reply(quota, sent, reply.store_ms, reply.hosts);
             self.note_record(reply.record, quota.host_ms().max(0) as u64);
+            if reply.slice == slice {
+                self.note_spread(reply.slice, 1000, &reply.spread);
+            }
         }
     }
 
