@@ -29,26 +29,18 @@ impl Keys {
         })
     }
 
-    /// The default limits' rules (those of every key without an override).
-    pub(super) fn default_rules(&self) -> Rules {
-        let h = self.region.header();
-        read_versioned(&h.config_version, |i| {
-            Rules::read(&self.region.config(i).default)
-        })
-    }
-
-    /// The default limits' global slice length, if they have a global rate
-    /// and every override that has one counts in the same slices.
-    pub(super) fn one_slicing(&self) -> Option<u64> {
+    /// The default limits' global slice length, if they have a global rate,
+    /// and whether every override that has one counts in the same slices.
+    pub(super) fn global_slicing(&self) -> Option<(u64, bool)> {
         let h = self.region.header();
         read_versioned(&h.config_version, |i| {
             let c = self.region.config(i);
             let slice_ms = GlobalRule::of(&Rules::read(&c.default))?.slice_ms;
-            (0..MAX_OVERRIDES)
+            let one = (0..MAX_OVERRIDES)
                 .filter(|&o| c.override_keys[o].load(Ordering::Relaxed) != 0)
                 .filter_map(|o| GlobalRule::of(&Rules::read(&c.overrides[o])))
-                .all(|r| r.slice_ms == slice_ms)
-                .then_some(slice_ms)
+                .all(|r| r.slice_ms == slice_ms);
+            Some((slice_ms, one))
         })
     }
 

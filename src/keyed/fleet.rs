@@ -211,21 +211,21 @@ impl Keys {
         if self.region.header().any_global.load(Acquire) == 0 {
             return false;
         }
-        let Some(rule) = GlobalRule::of(&self.default_rules()) else {
+        let Some((slice_ms, one)) = self.global_slicing() else {
             return false;
         };
-        if self.one_slicing() == Some(rule.slice_ms) {
-            self.call_if_due(quota, task, rule.slice_ms);
+        if one {
+            self.call_if_due(quota, task, slice_ms);
         }
-        self.empty_call_if_due(quota, task, rule.slice_ms);
+        self.empty_call_if_due(quota, task, slice_ms);
         true
     }
 
-    /// The keeper's call with nothing to ask, if no call was sent since
-    /// the latest call point, a tenth of a window after it: in the slice's last window with slices of a
-    /// second or more (its answer lists the fleet's spread keys), or when
-    /// the heartbeat is due (once a second); never to a store taken as
-    /// down. One process of the host makes it.
+    /// The keeper's call with nothing to ask, a tenth of a window past the
+    /// latest call point if no call was sent since: in the slice's last
+    /// window with slices of a second or more (its answer lists the fleet's
+    /// spread keys), or when the heartbeat is due (once a second); never to
+    /// a store taken as down. One process of the host makes it.
     fn empty_call_if_due(&self, quota: &Quota, task: &str, slice_ms: u64) {
         let clock = self.store_clock(quota, slice_ms);
         let w = window(slice_ms);

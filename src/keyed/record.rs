@@ -7,8 +7,7 @@
 //! Every call a host makes for keys learns the record's version (and a
 //! host that needs no call makes an empty one every [`HEARTBEAT_MS`], at
 //! a call point when its default limits have a global rate (see `fleet`),
-//! so a
-//! record reaches a host whose keys all stay within their allowance; a task
+//! so a record reaches a host whose keys all stay within their allowance; a task
 //! with neither a global rate nor a record makes one when a process starts,
 //! so a record written later reaches it at its next start). Off
 //! the request path, its keeper fetches a version it has not seen, checks

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::Keys;
-use super::global::GlobalRule;
 use super::record::HEARTBEAT_MS;
 
 impl Keys {
@@ -31,9 +30,7 @@ impl Keys {
         if of_ms == slice_ms && of > slice + 1 {
             return;
         }
-        if of_ms != slice_ms
-            && of != 0
-            && GlobalRule::of(&self.default_rules()).is_some_and(|r| r.slice_ms == of_ms)
+        if of_ms != slice_ms && of != 0 && self.global_slicing().is_some_and(|(ms, _)| ms == of_ms)
         {
             return;
         }
