@@ -38,3 +38,29 @@ fn a_thousand_hosts_keep_the_keys_budgets() {
     }
     assert!(misses.is_empty(), "{misses:#?}");
 }
+
+/// A key new to the fleet and asked a few times a slice on every host is
+/// not stranded on the first callers of the fleet's burst of calls: a host
+/// on which the key is new asks ahead for the rate it saw, no margin, so
+/// the next slice is spread over more hosts: over ten runs (seeds), at
+/// least 7 of 10 on average in the second slice, and never more than 10.
+#[test]
+fn a_spread_key_new_to_the_fleet_is_not_stranded_on_its_first_callers() {
+    let base = flowctrl_sim::keyed::scenarios(1000, 1, None)
+        .into_iter()
+        .find(|s| s.name == "spread-key")
+        .unwrap();
+    let mut second = Vec::new();
+    for seed in 1..=10 {
+        let s = flowctrl_sim::keyed::KeyScenario {
+            seed,
+            ..base.clone()
+        };
+        let run = flowctrl_sim::keyed::run(&s).unwrap();
+        second.push(run.slices[1].one_key);
+    }
+    let mean = second.iter().sum::<u64>() as f64 / second.len() as f64;
+    eprintln!("second slices {second:?}, mean {mean}");
+    assert!(second.iter().all(|&n| n <= 10), "{second:?}");
+    assert!(mean >= 7.0, "{second:?}");
+}
