@@ -42,18 +42,8 @@ impl Host {
         config: &TaskConfig,
         skew_ms: i64,
     ) -> Result<Self> {
-        let options = TableOptions {
-            capacity: 1,
-            max_processes: 2,
-            balancers: 0,
-            store: StoreOptions {
-                url: Some(flowctrl::sim::URL.into()),
-                host_id: Some(format!("h{id:04}")),
-                clock_skew_ms: skew_ms,
-                ..StoreOptions::default()
-            },
-            ..TableOptions::default()
-        };
+        let mut options = table_options(id);
+        options.store.clock_skew_ms = skew_ms;
         let table = Table::open(dir.join(format!("h{id:04}")), &options)?;
         let task = table.task(TASK, config)?;
         Ok(Self {
@@ -80,6 +70,22 @@ impl Host {
 
     pub fn stats(&self) -> QuotaStats {
         self.task.quota_stats()
+    }
+}
+
+/// The options of simulated host `id` (`h0042`): the smallest table there
+/// is (one task, two processes, no balancers), its store the simulator's.
+pub fn table_options(id: usize) -> TableOptions {
+    TableOptions {
+        capacity: 1,
+        max_processes: 2,
+        balancers: 0,
+        store: StoreOptions {
+            url: Some(flowctrl::sim::URL.into()),
+            host_id: Some(format!("h{id:04}")),
+            ..StoreOptions::default()
+        },
+        ..TableOptions::default()
     }
 }
 

@@ -7,13 +7,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use flowctrl::{
-    KeyConfig, KeyGlobal, KeyLimits, KeyRate, Outcome, StoreOptions, Table, TableOptions, Task,
-    TaskConfig,
-};
+use flowctrl::{KeyConfig, KeyGlobal, KeyLimits, KeyRate, Outcome, Table, Task, TaskConfig};
 
 use crate::Result;
-use crate::fleet::{Dir, Rng};
+use crate::fleet::{Dir, Rng, table_options};
 use crate::lua::LuaStore;
 
 const BASE_US: i64 = 1_900_000_000_000_000;
@@ -118,18 +115,7 @@ pub fn run(s: &KeyScenario) -> Result<KeyRun> {
     let keys = KeyConfig::new(limits).capacity(s.capacity);
     let mut hosts = Vec::with_capacity(s.hosts);
     for i in 0..s.hosts {
-        let options = TableOptions {
-            capacity: 1,
-            max_processes: 2,
-            balancers: 0,
-            store: StoreOptions {
-                url: Some(flowctrl::sim::URL.into()),
-                host_id: Some(format!("h{i:04}")),
-                ..StoreOptions::default()
-            },
-            ..TableOptions::default()
-        };
-        let table = Table::open(dir.0.join(format!("h{i:04}")), &options)?;
+        let table = Table::open(dir.0.join(format!("h{i:04}")), &table_options(i))?;
         let task = table.task("keys", &TaskConfig::new())?;
         task.set_keys(&keys)?;
         hosts.push(Host {

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use flowctrl::sim::{Script, ScriptValue};
 use flowctrl::{
-    Error, ErrorKind, KeyConfig, KeyGlobal, KeyLimits, KeyRate, Outcome, Result, StoreOptions,
-    Table, TableOptions, Task, TaskConfig,
+    Error, ErrorKind, KeyConfig, KeyGlobal, KeyLimits, KeyRate, Outcome, Result, Table, Task,
+    TaskConfig,
 };
-use flowctrl_sim::fleet::Dir;
+use flowctrl_sim::fleet::{Dir, table_options};
 use flowctrl_sim::lua::LuaStore;
 
 /// A slice's start (every slice length here divides it).
@@ -84,18 +84,7 @@ impl Host {
         flowctrl::clock::sim::set_now_us(BASE_US);
         watched.store.model.lock().unwrap().set_now_us(BASE_US);
         let dir = Dir::new(&format!("keeper-{name}")).unwrap();
-        let options = TableOptions {
-            capacity: 1,
-            max_processes: 2,
-            balancers: 0,
-            store: StoreOptions {
-                url: Some(flowctrl::sim::URL.into()),
-                host_id: Some("h0000".into()),
-                ..StoreOptions::default()
-            },
-            ..TableOptions::default()
-        };
-        let table = Table::open(dir.0.join("t"), &options).unwrap();
+        let table = Table::open(dir.0.join("t"), &table_options(0)).unwrap();
         let task = table.task("keys", &TaskConfig::new()).unwrap();
         task.set_keys(config).unwrap();
         Self {
