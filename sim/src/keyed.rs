@@ -52,6 +52,8 @@ pub struct KeyScenario {
     /// 160 bytes a key, and a run's 1,000 hosts keep theirs on disk at once.
     pub capacity: u32,
     pub seed: u64,
+    /// The store restarted empty at (slice, ms into it), if at all.
+    pub restart: Option<(i64, i64)>,
 }
 
 /// What one slice did.
@@ -139,6 +141,9 @@ pub fn run(s: &KeyScenario) -> Result<KeyRun> {
         let mut t = start;
         while t < start + SLICE_MS * 1000 {
             set_now(t + TICK_US / 2);
+            if s.restart == Some((k, (t - start) / 1000)) {
+                store.model.lock().unwrap().flush();
+            }
             if (t - start) % KEEPER_US == 0 {
                 for h in &hosts {
                     h.task.tend_keys();
@@ -234,6 +239,7 @@ pub fn scenarios(hosts: usize, slices: u32, local: Option<u32>) -> Vec<KeyScenar
         slices,
         capacity: 16,
         seed: 7,
+        restart: None,
     };
     vec![
         KeyScenario {

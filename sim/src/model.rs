@@ -67,6 +67,11 @@ impl Model {
         self.now_us
     }
 
+    /// A restart that kept nothing (no persistence): every key gone.
+    pub fn flush(&mut self) {
+        self.keys.clear();
+    }
+
     /// Keys alive now (expired ones are dropped first).
     pub fn len(&mut self) -> usize {
         let now = self.now_us;

@@ -64,3 +64,25 @@ fn a_spread_key_new_to_the_fleet_is_not_stranded_on_its_first_callers() {
     assert!(second.iter().all(|&n| n <= 10), "{second:?}");
     assert!(mean >= 7.0, "{second:?}");
 }
+
+/// A store restarted empty inside a slice loses the fleet's list of spread
+/// keys with its counts. The spread key passes its limit in no slice for
+/// it: the hosts keep the key hot (no allowance) for slices after they
+/// last saw it past one, and keep the list they were last told; and it
+/// admits its whole limit again from the second slice after the restart.
+#[test]
+fn a_spread_key_keeps_its_limit_through_a_store_restart() {
+    let s = flowctrl_sim::keyed::KeyScenario {
+        slices: 7,
+        restart: Some((3, 400)),
+        ..flowctrl_sim::keyed::scenarios(1000, 7, None)
+            .into_iter()
+            .find(|s| s.name == "spread-key")
+            .unwrap()
+    };
+    let run = flowctrl_sim::keyed::run(&s).unwrap();
+    let admitted: Vec<u64> = run.slices.iter().map(|f| f.one_key).collect();
+    eprintln!("the spread key, a restart 400 ms into slice 3: {admitted:?}");
+    assert!(admitted[1..].iter().all(|&n| n <= 10), "{admitted:?}");
+    assert!(admitted[5..].iter().all(|&n| n == 10), "{admitted:?}");
+}
