@@ -77,7 +77,7 @@ impl Keys {
                 KeyAsk {
                     id,
                     permits: rule.permits,
-                    want: rule.want_ahead(asked, clock.elapsed_ms, current && seen.hot_for == 0),
+                    want: rule.want_ahead(asked, clock.elapsed_ms),
                     charge: 0,
                     next: true,
                 },

@@ -102,19 +102,10 @@ impl GlobalRule {
     }
 
     /// The chunk to ask ahead for the next slice, having been asked `asked`
-    /// in this one by `elapsed_ms`: twice the rate, and two; the rate alone
-    /// for a key `new` on the host (hot in none of its last slices). The
-    /// fleet's calls come together, and the store, which cannot yet know
-    /// who else asks for a key new to it, gives its first callers what
-    /// they ask: a margin there is a chunk the other hosts never get.
-    pub(crate) fn want_ahead(&self, asked: u64, elapsed_ms: u64, new: bool) -> u64 {
+    /// in this one by `elapsed_ms`: twice the rate, and two.
+    pub(crate) fn want_ahead(&self, asked: u64, elapsed_ms: u64) -> u64 {
         let projected = (asked * self.slice_ms).div_ceil(elapsed_ms.max(1));
-        let want = if new {
-            asked * self.slice_ms / elapsed_ms.max(1)
-        } else {
-            2 * projected + 2
-        };
-        want.clamp(1, self.permits.min(MAX_HELD))
+        (2 * projected + 2).clamp(1, self.permits.min(MAX_HELD))
     }
 }
 

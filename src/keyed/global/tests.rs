@@ -182,10 +182,8 @@ fn chunks_follow_the_rate_seen_and_never_pass_the_slice() {
     assert_eq!(RULE.want(1, 500, 1), 3);
     assert_eq!(RULE.want(100, 500, 1), 10);
     assert_eq!(RULE.want(0, 0, 1), 1);
-    assert_eq!(RULE.want_ahead(2, 800, false), 8);
-    assert_eq!(RULE.want_ahead(0, 800, false), 2);
-    assert_eq!(RULE.want_ahead(4, 800, true), 5);
-    assert_eq!(RULE.want_ahead(0, 800, true), 1);
+    assert_eq!(RULE.want_ahead(2, 800), 8);
+    assert_eq!(RULE.want_ahead(0, 800), 2);
 }
 
 #[test]
