@@ -53,7 +53,8 @@ took_keys=$(( $(date +%s) - began ))
     echo "*zipf-keys*: a million keys by Zipf(1.1), 500 k requests/s, each at a host drawn at"
     echo "random; *-pinned*: each key at one host of its own (a load balancer hashing the key),"
     echo "allowance 9; *one-host-key*: one key asked 100/s on one host; *one-host-under*: one key"
-    echo "of 100/s asked 50/s on one host; *spread-key*: one key asked"
+    echo "of 100/s asked 50/s on one host (both at random instants: a request in a 1 ms tick by"
+    echo "chance); *spread-key*: one key asked"
     echo "5/s on every host; *thin-key*: one key asked 0.2/s on every host (a host past its"
     echo "allowance now and then). Each host's keeper looks every 10 ms, as its thread does."
     echo

@@ -128,6 +128,11 @@ pub fn run(s: &KeyScenario) -> Result<KeyRun> {
     let cdf = zipf_cdf(s.keys, s.zipf);
     let mut rng = Rng(s.seed);
     let per_tick = s.offered * TICK_US as f64 / 1e6;
+    assert!(
+        s.spread != Spread::OneHost || per_tick <= 1.0,
+        "{}: a key on one host gets at most a request a tick",
+        s.name
+    );
     let limit = (s.limit * SLICE_MS as f64 / 1000.0).round() as u64;
     let mut asked = vec![0u32; s.keys];
     let mut admitted = vec![0u32; s.keys];
@@ -149,7 +154,16 @@ pub fn run(s: &KeyScenario) -> Result<KeyRun> {
                     h.task.tend_keys();
                 }
             }
-            carry += per_tick;
+            // A key on one host gets a request in a tick by chance: its
+            // arrivals are random, as a client's are (evenly spaced, a
+            // host's projection of its rate would be exact). Elsewhere the
+            // key or the host of each request is drawn at random already.
+            carry += if s.spread == Spread::OneHost {
+                let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                if u < per_tick { 1.0 } else { 0.0 }
+            } else {
+                per_tick
+            };
             while carry >= 1.0 {
                 carry -= 1.0;
                 let rank = if s.keys == 1 {
