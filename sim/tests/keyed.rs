@@ -4,6 +4,8 @@
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use flowctrl_sim::keyed::{self, KeyRun, KeyScenario};
+
 /// The runs in this process share its simulated clock and installed
 /// store: one at a time.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -13,7 +15,7 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 
 #[test]
 fn a_thousand_hosts_keep_the_keys_budgets() {
-    let children: Vec<_> = flowctrl_sim::keyed::scenarios(1000, 4, None)
+    let children: Vec<_> = keyed::scenarios(1000, 4, None)
         .into_iter()
         .map(|s| {
             let child = Command::new(env!("CARGO_BIN_EXE_flowctrl-sim"))
@@ -47,6 +49,29 @@ fn a_thousand_hosts_keep_the_keys_budgets() {
     assert!(misses.is_empty(), "{misses:#?}");
 }
 
+/// Scenario `name` of the report at 1,000 hosts, `slices` judged.
+fn scenario(name: &str, slices: u32) -> KeyScenario {
+    keyed::scenarios(1000, slices, None)
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap()
+}
+
+/// Scenario `name` run with seeds `seeds` (each a fleet of its own
+/// demand), one at a time.
+fn runs(name: &str, slices: u32, seeds: std::ops::RangeInclusive<u64>) -> Vec<(u64, KeyRun)> {
+    let base = scenario(name, slices);
+    seeds
+        .map(|seed| {
+            let s = KeyScenario {
+                seed,
+                ..base.clone()
+            };
+            (seed, keyed::run(&s).unwrap())
+        })
+        .collect()
+}
+
 /// A key new to the fleet and asked a few times a slice on every host: in
 /// its second slice (the first the fleet knows it hot in) it never passes
 /// its limit, and is not starved, though the first callers of the fleet's
@@ -55,19 +80,10 @@ fn a_thousand_hosts_keep_the_keys_budgets() {
 #[test]
 fn a_spread_key_new_to_the_fleet_keeps_its_limit_in_its_second_slice() {
     let _one = one_at_a_time();
-    let base = flowctrl_sim::keyed::scenarios(1000, 1, None)
-        .into_iter()
-        .find(|s| s.name == "spread-key")
-        .unwrap();
-    let mut second = Vec::new();
-    for seed in 1..=10 {
-        let s = flowctrl_sim::keyed::KeyScenario {
-            seed,
-            ..base.clone()
-        };
-        let run = flowctrl_sim::keyed::run(&s).unwrap();
-        second.push(run.slices[1].one_key);
-    }
+    let second: Vec<u64> = runs("spread-key", 1, 1..=10)
+        .iter()
+        .map(|(_, run)| run.slices[1].one_key)
+        .collect();
     let mean = second.iter().sum::<u64>() as f64 / second.len() as f64;
     eprintln!("second slices {second:?}, mean {mean}");
     assert!(second.iter().all(|&n| n <= 10), "{second:?}");
@@ -82,15 +98,11 @@ fn a_spread_key_new_to_the_fleet_keeps_its_limit_in_its_second_slice() {
 #[test]
 fn a_spread_key_keeps_its_limit_through_a_store_restart() {
     let _one = one_at_a_time();
-    let s = flowctrl_sim::keyed::KeyScenario {
-        slices: 7,
+    let s = KeyScenario {
         restart: Some((3, 400)),
-        ..flowctrl_sim::keyed::scenarios(1000, 7, None)
-            .into_iter()
-            .find(|s| s.name == "spread-key")
-            .unwrap()
+        ..scenario("spread-key", 7)
     };
-    let run = flowctrl_sim::keyed::run(&s).unwrap();
+    let run = keyed::run(&s).unwrap();
     let admitted: Vec<u64> = run.slices.iter().map(|f| f.one_key).collect();
     eprintln!("the spread key, a restart 400 ms into slice 3: {admitted:?}");
     assert!(admitted[1..].iter().all(|&n| n <= 10), "{admitted:?}");
@@ -104,17 +116,8 @@ fn a_spread_key_keeps_its_limit_through_a_store_restart() {
 #[test]
 fn a_key_alone_on_a_host_under_its_limit_is_admitted_all_it_asks() {
     let _one = one_at_a_time();
-    let base = flowctrl_sim::keyed::scenarios(1000, 2, None)
-        .into_iter()
-        .find(|s| s.name == "one-host-under")
-        .unwrap();
     let mut short = Vec::new();
-    for seed in 1..=12 {
-        let run = flowctrl_sim::keyed::run(&flowctrl_sim::keyed::KeyScenario {
-            seed,
-            ..base.clone()
-        })
-        .unwrap();
+    for (seed, run) in runs("one-host-under", 2, 1..=12) {
         for (k, f) in run.slices.iter().enumerate().skip(1) {
             if f.admitted < f.asked {
                 short.push((seed, k, f.admitted, f.asked));
