@@ -204,6 +204,26 @@ fn a_keeper_whose_clock_stepped_back_calls_within_a_window() {
     }
 }
 
+/// The host's mark of when its next window's call is due is a store
+/// millisecond too: after the clock steps back ten seconds, a key that
+/// waits for the store is asked for within a window and a tenth, not when
+/// the stale mark comes round.
+#[test]
+fn a_key_waiting_after_the_clock_stepped_back_is_asked_for_within_a_window() {
+    let _one = one_at_a_time();
+    let one_second = limits(10.0, Duration::from_secs(1));
+    let mut host = Host::new("back-asks", &KeyConfig::new(one_second));
+    host.keep_for(Duration::from_secs(3));
+    let before = host.calls().len();
+    host.set_now(host.now_us - 10_000_000);
+    host.keep_for(Duration::from_millis(100));
+    // Past its allowance (half the slice on a host alone): it waits.
+    host.ask("a", 8);
+    host.keep_for(Duration::from_millis(1200));
+    let after = host.calls()[before..].to_vec();
+    assert!(after.iter().any(|c| c.asks > 0), "{after:?}");
+}
+
 /// The keeper makes a window's call for the keys that wait when no request
 /// came after the call point to make it; but while an override counts its
 /// key in slices of another length, the windows are left to the requests
