@@ -14,6 +14,7 @@
 
 #define _XOPEN_SOURCE 700
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -156,8 +157,27 @@ static void cleanup(void)
     section("cleanup");
     for (i = 0; i < g_file_count; i++)
         CHECK(unlink(g_files[i]) == 0 || errno == ENOENT, "remove %s", g_files[i]);
-    if (rmdir(g_work) != 0)
-        FAIL_AT(__LINE__, "remove %s: %s (files left behind?)", g_work, strerror(errno));
+    if (rmdir(g_work) != 0) {
+        int err = errno;
+        DIR *dir = opendir(g_work);
+        struct dirent *e;
+        /* Name what was left, and when each was last written, to tell a
+         * file never removed from one made again after its removal. */
+        while (dir && (e = readdir(dir)) != NULL) {
+            char left[PATH_LEN + 256];
+            struct stat st;
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            snprintf(left, sizeof left, "%s/%s", g_work, e->d_name);
+            if (stat(left, &st) == 0)
+                printf("      left: %s, %lld bytes, written %lld.%09ld\n", e->d_name,
+                       (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                       st.st_mtim.tv_nsec);
+        }
+        if (dir)
+            closedir(dir);
+        FAIL_AT(__LINE__, "remove %s: %s (files left behind?)", g_work, strerror(err));
+    }
     test_pass("remove %s: no stray files left", g_work);
 }
 
