@@ -23,7 +23,7 @@ use super::global::{self, GlobalRule, Paid, Step};
 use super::record::HEARTBEAT_MS;
 use super::{KeyRefusal, KeyRefused, Keys};
 use crate::format::{BUCKET_KEYS, KeyCounter};
-use crate::quota::{KeyAsk, KeyName, MAX_KEY_BATCH, Quota, smooth_offset};
+use crate::quota::{KeyAsk, KeyName, KeyReply, MAX_KEY_BATCH, Quota, smooth_offset};
 
 /// How long a failed store is left alone before a key asks it again.
 const PROBE_MS: i64 = 1000;
@@ -84,20 +84,33 @@ impl Keys {
         }
     }
 
-    /// A call sent at `sent_us` (host µs) answered: the store's clock, the
-    /// hosts it counts. The offset follows as a task's does (see
+    /// A call for `slice` (of `slice_ms`) sent at `sent_us` (host µs)
+    /// answered: the store's clock, the hosts it counts, the record's
+    /// version (the next heartbeat due a second after the send, so the
+    /// keeper's next call point finds it due), and the spread keys if the
+    /// store was in that slice. The offset follows as a task's does (see
     /// `quota::smooth_offset`): a slow answer's noise never moves the
     /// host's slice edges.
-    pub(super) fn note_reply(&self, quota: &Quota, sent_us: i64, store_ms: i64, hosts: u64) {
+    pub(super) fn note_answer(
+        &self,
+        quota: &Quota,
+        sent_us: i64,
+        (slice, slice_ms): (u64, u64),
+        reply: &KeyReply,
+    ) {
         let g = &self.region.header().global;
         let back = quota.host_us();
         // The store answers whole ms: its clock was within that ms.
-        let measured = store_ms * 1000 + 500 - (sent_us + back) / 2;
+        let measured = reply.store_ms * 1000 + 500 - (sent_us + back) / 2;
         let old = g.offset_us.load(Relaxed) as i64;
         g.offset_us
             .store(smooth_offset(old, measured, back - sent_us) as u64, Relaxed);
-        g.hosts.store(hosts, Relaxed);
+        g.hosts.store(reply.hosts, Relaxed);
         g.failed_until_ms.store(0, Relaxed);
+        self.note_record(reply.record, (sent_us / 1000).max(0) as u64);
+        if reply.slice == slice {
+            self.note_spread(slice, slice_ms, &reply.spread);
+        }
     }
 
     /// Decides `n` of a key's global rate (its local limits admitted it):
@@ -327,13 +340,7 @@ impl Keys {
         let g = &self.region.header().global;
         match quota.pull_keys(task, (clock.slice, slice_ms as u32), &batch, &names) {
             Some(Ok(reply)) => {
-                self.note_reply(quota, sent, reply.store_ms, reply.hosts);
-                // The next heartbeat a second after this call was sent, so
-                // the keeper's next call point finds it due.
-                self.note_record(reply.record, (sent / 1000).max(0) as u64);
-                if reply.slice == clock.slice {
-                    self.note_spread(reply.slice, slice_ms, &reply.spread);
-                }
+                self.note_answer(quota, sent, (clock.slice, slice_ms), &reply);
                 for ((_, index, tag, ask), &(granted, left)) in asks.iter().zip(&reply.grants) {
                     let Some(w) = self.region.globals(*index) else {
                         continue;

@@ -316,11 +316,7 @@ impl Keys {
         // The slice is immaterial without asks.
         let slice = (sent.max(0) as u64) / 1_000_000;
         if let Some(Ok(reply)) = quota.pull_keys(task, (slice, 1000), &[], &[]) {
-            self.note_reply(quota, sent, reply.store_ms, reply.hosts);
-            self.note_record(reply.record, quota.host_ms().max(0) as u64);
-            if reply.slice == slice {
-                self.note_spread(reply.slice, 1000, &reply.spread);
-            }
+            self.note_answer(quota, sent, (slice, 1000), &reply);
         }
     }
 

@@ -85,7 +85,7 @@ pub use config::{GlobalConfig, GlobalSettings};
 use fallback::share_left;
 pub use hot_keys::{HotKey, HotKeys, MAX_HOT_KEYS};
 pub(crate) use keeper::{Keeper, Tend};
-pub(crate) use keyed::{KeyAsk, KeyName, MAX_BATCH as MAX_KEY_BATCH, key_record_key};
+pub(crate) use keyed::{KeyAsk, KeyName, KeyReply, MAX_BATCH as MAX_KEY_BATCH, key_record_key};
 pub(crate) use keys::{manager_key, record_key, slice_key};
 pub(crate) use lock::reclaim_pull_lock;
 use phase::{Dry, Phase};
