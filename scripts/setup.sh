@@ -25,6 +25,8 @@ apt_install() {
 }
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+# scripts/test.sh runs the Rust tests under cargo-nextest.
+command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 command -v cc >/dev/null && command -v c++ >/dev/null || apt_install build-essential
 # tests/c_abi.rs compiles the C++ header's test with clang++ too.
 command -v clang++ >/dev/null || apt_install clang

@@ -43,8 +43,11 @@ cargo clippy -q --workspace --all-targets --features async,tower -- -D warnings
 stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also under ASan+UBSan)"
 # With the optional faces' features, so the library is built once for
 # every test (the async and tower tests and the middleware guide's doc
-# test need them).
-cargo test --features async,tower
+# test need them). Under cargo-nextest: each test a process of its own,
+# several at a time, the timed ones apart (.config/nextest.toml). The doc
+# tests, which nextest does not run, after.
+cargo nextest run --features async,tower
+cargo test -q --doc --features async,tower
 
 stage "the loom models and the global-quota simulation (1,000 hosts), side by side"
 # The loom models run one at a time on one core; the simulation's budgets
