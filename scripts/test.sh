@@ -49,11 +49,12 @@ stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also
 cargo nextest run --features async,tower
 cargo test -q --doc --features async,tower
 
-stage "the loom models and the global-quota simulation (1,000 hosts), side by side"
+stage "the loom models beside the global-quota simulation (1,000 hosts), then the release build"
 # The loom models run one at a time on one core; the simulation's budgets
-# (its scenarios in parallel processes) take the other meanwhile. Both are
-# deterministic: neither's figures depend on the other's load. Both built
-# first, one after the other (one cargo build at a time), then run
+# (its scenarios in parallel processes) take the other meanwhile, and the
+# release build (its own target directories) once they are done. The loom
+# models and the simulation are deterministic: neither's figures depend on
+# the other's load. Both built first, one after the other, then run
 # together.
 cargo test -q --release --no-default-features --features loom --lib --no-run
 cargo test -q --release -p flowctrl-sim --no-run
@@ -64,7 +65,12 @@ if ! cargo test -q --release -p flowctrl-sim; then
     kill "$loom" 2>/dev/null || true
     exit 1
 fi
+# The Python stage's release artifacts (below), built meanwhile.
+dist="$ROOT/target/release-dist"
+./scripts/release.sh --out "$dist" --no-aarch64 --no-musl --no-publish-check >"$dist.log" 2>&1 &
+release=$!
 if ! wait "$loom"; then
+    kill "$release" 2>/dev/null || true
     cat "$loom_log"
     echo "the loom models failed" >&2
     exit 1
@@ -80,8 +86,7 @@ stage "Python (on the release wheel, built for glibc 2.17 by scripts/release.sh,
 # took half a second). x86_64 on glibc alone: the aarch64 and musl
 # artifacts (minutes more from nothing) are built by scripts/release.sh and
 # checked by bindings/python/tests/test_release.py when each is run alone.
-dist="$ROOT/target/release-dist"
-if ! ./scripts/release.sh --out "$dist" --no-aarch64 --no-musl --no-publish-check >"$dist.log" 2>&1; then
+if ! wait "$release"; then
     cat "$dist.log"
     exit 1
 fi
