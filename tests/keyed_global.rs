@@ -324,18 +324,86 @@ fn the_fleets_hot_keys_are_named_on_a_cluster() {
 /// of them passed its one a slice: 4 of 2 on the allowances alone.
 #[test]
 fn a_key_thin_on_most_hosts_is_listed_and_kept_to_its_limit() {
-    const THIN_LIMIT: u64 = 2;
+    let redis = RedisServer::start();
+    let (admitted, _) = thin_key(&redis.url(), 6, |_| {});
+    // Listed in the first slice once the busy hosts' calls were refused;
+    // a thin host whose call came before that learns it in the second
+    // slice (the answer lists the last slice's too): from the third on, at
+    // most the limit.
+    assert!(
+        admitted[2..].iter().all(|&n| n <= THIN_LIMIT),
+        "admitted per slice: {admitted:?} (limit {THIN_LIMIT})"
+    );
+    assert!(admitted[2..].iter().sum::<u64>() > 0, "{admitted:?}");
+}
+
+/// The thin key above, listed, through a Sentinel failover: the master
+/// SIGKILLed 50 ms into the fourth slice, its replica promoted a few
+/// seconds later. No slice passes the limit, the failover's included (the
+/// hosts keep the list they learnt; the promoted replica holds what was
+/// replicated of it, and the busy hosts' refusals list the key again), and
+/// the key is admitted again once the new master answers.
+#[test]
+fn a_listed_thin_key_stays_within_its_limit_through_a_sentinel_failover() {
+    const SLICES: u64 = 11;
+    let mut ha = Redis::new().sentinels(1000);
+    let old_master = ha.master.port;
+    let pid = ha.master.pid().unwrap();
+    let url = ha.url();
+    let promoted = std::sync::Mutex::new(None);
+    let (admitted, first) = std::thread::scope(|scope| {
+        thin_key(&url, SLICES, |slice| {
+            if slice != 3 {
+                return;
+            }
+            let (ha, promoted) = (&ha, &promoted);
+            scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: SIGKILL to our own child, by its pid.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                let killed = wall_ms();
+                while ha.named_master() == Some(old_master) {
+                    assert!(wall_ms() < killed + 20_000, "no failover: {}", ha.state());
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                *promoted.lock().unwrap() = Some(wall_ms() / 1000);
+            });
+        })
+    });
+    ha.master.kill();
+    let promoted = promoted.into_inner().unwrap().expect("a promotion") - first;
+    eprintln!("admitted per slice: {admitted:?}; promoted in slice {promoted}");
+    assert!(
+        promoted + 2 < SLICES,
+        "promoted in slice {promoted}: too late to judge the slices after it"
+    );
+    assert!(
+        admitted[2..].iter().all(|&n| n <= THIN_LIMIT),
+        "admitted per slice: {admitted:?} (limit {THIN_LIMIT}), promoted in slice {promoted}"
+    );
+    assert!(
+        admitted[promoted as usize + 1..].iter().sum::<u64>() > 0,
+        "nothing admitted after the promotion in slice {promoted}: {admitted:?}"
+    );
+}
+/// The thin key's limit per 1-s slice.
+const THIN_LIMIT: u64 = 2;
+
+/// The thin key's fleet on `url` for `slices` slices: 8 hosts (tables of
+/// this process), the first 4 asking the key at 100, 300 and 500 ms into
+/// each slice, the others once each between 150 and 450 ms. `at_start`
+/// runs at each slice's start (its index). Returns the key's admissions
+/// per slice and the first slice.
+fn thin_key(url: &str, slices: u64, mut at_start: impl FnMut(u64)) -> (Vec<u64>, u64) {
     const HOSTS: usize = 8;
     const BUSY: usize = 4;
-    const SLICES: u64 = 6;
     let scratch = Scratch::in_memory("keyed-global-listed");
-    let redis = RedisServer::start();
     let limits = KeyLimits::new().global(KeyGlobal::new(KeyRate::per_second(THIN_LIMIT as f64)));
     let tasks: Vec<_> = (0..HOSTS)
         .map(|h| {
             let table = Table::open(
                 scratch.path(&format!("h{h}")),
-                &host_options(&redis.url(), &*format!("h{h}")),
+                &host_options(url, &*format!("h{h}")),
             )
             .unwrap();
             let task = table.task("api", &TaskConfig::new()).unwrap();
@@ -343,9 +411,6 @@ fn a_key_thin_on_most_hosts_is_listed_and_kept_to_its_limit() {
             (table, task)
         })
         .collect();
-    // Asks at fixed points of each slice, away from its edges: the busy
-    // hosts at 100, 300 and 500 ms, the others one each between 150 and
-    // 450 ms.
     let mut plan: Vec<(u64, usize)> = Vec::new();
     for h in 0..BUSY {
         plan.extend([100, 300, 500].map(|ms| (ms, h)));
@@ -355,14 +420,14 @@ fn a_key_thin_on_most_hosts_is_listed_and_kept_to_its_limit() {
     }
     plan.sort();
     let first = wall_ms() / 1000 + 1;
-    let mut admitted = vec![0u64; SLICES as usize];
-    for slice in 0..SLICES {
+    let mut admitted = vec![0u64; slices as usize];
+    for slice in 0..slices {
+        let begins = (first + slice) * 1000;
+        std::thread::sleep(Duration::from_millis(begins.saturating_sub(wall_ms())));
+        at_start(slice);
         for &(ms, h) in &plan {
-            let at = (first + slice) * 1000 + ms;
-            let now = wall_ms();
-            if now < at {
-                std::thread::sleep(Duration::from_millis(at - now));
-            }
+            let at = begins + ms;
+            std::thread::sleep(Duration::from_millis(at.saturating_sub(wall_ms())));
             assert_eq!(
                 wall_ms() / 1000,
                 first + slice,
@@ -377,15 +442,7 @@ fn a_key_thin_on_most_hosts_is_listed_and_kept_to_its_limit() {
             }
         }
     }
-    // Listed in the first slice once the busy hosts' calls were refused;
-    // a thin host whose call came before that learns it in the second
-    // slice (the answer lists the last slice's too): from the third on, at
-    // most the limit.
-    assert!(
-        admitted[2..].iter().all(|&n| n <= THIN_LIMIT),
-        "admitted per slice: {admitted:?} (limit {THIN_LIMIT})"
-    );
-    assert!(admitted[2..].iter().sum::<u64>() > 0, "{admitted:?}");
+    (admitted, first)
 }
 
 #[test]

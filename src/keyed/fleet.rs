@@ -179,7 +179,8 @@ impl Keys {
                 if global::pulled_in(w, tag, clock.slice) {
                     break;
                 }
-                match rule.fallback_share(g.hosts.load(Relaxed)) {
+                let spread = self.last_listed(rule.slice_ms, id());
+                match rule.fallback_share(g.hosts.load(Relaxed), spread) {
                     None => return Ok(None),
                     Some(share) => global::fall_back(w, (tag, id()), clock.slice, share),
                 }

@@ -21,6 +21,16 @@ impl Keys {
             && f.ids.iter().any(|w| w.load(Relaxed) == id)
     }
 
+    /// Whether the store's last answer (of slices of `slice_ms`) listed the
+    /// key `id`, however long ago: while the store fails, the last list
+    /// known is the fleet's.
+    pub(super) fn last_listed(&self, slice_ms: u64, id: u64) -> bool {
+        let f = &self.region.header().fleet;
+        f.slice.load(Acquire) != 0
+            && f.slice_ms.load(Relaxed) == slice_ms
+            && f.ids.iter().any(|w| w.load(Relaxed) == id)
+    }
+
     /// Keeps the spread keys the store listed for `slice` (of `slice_ms`):
     /// not over a later slice's list, nor over the default limits' list
     /// with another slicing's.

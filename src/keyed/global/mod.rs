@@ -76,13 +76,20 @@ impl GlobalRule {
         self
     }
 
-    /// What the host admits of the key in a slice while the store fails:
-    /// `None` for the key's local limits alone.
-    pub(crate) fn fallback_share(&self, hosts: u64) -> Option<u64> {
+    /// What the host admits of the key in a slice while the store fails
+    /// (`None`: the key's local limits alone): the slice over the `hosts`
+    /// last counted. A key the store last listed as spread (`spread`) gets
+    /// that alone, as it has no allowance with the store either; another
+    /// gets at least its allowance, which it would pass without the store.
+    /// So an outage never gives a key more than the store would: the
+    /// hosts' allowances on a spread key are its limit many times over.
+    pub(crate) fn fallback_share(&self, hosts: u64, spread: bool) -> Option<u64> {
+        let share = self.permits / hosts.max(1);
         match self.fallback {
             FALLBACK_LOCAL => None,
             FALLBACK_DENY => Some(0),
-            _ => Some((self.permits / hosts.max(1)).max(self.local)),
+            _ if spread => Some(share),
+            _ => Some(share.max(self.local)),
         }
     }
 

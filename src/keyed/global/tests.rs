@@ -139,8 +139,18 @@ fn another_keys_words_read_as_empty() {
 fn the_fallback_gives_its_share_once_a_slice_less_the_allowance_spent() {
     let w = words();
     ask(&w, KEY, 100, &RULE, 1, 0);
-    assert_eq!(RULE.fallback_share(4), Some(2));
-    assert_eq!(RULE.fallback_share(100), Some(1), "at least the allowance");
+    assert_eq!(RULE.fallback_share(4, false), Some(2));
+    assert_eq!(
+        RULE.fallback_share(100, false),
+        Some(1),
+        "at least the allowance"
+    );
+    assert_eq!(
+        RULE.fallback_share(100, true),
+        Some(0),
+        "a spread key's share alone"
+    );
+    assert_eq!(RULE.fallback_share(4, true), Some(2));
     fall_back(&w, KEY, 100, 2);
     fall_back(&w, KEY, 100, 2);
     assert_eq!(ask(&w, KEY, 100, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
