@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::options::host_options;
-use common::redis::{Redis, RedisServer};
+use common::redis::{Cluster, Redis, RedisServer};
 use common::*;
 use flowctrl::{KeyConfig, KeyGlobal, KeyLimits, KeyRate, Outcome, Table, TaskConfig};
 
@@ -345,33 +345,53 @@ fn a_key_thin_on_most_hosts_is_listed_and_kept_to_its_limit() {
 /// the key is admitted again once the new master answers.
 #[test]
 fn a_listed_thin_key_stays_within_its_limit_through_a_sentinel_failover() {
-    const SLICES: u64 = 11;
     let mut ha = Redis::new().sentinels(1000);
     let old_master = ha.master.port;
     let pid = ha.master.pid().unwrap();
-    let url = ha.url();
-    let promoted = std::sync::Mutex::new(None);
+    thin_key_through_failover(&ha.url(), pid, || ha.named_master() != Some(old_master));
+    ha.master.kill();
+}
+
+/// The same on a 3-master Cluster with a replica each: the master of the
+/// task's slot (its keys' hash tag) SIGKILLed, its replica elected.
+#[test]
+fn a_listed_thin_key_stays_within_its_limit_through_a_cluster_failover() {
+    let mut cluster = Cluster::start(1000);
+    let victim = cluster.master_of("{api}").unwrap();
+    let pid = cluster.nodes[victim].pid().unwrap();
+    thin_key_through_failover(&cluster.url(), pid, || {
+        cluster.master_of("{api}").is_some_and(|m| m != victim)
+    });
+    cluster.nodes[victim].kill();
+}
+
+/// The thin key's fleet on `url` for 13 slices, the store's process `pid`
+/// SIGKILLed 50 ms into the fourth; `promoted` says when another took its
+/// place. Every slice from the third within the limit, and some admitted
+/// after the promotion.
+fn thin_key_through_failover(url: &str, pid: u32, promoted: impl Fn() -> bool + Sync) {
+    const SLICES: u64 = 13;
+    let at = std::sync::Mutex::new(None);
     let (admitted, first) = std::thread::scope(|scope| {
-        thin_key(&url, SLICES, |slice| {
+        thin_key(url, SLICES, |slice| {
             if slice != 3 {
                 return;
             }
-            let (ha, promoted) = (&ha, &promoted);
+            let (promoted, at) = (&promoted, &at);
             scope.spawn(move || {
                 std::thread::sleep(Duration::from_millis(50));
                 // SAFETY: SIGKILL to our own child, by its pid.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                 let killed = wall_ms();
-                while ha.named_master() == Some(old_master) {
-                    assert!(wall_ms() < killed + 20_000, "no failover: {}", ha.state());
+                while !promoted() {
+                    assert!(wall_ms() < killed + 20_000, "no failover");
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                *promoted.lock().unwrap() = Some(wall_ms() / 1000);
+                *at.lock().unwrap() = Some(wall_ms() / 1000);
             });
         })
     });
-    ha.master.kill();
-    let promoted = promoted.into_inner().unwrap().expect("a promotion") - first;
+    let promoted = at.into_inner().unwrap().expect("a promotion") - first;
     eprintln!("admitted per slice: {admitted:?}; promoted in slice {promoted}");
     assert!(
         promoted + 2 < SLICES,
@@ -386,6 +406,7 @@ fn a_listed_thin_key_stays_within_its_limit_through_a_sentinel_failover() {
         "nothing admitted after the promotion in slice {promoted}: {admitted:?}"
     );
 }
+
 /// The thin key's limit per 1-s slice.
 const THIN_LIMIT: u64 = 2;
 
