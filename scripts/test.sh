@@ -59,22 +59,25 @@ stage "the loom models beside the global-quota simulation (1,000 hosts), then th
 cargo test -q --release --no-default-features --features loom --lib --no-run
 cargo test -q --release -p flowctrl-sim --no-run
 loom_log="$ROOT/target/loom.log"
-./scripts/loom.sh >"$loom_log" 2>&1 &
+# Each in a process group of its own (setsid; -w keeps its exit status),
+# stopped whole if the run ends first: a job's cargo and compilers with it.
+setsid -w ./scripts/loom.sh >"$loom_log" 2>&1 &
 loom=$!
+release=
+trap 'kill -- ${loom:+-"$loom"} ${release:+-"$release"} 2>/dev/null || true' EXIT
 if ! cargo test -q --release -p flowctrl-sim; then
-    kill "$loom" 2>/dev/null || true
     exit 1
 fi
 # The Python stage's release artifacts (below), built meanwhile.
 dist="$ROOT/target/release-dist"
-./scripts/release.sh --out "$dist" --no-aarch64 --no-musl --no-publish-check >"$dist.log" 2>&1 &
+setsid -w ./scripts/release.sh --out "$dist" --no-aarch64 --no-musl --no-publish-check >"$dist.log" 2>&1 &
 release=$!
 if ! wait "$loom"; then
-    kill "$release" 2>/dev/null || true
     cat "$loom_log"
     echo "the loom models failed" >&2
     exit 1
 fi
+loom=
 cat "$loom_log"
 
 stage "Python (on the release wheel, built for glibc 2.17 by scripts/release.sh, in a fresh venv)"
@@ -90,6 +93,7 @@ if ! wait "$release"; then
     cat "$dist.log"
     exit 1
 fi
+release=
 requirements=bindings/python/tests/requirements.txt
 wheelhouse="$ROOT/target/python-test-wheels/$(sha256sum "$requirements" | cut -c1-16)"
 fresh="$ROOT/target/wheel-venv"

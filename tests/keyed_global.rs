@@ -348,7 +348,9 @@ fn a_listed_thin_key_stays_within_its_limit_through_a_sentinel_failover() {
     let mut ha = Redis::new().sentinels(1000);
     let old_master = ha.master.port;
     let pid = ha.master.pid().unwrap();
-    thin_key_through_failover(&ha.url(), pid, || ha.named_master() != Some(old_master));
+    thin_key_through_failover(&ha.url(), pid, || {
+        ha.named_master().is_some_and(|port| port != old_master)
+    });
     ha.master.kill();
 }
 
@@ -363,6 +365,36 @@ fn a_listed_thin_key_stays_within_its_limit_through_a_cluster_failover() {
         cluster.master_of("{api}").is_some_and(|m| m != victim)
     });
     cluster.nodes[victim].kill();
+}
+
+/// The listed thin key through a store outage longer than the slices a
+/// key stays hot (`HOT_SLICES`, 8): Redis SIGKILLed 50 ms into the fourth
+/// slice, started again (empty) at the fifteenth. The hosts keep to the
+/// last list they had while the store fails: no slice past the limit (4
+/// of 2 from about the tenth second when the list's age was judged as
+/// with the store answering), and the key admitted again after.
+#[test]
+fn a_listed_thin_key_stays_within_its_limit_through_a_long_outage() {
+    const SLICES: u64 = 18;
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let (admitted, _) = thin_key(&url, SLICES, |slice| match slice {
+        3 => {
+            std::thread::sleep(Duration::from_millis(50));
+            redis.kill();
+        }
+        14 => redis.restart(),
+        _ => {}
+    });
+    eprintln!("admitted per slice: {admitted:?}; down in slices 3-14");
+    assert!(
+        admitted[2..].iter().all(|&n| n <= THIN_LIMIT),
+        "admitted per slice: {admitted:?} (limit {THIN_LIMIT}), down in slices 3-14"
+    );
+    assert!(
+        admitted[15..].iter().sum::<u64>() > 0,
+        "nothing admitted after the restart: {admitted:?}"
+    );
 }
 
 /// The thin key's fleet on `url` for 13 slices, the store's process `pid`

@@ -141,7 +141,7 @@ impl Keys {
         }
         let clock = self.store_clock(quota, rule.slice_ms);
         // Read when the key's words start a slice, as its id is.
-        let spread = || self.listed(clock.slice, rule.slice_ms, id());
+        let spread = || self.spread(clock.slice, rule.slice_ms, id());
         global::note(w, tag, clock.slice, rule, n, &spread);
         let mut wait = rule.slice_ms - clock.elapsed_ms;
         for _ in 0..3 {
@@ -179,7 +179,7 @@ impl Keys {
                 if global::pulled_in(w, tag, clock.slice) {
                     break;
                 }
-                let spread = self.last_listed(rule.slice_ms, id());
+                let spread = self.spread(clock.slice, rule.slice_ms, id());
                 match rule.fallback_share(g.hosts.load(Relaxed), spread) {
                     None => return Ok(None),
                     Some(share) => global::fall_back(w, (tag, id()), clock.slice, share),

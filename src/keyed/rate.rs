@@ -196,8 +196,9 @@ pub struct KeyGlobal {
     /// many, or half the slice over the hosts the store counts, if more.
     pub local: u32,
     /// What a host admits of a key while the store fails: `Share` (the
-    /// slice ÷ the hosts the store last counted, at least `local`), `Local`
-    /// (the key's local limits alone) or `Deny`.
+    /// slice ÷ the hosts the store last counted; at least `local` unless
+    /// the store listed the key as spread), `Local` (the key's local limits
+    /// alone) or `Deny`.
     pub fallback: crate::Fallback,
 }
 

@@ -11,7 +11,7 @@ impl Keys {
     /// Whether the store listed the key `id` among the fleet's spread keys
     /// in `slice`, or up to a second of slices (of `slice_ms`) before: a
     /// host with nothing to ask calls once a second.
-    pub(super) fn listed(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
+    fn listed(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
         let f = &self.region.header().fleet;
         let of = f.slice.load(Acquire);
         let span = (HEARTBEAT_MS / slice_ms.max(1)).max(1);
@@ -21,10 +21,22 @@ impl Keys {
             && f.ids.iter().any(|w| w.load(Relaxed) == id)
     }
 
+    /// Whether the key `id` counts as spread over the fleet in `slice` (of
+    /// `slice_ms`): listed by a recent answer ([`Self::listed`]); while the
+    /// store has failed since its last answer, by that answer's list however
+    /// old, since the last list known is the fleet's (a listed key kept its
+    /// allowance back once the outage outlasted its hot slices).
+    pub(super) fn spread(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
+        if self.region.header().global.failed_until_ms.load(Relaxed) != 0 {
+            self.last_listed(slice_ms, id)
+        } else {
+            self.listed(slice, slice_ms, id)
+        }
+    }
+
     /// Whether the store's last answer (of slices of `slice_ms`) listed the
-    /// key `id`, however long ago: while the store fails, the last list
-    /// known is the fleet's.
-    pub(super) fn last_listed(&self, slice_ms: u64, id: u64) -> bool {
+    /// key `id`, however long ago.
+    fn last_listed(&self, slice_ms: u64, id: u64) -> bool {
         let f = &self.region.header().fleet;
         f.slice.load(Acquire) != 0
             && f.slice_ms.load(Relaxed) == slice_ms
