@@ -16,8 +16,32 @@ use std::time::{Duration, Instant};
 use super::Scratch;
 use super::tls::Tls;
 
-/// A loopback port nobody listens on now.
+/// A loopback port nobody listens on now, below the kernel's ephemeral
+/// range: a port from that range (what binding port 0 gives) may be taken
+/// meanwhile as the local port of any outgoing connection, and the tests'
+/// processes open thousands side by side. Tried from a point that differs
+/// by process and by call, so two processes rarely try the same port.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u64, ephemeral.min(65_536));
+    if high > low + 1000 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        let seed = (std::process::id() as u64 * 7919 + nanos + call * 104_729) % (high - low);
+        for i in 0..(high - low) {
+            let port = (low + (seed + i * 7) % (high - low)) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -158,6 +182,17 @@ impl Node {
         self.child = Some(child);
         let began = Instant::now();
         while self.try_command::<String>(&["PING"]).is_err() {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited ({status}) before answering: the port \
+                     taken meanwhile?",
+                    self.port
+                );
+            }
             assert!(
                 began.elapsed() < Duration::from_secs(10),
                 "port {} did not start",
