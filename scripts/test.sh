@@ -46,6 +46,14 @@ stage "Rust, C and C++ (kill storm, regressions, fuzz cases, C/C++ programs also
 # test need them). Under cargo-nextest: each test a process of its own,
 # several at a time, the timed ones apart (.config/nextest.toml). The doc
 # tests, which nextest does not run, after.
+# The library as scripts/install.sh builds it (release, no default
+# features) first: the install tests then find it built rather than build
+# it beside the others, whose store timeouts a release build outlasts.
+if ! cargo rustc -q --release --lib --no-default-features -- --print native-static-libs \
+    >"$ROOT/target/install-build.log" 2>&1; then
+    cat "$ROOT/target/install-build.log"
+    exit 1
+fi
 cargo nextest run --features async,tower
 cargo test -q --doc --features async,tower
 

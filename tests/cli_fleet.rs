@@ -11,7 +11,7 @@ use std::time::Duration;
 use cli::{fails, field, flowctrl, ok};
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{GlobalConfig, Store, StoreOptions, Table, TaskConfig};
+use flowctrl::{GlobalConfig, Table, TaskConfig};
 use serde_json::Value;
 
 /// The monotonic instant `offset` after the wall clock's next whole second.
@@ -44,11 +44,7 @@ fn fleet_prints_the_census_of_both_hosts() {
     let table = scratch.path("unused");
     let doc: Value =
         serde_json::from_str(&ok(&table, &["fleet", "api", "--store", &url, "--json"])).unwrap();
-    let store = Store::open(&StoreOptions {
-        url: Some(url.clone()),
-        ..StoreOptions::default()
-    })
-    .unwrap();
+    let store = common::options::admin_store(&url);
     let fleet = store.fleet("api", None).unwrap();
     assert_eq!(doc["quota"], 1000);
     assert_eq!(doc["slice_ms"], 1000);

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::redis::RedisServer;
 use common::*;
 use flowctrl::{
-    ConfigFile, Decision, ErrorKind, Fallback, GlobalConfig, GlobalSource, Limited, Store,
-    StoreOptions, Table, TableOptions, TaskConfig,
+    ConfigFile, Decision, ErrorKind, Fallback, GlobalConfig, GlobalSource, Limited, Store, Table,
+    TableOptions, TaskConfig,
 };
 
 /// Writes `text` as an editor saves: a new file renamed over the old.
@@ -291,11 +291,7 @@ fn the_stores_record_wins_over_the_file_for_global_fields() {
             redis.url()
         ),
     );
-    let store = Store::open(&StoreOptions {
-        url: Some(redis.url()),
-        ..StoreOptions::default()
-    })
-    .unwrap();
+    let store = common::options::admin_store(&redis.url());
     store
         .set_task_config(
             "api",

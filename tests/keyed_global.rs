@@ -286,11 +286,7 @@ fn the_fleets_hot_keys_are_named_on_a_cluster() {
     std::thread::sleep(Duration::from_millis(
         (start_ms + 2500).saturating_sub(wall_ms()),
     ));
-    let store = flowctrl::Store::open(&flowctrl::StoreOptions {
-        url: Some(url.clone()),
-        ..flowctrl::StoreOptions::default()
-    })
-    .unwrap();
+    let store = common::options::admin_store(&url);
     let hot = store.hot_keys("api", 1000, 10).unwrap();
     for pid in pids {
         assert_eq!(wait(pid), 0, "a host failed");

@@ -15,8 +15,7 @@ use common::options::host_options;
 use common::redis::RedisServer;
 use common::*;
 use flowctrl::{
-    KeyConfig, KeyGlobal, KeyLimits, KeyRate, KeyRecord, Outcome, Store, StoreOptions, Table,
-    TaskConfig,
+    KeyConfig, KeyGlobal, KeyLimits, KeyRate, KeyRecord, Outcome, Store, Table, TaskConfig,
 };
 
 const HOSTS: usize = 2;
@@ -336,11 +335,7 @@ impl Drop for Child {
 }
 
 fn store(url: &str) -> Store {
-    Store::open(&StoreOptions {
-        url: Some(url.to_string()),
-        ..StoreOptions::default()
-    })
-    .unwrap()
+    common::options::admin_store(url)
 }
 
 /// Waits until `cond` holds, at most 5 s (a record reaches a host within
