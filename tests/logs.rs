@@ -133,7 +133,7 @@ fn a_store_that_answers_again_is_an_info_line() {
     install();
     let mut redis = common::redis::RedisServer::start();
     let scratch = common::Scratch::new("logs-back");
-    let options = TableOptions::default().store(redis.url());
+    let options = common::options::host_options(&redis.url(), None);
     let table = Table::open(scratch.path("t"), &options).unwrap();
     let task = table
         .task("back", &TaskConfig::new().global_rate(1000.0))
