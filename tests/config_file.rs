@@ -286,7 +286,7 @@ fn the_stores_record_wins_over_the_file_for_global_fields() {
     save(
         &file,
         &format!(
-            "[table]\npath = {:?}\nstore = {:?}\nhost_id = \"h\"\n[tasks.api]\nglobal_rate = 1000\nmax_concurrency = 9\n",
+            "[table]\npath = {:?}\nstore = {:?}\nstore_timeout_ms = 500\nhost_id = \"h\"\n[tasks.api]\nglobal_rate = 1000\nmax_concurrency = 9\n",
             scratch.path("table"),
             redis.url()
         ),
