@@ -8,38 +8,21 @@ use super::Keys;
 use super::record::HEARTBEAT_MS;
 
 impl Keys {
-    /// Whether the store listed the key `id` among the fleet's spread keys
-    /// in `slice`, or up to a second of slices (of `slice_ms`) before: a
-    /// host with nothing to ask calls once a second.
-    fn listed(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
+    /// Whether the key `id` counts as spread over the fleet in `slice` (of
+    /// `slice_ms`): the store's last answer listed it, for `slice` or up to
+    /// a second of slices before (a host with nothing to ask calls once a
+    /// second). While the store has failed since that answer, its list
+    /// counts however old: the last list known is the fleet's (judged by
+    /// its age, a listed key got its allowance back once an outage outlasted
+    /// its hot slices).
+    pub(super) fn spread(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
         let f = &self.region.header().fleet;
         let of = f.slice.load(Acquire);
         let span = (HEARTBEAT_MS / slice_ms.max(1)).max(1);
+        let failed = self.region.header().global.failed_until_ms.load(Relaxed) != 0;
         of != 0
             && f.slice_ms.load(Relaxed) == slice_ms
-            && slice.wrapping_sub(of - 1) <= span
-            && f.ids.iter().any(|w| w.load(Relaxed) == id)
-    }
-
-    /// Whether the key `id` counts as spread over the fleet in `slice` (of
-    /// `slice_ms`): listed by a recent answer ([`Self::listed`]); while the
-    /// store has failed since its last answer, by that answer's list however
-    /// old, since the last list known is the fleet's (a listed key kept its
-    /// allowance back once the outage outlasted its hot slices).
-    pub(super) fn spread(&self, slice: u64, slice_ms: u64, id: u64) -> bool {
-        if self.region.header().global.failed_until_ms.load(Relaxed) != 0 {
-            self.last_listed(slice_ms, id)
-        } else {
-            self.listed(slice, slice_ms, id)
-        }
-    }
-
-    /// Whether the store's last answer (of slices of `slice_ms`) listed the
-    /// key `id`, however long ago.
-    fn last_listed(&self, slice_ms: u64, id: u64) -> bool {
-        let f = &self.region.header().fleet;
-        f.slice.load(Acquire) != 0
-            && f.slice_ms.load(Relaxed) == slice_ms
+            && (failed || slice.wrapping_sub(of - 1) <= span)
             && f.ids.iter().any(|w| w.load(Relaxed) == id)
     }
 

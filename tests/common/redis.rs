@@ -36,7 +36,7 @@ pub fn free_port() -> u16 {
         let call = CALLS.fetch_add(1, Ordering::Relaxed);
         let seed = (std::process::id() as u64 * 7919 + nanos + call * 104_729) % (high - low);
         for i in 0..(high - low) {
-            let port = (low + (seed + i * 7) % (high - low)) as u16;
+            let port = (low + (seed + i) % (high - low)) as u16;
             if TcpListener::bind(("127.0.0.1", port)).is_ok() {
                 return port;
             }

@@ -81,7 +81,7 @@ impl GlobalRule {
     /// last counted. A key the store last listed as spread (`spread`) gets
     /// that alone, as it has no allowance with the store either; another
     /// gets at least its allowance, which it would pass without the store.
-    /// So an outage never gives a key more than the store would: the
+    /// So an outage gives a listed key no more than the store would: the
     /// hosts' allowances on a spread key are its limit many times over.
     pub(crate) fn fallback_share(&self, hosts: u64, spread: bool) -> Option<u64> {
         let share = self.permits / hosts.max(1);
