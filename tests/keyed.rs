@@ -223,6 +223,42 @@ fn a_full_key_file_shares_one_state_and_never_refuses_every_new_caller() {
 }
 
 #[test]
+fn keys_on_the_overflow_state_share_one_global_slice() {
+    use flowctrl::KeyGlobal;
+    let scratch = Scratch::new("keyed-overflow-global");
+    let t = table(&scratch);
+    // 16 entries, each held by a live key (a permit out); a global rate of
+    // 5 a slice on the embedded store.
+    let global = KeyGlobal::new(KeyRate::per_second(5.0))
+        .slice(Duration::from_secs(1))
+        .local(1);
+    let limits = KeyLimits::new().max_concurrency(100).global(global);
+    let task = keyed(
+        &t,
+        "full",
+        TaskConfig::new(),
+        KeyConfig::new(limits).capacity(16),
+    );
+    early_in_a_slice(1000);
+    let held: Vec<_> = (0..16)
+        .map(
+            |i| match task.acquire_key(format!("live{i}").as_bytes(), 1).unwrap() {
+                KeyDecision::Admitted(p) => p,
+                KeyDecision::Limited(r) => panic!("live{i}: {r:?}"),
+            },
+        )
+        .collect();
+    // Callers past the file share the overflow state as one key: its
+    // slice, not one each.
+    let overflowed = (0..20)
+        .filter(|i| admitted(&task, &format!("new{i}")))
+        .count();
+    assert!(task.key_stats().unwrap().unwrap().overflowed >= 20);
+    assert!(overflowed <= 5, "{overflowed} admitted of a slice of 5");
+    drop(held);
+}
+
+#[test]
 fn idle_keys_give_their_entries_to_new_keys() {
     let scratch = Scratch::new("keyed-reuse");
     let t = table(&scratch);
@@ -558,6 +594,14 @@ fn a_keys_global_rate_is_exact_per_slice_on_a_table_without_a_store() {
         "{r:?}"
     );
     assert!(admitted(&task, "bob"), "each key has its own slice");
+    // More at once than a slice holds could never be admitted: an error,
+    // as past a burst, and nothing taken.
+    let Err(err) = task.acquire_key(b"carol", 6) else {
+        panic!("6 at once of a slice of 5 was decided");
+    };
+    assert_eq!(err.kind(), flowctrl::ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("global rate"), "{err}");
+    assert_eq!((0..5).filter(|_| admitted(&task, "carol")).count(), 5);
     // Other writes keep the default's global rate and an override's.
     task.set_key_override(b"vip", Some(&KeyLimits::parse_rates("100/s").unwrap()))
         .unwrap();

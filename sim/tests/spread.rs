@@ -14,7 +14,7 @@ fn store() -> LuaStore {
     let store = LuaStore::new().unwrap();
     let mut model = store.model.lock().unwrap();
     model.set_now_us(SLICE * 1_000_000 + 800_000);
-    let born = ["SET", "t:k:born", &(SLICE - 1).to_string()].map(String::from);
+    let born = ["SET", "t:k:born-ms", &((SLICE - 1) * 1000).to_string()].map(String::from);
     model.call(&born).unwrap();
     drop(model);
     store
@@ -28,18 +28,7 @@ type Ask = (u64, i64, i64, i64, bool);
 /// left per ask) and the spread keys listed.
 fn call(store: &LuaStore, host: &str, asks: &[Ask]) -> (Vec<(i64, i64)>, Vec<u64>) {
     let slice = store.model.lock().unwrap().now_us() / 1_000_000;
-    let keys = ["t:k", "t:k-hosts", "t:k-cfg"].map(String::from);
-    let mut args = vec![
-        "1000".to_string(),
-        slice.to_string(),
-        host.to_string(),
-        asks.len().to_string(),
-    ];
-    for &(id, permits, want, charge, next) in asks {
-        args.push(format!("{id:016x}"));
-        args.extend([permits, want, charge, next as i64].map(|v| v.to_string()));
-    }
-    let r = store.eval_keyed(&keys, &args).unwrap();
+    let r = call_sliced(store, 1000, host, asks);
     assert_eq!(r[1], slice, "{r:?}");
     assert_eq!(r[3], 1, "granted in the slice asked: {r:?}");
     let grants = r[5..5 + 2 * asks.len()]
@@ -137,4 +126,65 @@ fn the_list_holds_the_most_asked_and_stays_bounded() {
         matches!(n, flowctrl_sim::model::Reply::Int(n) if n <= 64),
         "{n:?}"
     );
+}
+
+/// One call of `host` with slices of `slice_ms`, in the slice the store is
+/// in: its whole answer.
+fn call_sliced(store: &LuaStore, slice_ms: i64, host: &str, asks: &[Ask]) -> Vec<i64> {
+    let slice = store.model.lock().unwrap().now_us() / 1000 / slice_ms;
+    let keys = ["t:k", "t:k-hosts", "t:k-cfg"].map(String::from);
+    let mut args = vec![
+        slice_ms.to_string(),
+        slice.to_string(),
+        host.to_string(),
+        asks.len().to_string(),
+    ];
+    for &(id, permits, want, charge, next) in asks {
+        args.push(format!("{id:016x}"));
+        args.extend([permits, want, charge, next as i64].map(|v| v.to_string()));
+    }
+    store.eval_keyed(&keys, &args).unwrap()
+}
+
+#[test]
+fn a_store_that_lost_its_counts_grants_nothing_of_that_instant_in_any_slicing() {
+    // No mark: a store restarted empty, 450 ms into a second.
+    let store = LuaStore::new().unwrap();
+    store
+        .model
+        .lock()
+        .unwrap()
+        .set_now_us(SLICE * 1_000_000 + 450_000);
+    let ask = |slice_ms, host| call_sliced(&store, slice_ms, host, &[(KEY, 10, 4, 0, false)])[5];
+    assert_eq!(ask(1000, "h1"), 0, "slices of a second");
+    assert_eq!(ask(100, "h2"), 0, "slices of 100 ms: the same instant");
+    // The next 100 ms slice is granted; the second is not over.
+    store
+        .model
+        .lock()
+        .unwrap()
+        .set_now_us(SLICE * 1_000_000 + 550_000);
+    assert_eq!(ask(100, "h2"), 4);
+    assert_eq!(ask(1000, "h1"), 0);
+}
+
+#[test]
+fn a_damaged_count_refuses_its_key_and_not_the_call() {
+    let store = store();
+    let damaged = KEY + 7;
+    let field = format!("{damaged:016x}");
+    for value in ["abc", "1.5", "99999999999999999999"] {
+        let set = ["HSET", &format!("t:k:{SLICE}"), &field, value].map(String::from);
+        store.model.lock().unwrap().call(&set).unwrap();
+        let (g, _) = call(
+            &store,
+            "h1",
+            &[(damaged, 10, 4, 0, false), (KEY, 10, 4, 0, false)],
+        );
+        assert_eq!(g[0], (0, 0), "{value}: read as spent");
+        assert!(g[1].0 > 0, "{value}: the other key is served: {g:?}");
+        // Written back whole: the next ask reads it.
+        let (g, _) = call(&store, "h2", &[(damaged, 10, 4, 0, false)]);
+        assert_eq!(g, [(0, 0)], "{value}");
+    }
 }

@@ -67,8 +67,10 @@ impl Keys {
             ));
         }
         // A key still hot next slice has no allowance there: it is asked
-        // ahead even if this slice did not see it.
-        if last && seen.hot_for_in(rule.local, clock.slice + 1) > 0 {
+        // ahead even if this slice did not see it. Not before its words
+        // are its own (`now` rolled to its tag, which writes its id): an
+        // entry just given to it still names the key before.
+        if last && now.tag == seen.tag && seen.hot_for_in(rule.local, clock.slice + 1) > 0 {
             let asked = if current { seen.asked } else { 0 };
             asks.push((
                 asked,

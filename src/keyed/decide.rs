@@ -166,6 +166,16 @@ impl Keys {
                 )));
             }
         }
+        if GLOBAL
+            && let Some(rule) = GlobalRule::of(&rules)
+            && n as u64 > rule.most()
+        {
+            return Err(Error::invalid(format!(
+                "n = {n} is above the {} a slice the key's global rate can hold: it could never \
+                 be admitted",
+                rule.most()
+            )));
+        }
         if rules.cap != 0 && n > rules.cap {
             return Err(Error::invalid(format!(
                 "n = {n} is above the key's max_concurrency of {}: it could never be admitted",

@@ -21,6 +21,7 @@ use siphasher::sip::SipHasher13;
 
 use super::global::{self, GlobalRule, Paid, Step};
 use super::record::HEARTBEAT_MS;
+use super::region::OVERFLOW;
 use super::{KeyRefusal, KeyRefused, Keys};
 use crate::format::{BUCKET_KEYS, KeyCounter};
 use crate::quota::{KeyAsk, KeyName, KeyReply, MAX_KEY_BATCH, Quota, smooth_offset};
@@ -130,7 +131,12 @@ impl Keys {
         let Some(w) = self.region.globals(index) else {
             return Ok(None);
         };
-        let tag = global::tag_of(ident);
+        // Keys on the shared overflow state share its words as one key.
+        let tag = if index == OVERFLOW {
+            0
+        } else {
+            global::tag_of(ident)
+        };
         // The key's store id is hashed only when its words start a slice.
         let id = || store_id(task, key);
         let n = n as u64;
@@ -139,10 +145,10 @@ impl Keys {
         if keeps {
             self.call_if_due(quota, task, rule.slice_ms);
         }
-        let clock = self.store_clock(quota, rule.slice_ms);
+        let mut clock = self.store_clock(quota, rule.slice_ms);
         // Read when the key's words start a slice, as its id is.
-        let spread = || self.spread(clock.slice, rule.slice_ms, id());
-        global::note(w, tag, clock.slice, rule, n, &spread);
+        let spread = |slice| self.spread(slice, rule.slice_ms, id());
+        global::note(w, tag, clock.slice, rule, n, &|| spread(clock.slice));
         let mut wait = rule.slice_ms - clock.elapsed_ms;
         for _ in 0..3 {
             let step = global::decide(
@@ -151,9 +157,9 @@ impl Keys {
                 clock.slice,
                 rule,
                 (n, clock.elapsed_ms),
-                &spread,
+                &|| spread(clock.slice),
             );
-            let charge = match step {
+            match step {
                 Step::Admit(paid) => {
                     return Ok(Some(GlobalPaid {
                         index,
@@ -163,14 +169,13 @@ impl Keys {
                     }));
                 }
                 Step::Refuse => break,
-                Step::Pull { charge, .. } => charge,
-            };
+                Step::Pull { .. } => {}
+            }
             let g = &self.region.header().global;
             if !keeps {
                 // The embedded store: the host is the fleet, its slice all
                 // the host's.
-                let rest = rule.permits.saturating_sub(charge);
-                global::deposit(w, (tag, id()), clock.slice, rest, charge, true);
+                global::grant_whole(w, (tag, id()), clock.slice, rule.permits);
                 continue;
             }
             if g.failed_until_ms.load(Relaxed) > clock.ms {
@@ -179,8 +184,7 @@ impl Keys {
                 if global::pulled_in(w, tag, clock.slice) {
                     break;
                 }
-                let spread = self.spread(clock.slice, rule.slice_ms, id());
-                match rule.fallback_share(g.hosts.load(Relaxed), spread) {
+                match rule.fallback_share(g.hosts.load(Relaxed), spread(clock.slice)) {
                     None => return Ok(None),
                     Some(share) => global::fall_back(w, (tag, id()), clock.slice, share),
                 }
@@ -192,6 +196,9 @@ impl Keys {
                 wait = next.saturating_sub(clock.ms).max(1);
                 break;
             }
+            // The call took a round trip: the slice may have moved on.
+            clock = self.store_clock(quota, rule.slice_ms);
+            wait = rule.slice_ms - clock.elapsed_ms;
         }
         if shadow {
             self.region.count(KeyCounter::ShadowRefused, n);

@@ -19,12 +19,15 @@ if tonumber(ARGV[2]) ~= current then return out end
 out[4] = 1
 -- A store that lost the keys' counts (a restart, a failover to a replica
 -- that missed them) cannot tell what the current slice gave: it grants
--- nothing of it, only of the next. `born` marks the slice it found none in.
-local born = tonumber(redis.call('GET', KEYS[1] .. ':born'))
-if not born then
-  born = current
-  redis.call('SET', KEYS[1] .. ':born', born)
+-- nothing of it, only of the next. `:born-ms` marks the instant it found
+-- none at: the slice of every slicing that holds it is granted nothing.
+-- (An older script keeps its own mark, a slice of its slicing, in `:born`.)
+local born_ms = tonumber(redis.call('GET', KEYS[1] .. ':born-ms'))
+if not born_ms or born_ms ~= math.floor(born_ms) or born_ms < 0 or born_ms > now then
+  born_ms = now
+  redis.call('SET', KEYS[1] .. ':born-ms', born_ms)
 end
+local born = math.floor(born_ms / slice_ms)
 -- A key's field in a slice's hash: given + asks × 2^32 (what the slice gave
 -- of it, its own hosts' charges included, and how many asks it had).
 local ASK = 4294967296
@@ -56,7 +59,12 @@ for i = 5, 4 + 5 * asks, 5 do
   local permits, want, charge = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local slice = current + tonumber(ARGV[i + 4])
   local counts = KEYS[1] .. ':' .. slice
-  local given = read(counts, id) or permits
+  local given = read(counts, id)
+  if not given then
+    -- Damaged: spent, asked once, and written so (HINCRBY below would fail).
+    given = permits
+    redis.call('HSET', counts, id, permits + ASK)
+  end
   local used = given + charge
   -- A key asked for by many hosts is divided among them: each ask gets at
   -- most the slice over the asks of the current slice (so a key spread

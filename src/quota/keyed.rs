@@ -22,7 +22,7 @@ use crate::format::FLEET_LISTED;
 /// and name of the host's most asked keys (kept in `KEYS[1]:n:<slice>`,
 /// 64 bytes at most, for the fleet's view of its hot keys). A store that
 /// finds no mark
-/// of its own (`<KEYS[1]>:born`: a restart or a failover lost its counts)
+/// of its own (`<KEYS[1]>:born-ms`: a restart or a failover lost its counts)
 /// grants nothing of the slice it is in, only of the next ones: what the
 /// hosts took of it is unknown. Answers the store's ms, its
 /// current slice, the hosts in the census, 1 (or 0: the store is in
@@ -164,6 +164,10 @@ pub(crate) fn key_call(prefix: &str, batch: &KeyBatch<'_>) -> (Vec<String>, Vec<
     (keys, args)
 }
 
+/// The latest store clock a reply may name (ms since the epoch, about the
+/// year 37,000): its µs still fit an `i64`.
+const MAX_STORE_MS: i64 = 1 << 50;
+
 /// The script's answer, checked as strictly as any value from the store.
 pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
     let bad = |why: String| {
@@ -175,7 +179,7 @@ pub(crate) fn key_reply(batch: &KeyBatch<'_>, r: &[i64]) -> Result<KeyReply> {
     let [store_ms, slice, hosts, granted, record, rest @ ..] = r else {
         return bad(format!("{} integers, fewer than 5", r.len()));
     };
-    if *store_ms <= 0
+    if !(1..=MAX_STORE_MS).contains(store_ms)
         || *slice < 0
         || *hosts < 0
         || !(0..=1).contains(granted)
@@ -288,6 +292,8 @@ mod tests {
             &[1, 7, 3, 1, 0, 4][..],
             &[1, 7, 3, 2, 0, 4, 5][..],
             &[0, 7, 3, 1, 0, 4, 5][..],
+            &[i64::MAX / 1000 + 1, 7, 3, 1, 0, 4, 5][..], // its µs past an i64
+            &[(1 << 50) + 1, 7, 3, 1, 0, 4, 5][..],
             &[1, 7, 3, 1, -1, 4, 5][..],      // a version below 0
             &[1, 7, 3, 1, 1 << 53, 4, 5][..], // past a Lua number's exact range
             &[1, 7, 3, 1][..],

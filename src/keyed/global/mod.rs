@@ -12,7 +12,9 @@
 //!
 //! Each word carries the slice it is for (24 bits) and a tag of the key (so
 //! an entry given to another key reads as empty). A word of another slice
-//! or key is the empty state of this one; only compare-and-swap writes it.
+//! or key is the empty state of this one; only compare-and-swap writes it,
+//! and never back to an earlier slice than it holds (a caller late across
+//! a slice's edge would drop the later slice's chunk and its hotness).
 //!
 //! **The rule.** A key that is not hot on the host (it neither pulled nor
 //! asked past its allowance in this slice or the last) is admitted up to
@@ -32,7 +34,7 @@ use crate::format::GlobalWords;
 
 mod words;
 #[cfg(test)]
-use words::HOT_SLICES;
+use words::{HOT_SLICES, later};
 pub(crate) use words::{MAX_HELD, Now, SLICE_MASK, Seen, next_word};
 
 /// A key's tag in its words (12 bits of its identity).
@@ -78,19 +80,26 @@ impl GlobalRule {
 
     /// What the host admits of the key in a slice while the store fails
     /// (`None`: the key's local limits alone): the slice over the `hosts`
-    /// last counted. A key the store last listed as spread (`spread`) gets
-    /// that alone, as it has no allowance with the store either; another
-    /// gets at least its allowance, which it would pass without the store.
-    /// So an outage gives a listed key no more than the store would: the
-    /// hosts' allowances on a spread key are its limit many times over.
+    /// last counted (none while no answer counted them). A key the store
+    /// last listed as spread (`spread`) gets that alone, as it has no
+    /// allowance with the store either; another gets at least its
+    /// allowance, which it would pass without the store. So an outage gives
+    /// a listed key no more than the store would: the hosts' allowances on a
+    /// spread key are its limit many times over.
     pub(crate) fn fallback_share(&self, hosts: u64, spread: bool) -> Option<u64> {
-        let share = self.permits / hosts.max(1);
+        let share = self.permits.checked_div(hosts).unwrap_or(0);
         match self.fallback {
             FALLBACK_LOCAL => None,
             FALLBACK_DENY => Some(0),
             _ if spread => Some(share),
             _ => Some(share.max(self.local)),
         }
+    }
+
+    /// The most one request may ask of a slice: its permits, as far as a
+    /// key's word holds them.
+    pub(crate) fn most(&self) -> u64 {
+        self.permits.min(MAX_HELD)
     }
 
     /// The chunk to ask for the rest of a slice `elapsed_ms` in, having
@@ -105,14 +114,14 @@ impl GlobalRule {
         // an eighth of the slice.
         let seen = elapsed_ms.max(self.slice_ms / 8).max(1);
         let projected = (asked * rest).div_ceil(seen);
-        (2 * projected + n).clamp(n, self.permits.min(MAX_HELD))
+        (2 * projected + n).clamp(n.min(self.most()), self.most())
     }
 
     /// The chunk to ask ahead for the next slice, having been asked `asked`
     /// in this one by `elapsed_ms`: twice the rate, and two.
     pub(crate) fn want_ahead(&self, asked: u64, elapsed_ms: u64) -> u64 {
         let projected = (asked * self.slice_ms).div_ceil(elapsed_ms.max(1));
-        (2 * projected + 2).clamp(1, self.permits.min(MAX_HELD))
+        (2 * projected + 2).clamp(1, self.most().max(1))
     }
 }
 
@@ -142,7 +151,8 @@ fn cas(word: &AtomicU64, old: u64, new: u64) -> Result<u64, u64> {
 }
 
 /// Counts `n` asked of the key in `slice` (rolling `seen` into it) and
-/// returns what the host saw. A key the store lists as spread over the
+/// returns what the host saw; a word already of a later slice is left as
+/// it is (and returned). A key the store lists as spread over the
 /// fleet (`spread`, asked only when the word starts a slice) is hot in this
 /// slice and the next: no host's allowance passes it once every host has
 /// the list, and each host that saw it asks ahead for it.
@@ -157,6 +167,9 @@ pub(crate) fn note(
     let mut old = w.seen.load(Acquire);
     loop {
         let s = Seen::unpack(old);
+        if s.after(tag, slice) {
+            return s;
+        }
         let new = if s.is(tag, slice) {
             Seen {
                 asked: (s.asked + n).min(0xffff),
@@ -215,22 +228,27 @@ fn mark(w: &GlobalWords, tag: u64, slice: u64, pulled: bool) {
 /// a chunk moves once; a roller killed in between loses it. A chunk asked
 /// ahead marks the key as having pulled in the slice: the store counted
 /// this host in it, so a failing store leaves the key to that chunk, not
-/// to a fallback share on top of it.
-pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: &dyn Fn() -> u64) -> Now {
+/// to a fallback share on top of it. `None`: the word is already of a
+/// later slice, which a caller still at `slice` never writes back (its
+/// chunk would be lost and its allowance given again).
+pub(crate) fn roll(w: &GlobalWords, tag: u64, slice: u64, id: &dyn Fn() -> u64) -> Option<Now> {
     let mut carry = (0, false);
     let mut took = false;
     let taken = |now: Now, took: bool| {
         if took {
             mark(w, tag, slice, true);
         }
-        now
+        Some(now)
     };
     loop {
         let old = w.now.load(Acquire);
         let now = Now::unpack(old);
+        if now.after(tag, slice) {
+            return None;
+        }
         if now.is(tag, slice) {
             if !took {
-                return now;
+                return Some(now);
             }
             let new = Now {
                 held: (now.held + carry.0).min(MAX_HELD),
@@ -282,7 +300,9 @@ pub(crate) fn decide(
     } else {
         note(w, tag, slice, rule, 0, spread)
     };
-    let mut now = roll(w, tag, slice, id);
+    let Some(mut now) = roll(w, tag, slice, id) else {
+        return Step::Refuse;
+    };
     loop {
         let (new, step) = if now.held >= n {
             (
@@ -313,7 +333,10 @@ pub(crate) fn decide(
             Err(actual) => {
                 now = Now::unpack(actual);
                 if !now.is(tag, slice) {
-                    now = roll(w, tag, slice, id);
+                    let Some(rolled) = roll(w, tag, slice, id) else {
+                        return Step::Refuse;
+                    };
+                    now = rolled;
                 }
             }
         }
@@ -325,27 +348,56 @@ pub(crate) fn decide(
 /// the store has none left.
 pub(crate) fn deposit(
     w: &GlobalWords,
-    (tag, id): (u64, u64),
+    key: (u64, u64),
     slice: u64,
     granted: u64,
     charge: u64,
     spent: bool,
 ) {
-    mark(w, tag, slice, true);
-    let mut now = roll(w, tag, slice, &|| id);
-    loop {
-        let new = Now {
+    pulled_into(w, key, slice, |now| {
+        Some(Now {
             held: (now.held + granted).min(MAX_HELD),
             charged: (now.charged + charge).min(0x1f),
             exhausted: now.exhausted || spent,
             ..now
-        };
+        })
+    });
+}
+
+/// The embedded store's grant (the host is the fleet): the slice less what
+/// the host admitted of it on its own, once. A process racing another to
+/// it finds the slice given (`exhausted`) and adds nothing.
+pub(crate) fn grant_whole(w: &GlobalWords, key: (u64, u64), slice: u64, permits: u64) {
+    pulled_into(w, key, slice, |now| {
+        (!now.exhausted).then_some(Now {
+            held: (now.held + permits.saturating_sub(now.local)).min(MAX_HELD),
+            charged: now.local,
+            exhausted: true,
+            ..now
+        })
+    });
+}
+
+/// Marks the key as pulling in `slice` and writes `change` of its `now`
+/// there (`None`: nothing to write). A slice that ends meanwhile takes
+/// nothing: its grant is spent.
+fn pulled_into(
+    w: &GlobalWords,
+    (tag, id): (u64, u64),
+    slice: u64,
+    change: impl Fn(Now) -> Option<Now>,
+) {
+    mark(w, tag, slice, true);
+    let Some(mut now) = roll(w, tag, slice, &|| id) else {
+        return;
+    };
+    while let Some(new) = change(now) {
         match cas(&w.now, now.pack(), new.pack()) {
             Ok(_) => return,
             Err(actual) => {
                 now = Now::unpack(actual);
                 if !now.is(tag, slice) {
-                    return; // the slice ended meanwhile: its grant is spent
+                    return;
                 }
             }
         }
@@ -372,12 +424,17 @@ pub(crate) fn deposit_ahead(w: &GlobalWords, tag: u64, slice: u64, granted: u64,
         if now.is(tag, slice) {
             return deposit(w, (tag, w.id.load(Relaxed)), slice, granted, 0, spent);
         }
+        if now.after(tag, slice) {
+            return; // its slice is over: the grant is spent
+        }
         let old = w.next.load(Acquire);
         let n = Now::unpack(old);
         // A chunk of the slice before (the current one, not begun on this
         // key yet) moves into `now` first, not overwritten.
         if n.is(tag, slice.wrapping_sub(1)) && n.held > 0 {
-            roll(w, tag, slice.wrapping_sub(1), &|| w.id.load(Relaxed));
+            if roll(w, tag, slice.wrapping_sub(1), &|| w.id.load(Relaxed)).is_none() {
+                return;
+            }
             continue;
         }
         let new = if n.is(tag, slice) && old != 0 {
@@ -404,7 +461,9 @@ pub(crate) fn deposit_ahead(w: &GlobalWords, tag: u64, slice: u64, granted: u64,
 /// The fallback's share of the slice, given once per slice while the store
 /// fails: what the host admitted on its own counts in it.
 pub(crate) fn fall_back(w: &GlobalWords, (tag, id): (u64, u64), slice: u64, share: u64) {
-    let mut now = roll(w, tag, slice, &|| id);
+    let Some(mut now) = roll(w, tag, slice, &|| id) else {
+        return;
+    };
     while !now.fallback {
         let new = Now {
             held: (now.held + share.saturating_sub(now.local)).min(MAX_HELD),
@@ -417,7 +476,10 @@ pub(crate) fn fall_back(w: &GlobalWords, (tag, id): (u64, u64), slice: u64, shar
             Err(actual) => {
                 now = Now::unpack(actual);
                 if !now.is(tag, slice) {
-                    now = roll(w, tag, slice, &|| id);
+                    let Some(rolled) = roll(w, tag, slice, &|| id) else {
+                        return;
+                    };
+                    now = rolled;
                 }
             }
         }

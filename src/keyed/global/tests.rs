@@ -151,6 +151,12 @@ fn the_fallback_gives_its_share_once_a_slice_less_the_allowance_spent() {
         "a spread key's share alone"
     );
     assert_eq!(RULE.fallback_share(4, true), Some(2));
+    assert_eq!(
+        RULE.fallback_share(0, false),
+        Some(1),
+        "no hosts counted yet: the allowance, not the whole slice"
+    );
+    assert_eq!(RULE.fallback_share(0, true), Some(0));
     fall_back(&w, KEY, 100, 2);
     fall_back(&w, KEY, 100, 2);
     assert_eq!(ask(&w, KEY, 100, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
@@ -217,4 +223,65 @@ fn a_key_the_fleet_lists_as_spread_starts_its_slice_without_an_allowance() {
         ask(&other, KEY, 5, &RULE, 1, 10),
         Step::Admit(Paid::Local(1))
     );
+}
+
+#[test]
+fn a_caller_late_across_a_slice_edge_never_sets_the_words_back() {
+    // A key hot in slice 100 with a chunk asked ahead for 101; a thread
+    // rolls it into 101. A caller still at 100 (its answer came late, or
+    // it was pre-empted across the edge) writes nothing back.
+    let w = words();
+    assert_eq!(ask(&w, KEY, 100, &RULE, 1, 10), Step::Admit(Paid::Local(1)));
+    let Step::Pull { charge, .. } = ask(&w, KEY, 100, &RULE, 1, 10) else {
+        panic!("past the allowance a key asks the store");
+    };
+    deposit(&w, KEY, 100, 1, charge, false);
+    deposit_ahead(&w, KEY.0, 101, 4, false);
+    assert_eq!(ask(&w, KEY, 101, &RULE, 1, 0), Step::Admit(Paid::Held(1)));
+    let (now, seen) = (w.now.load(Acquire), w.seen.load(Acquire));
+
+    assert_eq!(ask(&w, KEY, 100, &RULE, 1, 999), Step::Refuse);
+    deposit(&w, KEY, 100, 5, 0, false);
+    deposit_ahead(&w, KEY.0, 100, 5, false);
+    fall_back(&w, KEY, 100, 5);
+    assert_eq!(w.now.load(Acquire), now, "the chunk of 101 is kept");
+    assert_eq!(w.seen.load(Acquire), seen, "and so is its hotness");
+    for _ in 0..3 {
+        assert_eq!(ask(&w, KEY, 101, &RULE, 1, 5), Step::Admit(Paid::Held(1)));
+    }
+    assert!(
+        matches!(ask(&w, KEY, 101, &RULE, 1, 5), Step::Pull { .. }),
+        "hot in 101: no allowance once its chunk is spent"
+    );
+}
+
+#[test]
+fn later_counts_half_the_slice_ids_ahead_and_wraps() {
+    assert!(later(101, 100));
+    assert!(!later(100, 100));
+    assert!(!later(99, 100));
+    assert!(later(0, SLICE_MASK), "across the wrap");
+    assert!(!later(SLICE_MASK, 0));
+}
+
+#[test]
+fn the_embedded_grant_is_given_once_however_many_race_to_it() {
+    let w = words();
+    assert_eq!(ask(&w, KEY, 100, &RULE, 1, 10), Step::Admit(Paid::Local(1)));
+    // Two processes past the allowance both go for the grant.
+    for _ in 0..2 {
+        assert!(matches!(ask(&w, KEY, 100, &RULE, 1, 10), Step::Pull { .. }));
+    }
+    grant_whole(&w, KEY, 100, RULE.permits);
+    grant_whole(&w, KEY, 100, RULE.permits);
+    let now = Now::unpack(w.now.load(Acquire));
+    assert_eq!(
+        now.held, 9,
+        "the slice less the one admitted on the host's own"
+    );
+    assert!(now.exhausted);
+    for _ in 0..9 {
+        assert_eq!(ask(&w, KEY, 100, &RULE, 1, 20), Step::Admit(Paid::Held(1)));
+    }
+    assert_eq!(ask(&w, KEY, 100, &RULE, 1, 20), Step::Refuse);
 }

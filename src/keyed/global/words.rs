@@ -7,6 +7,14 @@ pub(crate) const SLICE_MASK: u64 = (1 << SLICE_BITS) - 1;
 /// The most a word holds of a key's slice: a larger chunk is asked again.
 pub(crate) const MAX_HELD: u64 = 0xffff;
 
+/// Whether a word's `word_slice` is later than `slice` (within half the
+/// slice ids' range): a caller still at `slice` (a late answer, a thread
+/// pre-empted across a slice's edge) must not write it back.
+pub(crate) fn later(word_slice: u64, slice: u64) -> bool {
+    let d = word_slice.wrapping_sub(slice) & SLICE_MASK;
+    d != 0 && d < 1 << (SLICE_BITS - 1)
+}
+
 /// `now`: held 16 | local 5 | charged 5 | exhausted | fallback | slice 24 |
 /// tag 12.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +53,11 @@ impl Now {
 
     pub(crate) fn is(&self, tag: u64, slice: u64) -> bool {
         self.tag == tag && self.slice == slice & SLICE_MASK
+    }
+
+    /// Whether the word is the key's, for a slice after `slice`.
+    pub(crate) fn after(&self, tag: u64, slice: u64) -> bool {
+        self.tag == tag && later(self.slice, slice)
     }
 }
 
@@ -102,6 +115,11 @@ impl Seen {
 
     pub(crate) fn is(&self, tag: u64, slice: u64) -> bool {
         self.tag == tag && self.slice == slice & SLICE_MASK
+    }
+
+    /// Whether the word is the key's, for a slice after `slice`.
+    pub(crate) fn after(&self, tag: u64, slice: u64) -> bool {
+        self.tag == tag && later(self.slice, slice)
     }
 
     /// Whether the key is hot on the host: it pulls, or it was asked past
