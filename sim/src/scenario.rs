@@ -310,6 +310,33 @@ pub fn run(s: &Scenario) -> Result<Run> {
             }
         }
         slice.smallest_share = smallest.1;
+        if std::env::var_os("FLOWCTRL_SIM_SHARES").is_some() {
+            let mut r: Vec<f64> = asking
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| !moved[**i])
+                .map(|(j, &i)| tally[i].admitted as f64 / fair[j].max(1.0))
+                .collect();
+            r.sort_by(f64::total_cmp);
+            let q = |p: f64| {
+                r.get(((r.len() as f64 - 1.0) * p) as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            eprintln!(
+                "{} slice {k}: quota {quota} hosts {} share q0 {:.2} q1 {:.2} q5 {:.2} q10 {:.2} q25 {:.2} q50 {:.2} q90 {:.2} max {:.2}",
+                s.name,
+                r.len(),
+                q(0.0),
+                q(0.01),
+                q(0.05),
+                q(0.1),
+                q(0.25),
+                q(0.5),
+                q(0.9),
+                q(1.0)
+            );
+        }
         if std::env::var_os("FLOWCTRL_SIM_PROGRESS").is_some() {
             eprintln!(
                 "{} slice {k}: admitted/quota {:.4}, {} store ops (whole, part, held, used up: {:?}; left {}), stranded {} (the hosts' count so far {}); worst host h{worst_host:04}: {} of {} asked",
