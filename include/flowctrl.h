@@ -1298,7 +1298,8 @@ fc_status fc_task_set_keys(const struct fc_task *task,
 /**
  * Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
  * `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
- * `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
+ * `FC_KEY_BLOCKED` (neither takes rates or a cap), `FC_KEY_REMOVE` (back
+ * to the task's; alone, with NULL rates and no cap), with
  * `FC_KEYS_SHADOW`. A global rate the key's override has
  * (`fc_task_set_key_override_global`) is kept, unless the key becomes
  * unlimited or blocked; a new override has none (an override's limits are

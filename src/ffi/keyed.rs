@@ -43,11 +43,13 @@ fn limits(rates: *const c_char, max_concurrency: u32, flags: u32) -> Result<KeyL
         KeyLimits::unlimited()
     } else if flags & FC_KEY_BLOCKED != 0 {
         KeyLimits::blocked()
-    } else if rates.is_null() {
-        KeyLimits::new()
     } else {
-        KeyLimits::parse_rates(unsafe { text_arg(rates, "rates") }?)?
+        KeyLimits::new()
     };
+    // Rates of an unlimited or blocked key are refused by the core.
+    if !rates.is_null() {
+        l = l.with_rates(unsafe { text_arg(rates, "rates") }?)?;
+    }
     // 0 (the argument's default) and FC_NO_CAP: no cap per key.
     if max_concurrency != 0 && max_concurrency != FC_NO_CAP {
         l = l.max_concurrency(max_concurrency);
@@ -108,7 +110,8 @@ pub unsafe extern "C" fn fc_task_set_keys(
 
 /// Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
 /// `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
-/// `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
+/// `FC_KEY_BLOCKED` (neither takes rates or a cap), `FC_KEY_REMOVE` (back
+/// to the task's; alone, with NULL rates and no cap), with
 /// `FC_KEYS_SHADOW`. A global rate the key's override has
 /// (`fc_task_set_key_override_global`) is kept, unless the key becomes
 /// unlimited or blocked; a new override has none (an override's limits are
@@ -130,6 +133,12 @@ pub unsafe extern "C" fn fc_task_set_key_override(
             return Err(Error::invalid(format!(
                 "fc_task_set_key_override: flags {flags:#x} are unknown or contradict"
             )));
+        }
+        let no_cap = max_concurrency == 0 || max_concurrency == FC_NO_CAP;
+        if flags & FC_KEY_REMOVE != 0 && (flags != FC_KEY_REMOVE || !rates.is_null() || !no_cap) {
+            return Err(Error::invalid(
+                "fc_task_set_key_override: FC_KEY_REMOVE takes no rates, cap or other flag",
+            ));
         }
         let task = task_of(task);
         let l = if flags & FC_KEY_REMOVE != 0 {

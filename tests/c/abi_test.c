@@ -2263,6 +2263,29 @@ static void test_keyed(void)
     EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
                                     FC_KEY_UNLIMITED | FC_KEY_BLOCKED),
            FC_ERR_INVALID_ARGUMENT);
+    /* Arguments the call would ignore are refused: rates of an unlimited
+       or blocked key, anything with FC_KEY_REMOVE. */
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, "10/second", 0,
+                                    FC_KEY_UNLIMITED),
+           FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "takes no rate") != NULL, "rates of an unlimited key: %s",
+          fc_last_error());
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, "10/second", 0, FC_KEY_BLOCKED),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, "garbage", 7, FC_KEY_REMOVE),
+           FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "FC_KEY_REMOVE") != NULL, "remove with rates: %s",
+          fc_last_error());
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 2, FC_KEY_REMOVE),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
+                                    FC_KEY_REMOVE | FC_KEYS_SHADOW),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
+                                    FC_KEY_REMOVE | FC_KEY_BLOCKED),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, FC_NO_CAP, FC_KEY_REMOVE),
+           FC_OK);
     EXPECT(fc_key_state_get(task, (const uint8_t *)"k", 1, NULL), FC_ERR_INVALID_ARGUMENT);
     /* A forked worker holding bob's last permit is SIGKILLed: it comes back. */
     EXPECT(fc_release(task, &held[1], FC_OUTCOME_SUCCESS), FC_OK);

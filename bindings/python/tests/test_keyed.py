@@ -95,6 +95,14 @@ def test_bad_keys_and_limits_are_refused(task):
         task.set_keys("10/fortnight")
     with pytest.raises(flowctrl.InvalidArgumentError):
         task.set_key_override("k", unlimited=True, blocked=True)
+    # Rates or a cap of an unlimited or blocked key would be ignored:
+    # refused, and the key keeps its limits.
+    for kind in ("unlimited", "blocked"):
+        with pytest.raises(flowctrl.InvalidArgumentError, match="takes no rate"):
+            task.set_key_override("k", "10/s", **{kind: True})
+        with pytest.raises(flowctrl.InvalidArgumentError, match="takes no rate"):
+            task.set_key_override("k", max_concurrency=3, **{kind: True})
+    assert task.key_state("k")["overridden"] is False
     with pytest.raises(flowctrl.InvalidArgumentError):
         task.set_keys("1/s", overflow="drop", capacity=1024)
 
