@@ -299,7 +299,7 @@ impl Task {
         n: u32,
         timeout: Duration,
     ) -> Result<std::result::Result<RawPermit, KeyRefusal>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = super::wait::deadline_after(timeout);
         loop {
             match self.acquire_key_raw(key, n)? {
                 Ok(raw) => return Ok(Ok(raw)),
