@@ -160,6 +160,7 @@ impl Task {
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn set_keys(
         &self,
+        py: Python<'_>,
         rates: Option<&str>,
         max_concurrency: Option<u32>,
         capacity: u32,
@@ -178,7 +179,9 @@ impl Task {
             key_global_fallback,
         )?;
         let config = keyed::config(limits, capacity, overflow)?;
-        self.live()?.set_keys(&config).map_err(to_py)
+        let task = self.live()?;
+        // Waits up to 2 s on the key file's config lock.
+        py.detach(|| task.set_keys(&config)).map_err(to_py)
     }
 
     /// Gives `key` limits of its own, live (or none with `unlimited`, or
@@ -190,6 +193,7 @@ impl Task {
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn set_key_override(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         rates: Option<&str>,
         max_concurrency: Option<u32>,
@@ -209,15 +213,17 @@ impl Task {
             key_global_local,
             key_global_fallback,
         )?;
-        self.live()?
-            .set_key_override(&key, Some(&limits))
+        let task = self.live()?;
+        py.detach(|| task.set_key_override(&key, Some(&limits)))
             .map_err(to_py)
     }
 
     /// Takes `key`'s override away: the task's key limits apply to it.
-    fn remove_key_override(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn remove_key_override(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let key = keyed::key_bytes(key)?;
-        self.live()?.set_key_override(&key, None).map_err(to_py)
+        let task = self.live()?;
+        py.detach(|| task.set_key_override(&key, None))
+            .map_err(to_py)
     }
 
     /// `key`'s state, spending nothing: limit, remaining, reset_after and

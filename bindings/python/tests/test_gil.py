@@ -59,10 +59,24 @@ def table(tmp_path):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
-    "call", ["open", "task", "reap", "update", "stats", "stats_by_process"]
+    "call",
+    [
+        "open",
+        "task",
+        "reap",
+        "update",
+        "stats",
+        "stats_by_process",
+        "set_keys",
+        "set_key_override",
+        "remove_key_override",
+    ],
 )
 def test_waiting_and_scanning_calls_let_the_gil_go(table, call):
     task = table.task("api", max_concurrency=4)
+    # The key file's config lock can be held by another process for up to
+    # 2 s: its writers let the GIL go.
+    task.set_keys("5/s", capacity=1024)
     op = {
         "open": lambda: flowctrl.Table(table.path),
         "task": lambda: table.task("api"),
@@ -70,6 +84,9 @@ def test_waiting_and_scanning_calls_let_the_gil_go(table, call):
         "update": lambda: task.update(max_concurrency=4),
         "stats": task.stats,
         "stats_by_process": task.stats_by_process,
+        "set_keys": lambda: task.set_keys("5/s", capacity=1024),
+        "set_key_override": lambda: task.set_key_override("k", "1/s"),
+        "remove_key_override": lambda: task.remove_key_override("k"),
     }[call]
     with GilWatcher() as watcher:
         assert watcher.others_ran_during(op, seconds=10), f"{call} holds the GIL"
