@@ -194,6 +194,17 @@ impl Task {
         })
     }
 
+    /// Whether `acquire_key(_, n)` may now make a round trip to the store:
+    /// [`Task::may_pull`], or the task's keys have a global rate and the
+    /// store keeps keys (the host's call for them may be due). A few loads;
+    /// the asyncio face runs such an acquire off the event loop.
+    pub fn may_pull_key(&self, n: u32) -> bool {
+        self.may_pull(n)
+            || self.quota.keeps_keys()
+                && matches!(self.keys_if_keyed(), Ok(Some(k))
+                    if k.region.header().any_global.load(Ordering::Acquire) != 0)
+    }
+
     /// Asks for `n` permits for `key`: admitted only if the key's limits
     /// and the task's own admit it; a refusal by either spends neither.
     pub fn acquire_key(&self, key: &[u8], n: u32) -> Result<KeyDecision<'_>> {

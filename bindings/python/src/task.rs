@@ -82,6 +82,13 @@ impl Task {
         Ok(self.live()?.may_pull(n))
     }
 
+    /// Whether an acquire of `n` for a key may now make a round trip to the
+    /// store (the asyncio face runs such an acquire off the event loop).
+    #[pyo3(name = "_may_pull_key", signature = (n=1))]
+    fn may_pull_key(&self, n: u32) -> PyResult<bool> {
+        Ok(self.live()?.may_pull_key(n))
+    }
+
     /// Returns a Permit (a context manager), or raises Limited. With a
     /// `timeout` (seconds), waits up to it for a permit, without the GIL.
     #[pyo3(signature = (n=1, timeout=None, *, key=None))]

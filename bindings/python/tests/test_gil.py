@@ -170,3 +170,45 @@ def test_acquire_async_does_not_block_the_loop_on_a_pull(tmp_path, silent_store)
     # admits), and the loop kept ticking meanwhile.
     assert took >= 0.25, took
     assert ticks >= 50, f"the loop ticked {ticks} times in {took:.3f} s"
+
+
+@pytest.mark.timeout(60)
+def test_a_keyed_acquire_async_does_not_block_the_loop_on_the_store(tmp_path, silent_store):
+    import asyncio
+
+    table = flowctrl.Table(
+        tmp_path / "t", store=silent_store, store_timeout=0.3, store_connect_timeout=0.3
+    )
+    task = table.task("api")
+    task.set_keys(capacity=1024, key_global="1/s", key_global_local=0)
+    assert not task._may_pull(1) and task._may_pull_key(1)
+
+    async def main():
+        ticks = []
+        done = False
+
+        async def ticker():
+            while not done:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.001)
+
+        t = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.01)
+        slowest = 0.0
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            began = time.monotonic()
+            try:
+                async with task.acquire_async(key="k"):
+                    pass
+            except flowctrl.Limited:
+                await asyncio.sleep(0.01)
+            slowest = max(slowest, time.monotonic() - began)
+        done = True
+        await t
+        return slowest, max(b - a for a, b in zip(ticks, ticks[1:]))
+
+    slowest, gap = asyncio.run(main())
+    # An acquire waited out the store's timeout, and the loop kept ticking.
+    assert slowest >= 0.25, slowest
+    assert gap < 0.15, f"the loop stood still for {gap:.3f} s"
