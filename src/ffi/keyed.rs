@@ -407,10 +407,13 @@ pub struct fc_key_state {
     pub reserved: u32,
 }
 
+// The size is ABI; a field appended later leaves MIN_SIZE where it is.
+const _: () = assert!(size_of::<fc_key_state>() == 56);
+
 unsafe impl SizedStruct for fc_key_state {
     const NAME: &'static str = "struct fc_key_state";
     const INIT: &'static str = "fc_key_state_init";
-    const MIN_SIZE: usize = size_of::<fc_key_state>();
+    const MIN_SIZE: usize = 56;
     fn defaults() -> Self {
         Self {
             size: size_of::<Self>() as u32,
