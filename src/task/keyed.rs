@@ -45,6 +45,8 @@ impl Task {
     }
 
     fn write_keys(&self, config: &KeyConfig, keep_global: bool) -> Result<()> {
+        // Out of range is an invalid argument, key file or not.
+        crate::keyed::check_capacity(config.capacity)?;
         config.limits.validate()?;
         self.check_global(config.limits.global.as_ref())?;
         let keys = match self.keys_in_use() {
@@ -55,8 +57,8 @@ impl Task {
             }
         };
         let have = keys.region.entries();
-        let asked = config.capacity.div_ceil(8) * 8;
-        if asked != have {
+        let asked = (config.capacity as u64).div_ceil(8) * 8;
+        if asked != have as u64 {
             return Err(Error::new(
                 ErrorKind::ConfigMismatch,
                 format!(
