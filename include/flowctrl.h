@@ -1000,7 +1000,8 @@ typedef struct fc_task_config {
 /**
  * A key's global rate, as `fc_task_set_key_global` takes it: `count` per
  * `period_ms` (0: no global rate, every other field 0), in slices of
- * `slice_ms` (0: the period), `local` (0 to 31), `fallback`
+ * `slice_ms` (0: the period), `local` (0 to 31; zeroed, 0, not the 1
+ * Python and the config file default to), `fallback`
  * `FC_FALLBACK_SHARE`, `_LOCAL` or `_DENY`. Caller memory, 48 bytes for
  * good: zero it first (`reserved` must be 0; written as 0).
  */
@@ -1284,7 +1285,8 @@ fc_status fc_table_check(const struct fc_table *table, struct fc_table_report *r
 /**
  * Gives the task key limits for every process on the host, or changes
  * them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
- * `max_concurrency` (0 or `FC_NO_CAP`: none), `capacity` keys (0: 65,536; fixed when
+ * `max_concurrency` (0 or `FC_NO_CAP`: none; Python and the config file
+ * refuse 0), `capacity` keys (0: 65,536; fixed when
  * the task's key file is made), `flags` `FC_KEYS_SHADOW`,
  * `FC_KEYS_OVERFLOW_ADMIT`. A global rate the task's keys have
  * (`fc_task_set_key_global`) is kept. Thread-safe.
@@ -1298,7 +1300,8 @@ fc_status fc_task_set_keys(const struct fc_task *task,
 /**
  * Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
  * `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
- * `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
+ * `FC_KEY_BLOCKED` (neither takes rates or a cap), `FC_KEY_REMOVE` (back
+ * to the task's; alone, with NULL rates and no cap), with
  * `FC_KEYS_SHADOW`. A global rate the key's override has
  * (`fc_task_set_key_override_global`) is kept, unless the key becomes
  * unlimited or blocked; a new override has none (an override's limits are
@@ -1315,7 +1318,8 @@ fc_status fc_task_set_key_override(const struct fc_task *task,
  * Gives every key of the task a rate across the fleet, or changes it:
  * `count` requests per `period_ms`, kept in slices of `slice_ms` (0: the
  * period; whole ms from 10 ms to a day, with 1 to 2^31 permits a slice),
- * of which a host admits `local` (0 to 31) a slice without the store
+ * of which a host admits `local` (0 to 31; 0 is none, where Python and
+ * the config file default to 1) a slice without the store
  * while the key is not hot there, and `fallback` `FC_FALLBACK_SHARE`,
  * `FC_FALLBACK_LOCAL` or `FC_FALLBACK_DENY` while the store fails.
  * `count` 0 (every other argument 0) takes it away. The task's other key
@@ -1368,7 +1372,8 @@ fc_status fc_key_global_get(const struct fc_task *task,
  * `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED`, `_KEY_GLOBAL`
  * for the key's limits, the task's own `FC_LIMITED_*` for its;
  * `fc_last_refusal` then says when an identical request can pass.
- * Thread-safe; no allocation (a key's global rate may ask the store).
+ * Thread-safe. No allocation but in a call to the store, which a key's
+ * global rate may make on the way (a round trip).
  */
 fc_status fc_acquire_key(const struct fc_task *task,
                          const uint8_t *key,

@@ -73,6 +73,30 @@ fn each_key_has_its_own_rate_and_the_refusal_says_when_to_retry() {
 }
 
 #[test]
+fn a_key_capacity_out_of_range_is_an_invalid_argument_key_file_or_not() {
+    let scratch = Scratch::new("keyed-capacity");
+    let t = table(&scratch);
+    let task = t.task("api", &TaskConfig::new()).unwrap();
+    let keys = |capacity| KeyConfig::new(KeyLimits::new()).capacity(capacity);
+    for file in [false, true] {
+        if file {
+            task.set_keys(&keys(16)).unwrap();
+        }
+        for capacity in [0, flowctrl::MAX_KEY_CAPACITY + 1, u32::MAX - 6, u32::MAX] {
+            let e = task.set_keys(&keys(capacity)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                flowctrl::ErrorKind::InvalidArgument,
+                "capacity {capacity}, key file {file}: {e}"
+            );
+        }
+    }
+    // In range but not the file's: a mismatch.
+    let e = task.set_keys(&keys(32)).unwrap_err();
+    assert_eq!(e.kind(), flowctrl::ErrorKind::ConfigMismatch, "{e}");
+}
+
+#[test]
 fn a_refused_request_spends_none_of_the_limits() {
     let scratch = Scratch::new("keyed-all-or-none");
     let t = table(&scratch);

@@ -348,15 +348,22 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn a_record_a_host_cannot_trust_is_refused_and_the_host_keeps_its_own() {
-    let scratch = Scratch::new("keyed-record-hostile");
+/// A host of a store of its own (table `t` in the scratch folder), its
+/// task `api` keyed with its own default limits.
+fn own_host(name: &str) -> (Scratch, RedisServer, flowctrl::Task) {
+    let scratch = Scratch::new(name);
     let redis = RedisServer::start();
-    let url = redis.url();
-    let table = Table::open(scratch.path("t"), &host_options(&url, "h0")).unwrap();
+    let table = Table::open(scratch.path("t"), &host_options(&redis.url(), "h0")).unwrap();
     let task = table.task("api", &TaskConfig::new()).unwrap();
     let (default, _) = own_limits();
     task.set_keys(&KeyConfig::new(default)).unwrap();
+    (scratch, redis, task)
+}
+
+#[test]
+fn a_record_a_host_cannot_trust_is_refused_and_the_host_keeps_its_own() {
+    let (scratch, redis, task) = own_host("keyed-record-hostile");
+    let url = redis.url();
     let rate = || {
         task.key_limits(b"k")
             .unwrap()
@@ -454,6 +461,52 @@ fn a_record_a_host_cannot_trust_is_refused_and_the_host_keeps_its_own() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(rate(), Some(999.0));
+}
+
+/// A record's rates leave a key the host blocked or made unlimited as it
+/// is (they take no global rate); a record the host's limits cannot take
+/// (its keys and the host's overrides too many) is refused, not fetched
+/// again and again.
+#[test]
+fn a_record_leaves_blocked_and_unlimited_keys_alone() {
+    let (_scratch, redis, task) = own_host("keyed-record-blocked");
+    let url = redis.url();
+    task.set_key_override(b"abuser", Some(&KeyLimits::blocked()))
+        .unwrap();
+    task.set_key_override(b"free", Some(&KeyLimits::unlimited()))
+        .unwrap();
+    let store = store(&url);
+    let stats = || task.key_stats().unwrap().unwrap();
+    let limits = |key: &[u8]| task.key_limits(key).unwrap().0;
+    let record = KeyRecord {
+        default: Some(KeyGlobal::new(KeyRate::per_second(10.0))),
+        overrides: vec![(
+            "free".into(),
+            Some(KeyGlobal::new(KeyRate::per_second(50.0))),
+        )],
+    };
+    let version = store.set_key_record("api", &record).unwrap();
+    eventually("the record adopted", || stats().record == version);
+    assert_eq!(limits(b"k").global.map(|g| g.rate.rate()), Some(10.0));
+    assert!(limits(b"abuser").is_blocked());
+    assert!(limits(b"free").is_unlimited());
+    assert_eq!(stats().record_refused, 0);
+    // 64 keys named and the host's 2 overrides: more than a task holds.
+    let many = KeyRecord {
+        default: None,
+        overrides: (0..64)
+            .map(|i| {
+                (
+                    format!("n{i}"),
+                    Some(KeyGlobal::new(KeyRate::per_second(1.0))),
+                )
+            })
+            .collect(),
+    };
+    let version = store.set_key_record("api", &many).unwrap();
+    eventually("the record refused", || stats().record_refused == version);
+    assert!(limits(b"abuser").is_blocked());
+    assert_eq!(limits(b"k").global.map(|g| g.rate.rate()), Some(10.0));
 }
 
 /// A keyed task none of whose keys has a global rate costs the store one

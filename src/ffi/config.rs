@@ -13,8 +13,11 @@ use crate::{
 /// ways: a caller compiled against a header that has `FC_NO_CAP` asks for
 /// no cap with it (its 0 is refused) and reads no cap back as it, so what
 /// `fc_task_config_get` wrote registers and updates as it is. A caller of
-/// an older, smaller layout keeps what its header said: 0 = no cap.
-const NO_CAP_LAYOUT: usize = size_of::<fc_task_config>();
+/// an older, smaller layout keeps what its header said: 0 = no cap. Fixed
+/// at the layout that brought `FC_NO_CAP` (`types` asserts the struct's
+/// size); a larger one has it too.
+const NO_CAP_LAYOUT: usize = 224;
+const _: () = assert!(size_of::<fc_task_config>() >= NO_CAP_LAYOUT);
 
 /// The core configuration the caller's struct asks for.
 pub(super) fn config_of(c: &fc_task_config) -> Result<TaskConfig, Error> {

@@ -43,11 +43,13 @@ fn limits(rates: *const c_char, max_concurrency: u32, flags: u32) -> Result<KeyL
         KeyLimits::unlimited()
     } else if flags & FC_KEY_BLOCKED != 0 {
         KeyLimits::blocked()
-    } else if rates.is_null() {
-        KeyLimits::new()
     } else {
-        KeyLimits::parse_rates(unsafe { text_arg(rates, "rates") }?)?
+        KeyLimits::new()
     };
+    // Rates of an unlimited or blocked key are refused by the core.
+    if !rates.is_null() {
+        l = l.with_rates(unsafe { text_arg(rates, "rates") }?)?;
+    }
     // 0 (the argument's default) and FC_NO_CAP: no cap per key.
     if max_concurrency != 0 && max_concurrency != FC_NO_CAP {
         l = l.max_concurrency(max_concurrency);
@@ -73,7 +75,8 @@ unsafe fn key_arg<'a>(key: *const u8, len: usize) -> Result<&'a [u8], Error> {
 
 /// Gives the task key limits for every process on the host, or changes
 /// them: `rates` like `"10/second;1000/hour"` (NULL: none), a per-key
-/// `max_concurrency` (0 or `FC_NO_CAP`: none), `capacity` keys (0: 65,536; fixed when
+/// `max_concurrency` (0 or `FC_NO_CAP`: none; Python and the config file
+/// refuse 0), `capacity` keys (0: 65,536; fixed when
 /// the task's key file is made), `flags` `FC_KEYS_SHADOW`,
 /// `FC_KEYS_OVERFLOW_ADMIT`. A global rate the task's keys have
 /// (`fc_task_set_key_global`) is kept. Thread-safe.
@@ -108,7 +111,8 @@ pub unsafe extern "C" fn fc_task_set_keys(
 
 /// Gives `key` (`key_len` bytes) limits of its own, live: `rates` and
 /// `max_concurrency` as `fc_task_set_keys`, or `flags` `FC_KEY_UNLIMITED`,
-/// `FC_KEY_BLOCKED`, `FC_KEY_REMOVE` (back to the task's), with
+/// `FC_KEY_BLOCKED` (neither takes rates or a cap), `FC_KEY_REMOVE` (back
+/// to the task's; alone, with NULL rates and no cap), with
 /// `FC_KEYS_SHADOW`. A global rate the key's override has
 /// (`fc_task_set_key_override_global`) is kept, unless the key becomes
 /// unlimited or blocked; a new override has none (an override's limits are
@@ -130,6 +134,12 @@ pub unsafe extern "C" fn fc_task_set_key_override(
             return Err(Error::invalid(format!(
                 "fc_task_set_key_override: flags {flags:#x} are unknown or contradict"
             )));
+        }
+        let no_cap = max_concurrency == 0 || max_concurrency == FC_NO_CAP;
+        if flags & FC_KEY_REMOVE != 0 && (flags != FC_KEY_REMOVE || !rates.is_null() || !no_cap) {
+            return Err(Error::invalid(
+                "fc_task_set_key_override: FC_KEY_REMOVE takes no rates, cap or other flag",
+            ));
         }
         let task = task_of(task);
         let l = if flags & FC_KEY_REMOVE != 0 {
@@ -211,7 +221,8 @@ pub(super) fn global_values(g: Option<KeyGlobal>) -> (f64, u64, u64, u32, u32) {
 /// Gives every key of the task a rate across the fleet, or changes it:
 /// `count` requests per `period_ms`, kept in slices of `slice_ms` (0: the
 /// period; whole ms from 10 ms to a day, with 1 to 2^31 permits a slice),
-/// of which a host admits `local` (0 to 31) a slice without the store
+/// of which a host admits `local` (0 to 31; 0 is none, where Python and
+/// the config file default to 1) a slice without the store
 /// while the key is not hot there, and `fallback` `FC_FALLBACK_SHARE`,
 /// `FC_FALLBACK_LOCAL` or `FC_FALLBACK_DENY` while the store fails.
 /// `count` 0 (every other argument 0) takes it away. The task's other key
@@ -308,7 +319,8 @@ pub unsafe extern "C" fn fc_key_global_get(
 /// `FC_LIMITED_KEY_RATE`, `_KEY_CONCURRENCY`, `_KEY_BLOCKED`, `_KEY_GLOBAL`
 /// for the key's limits, the task's own `FC_LIMITED_*` for its;
 /// `fc_last_refusal` then says when an identical request can pass.
-/// Thread-safe; no allocation (a key's global rate may ask the store).
+/// Thread-safe. No allocation but in a call to the store, which a key's
+/// global rate may make on the way (a round trip).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_acquire_key(
     task: *const fc_task,
@@ -398,10 +410,13 @@ pub struct fc_key_state {
     pub reserved: u32,
 }
 
+// The size is ABI; a field appended later leaves MIN_SIZE where it is.
+const _: () = assert!(size_of::<fc_key_state>() == 56);
+
 unsafe impl SizedStruct for fc_key_state {
     const NAME: &'static str = "struct fc_key_state";
     const INIT: &'static str = "fc_key_state_init";
-    const MIN_SIZE: usize = size_of::<fc_key_state>();
+    const MIN_SIZE: usize = 56;
     fn defaults() -> Self {
         Self {
             size: size_of::<Self>() as u32,

@@ -24,7 +24,8 @@ const _: () = assert!(FC_HOT_KEYS_MAX as usize == MAX_HOT_KEYS);
 
 /// A key's global rate, as `fc_task_set_key_global` takes it: `count` per
 /// `period_ms` (0: no global rate, every other field 0), in slices of
-/// `slice_ms` (0: the period), `local` (0 to 31), `fallback`
+/// `slice_ms` (0: the period), `local` (0 to 31; zeroed, 0, not the 1
+/// Python and the config file default to), `fallback`
 /// `FC_FALLBACK_SHARE`, `_LOCAL` or `_DENY`. Caller memory, 48 bytes for
 /// good: zero it first (`reserved` must be 0; written as 0).
 #[repr(C)]

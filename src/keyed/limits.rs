@@ -84,7 +84,14 @@ impl KeyLimits {
     /// `"10/second;1000/hour"`: rates separated by `;`, as the Python
     /// `limits` package writes them.
     pub fn parse_rates(text: &str) -> Result<Self> {
-        let mut limits = Self::new();
+        Self::new().with_rates(text)
+    }
+
+    /// Adds the rates of `text` (as [`Self::parse_rates`] reads it): on an
+    /// unlimited or blocked key, they are kept for [`Self::validate`] to
+    /// refuse, never dropped.
+    pub fn with_rates(self, text: &str) -> Result<Self> {
+        let mut limits = self;
         let parts: Vec<&str> = text.split(';').filter(|p| !p.trim().is_empty()).collect();
         if parts.len() > MAX_KEY_RATES {
             return Err(Error::invalid(format!(

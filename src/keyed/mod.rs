@@ -33,8 +33,8 @@ pub use limits::KeyLimits;
 pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
 pub use record::KeyRecord;
 pub(crate) use record::versions as record_versions;
-pub(crate) use region::KeyRegion;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
+pub(crate) use region::{KeyRegion, check_capacity};
 pub use view::{KeyGlobalNow, KeyInfo, KeyStats};
 pub(crate) use view::{counters_only, key_infos, key_stats};
 

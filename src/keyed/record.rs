@@ -22,7 +22,7 @@
 
 use super::MAX_KEY_LEN;
 use super::{KeyGlobal, KeyLimits, Keys, MAX_LOCAL};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::MAX_OVERRIDES;
 use crate::quota::{MAX_RECORD_VERSION, Quota, Tend, key_record_key, record_version};
 use crate::shm::Shm;
@@ -275,9 +275,18 @@ impl Keys {
             r.seen.store(0, Release);
             return Ok(());
         }
-        match KeyRecord::parse(&fields) {
-            Ok((version, record)) => {
-                self.adopt(shm, &record)?;
+        // A record the host's limits cannot take (an invalid argument from
+        // `adopt`) is refused as one that fails to parse is; any other
+        // error (the config lock) is the keeper's, tried again.
+        let checked = KeyRecord::parse(&fields).and_then(|(version, record)| {
+            match self.adopt(shm, &record) {
+                Err(e) if e.kind() != ErrorKind::InvalidArgument => Ok(Err(e)),
+                adopted => adopted.map(|()| Ok(version)),
+            }
+        });
+        match checked {
+            Ok(Err(e)) => return Err(e),
+            Ok(Ok(version)) => {
                 r.seen.store(version | ADOPTED, Release);
                 crate::events::report(
                     crate::events::Event::RecordAdopted,
@@ -321,8 +330,8 @@ impl Keys {
     }
 
     /// Makes `record`'s rates the global part of the default and of every
-    /// override, adding an override (the default's other limits) for each
-    /// key it names that has none.
+    /// override but an unlimited or blocked one, adding an override (the
+    /// default's other limits) for each key it names that has none.
     pub(crate) fn adopt(&self, shm: &Shm, record: &KeyRecord) -> Result<()> {
         let named: Vec<(u64, Option<KeyGlobal>)> = record
             .overrides
@@ -335,6 +344,10 @@ impl Keys {
             let overflow_admit = c.default.flags() & crate::format::LIMITS_OVERFLOW_ADMIT != 0;
             let mut keys = super::config::overrides_in(c, clock);
             for (ident, limits) in &mut keys {
+                // An unlimited or blocked key takes no global rate.
+                if limits.is_unlimited() || limits.is_blocked() {
+                    continue;
+                }
                 limits.global = match named.iter().find(|(i, _)| i == ident) {
                     Some((_, g)) => *g,
                     None => record.default,

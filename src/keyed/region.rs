@@ -64,15 +64,21 @@ pub(crate) fn records_for(processes: u32) -> u32 {
     (65_000 / processes.max(1)).clamp(1, 256)
 }
 
+/// A key capacity a key file can be made with: 1 to [`MAX_KEY_CAPACITY`].
+pub(crate) fn check_capacity(keys: u32) -> Result<()> {
+    if !(1..=MAX_KEY_CAPACITY).contains(&keys) {
+        return Err(Error::invalid(format!(
+            "a key capacity of {keys} is out of range (1 to {MAX_KEY_CAPACITY})"
+        )));
+    }
+    Ok(())
+}
+
 impl KeyRegion {
     /// Opens task `task`'s key file, creating it for `keys` keys if absent
     /// (an existing file keeps its own capacity).
     pub(crate) fn open_or_create(shm: &Shm, task: u32, keys: u32) -> Result<Self> {
-        if !(1..=MAX_KEY_CAPACITY).contains(&keys) {
-            return Err(Error::invalid(format!(
-                "a key capacity of {keys} is out of range (1 to {MAX_KEY_CAPACITY})"
-            )));
-        }
+        check_capacity(keys)?;
         let processes = shm.geometry.attach_capacity;
         let geometry = KeysGeometry {
             buckets: keys.div_ceil(BUCKET_KEYS as u32),

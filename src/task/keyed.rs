@@ -45,6 +45,8 @@ impl Task {
     }
 
     fn write_keys(&self, config: &KeyConfig, keep_global: bool) -> Result<()> {
+        // Out of range is an invalid argument, key file or not.
+        crate::keyed::check_capacity(config.capacity)?;
         config.limits.validate()?;
         self.check_global(config.limits.global.as_ref())?;
         let keys = match self.keys_in_use() {
@@ -55,8 +57,8 @@ impl Task {
             }
         };
         let have = keys.region.entries();
-        let asked = config.capacity.div_ceil(8) * 8;
-        if asked != have {
+        let asked = (config.capacity as u64).div_ceil(8) * 8;
+        if asked != have as u64 {
             return Err(Error::new(
                 ErrorKind::ConfigMismatch,
                 format!(
@@ -194,6 +196,17 @@ impl Task {
         })
     }
 
+    /// Whether `acquire_key(_, n)` may now make a round trip to the store:
+    /// [`Task::may_pull`], or the task's keys have a global rate and the
+    /// store keeps keys (the host's call for them may be due). A few loads;
+    /// the asyncio face runs such an acquire off the event loop.
+    pub fn may_pull_key(&self, n: u32) -> bool {
+        self.may_pull(n)
+            || self.quota.keeps_keys()
+                && matches!(self.keys_if_keyed(), Ok(Some(k))
+                    if k.region.header().any_global.load(Ordering::Acquire) != 0)
+    }
+
     /// Asks for `n` permits for `key`: admitted only if the key's limits
     /// and the task's own admit it; a refusal by either spends neither.
     pub fn acquire_key(&self, key: &[u8], n: u32) -> Result<KeyDecision<'_>> {
@@ -299,7 +312,7 @@ impl Task {
         n: u32,
         timeout: Duration,
     ) -> Result<std::result::Result<RawPermit, KeyRefusal>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = super::wait::deadline_after(timeout);
         loop {
             match self.acquire_key_raw(key, n)? {
                 Ok(raw) => return Ok(Ok(raw)),

@@ -375,6 +375,7 @@ static void test_version_and_status_strings(void)
     CHECK_EQ(offsetof(fc_task_config, size), 0, "fc_task_config.size comes first");
     CHECK_EQ(sizeof(fc_permit), 64, "sizeof(fc_permit)");
     CHECK_EQ(sizeof(struct fc_task_stats), 304, "sizeof(struct fc_task_stats)");
+    CHECK_EQ(sizeof(struct fc_key_state), 56, "sizeof(struct fc_key_state)");
     CHECK_EQ(offsetof(struct fc_task_stats, size), 0, "fc_task_stats.size comes first");
     CHECK(FC_RATE_UNSET < 0 && 1.0-FC_RATE_UNSET == 2.0,
           "FC_RATE_UNSET is negative and safe in an expression");
@@ -511,6 +512,8 @@ static void test_task_registration(void)
      * and what fc_task_config_get wrote registers as it is. */
     other = unset_config();
     other.max_concurrency = 0;
+    /* The layout that brought FC_NO_CAP, whatever sizeof says later. */
+    other.size = 224;
     EXPECT(fc_task_register(table, "zero", &other, &untouched), FC_ERR_INVALID_ARGUMENT);
     CHECK(strstr(fc_last_error(), "max_concurrency 0 is refused") != NULL &&
               strstr(fc_last_error(), "FC_NO_CAP") != NULL,
@@ -2229,6 +2232,8 @@ static void test_keyed(void)
     CHECK(which == 0 && retry_ns > 100000000ull && retry_ns <= 200000000ull,
           "the first rate refused, retry in (100, 200] ms: rate %u, %llu ns", which,
           (unsigned long long)retry_ns);
+    /* Today's layout (56 bytes) stays accepted when the struct grows. */
+    EXPECT(fc_key_state_init(&state, 56), FC_OK);
     EXPECT(fc_key_state_init(&state, sizeof state), FC_OK);
     EXPECT(fc_key_state_get(task, (const uint8_t *)"alice", 5, &state), FC_OK);
     CHECK(state.present == 1 && state.limit == 5 && state.remaining == 0,
@@ -2263,6 +2268,29 @@ static void test_keyed(void)
     EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
                                     FC_KEY_UNLIMITED | FC_KEY_BLOCKED),
            FC_ERR_INVALID_ARGUMENT);
+    /* Arguments the call would ignore are refused: rates of an unlimited
+       or blocked key, anything with FC_KEY_REMOVE. */
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, "10/second", 0,
+                                    FC_KEY_UNLIMITED),
+           FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "takes no rate") != NULL, "rates of an unlimited key: %s",
+          fc_last_error());
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, "10/second", 0, FC_KEY_BLOCKED),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, "garbage", 7, FC_KEY_REMOVE),
+           FC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fc_last_error(), "FC_KEY_REMOVE") != NULL, "remove with rates: %s",
+          fc_last_error());
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 2, FC_KEY_REMOVE),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
+                                    FC_KEY_REMOVE | FC_KEYS_SHADOW),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, 0,
+                                    FC_KEY_REMOVE | FC_KEY_BLOCKED),
+           FC_ERR_INVALID_ARGUMENT);
+    EXPECT(fc_task_set_key_override(task, (const uint8_t *)"k", 1, NULL, FC_NO_CAP, FC_KEY_REMOVE),
+           FC_OK);
     EXPECT(fc_key_state_get(task, (const uint8_t *)"k", 1, NULL), FC_ERR_INVALID_ARGUMENT);
     /* A forked worker holding bob's last permit is SIGKILLed: it comes back. */
     EXPECT(fc_release(task, &held[1], FC_OUTCOME_SUCCESS), FC_OK);

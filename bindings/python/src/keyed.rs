@@ -55,16 +55,20 @@ pub(crate) fn limits(
     unlimited: bool,
     blocked: bool,
 ) -> PyResult<KeyLimits> {
-    let l = match (unlimited, blocked, rates) {
-        (true, true, _) => {
+    let l = match (unlimited, blocked) {
+        (true, true) => {
             return Err(InvalidArgumentError::new_err(
                 "a key is unlimited or blocked, not both",
             ));
         }
-        (true, false, _) => KeyLimits::unlimited(),
-        (false, true, _) => KeyLimits::blocked(),
-        (false, false, Some(r)) => KeyLimits::parse_rates(r).map_err(to_py)?,
-        (false, false, None) => KeyLimits::new(),
+        (true, false) => KeyLimits::unlimited(),
+        (false, true) => KeyLimits::blocked(),
+        (false, false) => KeyLimits::new(),
+    };
+    // Rates of an unlimited or blocked key are refused by the core.
+    let l = match rates {
+        Some(r) => l.with_rates(r).map_err(to_py)?,
+        None => l,
     };
     let l = match max_concurrency {
         None | Some(flowctrl::NO_CAP) => l,

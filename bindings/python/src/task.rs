@@ -82,6 +82,13 @@ impl Task {
         Ok(self.live()?.may_pull(n))
     }
 
+    /// Whether an acquire of `n` for a key may now make a round trip to the
+    /// store (the asyncio face runs such an acquire off the event loop).
+    #[pyo3(name = "_may_pull_key", signature = (n=1))]
+    fn may_pull_key(&self, n: u32) -> PyResult<bool> {
+        Ok(self.live()?.may_pull_key(n))
+    }
+
     /// Returns a Permit (a context manager), or raises Limited. With a
     /// `timeout` (seconds), waits up to it for a permit, without the GIL.
     #[pyo3(signature = (n=1, timeout=None, *, key=None))]
@@ -160,6 +167,7 @@ impl Task {
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn set_keys(
         &self,
+        py: Python<'_>,
         rates: Option<&str>,
         max_concurrency: Option<u32>,
         capacity: u32,
@@ -178,7 +186,9 @@ impl Task {
             key_global_fallback,
         )?;
         let config = keyed::config(limits, capacity, overflow)?;
-        self.live()?.set_keys(&config).map_err(to_py)
+        let task = self.live()?;
+        // Waits up to 2 s on the key file's config lock.
+        py.detach(|| task.set_keys(&config)).map_err(to_py)
     }
 
     /// Gives `key` limits of its own, live (or none with `unlimited`, or
@@ -190,6 +200,7 @@ impl Task {
     #[allow(clippy::too_many_arguments)] // keyword arguments of the Python method
     fn set_key_override(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         rates: Option<&str>,
         max_concurrency: Option<u32>,
@@ -209,15 +220,17 @@ impl Task {
             key_global_local,
             key_global_fallback,
         )?;
-        self.live()?
-            .set_key_override(&key, Some(&limits))
+        let task = self.live()?;
+        py.detach(|| task.set_key_override(&key, Some(&limits)))
             .map_err(to_py)
     }
 
     /// Takes `key`'s override away: the task's key limits apply to it.
-    fn remove_key_override(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn remove_key_override(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let key = keyed::key_bytes(key)?;
-        self.live()?.set_key_override(&key, None).map_err(to_py)
+        let task = self.live()?;
+        py.detach(|| task.set_key_override(&key, None))
+            .map_err(to_py)
     }
 
     /// `key`'s state, spending nothing: limit, remaining, reset_after and

@@ -59,10 +59,24 @@ def table(tmp_path):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
-    "call", ["open", "task", "reap", "update", "stats", "stats_by_process"]
+    "call",
+    [
+        "open",
+        "task",
+        "reap",
+        "update",
+        "stats",
+        "stats_by_process",
+        "set_keys",
+        "set_key_override",
+        "remove_key_override",
+    ],
 )
 def test_waiting_and_scanning_calls_let_the_gil_go(table, call):
     task = table.task("api", max_concurrency=4)
+    # The key file's config lock can be held by another process for up to
+    # 2 s: its writers let the GIL go.
+    task.set_keys("5/s", capacity=1024)
     op = {
         "open": lambda: flowctrl.Table(table.path),
         "task": lambda: table.task("api"),
@@ -70,6 +84,9 @@ def test_waiting_and_scanning_calls_let_the_gil_go(table, call):
         "update": lambda: task.update(max_concurrency=4),
         "stats": task.stats,
         "stats_by_process": task.stats_by_process,
+        "set_keys": lambda: task.set_keys("5/s", capacity=1024),
+        "set_key_override": lambda: task.set_key_override("k", "1/s"),
+        "remove_key_override": lambda: task.remove_key_override("k"),
     }[call]
     with GilWatcher() as watcher:
         assert watcher.others_ran_during(op, seconds=10), f"{call} holds the GIL"
@@ -153,3 +170,45 @@ def test_acquire_async_does_not_block_the_loop_on_a_pull(tmp_path, silent_store)
     # admits), and the loop kept ticking meanwhile.
     assert took >= 0.25, took
     assert ticks >= 50, f"the loop ticked {ticks} times in {took:.3f} s"
+
+
+@pytest.mark.timeout(60)
+def test_a_keyed_acquire_async_does_not_block_the_loop_on_the_store(tmp_path, silent_store):
+    import asyncio
+
+    table = flowctrl.Table(
+        tmp_path / "t", store=silent_store, store_timeout=0.3, store_connect_timeout=0.3
+    )
+    task = table.task("api")
+    task.set_keys(capacity=1024, key_global="1/s", key_global_local=0)
+    assert not task._may_pull(1) and task._may_pull_key(1)
+
+    async def main():
+        ticks = []
+        done = False
+
+        async def ticker():
+            while not done:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.001)
+
+        t = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.01)
+        slowest = 0.0
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            began = time.monotonic()
+            try:
+                async with task.acquire_async(key="k"):
+                    pass
+            except flowctrl.Limited:
+                await asyncio.sleep(0.01)
+            slowest = max(slowest, time.monotonic() - began)
+        done = True
+        await t
+        return slowest, max(b - a for a, b in zip(ticks, ticks[1:]))
+
+    slowest, gap = asyncio.run(main())
+    # An acquire waited out the store's timeout, and the loop kept ticking.
+    assert slowest >= 0.25, slowest
+    assert gap < 0.15, f"the loop stood still for {gap:.3f} s"

@@ -4,6 +4,7 @@ refused, and worker processes sharing one key's limits."""
 
 import asyncio
 import multiprocessing
+import threading
 import time
 
 import pytest
@@ -95,8 +96,38 @@ def test_bad_keys_and_limits_are_refused(task):
         task.set_keys("10/fortnight")
     with pytest.raises(flowctrl.InvalidArgumentError):
         task.set_key_override("k", unlimited=True, blocked=True)
+    # Rates or a cap of an unlimited or blocked key would be ignored:
+    # refused, and the key keeps its limits.
+    for kind in ("unlimited", "blocked"):
+        with pytest.raises(flowctrl.InvalidArgumentError, match="takes no rate"):
+            task.set_key_override("k", "10/s", **{kind: True})
+        with pytest.raises(flowctrl.InvalidArgumentError, match="takes no rate"):
+            task.set_key_override("k", max_concurrency=3, **{kind: True})
+    assert task.key_state("k")["overridden"] is False
     with pytest.raises(flowctrl.InvalidArgumentError):
         task.set_keys("1/s", overflow="drop", capacity=1024)
+
+
+def test_a_timeout_past_what_a_clock_holds_waits_and_never_panics(tmp_path):
+    table = flowctrl.Table(str(tmp_path / "t"))
+    t = table.task("api", max_concurrency=1)
+    t.set_keys("5/s", capacity=1024)
+    t.set_key_override("abuser", blocked=True)
+    t.acquire(key="k", timeout=1e19).release()
+    with pytest.raises(flowctrl.Limited):
+        t.acquire(key="abuser", timeout=1e19)
+    # The waiting acquires: the one permit comes back after 0.1 s.
+    held = t.acquire()
+    threading.Timer(0.1, held.release).start()
+    t.acquire(timeout=1e19).release()
+
+    async def main():
+        held = t.acquire()
+        asyncio.get_running_loop().call_later(0.1, held.release)
+        (await t.acquire_async(timeout=1e19)).release()
+
+    asyncio.run(main())
+    table.close()
 
 
 def _worker(path, out):

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::room::{Answer, Entry};
 use crate::error::{Error, Result};
@@ -59,7 +59,7 @@ impl Acquire {
             // A pooled table with no set free: no place in line either.
             return Ok(Some(task.acquire_raw(n)));
         }
-        let deadline = Instant::now() + timeout.unwrap_or_default();
+        let deadline = super::deadline_after(timeout.unwrap_or_default());
         let entry = task.enqueue(n, deadline, why, false)?;
         entry.set_waker(cx.waker());
         let answer = entry.take();

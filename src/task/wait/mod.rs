@@ -36,6 +36,14 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::{TaskSlot, WAIT_BARGING};
 use crate::words::{Limited, Outcome};
 
+/// `timeout` from now, saturated: a timeout longer than a century waits a
+/// century (an `Instant` cannot hold every `Duration`).
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
+    let now = Instant::now();
+    now.checked_add(timeout.min(FAR)).unwrap_or(now)
+}
+
 impl Task {
     /// [`Task::acquire`] that waits up to `timeout` for a permit (`None` =
     /// do not wait), in the task's order (`wait_order`), host-wide.
@@ -76,7 +84,7 @@ impl Task {
             // A pooled table with no set free: no place in line either.
             return Ok(Err(why));
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let entry = self.enqueue(n, deadline, why, true)?;
         let attach = self.attach_index()?;
         let word = &self.shm.attach_slot(attach).wake;
@@ -174,3 +182,15 @@ pub(crate) fn queue_refusal(slot: &TaskSlot, cap: u32, interval: u64) -> Option<
 /// for a process killed a moment later, a 0.3 process's release) costs at
 /// most this.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_past_what_an_instant_holds_saturates() {
+        let far = deadline_after(Duration::MAX);
+        assert!(far > Instant::now() + Duration::from_secs(50 * 365 * 86_400));
+        assert!(deadline_after(Duration::from_secs(1)) < far);
+    }
+}

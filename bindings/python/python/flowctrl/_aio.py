@@ -8,8 +8,9 @@ The table handle's waiter thread hands it the permit when its turn comes
 ``call_soon_threadsafe``: nothing polls. A cancelled coroutine leaves the
 queue at once; a permit handed to it meanwhile is released, never left
 taken. An acquire that may pull global quota from the store runs in the
-waiter thread (or, without a timeout, in the loop's executor), so the loop
-never waits on Redis.
+waiter thread (or, without a timeout, in the loop's executor), and a keyed
+one that may call the store for its keys' global rates in the executor, so
+the loop never waits on Redis.
 """
 
 from __future__ import annotations
@@ -33,13 +34,18 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 async def _acquire_key(task: Task, n: int, timeout: Optional[float], key: Key) -> Permit:
-    # A keyed wait: one try, then sleeps on the loop for the time the
-    # refusal names (a cap's or the task's own, a short pause) until the
-    # deadline. Waiters of one key are admitted in no particular order.
+    # A keyed wait: one try (off the loop if it may make a round trip),
+    # then sleeps on the loop for the time the refusal names (a cap's or
+    # the task's own, a short pause) until the deadline. Waiters of one key
+    # are admitted in no particular order.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (timeout or 0.0)
     while True:
         try:
+            if task._may_pull_key(n):
+                return await loop.run_in_executor(
+                    None, functools.partial(task.acquire, n, key=key)
+                )
             return task.acquire(n, key=key)
         except Limited as refused:
             left = deadline - loop.time()

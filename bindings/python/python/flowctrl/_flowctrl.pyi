@@ -211,6 +211,7 @@ class Task:
         the key's limits of a keyed task apply too."""
         ...
     def _may_pull(self, n: int = 1) -> bool: ...
+    def _may_pull_key(self, n: int = 1) -> bool: ...
     def _waiter(self, n: int = 1, timeout: float | None = None) -> _Waiter: ...
     def acquire(
         self, n: int = 1, timeout: float | None = None, *, key: str | bytes | None = None
@@ -239,9 +240,9 @@ class Task:
         key_global_fallback: str | None = None,
     ) -> None:
         """Gives the task limits per caller: rates like "10/second;1000/hour",
-        a per-key max_concurrency (None or NO_CAP: none), capacity keys,
-        shadow mode, overflow
-        "shared" or "admit", and a rate across the fleet: key_global
+        a per-key max_concurrency (None or NO_CAP: none; 0 is refused),
+        capacity keys, shadow mode, overflow "shared" or "admit", and a
+        rate across the fleet: key_global
         ("1000/hour"), key_global_slice (seconds or "1m"; default the
         rate's period), key_global_local (default 1), key_global_fallback
         ("share", "local" or "deny"). Each call sets them all."""
