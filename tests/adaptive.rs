@@ -110,6 +110,46 @@ fn bad_limiter_input_is_refused_and_leaves_the_task_as_it_was() {
     assert_eq!(other.stats().released_success, 0);
 }
 
+/// An adaptive task without `max_concurrency` counts in flight too: more
+/// at once than a count holds is an error, never a permit (`n` past 2^31
+/// went in as a negative count and lowered everyone's), and a waiter
+/// asking more than the limit in force is answered at once, not left at
+/// the queue's head where nothing behind it could pass.
+#[test]
+fn an_adaptive_task_refuses_what_its_limit_cannot_hold() {
+    let scratch = Scratch::new("adaptive-n");
+    let table = open(&scratch.path("t"));
+    let config = TaskConfig::new()
+        .limiter(spec("aimd"))
+        .min_limit(2)
+        .max_limit(100)
+        .initial_limit(4);
+    let task = table.task("svc", &config).unwrap();
+    let held = task.acquire(1).unwrap().permit().unwrap();
+    for n in [1 << 24, 1 << 31, u32::MAX] {
+        let Err(err) = task.acquire(n) else {
+            panic!("{n} at once was decided");
+        };
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{n}: {err}");
+    }
+    assert_eq!(task.stats().in_flight, 1, "the count is what is held");
+    let began = Instant::now();
+    let waited = task.acquire_wait(5, Some(Duration::from_secs(5))).unwrap();
+    assert!(matches!(
+        waited,
+        Decision::Limited(flowctrl::Limited::Concurrency)
+    ));
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+    // The queue moves on: a waiter of what fits is admitted.
+    let ok = task.acquire_wait(3, Some(Duration::from_secs(1))).unwrap();
+    assert!(matches!(ok, Decision::Admitted(_)));
+    drop(held);
+}
+
 /// Four processes hammer one task whose limit moves (auto, 2..6); each
 /// checks the host's count against the ceiling after every admit, and
 /// half of them are SIGKILLed at random instants, some of them while they

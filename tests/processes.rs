@@ -143,6 +143,55 @@ fn permits_of_a_killed_process_come_back_within_100ms() {
 }
 
 #[test]
+fn a_queue_flag_left_up_with_no_waiter_is_lowered_by_the_next_reclaim() {
+    use std::os::unix::fs::FileExt;
+    let scratch = Scratch::new("stuck-flag");
+    let path = scratch.path("table");
+    let config = TaskConfig::new().max_concurrency(10);
+    let table = open(&path);
+    let task = table.task("db", &config).unwrap();
+    // A reaper killed between taking a dead waiter's head and lowering the
+    // flag leaves the flag up and no head: every acquire that does not
+    // wait is refused, to let a waiter that is not there go first.
+    let bytes = std::fs::read(&path).unwrap();
+    let slot = (0..)
+        .map(|t| layout::HEADER_SIZE + t * layout::TASK_SLOT)
+        .find(|at| bytes[at + layout::T_NAME..].starts_with(b"db\0"))
+        .unwrap();
+    let queued = slot + layout::T_ADAPTIVE + 16;
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&1u64.to_ne_bytes(), queued as u64)
+        .unwrap();
+    assert!(matches!(
+        task.acquire(1).unwrap(),
+        Decision::Limited(Limited::Concurrency)
+    ));
+    // The next reclaim (of any process) lowers it.
+    let ready = Pipe::new();
+    let child = {
+        let path = path.clone();
+        fork(move || {
+            let table = open(&path);
+            let _task = table.task("db", &config).unwrap();
+            ready.send(1);
+            std::thread::sleep(Duration::from_secs(60));
+            0
+        })
+    };
+    ready.recv();
+    kill(child, libc::SIGKILL);
+    assert_eq!(wait(child), -libc::SIGKILL);
+    let killed = Instant::now();
+    while !matches!(task.acquire(1).unwrap(), Decision::Admitted(_)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "the flag stayed up after the reclaim"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
 fn a_forked_worker_is_its_own_attachment() {
     let scratch = Scratch::new("prefork");
     let path = scratch.path("table");

@@ -37,6 +37,19 @@ impl Task {
         }
     }
 
+    /// Gives `n` back through the process's lanes. A decrease is never
+    /// refused, and a lane is busy only while one of this process's own
+    /// threads is mid-update: it waits those out rather than give up after
+    /// [`LANE_DEADLINE`] and leave the count up until the process exits.
+    pub(super) fn give_back_count(&self, attach: u32, lane: u32, n: u32) -> Result<()> {
+        loop {
+            match self.move_count(attach, lane, -(n as i32), None) {
+                Err(e) if e.kind() == ErrorKind::Timeout => continue,
+                done => return done.map(drop),
+            }
+        }
+    }
+
     /// One try of the ledger's update through lane `id` of the task.
     #[inline(always)]
     fn move_through(&self, id: u32, delta: i32, cap: Option<u64>) -> Result<Update> {

@@ -34,8 +34,9 @@ pub(crate) use wait::Room as WaitRoom;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{COUNTERS, Counter, LANES, TaskSlot, limit_of};
+use crate::limit::cap_in_force;
 use crate::limit::gcra::Gcra;
-use crate::limit::ledger::Update;
+use crate::limit::ledger::{MAX_COUNT, Update};
 use crate::quota::{Need, Quota, Refused};
 use crate::shm::Shm;
 use crate::token;
@@ -236,11 +237,10 @@ impl Task {
         }
         let a = &slot.adaptive;
         let adaptive = limit_of(a.limit.load(Ordering::Relaxed));
-        let cap = match adaptive {
-            Some(limit) if limits.cap != 0 => limit.clamp(1, limits.cap),
-            Some(limit) => limit.max(1),
-            None => limits.cap,
-        };
+        let cap = cap_in_force(limits.cap, adaptive);
+        if cap != 0 && n as u64 > MAX_COUNT {
+            return Err(self.unadmittable(n));
+        }
         let lane = preferred_lane();
         let (counters, own) = self.own_lane(attach, lane);
         if !in_turn
@@ -289,7 +289,7 @@ impl Task {
                 Ok(Ok(s)) => spent = Some(s),
                 refused => {
                     if counted {
-                        self.move_count(attach, lane, -(n as i32), None)?;
+                        self.give_back_count(attach, lane, n)?;
                     }
                     // A fallback refusal is counted by the quota, apart.
                     if refused?.err() == Some(Refused::Exhausted) {
@@ -311,7 +311,7 @@ impl Task {
                         self.quota.give_back(slot, spent, n);
                     }
                     if counted {
-                        self.move_count(attach, lane, -(n as i32), None)?;
+                        self.give_back_count(attach, lane, n)?;
                     }
                     count(counters, Counter::LimitedLocal, n as u64);
                     return Ok(Err(Limited::Local));
@@ -337,6 +337,8 @@ impl Task {
         let s = self.settings();
         let why = if n == 0 {
             "n must be at least 1".to_string()
+        } else if n as u64 > MAX_COUNT {
+            format!("n = {n} is above the {MAX_COUNT} permits a task counts at once")
         } else if s.local.local_rate != 0.0 && n > s.local.burst {
             format!(
                 "n = {n} is above the burst of {}: it could never be admitted",
@@ -355,7 +357,9 @@ impl Task {
     /// round-trip time, and marks it spent. Refused: a permit already spent,
     /// one of another task, table or process (permits do not cross `fork`),
     /// one whose fields were altered, and a release of more permits than this
-    /// process holds of the task (a copy of a spent permit).
+    /// process holds of the task. A byte copy of a spent permit is refused
+    /// only then: while the process holds others of the task, it releases
+    /// one of theirs (the spent mark lives in the caller's copy).
     #[inline]
     pub fn release_raw(&self, permit: &mut RawPermit, outcome: Outcome) -> Result<()> {
         self.release_raw_rtt(permit, outcome, None)
@@ -392,7 +396,7 @@ impl Task {
             if self.held_by(attach) < n as i64 {
                 return Err(self.released_twice(n));
             }
-            self.move_count(attach, lane, -(n as i32), None)?;
+            self.give_back_count(attach, lane, n)?;
             // Pairs with the fence of a waiter publishing itself before its
             // handle's try: one of the two sees the other.
             std::sync::atomic::fence(Ordering::SeqCst);
@@ -490,11 +494,8 @@ impl std::fmt::Debug for Task {
 /// The concurrency limit of the task in `slot` (see [`Task::limit`]).
 pub(crate) fn limit(slot: &TaskSlot) -> Option<u32> {
     let cap = stored::read(slot).local.cap;
-    match limit_of(crate::format::load_acquire(&slot.adaptive.limit)) {
-        Some(limit) if cap != 0 => Some(limit.clamp(1, cap)),
-        Some(limit) => Some(limit.max(1)),
-        None => (cap != 0).then_some(cap),
-    }
+    let adaptive = limit_of(crate::format::load_acquire(&slot.adaptive.limit));
+    Some(cap_in_force(cap, adaptive)).filter(|&c| c != 0)
 }
 
 fn refusal_counter(why: Limited) -> Counter {

@@ -51,12 +51,14 @@ impl Reclaim for TaskReclaim {
             if given_back > 0 {
                 report_reclaimed(shm, slot, attach, given_back);
             }
-            // Its waiters are gone: the queue's head moves past them.
+            // Its waiters are gone: the queue's head moves past them. The
+            // flag is lowered whenever it is up, not only when this head
+            // was: a reaper killed between the two left it up with no head.
             let queued = shm.baseline(task, attach).is_some_and(|base| {
                 base.queue_len.store(0, Ordering::Relaxed);
                 base.queue_head.swap(0, Ordering::SeqCst) != 0
             });
-            if queued {
+            if queued || slot.adaptive.queued.load(Ordering::Acquire) != 0 {
                 super::wait::clear_flag(shm, task);
             }
             if given_back > 0 || queued {

@@ -54,6 +54,14 @@ pub(super) fn take_turn(room: &Room, task: &Task, me: u32, entry: &Entry) -> Tur
             }
             Turn::Answered
         }
+        // Past the limit in force (an adaptive limit below `n`): the queue
+        // would wait on this head, and no admission would move the limit.
+        Ok(Err(Limited::Concurrency))
+            if super::super::limit(shm.task_slot(task.index)).is_some_and(|cap| entry.n > cap) =>
+        {
+            room.grant(task.index, me, entry, Ok(Err(Limited::Concurrency)));
+            Turn::Answered
+        }
         Ok(Err(why)) => {
             entry.note(why);
             Turn::Refused(match why {
