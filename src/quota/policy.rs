@@ -178,9 +178,16 @@ pub(super) fn give_back_floor(quota: u64, hosts: u64) -> u64 {
 /// of `rtt_us` (the truth is within ±rtt/2): a first one or a jump is
 /// taken as it is; otherwise a fast answer moves the kept one by a
 /// fraction and a slow one not at all, so noise does not move the host's
-/// slice edges.
+/// slice edges. A fast answer that the kept offset misses by more than a
+/// fast answer's error is taken whole too: the kept one came from a slow
+/// answer (a first one, under load), and would shift the host's slices
+/// against the others' for many answers.
 pub(crate) fn smooth_offset(old: i64, measured: i64, rtt_us: i64) -> i64 {
-    if old == 0 || (measured - old).abs() > OFFSET_JUMP_US + rtt_us / 2 {
+    let off = (measured - old).abs();
+    if old == 0
+        || off > OFFSET_JUMP_US + rtt_us / 2
+        || rtt_us <= OFFSET_RTT_MAX_US && off > OFFSET_RTT_MAX_US
+    {
         measured
     } else if rtt_us > OFFSET_RTT_MAX_US {
         old
@@ -313,6 +320,13 @@ mod tests {
         assert_eq!(smooth_offset(5_000, 5_800, 100), 5_100);
         assert_eq!(smooth_offset(5_000, 5_800, 5_000), 5_000);
         assert_eq!(smooth_offset(5_000, 60_000, 100), 60_000);
+        // A kept offset a fast answer finds 10 ms off: taken whole.
+        assert_eq!(smooth_offset(5_000, 15_000, 1_000), 15_000);
+        assert_eq!(
+            smooth_offset(5_000, 15_000, 5_000),
+            5_000,
+            "a slow one: kept"
+        );
     }
 
     #[test]
