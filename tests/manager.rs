@@ -601,3 +601,52 @@ fn the_manager_endpoint_answers_healthz_and_slow_clients_do_not_starve_it() {
     assert!(slowest < Duration::from_secs(3), "slowest {slowest:?}");
     assert_eq!(cli::http(port, "POST", "/metrics").map(|a| a.0), Ok(405));
 }
+
+/// A Redis, a scratch directory, and the file `text(url)` in it.
+fn fleet_file(
+    tag: &str,
+    text: impl FnOnce(&str) -> String,
+) -> (RedisServer, Scratch, std::path::PathBuf) {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new(tag);
+    let file = scratch.path("fleet.toml");
+    std::fs::write(&file, text(&redis.url())).unwrap();
+    (redis, scratch, file)
+}
+
+#[test]
+fn a_reload_that_moves_the_store_is_refused_and_the_running_one_kept() {
+    let (redis, _scratch, file) =
+        fleet_file("manager-reload-store", |url| config_text(url, LEASE_MS));
+    let config = ManagerConfig::load(&file).unwrap();
+    let mut m = Manager::new(config.clone()).unwrap();
+    assert!(m.step().unwrap());
+    let text = config_text(&redis.url(), LEASE_MS)
+        .replace("[table]\n", "[table]\nkey_prefix = \"moved:\"\n")
+        .replace("global_rate = 400", "global_rate = 300");
+    std::fs::write(&file, text).unwrap();
+    let moved = ManagerConfig::load(&file).unwrap();
+    // Debug-printed: what reconfigure answers, whatever its type.
+    let refused = format!("{:?}", m.reconfigure(moved));
+    assert!(refused.contains("at a restart only"), "{refused}");
+    assert_eq!(m.config(), &config, "the running configuration is kept");
+    assert!(m.step().unwrap());
+    let old: Option<String> = redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]);
+    assert_eq!(old.as_deref(), Some("400"));
+    let keys: Vec<String> = redis.command(&["KEYS", "moved:*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+    // Another rate on the same store is applied.
+    let same = ManagerConfig {
+        tasks: ManagerConfig::parse(
+            &file,
+            &config_text(&redis.url(), LEASE_MS).replace("global_rate = 400", "global_rate = 300"),
+        )
+        .unwrap()
+        .tasks,
+        ..config
+    };
+    assert!(format!("{:?}", m.reconfigure(same)).starts_with("Ok"));
+    assert!(m.step().unwrap());
+    let new: Option<String> = redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]);
+    assert_eq!(new.as_deref(), Some("300"));
+}

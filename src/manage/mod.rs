@@ -120,7 +120,16 @@ impl Manager {
     /// Replaces the configuration (already checked: a bad file never gets
     /// here). Tasks that stay keep their threshold; tasks no longer managed
     /// have their store record removed, so their hosts return to their own.
-    pub fn reconfigure(&mut self, config: ManagerConfig) {
+    /// Refuses, and keeps the running configuration, when `[table]`'s store
+    /// settings (URL, key prefix, timeouts, ...) changed: the connection,
+    /// the keys and the lease are the old store's until a restart.
+    pub fn reconfigure(&mut self, config: ManagerConfig) -> Result<()> {
+        if config.store != self.config.store {
+            return Err(crate::Error::invalid(
+                "[table]'s store settings changed (URL, key_prefix, timeouts): the manager \
+                 applies them at a restart only",
+            ));
+        }
         let old = std::mem::take(&mut self.tasks);
         for name in old.keys().filter(|n| !config.tasks.contains_key(*n)) {
             match self.store.remove_task_config(name) {
@@ -160,6 +169,7 @@ impl Manager {
             self.lease = Lease::new(&config.store.key_prefix, &config.id, config.lease);
         }
         self.config = config;
+        Ok(())
     }
 
     /// Renews (or takes) the lease, then writes and judges if active.
