@@ -650,3 +650,52 @@ fn a_reload_that_moves_the_store_is_refused_and_the_running_one_kept() {
     let new: Option<String> = redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]);
     assert_eq!(new.as_deref(), Some("300"));
 }
+
+/// Two tasks, "api" and "web", each 400/s in 500 ms slices with a policy.
+fn dynamic_text(url: &str) -> String {
+    let task = |name: &str| {
+        format!(
+            "[tasks.\"{name}\"]\nglobal_rate = {RATE}\nslice_ms = {SLICE_MS}\n\n\
+             [tasks.\"{name}\".policy]\nmin_rate = 50\nmax_rate = 1000\ndropped_ratio = 0.1\n\n"
+        )
+    };
+    format!(
+        "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = {LEASE_MS}\n\n{}{}",
+        task("api"),
+        task("web")
+    )
+}
+
+/// The store's current slice of `SLICE_MS`.
+fn store_slice(redis: &RedisServer) -> u64 {
+    let (s, us): (u64, u64) = redis.command(&["TIME"]);
+    (s * 1000 + us / 1000) / SLICE_MS as u64
+}
+
+/// The quota of `task`'s key of `slice`, if written.
+fn quota_of(redis: &RedisServer, task: &str, slice: u64) -> Option<u64> {
+    let key = format!("flowctrl:{{{task}}}:{}", slice as u32);
+    redis.command(&["HGET", &key, "quota"])
+}
+
+#[test]
+fn a_takeover_writes_nothing_until_it_read_the_last_decisions() {
+    let (redis, _scratch, file) = fleet_file("manager-resume", dynamic_text);
+    // The decisions cannot be read (another type), and web's threshold is
+    // no number.
+    let _: () = redis.command(&["SET", "flowctrl:{api}:manager", "a string"]);
+    let _: () = redis.command(&["HSET", "flowctrl:{web}:manager", "threshold", "abc"]);
+    let mut m = Manager::new(ManagerConfig::load(&file).unwrap()).unwrap();
+    assert!(m.step().unwrap(), "active");
+    let records: u64 = redis.command(&["EXISTS", "flowctrl:cfg:{api}", "flowctrl:cfg:{web}"]);
+    assert_eq!(records, 0, "written before the last decisions were read");
+    assert!(m.report().lock().store_errors > 0);
+    // Readable again: api resumes from its predecessor's cut to 150/s; web's
+    // threshold, no number, is as absent: its global_rate.
+    let _: () = redis.command(&["DEL", "flowctrl:{api}:manager"]);
+    let _: () = redis.command(&["HSET", "flowctrl:{api}:manager", "threshold", "150"]);
+    assert!(m.step().unwrap());
+    let next = store_slice(&redis) + 1;
+    assert_eq!(quota_of(&redis, "api", next), Some(75));
+    assert_eq!(quota_of(&redis, "web", next), Some(200));
+}

@@ -57,6 +57,9 @@ pub struct Manager {
     offset_ms: i64,
     /// When the lease is next renewed: at a third of its TTL.
     renew_at: Instant,
+    /// Acquired, but the last decisions not read back yet: nothing is
+    /// written until they are (a write would undo a predecessor's cut).
+    needs_resume: bool,
     report: Arc<Mutex<ManagerReport>>,
 }
 
@@ -108,6 +111,7 @@ impl Manager {
             hot: HotWatch::default(),
             offset_ms: 0,
             renew_at: Instant::now(),
+            needs_resume: false,
             report: Arc::new(Mutex::new(report)),
         })
     }
@@ -191,6 +195,14 @@ impl Manager {
             self.report.lock().active = false;
             return Ok(false);
         };
+        if self.needs_resume {
+            if let Err(e) = tick::resume(self) {
+                self.report.lock().store_errors += 1;
+                log::warn!("manager {}: {e}", self.config.id);
+                return Ok(true);
+            }
+            self.needs_resume = false;
+        }
         let began = Instant::now();
         let fenced = tick::run(self, token)? || self.write_keys(token);
         self.read_hot_keys();
@@ -257,7 +269,7 @@ impl Manager {
                     drop(r);
                     self.keys.rewrite();
                     log::warn!("manager {}: active (lease token {token})", self.config.id);
-                    tick::resume(self)?;
+                    self.needs_resume = true;
                 }
             }
             Held::Theirs { lost } => {

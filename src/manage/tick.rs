@@ -77,24 +77,38 @@ pub(super) fn states(
 pub(super) fn resume(m: &mut Manager) -> Result<()> {
     let prefix = m.config.store.key_prefix.clone();
     let names: Vec<String> = m.tasks.keys().cloned().collect();
-    let last: Vec<Option<f64>> = m.store.redis().round_trip("read the decisions", |conn| {
+    let last: Vec<Option<String>> = m.store.redis().round_trip("read the decisions", |conn| {
         let mut pipe = redis::pipe();
         for name in &names {
             pipe.hget(decision_key(&prefix, name), "threshold");
         }
         pipe.query(conn)
     })?;
-    for (name, threshold) in names.iter().zip(last) {
+    for (name, text) in names.iter().zip(last) {
         let state = m.tasks.get_mut(name).expect("a task of the list");
         state.written_to = None;
         state.version = 0;
-        if let (Some(p), Some(t)) = (&m.config.tasks[name].policy, threshold)
-            && t.is_finite()
-        {
+        let threshold = text.as_deref().and_then(stored_threshold);
+        if let (Some(text), None) = (&text, threshold) {
+            log::warn!(
+                task = name.as_str();
+                "task {name:?}: the last decision's threshold {} is not a rate: skipped",
+                crate::words::echo(text)
+            );
+        }
+        if let (Some(p), Some(t)) = (&m.config.tasks[name].policy, threshold) {
             state.threshold = t.clamp(p.min_rate, p.max_rate);
         }
     }
     Ok(())
+}
+
+/// A decision's threshold as the store holds it: a finite rate above 0,
+/// else none.
+fn stored_threshold(text: &str) -> Option<f64> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t > 0.0)
 }
 
 /// Permits per slice of `rate`.
