@@ -37,6 +37,8 @@ pub(super) struct TaskState {
     pending: Option<Decision>,
     /// The last slice each host pulled in, and whether it is alarmed silent.
     seen: BTreeMap<String, (u64, bool)>,
+    /// The slice length the slice numbers above count in (ms).
+    slice_ms: u32,
     /// The alarms raised at the last judgement (logged when they appear).
     alarms: BTreeSet<String>,
 }
@@ -50,6 +52,7 @@ impl TaskState {
 
 /// The states for `config`'s tasks: those of `old` carried over (their
 /// threshold kept within the new bounds), new ones at their global_rate.
+/// Another slice length numbers slices anew: what counts slices is reset.
 pub(super) fn states(
     config: &ManagerConfig,
     mut old: BTreeMap<String, TaskState>,
@@ -64,6 +67,11 @@ pub(super) fn states(
                 Some(p) if state.threshold > 0.0 => state.threshold.clamp(p.min_rate, p.max_rate),
                 _ => rate,
             };
+            if state.slice_ms != task.global.slice_ms {
+                state.slice_ms = task.global.slice_ms;
+                (state.judge_from, state.judged, state.clean) = (0, None, 0);
+                state.seen.clear();
+            }
             state.written_to = None;
             state.version = 0;
             (name.clone(), state)
@@ -350,4 +358,36 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         state.pending = None;
     }
     Ok(fenced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(slice_ms: u32) -> ManagerConfig {
+        let text = format!(
+            "[table]\nstore = \"redis://127.0.0.1:1\"\n[tasks.\"api\"]\nglobal_rate = 400\n\
+             slice_ms = {slice_ms}\n[tasks.\"api\".policy]\nmin_rate = 50\nmax_rate = 1000\n\
+             dropped_ratio = 0.1\n"
+        );
+        ManagerConfig::parse(std::path::Path::new("m.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn another_slice_length_resets_what_counts_slices() {
+        let mut states = states(&config(100), BTreeMap::new());
+        let state = states.get_mut("api").unwrap();
+        state.threshold = 300.0;
+        (state.judge_from, state.judged, state.clean) = (20_000_003, Some(20_000_000), 2);
+        state.seen.insert("h".into(), (20_000_000, false));
+        // The same length: carried over.
+        let states = super::states(&config(100), states);
+        assert_eq!(states["api"].judge_from, 20_000_003);
+        assert_eq!(states["api"].seen.len(), 1);
+        // Ten times longer: slices count ten times fewer.
+        let s = &super::states(&config(1000), states)["api"];
+        assert_eq!((s.judge_from, s.judged, s.clean), (0, None, 0));
+        assert!(s.seen.is_empty());
+        assert_eq!(s.threshold, 300.0, "the threshold stays");
+    }
 }
