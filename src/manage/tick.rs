@@ -175,21 +175,17 @@ pub(super) fn run(m: &mut Manager, token: u64) -> Result<bool> {
     write(m, token, &current)
 }
 
-/// Judges `task`'s slice `slice` from its key's `fields`.
-fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], now_ms: u64) {
-    let config = &m.config.tasks[task];
-    let slice_ms = config.global.slice_ms;
-    let state = m.tasks.get_mut(task).expect("a managed task");
-    state.judged = Some(slice);
-    // The shards' fields one after the other: their quotas add up to the
-    // slice's, a host's records (one per shard it pulled from) merge.
+/// A slice's census from its shards' keys' `fields`, one after the other:
+/// their quotas add up to the slice's, a host's records (one per shard it
+/// pulled from) merge. Sums saturate: the store's numbers are anyone's.
+fn census(slice: u64, fields: &[(String, String)]) -> (Option<u64>, Vec<HostRecord>) {
     let mut quota: Option<u64> = None;
     let mut hosts: Vec<HostRecord> = Vec::new();
     for (field, value) in fields {
         match field.as_str() {
             "quota" => {
                 if let Ok(q) = value.parse::<u64>() {
-                    quota = Some(quota.unwrap_or(0) + q);
+                    quota = Some(quota.unwrap_or(0).saturating_add(q));
                 }
             }
             "left" | "demand" => {}
@@ -200,6 +196,21 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
             }
         }
     }
+    (quota, hosts)
+}
+
+/// `count` of every host, added with saturation.
+fn total(hosts: &[HostRecord], count: impl Fn(&HostRecord) -> u64) -> u64 {
+    hosts.iter().map(count).fold(0, u64::saturating_add)
+}
+
+/// Judges `task`'s slice `slice` from its key's `fields`.
+fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], now_ms: u64) {
+    let config = &m.config.tasks[task];
+    let slice_ms = config.global.slice_ms;
+    let state = m.tasks.get_mut(task).expect("a managed task");
+    state.judged = Some(slice);
+    let (quota, hosts) = census(slice, fields);
     let per_s = |permits: u64| permits as f64 * 1000.0 / slice_ms as f64;
     // The slice ran the threshold in force if its key holds its quota.
     let threshold = match quota {
@@ -218,9 +229,9 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
     let target = config.policy.as_ref().and_then(|p| p.dropped_ratio);
     let observed = Observed {
         threshold,
-        admitted: per_s(hosts.iter().map(|h| h.claimed).sum()),
-        success: hosts.iter().map(|h| h.health.success).sum(),
-        dropped: hosts.iter().map(|h| h.health.dropped).sum(),
+        admitted: per_s(total(&hosts, |h| h.claimed)),
+        success: total(&hosts, |h| h.health.success),
+        dropped: total(&hosts, |h| h.health.dropped),
         p99_us: hosts.iter().map(|h| h.health.p99_us).max().unwrap_or(0),
         served: target.map_or(0.0, |t| served(threshold, t, &per_host)),
     };
@@ -389,5 +400,20 @@ mod tests {
         assert_eq!((s.judge_from, s.judged, s.clean), (0, None, 0));
         assert!(s.seen.is_empty());
         assert_eq!(s.threshold, 300.0, "the threshold stays");
+    }
+
+    #[test]
+    fn census_numbers_near_the_top_add_up_with_saturation() {
+        let max = i64::MAX.to_string();
+        let record = format!("1 {max} {max} {max} 0 {max} {max} {max} 0 0");
+        let mut fields = vec![("quota".to_string(), u64::MAX.to_string()); 2];
+        for host in ["a", "b", "c"] {
+            fields.push((host.to_string(), record.clone()));
+        }
+        let (quota, hosts) = census(7, &fields);
+        assert_eq!((quota, hosts.len()), (Some(u64::MAX), 3));
+        assert_eq!(total(&hosts, |h| h.claimed), u64::MAX);
+        assert_eq!(total(&hosts, |h| h.health.success), u64::MAX);
+        assert_eq!(total(&hosts, |h| h.health.dropped), u64::MAX);
     }
 }
