@@ -699,3 +699,41 @@ fn a_takeover_writes_nothing_until_it_read_the_last_decisions() {
     assert_eq!(quota_of(&redis, "api", next), Some(75));
     assert_eq!(quota_of(&redis, "web", next), Some(200));
 }
+
+#[test]
+fn only_the_active_manager_removes_the_record_of_a_task_no_longer_managed() {
+    let (redis, _scratch, file) = fleet_file("manager-unmanaged", |url| {
+        dynamic_text(url).replace("lease_ms = 1000", "lease_ms = 300")
+    });
+    let config = ManagerConfig::load(&file).unwrap();
+    let named = |id: &str| ManagerConfig {
+        id: id.into(),
+        ..config.clone()
+    };
+    let (mut a, mut b) = (
+        Manager::new(named("a")).unwrap(),
+        Manager::new(named("b")).unwrap(),
+    );
+    assert!(a.step().unwrap() && !b.step().unwrap());
+    let web = || -> u64 { redis.command(&["EXISTS", "flowctrl:cfg:{web}"]) };
+    assert_eq!(web(), 1);
+    // The standby's file no longer has web; the active one still manages it.
+    let mut without = named("b");
+    without.tasks.remove("web");
+    assert!(format!("{:?}", b.reconfigure(without)).starts_with("Ok"));
+    assert!(!b.step().unwrap());
+    assert_eq!(
+        web(),
+        1,
+        "a standby removed a record the active manager writes"
+    );
+    // The standby takes over: its file is the one in force now.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(b.step().unwrap());
+    assert_eq!(web(), 0);
+    let api: u64 = redis.command(&["EXISTS", "flowctrl:cfg:{api}"]);
+    assert_eq!(api, 1);
+    // The old active one, paused, cannot write it again.
+    let token = a.report().lock().token;
+    assert!(a.write_with_token(token).unwrap());
+}
