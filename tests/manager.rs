@@ -737,3 +737,33 @@ fn only_the_active_manager_removes_the_record_of_a_task_no_longer_managed() {
     let token = a.report().lock().token;
     assert!(a.write_with_token(token).unwrap());
 }
+
+#[test]
+fn another_spread_leaves_the_current_slice_to_the_old_one() {
+    let (redis, _scratch, file) = fleet_file("manager-spread", |url| config_text(url, LEASE_MS));
+    let config = ManagerConfig::load(&file).unwrap();
+    let mut m = Manager::new(config.clone()).unwrap();
+    // Early in a slice: the steps and the reads below stay in it.
+    wait_for("a slice's start", Duration::from_secs(2), || {
+        let (_, us): (u64, u64) = redis.command(&["TIME"]);
+        us / 1000 % SLICE_MS as u64 <= 100
+    });
+    assert!(m.step().unwrap());
+    let current = store_slice(&redis);
+    assert_eq!(quota_of(&redis, "api", current), Some(200));
+    let mut spread = config.clone();
+    spread.tasks.get_mut("api").unwrap().global.shards = 3;
+    assert!(format!("{:?}", m.reconfigure(spread)).starts_with("Ok"));
+    assert!(m.step().unwrap());
+    let keys = |slice: u64| -> Vec<String> {
+        redis.command(&["KEYS", &format!("flowctrl:*:shard*:{}", slice as u32)])
+    };
+    assert_eq!(store_slice(&redis), current, "the test ran past its slice");
+    assert_eq!(
+        keys(current),
+        Vec::<String>::new(),
+        "the new shards' keys add to the current slice's"
+    );
+    assert_eq!(keys(current + 1).len(), 2);
+    assert_eq!(quota_of(&redis, "api", current), Some(200));
+}

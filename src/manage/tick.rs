@@ -39,6 +39,8 @@ pub(super) struct TaskState {
     seen: BTreeMap<String, (u64, bool)>,
     /// The slice length the slice numbers above count in (ms).
     slice_ms: u32,
+    /// The spread of the last write (0: none yet).
+    shards: u32,
     /// The alarms raised at the last judgement (logged when they appear).
     alarms: BTreeSet<String>,
 }
@@ -325,12 +327,16 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         if state.written_to == Some(through) && state.pending.is_none() {
             continue;
         }
-        // Only the new slices, unless the threshold moved since.
+        // Only the new slices, unless the threshold moved since. Another
+        // spread: not the current slice, whose old key (pulled) keeps its
+        // quota while the new shards' keys would add theirs.
+        let shards = task.global.shards.max(1);
         let first = match state.written_to {
+            _ if ![0, shards].contains(&state.shards) => current(slice_ms) + 1,
             Some(w) if state.written_at == state.threshold && w >= current(slice_ms) => w + 1,
             _ => current(slice_ms),
         };
-        names.push((name.clone(), through));
+        names.push((name.clone(), through, shards));
         writes.push(Write {
             task: name,
             settings: &task.global,
@@ -351,7 +357,7 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
     };
     let mut report = m.report.lock();
     let mut fenced = false;
-    for ((name, through), w) in names.into_iter().zip(written) {
+    for ((name, through, shards), w) in names.into_iter().zip(written) {
         if w.fenced {
             report.writes_fenced += 1;
             fenced = true;
@@ -365,6 +371,7 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         // the next step writes them all again.
         state.written_to = (!w.lost).then_some(through);
         state.written_at = state.threshold;
+        state.shards = shards;
         state.version = w.version;
         state.pending = None;
     }
