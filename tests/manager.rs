@@ -672,6 +672,15 @@ fn store_slice(redis: &RedisServer) -> u64 {
     (s * 1000 + us / 1000) / SLICE_MS as u64
 }
 
+/// Waits for the first 100 ms of a slice: steps and reads after it stay in
+/// that slice.
+fn early_in_slice(redis: &RedisServer) {
+    wait_for("a slice's start", Duration::from_secs(2), || {
+        let (_, us): (u64, u64) = redis.command(&["TIME"]);
+        us / 1000 % SLICE_MS as u64 <= 100
+    });
+}
+
 /// The quota of `task`'s key of `slice`, if written.
 fn quota_of(redis: &RedisServer, task: &str, slice: u64) -> Option<u64> {
     let key = format!("flowctrl:{{{task}}}:{}", slice as u32);
@@ -743,11 +752,7 @@ fn another_spread_leaves_the_current_slice_to_the_old_one() {
     let (redis, _scratch, file) = fleet_file("manager-spread", |url| config_text(url, LEASE_MS));
     let config = ManagerConfig::load(&file).unwrap();
     let mut m = Manager::new(config.clone()).unwrap();
-    // Early in a slice: the steps and the reads below stay in it.
-    wait_for("a slice's start", Duration::from_secs(2), || {
-        let (_, us): (u64, u64) = redis.command(&["TIME"]);
-        us / 1000 % SLICE_MS as u64 <= 100
-    });
+    early_in_slice(&redis);
     assert!(m.step().unwrap());
     let current = store_slice(&redis);
     assert_eq!(quota_of(&redis, "api", current), Some(200));
@@ -766,4 +771,26 @@ fn another_spread_leaves_the_current_slice_to_the_old_one() {
     );
     assert_eq!(keys(current + 1).len(), 2);
     assert_eq!(quota_of(&redis, "api", current), Some(200));
+}
+
+#[test]
+fn a_takeover_does_not_judge_the_slice_its_predecessors_cut_drains_in() {
+    let (redis, _scratch, file) = fleet_file("manager-resume-drain", dynamic_text);
+    let mut m = Manager::new(ManagerConfig::load(&file).unwrap()).unwrap();
+    // The predecessor cut api to 150/s (75 a slice); the last slice ran it
+    // and dropped most of what it admitted: its backlog draining.
+    let _: () = redis.command(&["HSET", "flowctrl:{api}:manager", "threshold", "150"]);
+    early_in_slice(&redis);
+    let last = format!("flowctrl:{{api}}:{}", (store_slice(&redis) - 1) as u32);
+    let host = "1 100 75 75 0 100 10 65 1000 2000";
+    let _: () = redis.command(&["HSET", &last, "quota", "75", "h1", host]);
+    assert!(m.step().unwrap());
+    let report = m.report();
+    let api = &report.lock().tasks["api"];
+    assert_eq!(
+        api.slice + 1,
+        store_slice(&redis),
+        "the last slice was read"
+    );
+    assert_eq!(api.threshold, 150.0, "cut again on the drain slice");
 }

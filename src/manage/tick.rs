@@ -82,9 +82,11 @@ pub(super) fn states(
 }
 
 /// At an acquisition: dynamic tasks resume from the threshold the last
-/// active manager decided (within this one's bounds), and every task's
-/// slices ahead are written anew.
+/// active manager decided (within this one's bounds), judged as after a
+/// cut of its own (its first slice drains the old threshold's backlog),
+/// and every task's slices ahead are written anew.
 pub(super) fn resume(m: &mut Manager) -> Result<()> {
+    let now_ms = (wall_ms() + m.offset_ms).max(0) as u64;
     let prefix = m.config.store.key_prefix.clone();
     let names: Vec<String> = m.tasks.keys().cloned().collect();
     let last: Vec<Option<String>> = m.store.redis().round_trip("read the decisions", |conn| {
@@ -106,8 +108,11 @@ pub(super) fn resume(m: &mut Manager) -> Result<()> {
                 crate::words::echo(text)
             );
         }
-        if let (Some(p), Some(t)) = (&m.config.tasks[name].policy, threshold) {
+        let task = &m.config.tasks[name];
+        if let (Some(p), Some(t)) = (&task.policy, threshold) {
             state.threshold = t.clamp(p.min_rate, p.max_rate);
+            let current = now_ms / task.global.slice_ms as u64;
+            state.judge_from = state.judge_from.max(current + 2);
         }
     }
     Ok(())
