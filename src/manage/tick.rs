@@ -305,7 +305,8 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
                 silent_ms: quiet * slice_ms as u64,
             });
         }
-        quiet < FORGET_SLICES
+        // Never forgotten before its silence is told.
+        quiet < FORGET_SLICES.max(silent_slices + 1)
     });
     let raised: BTreeSet<String> = alarms.iter().map(|a| a.to_string()).collect();
     for alarm in &alarms {
