@@ -601,3 +601,196 @@ fn the_manager_endpoint_answers_healthz_and_slow_clients_do_not_starve_it() {
     assert!(slowest < Duration::from_secs(3), "slowest {slowest:?}");
     assert_eq!(cli::http(port, "POST", "/metrics").map(|a| a.0), Ok(405));
 }
+
+/// A Redis, a scratch directory, and the file `text(url)` in it.
+fn fleet_file(
+    tag: &str,
+    text: impl FnOnce(&str) -> String,
+) -> (RedisServer, Scratch, std::path::PathBuf) {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new(tag);
+    let file = scratch.path("fleet.toml");
+    std::fs::write(&file, text(&redis.url())).unwrap();
+    (redis, scratch, file)
+}
+
+#[test]
+fn a_reload_that_moves_the_store_is_refused_and_the_running_one_kept() {
+    let (redis, _scratch, file) =
+        fleet_file("manager-reload-store", |url| config_text(url, LEASE_MS));
+    let config = ManagerConfig::load(&file).unwrap();
+    let mut m = Manager::new(config.clone()).unwrap();
+    assert!(m.step().unwrap());
+    let text = config_text(&redis.url(), LEASE_MS)
+        .replace("[table]\n", "[table]\nkey_prefix = \"moved:\"\n")
+        .replace("global_rate = 400", "global_rate = 300");
+    std::fs::write(&file, text).unwrap();
+    let moved = ManagerConfig::load(&file).unwrap();
+    // Debug-printed: what reconfigure answers, whatever its type.
+    let refused = format!("{:?}", m.reconfigure(moved));
+    assert!(refused.contains("at a restart only"), "{refused}");
+    assert_eq!(m.config(), &config, "the running configuration is kept");
+    assert!(m.step().unwrap());
+    let old: Option<String> = redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]);
+    assert_eq!(old.as_deref(), Some("400"));
+    let keys: Vec<String> = redis.command(&["KEYS", "moved:*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+    // Another rate on the same store is applied.
+    let same = ManagerConfig {
+        tasks: ManagerConfig::parse(
+            &file,
+            &config_text(&redis.url(), LEASE_MS).replace("global_rate = 400", "global_rate = 300"),
+        )
+        .unwrap()
+        .tasks,
+        ..config
+    };
+    assert!(format!("{:?}", m.reconfigure(same)).starts_with("Ok"));
+    assert!(m.step().unwrap());
+    let new: Option<String> = redis.command(&["HGET", "flowctrl:cfg:{api}", "global_rate"]);
+    assert_eq!(new.as_deref(), Some("300"));
+}
+
+/// Two tasks, "api" and "web", each 400/s in 500 ms slices with a policy.
+fn dynamic_text(url: &str) -> String {
+    let task = |name: &str| {
+        format!(
+            "[tasks.\"{name}\"]\nglobal_rate = {RATE}\nslice_ms = {SLICE_MS}\n\n\
+             [tasks.\"{name}\".policy]\nmin_rate = 50\nmax_rate = 1000\ndropped_ratio = 0.1\n\n"
+        )
+    };
+    format!(
+        "[table]\nstore = \"{url}\"\n\n[manager]\nlease_ms = {LEASE_MS}\n\n{}{}",
+        task("api"),
+        task("web")
+    )
+}
+
+/// The store's current slice of `SLICE_MS`.
+fn store_slice(redis: &RedisServer) -> u64 {
+    let (s, us): (u64, u64) = redis.command(&["TIME"]);
+    (s * 1000 + us / 1000) / SLICE_MS as u64
+}
+
+/// Waits for the first 100 ms of a slice: steps and reads after it stay in
+/// that slice.
+fn early_in_slice(redis: &RedisServer) {
+    wait_for("a slice's start", Duration::from_secs(2), || {
+        let (_, us): (u64, u64) = redis.command(&["TIME"]);
+        us / 1000 % SLICE_MS as u64 <= 100
+    });
+}
+
+/// The quota of `task`'s key of `slice`, if written.
+fn quota_of(redis: &RedisServer, task: &str, slice: u64) -> Option<u64> {
+    let key = format!("flowctrl:{{{task}}}:{}", slice as u32);
+    redis.command(&["HGET", &key, "quota"])
+}
+
+#[test]
+fn a_takeover_writes_nothing_until_it_read_the_last_decisions() {
+    let (redis, _scratch, file) = fleet_file("manager-resume", dynamic_text);
+    // The decisions cannot be read (another type), and web's threshold is
+    // no number.
+    let _: () = redis.command(&["SET", "flowctrl:{api}:manager", "a string"]);
+    let _: () = redis.command(&["HSET", "flowctrl:{web}:manager", "threshold", "abc"]);
+    let mut m = Manager::new(ManagerConfig::load(&file).unwrap()).unwrap();
+    assert!(m.step().unwrap(), "active");
+    let records: u64 = redis.command(&["EXISTS", "flowctrl:cfg:{api}", "flowctrl:cfg:{web}"]);
+    assert_eq!(records, 0, "written before the last decisions were read");
+    assert!(m.report().lock().store_errors > 0);
+    // Readable again: api resumes from its predecessor's cut to 150/s; web's
+    // threshold, no number, is as absent: its global_rate.
+    let _: () = redis.command(&["DEL", "flowctrl:{api}:manager"]);
+    let _: () = redis.command(&["HSET", "flowctrl:{api}:manager", "threshold", "150"]);
+    assert!(m.step().unwrap());
+    let next = store_slice(&redis) + 1;
+    assert_eq!(quota_of(&redis, "api", next), Some(75));
+    assert_eq!(quota_of(&redis, "web", next), Some(200));
+}
+
+#[test]
+fn only_the_active_manager_removes_the_record_of_a_task_no_longer_managed() {
+    let (redis, _scratch, file) = fleet_file("manager-unmanaged", |url| {
+        dynamic_text(url).replace("lease_ms = 1000", "lease_ms = 300")
+    });
+    let config = ManagerConfig::load(&file).unwrap();
+    let named = |id: &str| ManagerConfig {
+        id: id.into(),
+        ..config.clone()
+    };
+    let (mut a, mut b) = (
+        Manager::new(named("a")).unwrap(),
+        Manager::new(named("b")).unwrap(),
+    );
+    assert!(a.step().unwrap() && !b.step().unwrap());
+    let web = || -> u64 { redis.command(&["EXISTS", "flowctrl:cfg:{web}"]) };
+    assert_eq!(web(), 1);
+    // The standby's file no longer has web; the active one still manages it.
+    let mut without = named("b");
+    without.tasks.remove("web");
+    assert!(format!("{:?}", b.reconfigure(without)).starts_with("Ok"));
+    assert!(!b.step().unwrap());
+    assert_eq!(
+        web(),
+        1,
+        "a standby removed a record the active manager writes"
+    );
+    // The standby takes over: its file is the one in force now.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(b.step().unwrap());
+    assert_eq!(web(), 0);
+    let api: u64 = redis.command(&["EXISTS", "flowctrl:cfg:{api}"]);
+    assert_eq!(api, 1);
+    // The old active one, paused, cannot write it again.
+    let token = a.report().lock().token;
+    assert!(a.write_with_token(token).unwrap());
+}
+
+#[test]
+fn another_spread_leaves_the_current_slice_to_the_old_one() {
+    let (redis, _scratch, file) = fleet_file("manager-spread", |url| config_text(url, LEASE_MS));
+    let config = ManagerConfig::load(&file).unwrap();
+    let mut m = Manager::new(config.clone()).unwrap();
+    early_in_slice(&redis);
+    assert!(m.step().unwrap());
+    let current = store_slice(&redis);
+    assert_eq!(quota_of(&redis, "api", current), Some(200));
+    let mut spread = config.clone();
+    spread.tasks.get_mut("api").unwrap().global.shards = 3;
+    assert!(format!("{:?}", m.reconfigure(spread)).starts_with("Ok"));
+    assert!(m.step().unwrap());
+    let keys = |slice: u64| -> Vec<String> {
+        redis.command(&["KEYS", &format!("flowctrl:*:shard*:{}", slice as u32)])
+    };
+    assert_eq!(store_slice(&redis), current, "the test ran past its slice");
+    assert_eq!(
+        keys(current),
+        Vec::<String>::new(),
+        "the new shards' keys add to the current slice's"
+    );
+    assert_eq!(keys(current + 1).len(), 2);
+    assert_eq!(quota_of(&redis, "api", current), Some(200));
+}
+
+#[test]
+fn a_takeover_does_not_judge_the_slice_its_predecessors_cut_drains_in() {
+    let (redis, _scratch, file) = fleet_file("manager-resume-drain", dynamic_text);
+    let mut m = Manager::new(ManagerConfig::load(&file).unwrap()).unwrap();
+    // The predecessor cut api to 150/s (75 a slice); the last slice ran it
+    // and dropped most of what it admitted: its backlog draining.
+    let _: () = redis.command(&["HSET", "flowctrl:{api}:manager", "threshold", "150"]);
+    early_in_slice(&redis);
+    let last = format!("flowctrl:{{api}}:{}", (store_slice(&redis) - 1) as u32);
+    let host = "1 100 75 75 0 100 10 65 1000 2000";
+    let _: () = redis.command(&["HSET", &last, "quota", "75", "h1", host]);
+    assert!(m.step().unwrap());
+    let report = m.report();
+    let api = &report.lock().tasks["api"];
+    assert_eq!(
+        api.slice + 1,
+        store_slice(&redis),
+        "the last slice was read"
+    );
+    assert_eq!(api.threshold, 150.0, "cut again on the drain slice");
+}

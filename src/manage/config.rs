@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config_file::{ConfigFile, Section};
 use crate::error::{Error, Result};
+use crate::format::MAX_SLICE_QUOTA;
 use crate::keyed::KeyRecord;
 use crate::quota::{GlobalSettings, StoreOptions};
 
@@ -65,8 +66,8 @@ struct ManagerFields {
     id: Option<(String, String)>,
     lease_ms: Option<(u64, String)>,
     ahead: Option<(u32, String)>,
-    skew_alarm_ms: Option<u64>,
-    silent_alarm_ms: Option<u64>,
+    skew_alarm_ms: Option<(u64, String)>,
+    silent_alarm_ms: Option<(u64, String)>,
 }
 
 impl ManagerFields {
@@ -86,8 +87,8 @@ impl ManagerFields {
                 "id" => f.id = Some((e.get(section)?, at)),
                 "lease_ms" => f.lease_ms = Some((e.get(section)?, at)),
                 "ahead" => f.ahead = Some((e.get(section)?, at)),
-                "skew_alarm_ms" => f.skew_alarm_ms = Some(e.get(section)?),
-                "silent_alarm_ms" => f.silent_alarm_ms = Some(e.get(section)?),
+                "skew_alarm_ms" => f.skew_alarm_ms = Some((e.get(section)?, at)),
+                "silent_alarm_ms" => f.silent_alarm_ms = Some((e.get(section)?, at)),
                 _ => return Err(section.unknown(e, &Self::KEYS)),
             }
         }
@@ -201,6 +202,19 @@ impl ManagerConfig {
                 format!("ahead must be 2..=64 slices, not {ahead}"),
             ));
         }
+        for (key, ms, max) in [
+            ("skew_alarm_ms", &fields.skew_alarm_ms, 3_600_000),
+            ("silent_alarm_ms", &fields.silent_alarm_ms, 86_400_000),
+        ] {
+            if let Some((ms, at)) = ms
+                && !(1..=max).contains(ms)
+            {
+                return Err(bad(
+                    &Some(at.clone()),
+                    format!("{key} must be 1..={max}, not {ms}"),
+                ));
+            }
+        }
         let (id, id_at) = match fields.id {
             Some((id, at)) => (id, Some(at)),
             None => (format!("{}-{}", hostname(), std::process::id()), None),
@@ -253,11 +267,11 @@ impl ManagerConfig {
             }
             let global = config.global.over(GlobalSettings::default());
             let policy = match &task.policy {
-                Some(section) => Some(
-                    policy(PolicyFields::read(section)?, global.global_rate).map_err(|e| {
+                Some(section) => {
+                    Some(policy(PolicyFields::read(section)?, &global).map_err(|e| {
                         Error::invalid(format!("{}: {}: {e}", section.at, section.name))
-                    })?,
-                ),
+                    })?)
+                }
                 None => None,
             };
             tasks.insert(name.clone(), ManagedTask { global, policy });
@@ -273,8 +287,10 @@ impl ManagerConfig {
             id,
             lease,
             ahead,
-            skew_alarm: Duration::from_millis(fields.skew_alarm_ms.unwrap_or(50)),
-            silent_alarm: Duration::from_millis(fields.silent_alarm_ms.unwrap_or(10_000)),
+            skew_alarm: Duration::from_millis(fields.skew_alarm_ms.map_or(50, |(ms, _)| ms)),
+            silent_alarm: Duration::from_millis(
+                fields.silent_alarm_ms.map_or(10_000, |(ms, _)| ms),
+            ),
             tasks,
             keys,
         })
@@ -303,10 +319,24 @@ fn key_record(section: &crate::config_file::KeySection) -> KeyRecord {
     }
 }
 
-fn policy(f: PolicyFields, rate: f64) -> Result<Policy> {
+fn policy(f: PolicyFields, global: &GlobalSettings) -> Result<Policy> {
+    let (rate, slice_ms) = (global.global_rate, global.slice_ms);
     let finite = |v: f64| v.is_finite() && v > 0.0;
     if !finite(f.min_rate) || !finite(f.max_rate) {
         return Err(Error::invalid("min_rate and max_rate must be above 0"));
+    }
+    // A threshold is written as whole permits per slice, 1..=MAX_SLICE_QUOTA:
+    // a bound out of that range would be reported but not enforced.
+    for (name, bound) in [("min_rate", f.min_rate), ("max_rate", f.max_rate)] {
+        let permits = (bound * slice_ms as f64 / 1000.0).floor();
+        if !(1.0..=MAX_SLICE_QUOTA as f64).contains(&permits) {
+            return Err(Error::invalid(format!(
+                "{name} {} × slice_ms {slice_ms} gives {} permits per slice: it must be \
+                 1..={MAX_SLICE_QUOTA}",
+                crate::words::num(bound),
+                crate::words::num(permits)
+            )));
+        }
     }
     if f.min_rate > f.max_rate {
         return Err(Error::invalid(format!(
@@ -366,4 +396,56 @@ fn hostname() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
         .unwrap_or_else(|| "manager".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(manager: &str, policy: &str) -> Result<ManagerConfig> {
+        let text = format!(
+            "[table]\nstore = \"redis://127.0.0.1:1\"\n[manager]\n{manager}\n\
+             [tasks.\"api\"]\nglobal_rate = 400\nslice_ms = 100\n\
+             [tasks.\"api\".policy]\ndropped_ratio = 0.1\n{policy}\n"
+        );
+        ManagerConfig::parse(Path::new("m.toml"), &text)
+    }
+
+    #[test]
+    fn alarms_and_bounds_out_of_range_are_refused() {
+        let bounds = "min_rate = 10\nmax_rate = 1000";
+        assert!(parse("", bounds).is_ok());
+        for (manager, policy, says) in [
+            (
+                "silent_alarm_ms = 0",
+                bounds,
+                "silent_alarm_ms must be 1..=86400000, not 0",
+            ),
+            (
+                "skew_alarm_ms = 0",
+                bounds,
+                "skew_alarm_ms must be 1..=3600000, not 0",
+            ),
+            (
+                "skew_alarm_ms = 18446744073709551",
+                bounds,
+                "skew_alarm_ms must be 1..=3600000",
+            ),
+            // 5/s in 100 ms slices: half a permit, written as 1.
+            (
+                "",
+                "min_rate = 5\nmax_rate = 1000",
+                "min_rate 5 × slice_ms 100 gives 0",
+            ),
+            (
+                "",
+                "min_rate = 10\nmax_rate = 1e12",
+                "max_rate 1000000000000 × slice_ms",
+            ),
+        ] {
+            let err = parse(manager, policy).unwrap_err().to_string();
+            assert!(err.contains(says), "{manager} {policy}: {err}");
+            assert!(err.starts_with("m.toml:"), "{err}");
+        }
+    }
 }

@@ -42,7 +42,16 @@ use tick::TaskState;
 use write::Writer;
 
 use crate::error::Result;
-use crate::quota::Store;
+use crate::quota::{Store, key_record_key, record_copies, record_key};
+
+/// A store record of a task no longer managed, to remove.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Unmanaged {
+    /// The task's record of its global numbers (every shard's copy).
+    Task(String),
+    /// The keyed task's record of its keys' global rates.
+    Keys(String),
+}
 
 /// A manager instance: active while it holds the lease, standby otherwise.
 pub struct Manager {
@@ -53,10 +62,17 @@ pub struct Manager {
     tasks: std::collections::BTreeMap<String, TaskState>,
     keys: KeyWrites,
     hot: HotWatch,
+    /// Records of tasks a reload stopped managing: removed by the active
+    /// manager only, under its token (a standby's file may be ahead of the
+    /// active one's).
+    unmanaged: std::collections::BTreeSet<Unmanaged>,
     /// The store's clock minus ours, ms (measured at each renewal).
     offset_ms: i64,
     /// When the lease is next renewed: at a third of its TTL.
     renew_at: Instant,
+    /// Acquired, but the last decisions not read back yet: nothing is
+    /// written until they are (a write would undo a predecessor's cut).
+    needs_resume: bool,
     report: Arc<Mutex<ManagerReport>>,
 }
 
@@ -106,8 +122,10 @@ impl Manager {
             tasks,
             keys: KeyWrites::default(),
             hot: HotWatch::default(),
+            unmanaged: Default::default(),
             offset_ms: 0,
             renew_at: Instant::now(),
+            needs_resume: false,
             report: Arc::new(Mutex::new(report)),
         })
     }
@@ -119,39 +137,30 @@ impl Manager {
 
     /// Replaces the configuration (already checked: a bad file never gets
     /// here). Tasks that stay keep their threshold; tasks no longer managed
-    /// have their store record removed, so their hosts return to their own.
-    pub fn reconfigure(&mut self, config: ManagerConfig) {
+    /// have their store record removed while this instance is active, so
+    /// their hosts return to their own.
+    /// Refuses, and keeps the running configuration, when `[table]`'s store
+    /// settings (URL, key prefix, timeouts, ...) changed: the connection,
+    /// the keys and the lease are the old store's until a restart.
+    pub fn reconfigure(&mut self, config: ManagerConfig) -> Result<()> {
+        if config.store != self.config.store {
+            return Err(crate::Error::invalid(
+                "[table]'s store settings changed (URL, key_prefix, timeouts): the manager \
+                 applies them at a restart only",
+            ));
+        }
         let old = std::mem::take(&mut self.tasks);
         for name in old.keys().filter(|n| !config.tasks.contains_key(*n)) {
-            match self.store.remove_task_config(name) {
-                Ok(_) => log::info!(
-                    task = name.as_str();
-                    "task {name:?} is no longer managed: its record is removed"
-                ),
-                Err(e) => log::warn!(
-                    task = name.as_str();
-                    "task {name:?} is no longer managed, but {e}"
-                ),
-            }
+            self.unmanaged.insert(Unmanaged::Task(name.clone()));
             self.report.lock().tasks.remove(name);
         }
-        for name in self
-            .config
-            .keys
-            .keys()
-            .filter(|n| !config.keys.contains_key(*n))
-        {
-            match self.store.remove_key_record(name) {
-                Ok(_) => log::info!(
-                    task = name.as_str();
-                    "task {name:?}'s keys are no longer managed: their record is removed"
-                ),
-                Err(e) => log::warn!(
-                    task = name.as_str();
-                    "task {name:?}'s keys are no longer managed, but {e}"
-                ),
-            }
+        for name in self.config.keys.keys() {
+            self.unmanaged.insert(Unmanaged::Keys(name.clone()));
         }
+        self.unmanaged.retain(|u| match u {
+            Unmanaged::Task(name) => !config.tasks.contains_key(name),
+            Unmanaged::Keys(name) => !config.keys.contains_key(name),
+        });
         self.keys.rewrite();
         self.tasks = tick::states(&config, old);
         if (config.id.as_str(), config.lease) != (self.config.id.as_str(), self.config.lease) {
@@ -160,6 +169,7 @@ impl Manager {
             self.lease = Lease::new(&config.store.key_prefix, &config.id, config.lease);
         }
         self.config = config;
+        Ok(())
     }
 
     /// Renews (or takes) the lease, then writes and judges if active.
@@ -181,8 +191,17 @@ impl Manager {
             self.report.lock().active = false;
             return Ok(false);
         };
+        if self.needs_resume {
+            if let Err(e) = tick::resume(self) {
+                self.report.lock().store_errors += 1;
+                log::warn!("manager {}: {e}", self.config.id);
+                return Ok(true);
+            }
+            self.needs_resume = false;
+        }
         let began = Instant::now();
-        let fenced = tick::run(self, token)? || self.write_keys(token);
+        let fenced =
+            self.remove_unmanaged(token) || tick::run(self, token)? || self.write_keys(token);
         self.read_hot_keys();
         let mut r = self.report.lock();
         r.ticks += 1;
@@ -194,6 +213,40 @@ impl Manager {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// Removes the records of the tasks no longer managed under `token`:
+    /// whether a newer token fenced this manager out. Store errors are
+    /// logged and retried.
+    fn remove_unmanaged(&mut self, token: u64) -> bool {
+        let prefix = &self.config.store.key_prefix;
+        while let Some(u) = self.unmanaged.first() {
+            let (name, records, what) = match u {
+                Unmanaged::Task(name) => {
+                    let mut records = record_copies(prefix, name);
+                    records.push(record_key(prefix, name, 0, 1));
+                    (name, records, "task")
+                }
+                Unmanaged::Keys(name) => (name, vec![key_record_key(prefix, name)], "keys'"),
+            };
+            match self
+                .writer
+                .remove(self.store.redis(), token, name, &records)
+            {
+                Ok(Some(_)) => log::info!(
+                    task = name.as_str();
+                    "task {name:?} is no longer managed: its {what} record is removed"
+                ),
+                Ok(None) => return true,
+                Err(e) => {
+                    self.report.lock().store_errors += 1;
+                    log::warn!("manager {}: {e}", self.config.id);
+                    return false;
+                }
+            }
+            self.unmanaged.pop_first();
+        }
+        false
     }
 
     /// Writes the keyed tasks' records that are due: whether a newer
@@ -247,7 +300,7 @@ impl Manager {
                     drop(r);
                     self.keys.rewrite();
                     log::warn!("manager {}: active (lease token {token})", self.config.id);
-                    tick::resume(self)?;
+                    self.needs_resume = true;
                 }
             }
             Held::Theirs { lost } => {

@@ -127,7 +127,7 @@ const MAX_DOUBLINGS: u32 = 3;
 /// in force now, which the slice may not have run with). `clean` counts
 /// the clean slices in a row before this one; it is updated.
 pub fn decide(p: &Policy, current: f64, clean: &mut u32, o: &Observed) -> (f64, Reason) {
-    let samples = o.success + o.dropped;
+    let samples = o.success.saturating_add(o.dropped);
     let same = (o.threshold - current).abs() <= current * 1e-6 + 1e-9;
     if samples < MIN_SAMPLES || !same {
         return (current, Reason::Hold);
@@ -310,6 +310,16 @@ mod tests {
         let (next, why) = decide(&p, 400.0, &mut clean, &o);
         assert!(next < 100.0, "{next}");
         assert!(matches!(why, Reason::Dropped(_)));
+    }
+
+    #[test]
+    fn counts_near_the_top_add_up_with_saturation() {
+        // Wrapped, 2^64 - 1 successes and 5 drops read as 4 samples and a
+        // ratio of 1.25: a cut to the floor. Saturated: no drops to speak of.
+        let mut clean = 0;
+        let o = slice(400.0, 400.0, u64::MAX, 5);
+        let (next, why) = decide(&policy(), 400.0, &mut clean, &o);
+        assert_eq!((next, why), (416.0, Reason::Probe));
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub(super) struct TaskState {
     pending: Option<Decision>,
     /// The last slice each host pulled in, and whether it is alarmed silent.
     seen: BTreeMap<String, (u64, bool)>,
+    /// The slice length the slice numbers above count in (ms).
+    slice_ms: u32,
+    /// The spread of the last write (0: none yet).
+    shards: u32,
     /// The alarms raised at the last judgement (logged when they appear).
     alarms: BTreeSet<String>,
 }
@@ -50,6 +54,7 @@ impl TaskState {
 
 /// The states for `config`'s tasks: those of `old` carried over (their
 /// threshold kept within the new bounds), new ones at their global_rate.
+/// Another slice length numbers slices anew: what counts slices is reset.
 pub(super) fn states(
     config: &ManagerConfig,
     mut old: BTreeMap<String, TaskState>,
@@ -64,6 +69,11 @@ pub(super) fn states(
                 Some(p) if state.threshold > 0.0 => state.threshold.clamp(p.min_rate, p.max_rate),
                 _ => rate,
             };
+            if state.slice_ms != task.global.slice_ms {
+                state.slice_ms = task.global.slice_ms;
+                (state.judge_from, state.judged, state.clean) = (0, None, 0);
+                state.seen.clear();
+            }
             state.written_to = None;
             state.version = 0;
             (name.clone(), state)
@@ -72,29 +82,48 @@ pub(super) fn states(
 }
 
 /// At an acquisition: dynamic tasks resume from the threshold the last
-/// active manager decided (within this one's bounds), and every task's
-/// slices ahead are written anew.
+/// active manager decided (within this one's bounds), judged as after a
+/// cut of its own (its first slice drains the old threshold's backlog),
+/// and every task's slices ahead are written anew.
 pub(super) fn resume(m: &mut Manager) -> Result<()> {
+    let now_ms = (wall_ms() + m.offset_ms).max(0) as u64;
     let prefix = m.config.store.key_prefix.clone();
     let names: Vec<String> = m.tasks.keys().cloned().collect();
-    let last: Vec<Option<f64>> = m.store.redis().round_trip("read the decisions", |conn| {
+    let last: Vec<Option<String>> = m.store.redis().round_trip("read the decisions", |conn| {
         let mut pipe = redis::pipe();
         for name in &names {
             pipe.hget(decision_key(&prefix, name), "threshold");
         }
         pipe.query(conn)
     })?;
-    for (name, threshold) in names.iter().zip(last) {
+    for (name, text) in names.iter().zip(last) {
         let state = m.tasks.get_mut(name).expect("a task of the list");
         state.written_to = None;
         state.version = 0;
-        if let (Some(p), Some(t)) = (&m.config.tasks[name].policy, threshold)
-            && t.is_finite()
-        {
+        let threshold = text.as_deref().and_then(stored_threshold);
+        if let (Some(text), None) = (&text, threshold) {
+            log::warn!(
+                task = name.as_str();
+                "task {name:?}: the last decision's threshold {} is not a rate: skipped",
+                crate::words::echo(text)
+            );
+        }
+        let task = &m.config.tasks[name];
+        if let (Some(p), Some(t)) = (&task.policy, threshold) {
             state.threshold = t.clamp(p.min_rate, p.max_rate);
+            let current = now_ms / task.global.slice_ms as u64;
+            state.judge_from = state.judge_from.max(current + 2);
         }
     }
     Ok(())
+}
+
+/// A decision's threshold as the store holds it: a finite rate above 0,
+/// else none.
+fn stored_threshold(text: &str) -> Option<f64> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t > 0.0)
 }
 
 /// Permits per slice of `rate`.
@@ -153,21 +182,17 @@ pub(super) fn run(m: &mut Manager, token: u64) -> Result<bool> {
     write(m, token, &current)
 }
 
-/// Judges `task`'s slice `slice` from its key's `fields`.
-fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], now_ms: u64) {
-    let config = &m.config.tasks[task];
-    let slice_ms = config.global.slice_ms;
-    let state = m.tasks.get_mut(task).expect("a managed task");
-    state.judged = Some(slice);
-    // The shards' fields one after the other: their quotas add up to the
-    // slice's, a host's records (one per shard it pulled from) merge.
+/// A slice's census from its shards' keys' `fields`, one after the other:
+/// their quotas add up to the slice's, a host's records (one per shard it
+/// pulled from) merge. Sums saturate: the store's numbers are anyone's.
+fn census(slice: u64, fields: &[(String, String)]) -> (Option<u64>, Vec<HostRecord>) {
     let mut quota: Option<u64> = None;
     let mut hosts: Vec<HostRecord> = Vec::new();
     for (field, value) in fields {
         match field.as_str() {
             "quota" => {
                 if let Ok(q) = value.parse::<u64>() {
-                    quota = Some(quota.unwrap_or(0) + q);
+                    quota = Some(quota.unwrap_or(0).saturating_add(q));
                 }
             }
             "left" | "demand" => {}
@@ -178,6 +203,21 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
             }
         }
     }
+    (quota, hosts)
+}
+
+/// `count` of every host, added with saturation.
+fn total(hosts: &[HostRecord], count: impl Fn(&HostRecord) -> u64) -> u64 {
+    hosts.iter().map(count).fold(0, u64::saturating_add)
+}
+
+/// Judges `task`'s slice `slice` from its key's `fields`.
+fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], now_ms: u64) {
+    let config = &m.config.tasks[task];
+    let slice_ms = config.global.slice_ms;
+    let state = m.tasks.get_mut(task).expect("a managed task");
+    state.judged = Some(slice);
+    let (quota, hosts) = census(slice, fields);
     let per_s = |permits: u64| permits as f64 * 1000.0 / slice_ms as f64;
     // The slice ran the threshold in force if its key holds its quota.
     let threshold = match quota {
@@ -196,9 +236,9 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
     let target = config.policy.as_ref().and_then(|p| p.dropped_ratio);
     let observed = Observed {
         threshold,
-        admitted: per_s(hosts.iter().map(|h| h.claimed).sum()),
-        success: hosts.iter().map(|h| h.health.success).sum(),
-        dropped: hosts.iter().map(|h| h.health.dropped).sum(),
+        admitted: per_s(total(&hosts, |h| h.claimed)),
+        success: total(&hosts, |h| h.health.success),
+        dropped: total(&hosts, |h| h.health.dropped),
         p99_us: hosts.iter().map(|h| h.health.p99_us).max().unwrap_or(0),
         served: target.map_or(0.0, |t| served(threshold, t, &per_host)),
     };
@@ -265,7 +305,8 @@ fn judge(m: &mut Manager, task: &str, slice: u64, fields: &[(String, String)], n
                 silent_ms: quiet * slice_ms as u64,
             });
         }
-        quiet < FORGET_SLICES
+        // Never forgotten before its silence is told.
+        quiet < FORGET_SLICES.max(silent_slices + 1)
     });
     let raised: BTreeSet<String> = alarms.iter().map(|a| a.to_string()).collect();
     for alarm in &alarms {
@@ -292,12 +333,16 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         if state.written_to == Some(through) && state.pending.is_none() {
             continue;
         }
-        // Only the new slices, unless the threshold moved since.
+        // Only the new slices, unless the threshold moved since. Another
+        // spread: not the current slice, whose old key (pulled) keeps its
+        // quota while the new shards' keys would add theirs.
+        let shards = task.global.shards.max(1);
         let first = match state.written_to {
+            _ if ![0, shards].contains(&state.shards) => current(slice_ms) + 1,
             Some(w) if state.written_at == state.threshold && w >= current(slice_ms) => w + 1,
             _ => current(slice_ms),
         };
-        names.push((name.clone(), through));
+        names.push((name.clone(), through, shards));
         writes.push(Write {
             task: name,
             settings: &task.global,
@@ -318,7 +363,7 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
     };
     let mut report = m.report.lock();
     let mut fenced = false;
-    for ((name, through), w) in names.into_iter().zip(written) {
+    for ((name, through, shards), w) in names.into_iter().zip(written) {
         if w.fenced {
             report.writes_fenced += 1;
             fenced = true;
@@ -332,8 +377,56 @@ fn write(m: &mut Manager, token: u64, current: &dyn Fn(u32) -> u64) -> Result<bo
         // the next step writes them all again.
         state.written_to = (!w.lost).then_some(through);
         state.written_at = state.threshold;
+        state.shards = shards;
         state.version = w.version;
         state.pending = None;
     }
     Ok(fenced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(slice_ms: u32) -> ManagerConfig {
+        let text = format!(
+            "[table]\nstore = \"redis://127.0.0.1:1\"\n[tasks.\"api\"]\nglobal_rate = 400\n\
+             slice_ms = {slice_ms}\n[tasks.\"api\".policy]\nmin_rate = 50\nmax_rate = 1000\n\
+             dropped_ratio = 0.1\n"
+        );
+        ManagerConfig::parse(std::path::Path::new("m.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn another_slice_length_resets_what_counts_slices() {
+        let mut states = states(&config(100), BTreeMap::new());
+        let state = states.get_mut("api").unwrap();
+        state.threshold = 300.0;
+        (state.judge_from, state.judged, state.clean) = (20_000_003, Some(20_000_000), 2);
+        state.seen.insert("h".into(), (20_000_000, false));
+        // The same length: carried over.
+        let states = super::states(&config(100), states);
+        assert_eq!(states["api"].judge_from, 20_000_003);
+        assert_eq!(states["api"].seen.len(), 1);
+        // Ten times longer: slices count ten times fewer.
+        let s = &super::states(&config(1000), states)["api"];
+        assert_eq!((s.judge_from, s.judged, s.clean), (0, None, 0));
+        assert!(s.seen.is_empty());
+        assert_eq!(s.threshold, 300.0, "the threshold stays");
+    }
+
+    #[test]
+    fn census_numbers_near_the_top_add_up_with_saturation() {
+        let max = i64::MAX.to_string();
+        let record = format!("1 {max} {max} {max} 0 {max} {max} {max} 0 0");
+        let mut fields = vec![("quota".to_string(), u64::MAX.to_string()); 2];
+        for host in ["a", "b", "c"] {
+            fields.push((host.to_string(), record.clone()));
+        }
+        let (quota, hosts) = census(7, &fields);
+        assert_eq!((quota, hosts.len()), (Some(u64::MAX), 3));
+        assert_eq!(total(&hosts, |h| h.claimed), u64::MAX);
+        assert_eq!(total(&hosts, |h| h.health.success), u64::MAX);
+        assert_eq!(total(&hosts, |h| h.health.dropped), u64::MAX);
+    }
 }

@@ -89,6 +89,20 @@ end
 return {1, written, late, version, lost}
 "#;
 
+/// Removes records of a task no longer managed. KEYS: 1 the task's fence,
+/// 2.. the records. ARGV: 1 the token. Returns the records removed, or -1
+/// when a newer token wrote the task.
+const REMOVE: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local token = tonumber(ARGV[1])
+local fence = tonumber(redis.call('GET', KEYS[1])) or 0
+if token < fence then return -1 end
+if token > fence then redis.call('SET', KEYS[1], token) end
+local removed = 0
+for k = 2, #KEYS do removed = removed + redis.call('DEL', KEYS[k]) end
+return removed
+"#;
+
 /// One task's write.
 pub(crate) struct Write<'a> {
     pub task: &'a str,
@@ -129,6 +143,25 @@ impl Writer {
             script: redis::Script::new(WRITE),
             prefix: prefix.to_string(),
         }
+    }
+
+    /// Removes `task`'s `records` under `token`: how many there were, or
+    /// `None` when a newer token wrote the task.
+    pub fn remove(
+        &self,
+        store: &RedisStore,
+        token: u64,
+        task: &str,
+        records: &[String],
+    ) -> Result<Option<u64>> {
+        let removed: i64 = store.round_trip("remove a task's records", |conn| {
+            redis::Script::new(REMOVE)
+                .key(manager_key(&self.prefix, task, 0, 1, "fence"))
+                .key(records)
+                .arg(token)
+                .invoke(conn)
+        })?;
+        Ok(u64::try_from(removed).ok())
     }
 
     /// The `writes` under `token`, in one pipeline.

@@ -78,6 +78,15 @@ pub(crate) fn record_key(prefix: &str, task: &str, shard: u32, shards: u32) -> S
     }
 }
 
+/// The copies of `task`'s record past shard 0, of every spread it may have
+/// had.
+pub(crate) fn record_copies(prefix: &str, task: &str) -> Vec<String> {
+    (2..=crate::format::MAX_SHARDS)
+        .flat_map(|shards| (1..shards).map(move |i| (i, shards)))
+        .map(|(i, shards)| record_key(prefix, task, i, shards))
+        .collect()
+}
+
 /// The slicing of the host that cut the shard's keys first (`record`).
 pub(crate) fn shape_key(prefix: &str, task: &str, shard: u32, shards: u32) -> String {
     shard_key(prefix, task, shard, shards, "shape")

@@ -86,7 +86,7 @@ use fallback::share_left;
 pub use hot_keys::{HotKey, HotKeys, MAX_HOT_KEYS};
 pub(crate) use keeper::{Keeper, Tend};
 pub(crate) use keyed::{KeyAsk, KeyName, KeyReply, MAX_BATCH as MAX_KEY_BATCH, key_record_key};
-pub(crate) use keys::{manager_key, record_key, slice_key};
+pub(crate) use keys::{manager_key, record_copies, record_key, slice_key};
 pub(crate) use lock::reclaim_pull_lock;
 use phase::{Dry, Phase};
 pub(crate) use policy::part as shard_part;

@@ -16,12 +16,11 @@ use parking_lot::Mutex;
 use super::connect::{Conn, Target};
 use super::deadline::Budget;
 use super::keyed::{KEYED, KeyBatch, KeyReply, key_call, key_record_key, key_reply};
-use super::keys::record_key;
+use super::keys::{record_copies, record_key};
 use super::redis_url::{RedisSettings, parse};
 use super::script::{Carried, PULL, pull_call, script_values};
 use super::store::{Ask, QuotaStore, Reply};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::MAX_SHARDS;
 
 /// Replaces a shard's copy of a task's record with ARGV's fields (none:
 /// removes it).
@@ -186,11 +185,7 @@ impl RedisStore {
     /// Removes every shard's copy of `task`'s record: one round trip, one
     /// per shard on a cluster (each copy has its own slot).
     pub(crate) fn remove_copies(&self, task: &str) -> Result<()> {
-        // Of every spread the task may have had.
-        let keys: Vec<String> = (2..=MAX_SHARDS)
-            .flat_map(|shards| (1..shards).map(move |i| (i, shards)))
-            .map(|(i, shards)| record_key(&self.settings.prefix, task, i, shards))
-            .collect();
+        let keys = record_copies(&self.settings.prefix, task);
         let groups: Vec<&[String]> = if self.is_cluster() {
             keys.chunks(1).collect()
         } else {

@@ -70,12 +70,13 @@ pub(crate) fn run(path: &Path, metrics: Option<&str>) -> Result {
         match ManagerConfig::load(path) {
             Ok(config) if &config == m.config() => {}
             Ok(config) => {
-                log::info!(
-                    "{}: reloaded ({} task(s))",
-                    path.display(),
-                    config.tasks.len()
-                );
-                m.reconfigure(config);
+                let tasks = config.tasks.len();
+                match m.reconfigure(config) {
+                    Ok(()) => log::info!("{}: reloaded ({tasks} task(s))", path.display()),
+                    Err(e) => {
+                        log::warn!("{}: {e}; keeping the running configuration", path.display())
+                    }
+                }
             }
             Err(e) => log::warn!("{e}; keeping the running configuration"),
         }
