@@ -91,6 +91,31 @@ fn keys_set_stats_check_and_metrics_show_a_keyed_task() {
         out.contains("key_rate \"2/s\"") && out.contains("4096 keys"),
         "{out}"
     );
+    // Checked whole before any write: a plain field an update refuses
+    // leaves the key limits as they were; a task not registered is not
+    // made; an override's key past 4,096 bytes writes nothing either.
+    let rates = || -> Vec<String> {
+        let config = task.key_config().unwrap().unwrap();
+        config.limits.rates().map(|r| r.to_string()).collect()
+    };
+    let err = fails(cli::flowctrl(
+        &path,
+        &["set", "api", "key_rate=9/second", "burst=0"],
+    ));
+    assert!(err.contains("burst"), "{err}");
+    assert_eq!(rates(), ["2/s"], "nothing written past a refused field");
+    let long = format!("key_override.{}=1/second", "k".repeat(5000));
+    let err = fails(cli::flowctrl(
+        &path,
+        &["set", "api", "key_rate=9/second", &long],
+    ));
+    assert!(err.contains("4096"), "{err}");
+    assert_eq!(rates(), ["2/s"], "nothing written before a key too long");
+    fails(cli::flowctrl(&path, &["set", "typo", "key_rate=9/second"]));
+    assert!(
+        flowctrl::View::open(&path).unwrap().task("typo").is_err(),
+        "no task registered by a failed set"
+    );
     let mut run = cli::flowctrl(&path, &["set", "api", "key_rate=fast"]);
     assert_eq!(
         run.code, 2,

@@ -89,6 +89,15 @@ impl Balancer {
         loop {
             match ledger::update(word, lane, mine, delta, None) {
                 Update::Busy => {}
+                Update::Refused => {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        format!(
+                            "balancer {:?}: backend {backend}'s in-flight count is at its most                              (a damaged table?)",
+                            self.name
+                        ),
+                    ));
+                }
                 _ => return Ok(()),
             }
             if waited.get_or_insert_with(Instant::now).elapsed() > LANE_DEADLINE {
@@ -225,6 +234,15 @@ impl Balancer {
                 self.name
             )));
         }
+        // A slot is given to another backend only once no pick on it is in
+        // flight: a pick of an older generation was done already.
+        let s = self.slot(pick.backend).expect("checked above");
+        if generation(s.state.load(Ordering::Acquire)) != pick.generation {
+            return Err(Error::invalid(format!(
+                "balancer {:?}: this pick was done already (its backend's slot holds another)",
+                self.name
+            )));
+        }
         let attach = owner.index().unwrap_or(0);
         if self.held(attach, pick.backend) < 1 {
             return Err(Error::invalid(format!(
@@ -234,10 +252,7 @@ impl Balancer {
         }
         self.move_in_flight(attach, pick.backend, -1)?;
         token::spend(pick);
-        let s = self.slot(pick.backend).expect("checked above");
-        if generation(s.state.load(Ordering::Acquire)) != pick.generation {
-            return Ok(()); // the slot holds another backend now: no sample
-        }
+        let load = load.filter(|l| l.is_finite() && *l >= 0.0);
         let p = super::config::Params::load(shm.balancer_slot(self.index));
         let elapsed_us = match rtt {
             Some(d) => d.as_micros().min(u32::MAX as u128) as f64,

@@ -172,6 +172,28 @@ fn membership_keeps_picks_in_flight_and_refuses_bad_input() {
     );
     assert_eq!(b.index_of("b:1"), Some(1));
     assert_eq!(b.index_of("a:1"), None);
+    // a:1's slot, free now, goes to e:1; a copy of a:1's done pick, done
+    // while a pick on e:1 is in flight, is refused and takes nothing of it.
+    b.set_backends(&[("b:1", 1), ("c:1", 1), ("d:1", 1), ("e:1", 1)])
+        .unwrap();
+    assert_eq!(b.index_of("e:1"), Some(raw.backend));
+    let on_e = b
+        .pick(&PickOptions {
+            exclude: &[1, 2, 3],
+        })
+        .unwrap();
+    assert_eq!(on_e.backend(), "e:1");
+    let mut stale = copy;
+    stale.flags = 0;
+    assert!(
+        b.done_raw(&mut stale, Outcome::Success, None, None)
+            .is_err(),
+        "a done pick of the slot's last backend"
+    );
+    let mut on_e_raw = *on_e.raw();
+    std::mem::forget(on_e);
+    b.done_raw(&mut on_e_raw, Outcome::Success, None, None)
+        .unwrap();
     drop(t);
     let _ = std::fs::remove_file(path);
 }

@@ -229,10 +229,9 @@ impl TableSnapshot {
         self.region.geometry.attach_capacity
     }
 
-    /// The layout version of the table file (`LAYOUT_VERSION`, or the
-    /// pooled lanes' version).
-    #[cfg(feature = "metrics")]
-    pub(crate) fn layout_version(&self) -> u32 {
+    /// The layout version of the table file ([`crate::LAYOUT_VERSION`], or
+    /// the pooled lanes' version).
+    pub fn layout_version(&self) -> u32 {
         self.region.geometry.layout_version()
     }
 

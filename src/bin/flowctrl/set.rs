@@ -42,13 +42,23 @@ pub(crate) fn run(path: &Path, name: &str, fields: &[String], dry_run: bool) -> 
     if dry_run {
         return preview(path, name, &fields, &config, &keys);
     }
+    // Checked whole before anything is written: the task exists, and the
+    // fields and the key edits are what an update would take.
+    let view = View::open(path)?.snapshot()?;
+    let before = view.task(name)?.settings;
+    if !fields.is_empty() {
+        config.preview(&before)?;
+    }
+    if !keys.is_empty() {
+        crate::set_keys::check(&view, name, &keys)?;
+    }
+    drop(view);
     if !key_fields.is_empty() {
         crate::set_keys::set(path, name, &keys)?;
         if fields.is_empty() {
             return Ok(());
         }
     }
-    let before = View::open(path)?.task(name)?.settings;
     let table = attach(path)?;
     table.task(name, &TaskConfig::new())?.update(&config)?;
     drop(table);

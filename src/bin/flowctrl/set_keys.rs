@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use flowctrl::{
-    Fallback, KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, KeyRate, NO_CAP, TableSnapshot,
-    TaskConfig,
+    Fallback, KeyConfig, KeyGlobal, KeyLimits, KeyOverflow, KeyRate, MAX_KEY_LEN, NO_CAP,
+    TableSnapshot, TaskConfig,
 };
 
 use crate::set::{attach, cap, count};
@@ -173,7 +173,7 @@ impl KeyEdits {
             config.overflow = o;
         }
         if let Some(keys) = self.capacity {
-            if current.is_some_and(|c| c.capacity != keys.div_ceil(8) * 8) {
+            if current.is_some_and(|c| c.capacity as u64 != (keys as u64).div_ceil(8) * 8) {
                 return Err(invalid(format!(
                     "task {name:?} holds {} keys: key_capacity is set when its key file \
                      is made",
@@ -218,15 +218,7 @@ impl KeyEdits {
 /// `set --dry-run` of the key fields: each field given, old -> new,
 /// checked as setting them would check them.
 pub(crate) fn preview(view: &TableSnapshot, name: &str, keys: &KeyEdits) -> Result {
-    let current = view.key_config(name)?;
-    let after = keys.apply(name, current.as_ref())?;
-    keys.not_the_records(name, view.key_counters(name)?.map_or(0, |s| s.record))?;
-    after.limits.validate()?;
-    for (_, limits) in &keys.overrides {
-        if let Some(l) = limits {
-            l.validate()?;
-        }
-    }
+    let (current, after) = check(view, name, keys)?;
     let before = current.unwrap_or_default();
     let (old_g, new_g) = (before.limits.global, after.limits.global);
     let mut list = Vec::new();
@@ -281,6 +273,31 @@ pub(crate) fn preview(view: &TableSnapshot, name: &str, keys: &KeyEdits) -> Resu
 }
 
 /// Writes the key fields: the default's, then the overrides.
+/// What `keys` would make of the task's key configuration, checked as a
+/// write would check it (before any is made): (current, after).
+pub(crate) fn check(
+    view: &TableSnapshot,
+    name: &str,
+    keys: &KeyEdits,
+) -> Result<(Option<KeyConfig>, KeyConfig)> {
+    let current = view.key_config(name)?;
+    let after = keys.apply(name, current.as_ref())?;
+    keys.not_the_records(name, view.key_counters(name)?.map_or(0, |s| s.record))?;
+    after.limits.validate()?;
+    for (key, limits) in &keys.overrides {
+        if key.len() > MAX_KEY_LEN {
+            return Err(invalid(format!(
+                "key_override.{}...: a key is at most {MAX_KEY_LEN} bytes",
+                key.chars().take(16).collect::<String>()
+            )));
+        }
+        if let Some(l) = limits {
+            l.validate()?;
+        }
+    }
+    Ok((current, after))
+}
+
 pub(crate) fn set(path: &Path, name: &str, edits: &KeyEdits) -> Result {
     let table = attach(path)?;
     let task = table.task(name, &TaskConfig::new())?;

@@ -73,12 +73,13 @@ pub(crate) fn info(path: &Path, json: bool) -> Result {
     let meta = std::fs::metadata(view.path())
         .map_err(|e| invalid(format!("cannot stat {}: {e}", view.path().display())))?;
     let lanes = view.lane_pool()?;
+    let layout = view.snapshot()?.layout_version();
     let mode = meta.permissions().mode() & 0o7777;
     if json {
         return crate::json::print_json(json!({
             "path": view.path().display().to_string(),
             "size": meta.len(),
-            "layout_version": flowctrl::LAYOUT_VERSION,
+            "layout_version": layout,
             "capacity": view.capacity(),
             "max_processes": view.max_processes(),
             "balancers": view.balancer_capacity(),
@@ -91,7 +92,7 @@ pub(crate) fn info(path: &Path, json: bool) -> Result {
     let rows = [
         ("table", view.path().display().to_string()),
         ("size", format!("{} bytes", meta.len())),
-        ("layout_version", flowctrl::LAYOUT_VERSION.to_string()),
+        ("layout_version", layout.to_string()),
         ("capacity", format!("{} task slots", view.capacity())),
         ("max_processes", view.max_processes().to_string()),
         ("balancers", view.balancer_capacity().to_string()),
