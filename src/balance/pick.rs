@@ -68,7 +68,9 @@ impl Balancer {
     }
 
     /// Moves `backend`'s in-flight word by `delta` through this process's
-    /// ledger lane for it.
+    /// ledger lane for it. A give-back (`delta` < 0) the lane does not hold
+    /// is refused inside the ledger's op (its floor is 0): of two threads
+    /// finishing copies of one pick at once, one moves the count.
     fn move_in_flight(&self, attach: u32, backend: u32, delta: i32) -> Result<()> {
         let shm = &*self.shm;
         let word = &self
@@ -87,8 +89,19 @@ impl Balancer {
             .ok_or_else(|| Error::new(ErrorKind::Internal, "attachment outside the table"))?;
         let mut waited: Option<Instant> = None;
         loop {
-            match ledger::update(word, lane, mine, delta, None) {
+            let done = if delta < 0 {
+                ledger::update_floored(word, lane, mine, delta, 0)
+            } else {
+                ledger::update(word, lane, mine, delta, None)
+            };
+            match done {
                 Update::Busy => {}
+                Update::Refused if delta < 0 => {
+                    return Err(Error::invalid(format!(
+                        "balancer {:?}: this process holds no pick on backend {backend} (done twice?)",
+                        self.name
+                    )));
+                }
                 Update::Refused => {
                     return Err(Error::new(
                         ErrorKind::Internal,
@@ -111,14 +124,6 @@ impl Balancer {
             }
             std::thread::yield_now();
         }
-    }
-
-    /// What this process's ledger holds on `backend`.
-    fn held(&self, attach: u32, backend: u32) -> i32 {
-        self.shm
-            .pick_ledger(self.index, attach, backend)
-            .map(|l| ledger::ledger_held(l.ledger.load(Ordering::Acquire)))
-            .unwrap_or(0)
     }
 
     pub(super) fn pick_at(&self, options: &PickOptions, now_ms: u64) -> Result<RawPick> {
@@ -243,13 +248,10 @@ impl Balancer {
                 self.name
             )));
         }
+        // Refused, nothing moved, when this process holds no pick on the
+        // backend: a pick done twice (two copies of it finished at once
+        // both get here; the ledger lets one through).
         let attach = owner.index().unwrap_or(0);
-        if self.held(attach, pick.backend) < 1 {
-            return Err(Error::invalid(format!(
-                "balancer {:?}: this process holds no pick on backend {} (done twice?)",
-                self.name, pick.backend
-            )));
-        }
         self.move_in_flight(attach, pick.backend, -1)?;
         token::spend(pick);
         let load = load.filter(|l| l.is_finite() && *l >= 0.0);

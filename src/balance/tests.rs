@@ -198,6 +198,76 @@ fn membership_keeps_picks_in_flight_and_refuses_bad_input() {
     let _ = std::fs::remove_file(path);
 }
 
+/// Two threads finishing copies of one pick at once (as C callers of
+/// `fc_pick_done` may: it copies the pick in): one is done, the other
+/// refused, and the process's ledger never goes below what it holds. The
+/// threads meet by spinning before each round's done, so they start it
+/// together.
+#[test]
+fn copies_of_one_pick_done_at_once_give_it_back_once() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU32};
+    const ROUNDS: u32 = 10_000;
+    let (t, path) = table("twice");
+    let b = t.balancer("api", &BalancerConfig::new()).unwrap();
+    b.set_backends(&[("a:1", 1)]).unwrap();
+    let arrived = AtomicU32::new(0);
+    // Both threads at `meeting` (1, 2, ...): each arrives, then waits for
+    // the other.
+    let meet = |meeting: u32| {
+        arrived.fetch_add(1, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while arrived.load(Ordering::Acquire) < 2 * meeting {
+            spins += 1;
+            if spins.is_multiple_of(1 << 12) {
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    };
+    let shared = Mutex::new(None::<RawPick>);
+    let done = [AtomicBool::new(false), AtomicBool::new(false)];
+    let run = |me: usize| {
+        let mut wrong = Vec::new();
+        for r in 0..ROUNDS {
+            if me == 0 {
+                *shared.lock().unwrap() = Some(b.pick_raw(&PickOptions::default()).unwrap());
+            }
+            meet(2 * r + 1);
+            let mut copy = shared.lock().unwrap().expect("published");
+            let ok = b.done_raw(&mut copy, Outcome::Success, None, None).is_ok();
+            done[me].store(ok, Ordering::Release);
+            meet(2 * r + 2);
+            let n = done.iter().filter(|d| d.load(Ordering::Acquire)).count();
+            if me == 0 && n != 1 {
+                wrong.push((r, n));
+            }
+        }
+        wrong
+    };
+    let wrong = std::thread::scope(|s| {
+        let other = s.spawn(|| run(1));
+        let wrong = run(0);
+        other.join().unwrap();
+        wrong
+    });
+    assert!(
+        wrong.is_empty(),
+        "{} of {ROUNDS} rounds had not one copy done; the first (round, done): {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(6)]
+    );
+    assert_eq!(b.stats().backends[0].in_flight, 0);
+    let attach = b.shm.owner().unwrap().index().unwrap_or(0);
+    let lane = b.shm.pick_ledger(b.index, attach, 0).unwrap();
+    assert_eq!(
+        crate::limit::ledger::ledger_held(lane.ledger.load(Ordering::Acquire)),
+        0
+    );
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
 #[test]
 fn the_retry_budget_is_a_share_of_picks_plus_a_minimum() {
     let (t, path) = table("retry");

@@ -115,7 +115,8 @@ impl<W> Copy for Lane<'_, W> {}
 pub enum Update {
     /// The word and the ledger both moved.
     Applied,
-    /// The cap refused it; nothing moved.
+    /// The cap refused it (or the floor of [`update_floored`]); nothing
+    /// moved.
     Refused,
     /// Another thread of this process is mid-op on the lane: try another.
     Busy,
@@ -189,10 +190,44 @@ pub fn update<'a, W: Word + 'a>(
     delta: i32,
     cap: Option<u64>,
 ) -> Update {
+    apply(word, resolve, lane, delta, cap, None)
+}
+
+/// [`update`] for a give-back that the lane must hold: refused (nothing
+/// moves) when it would take the lane's own holding below `floor`. The
+/// check is part of the op's begin compare-and-swap, so two threads
+/// sharing the lane cannot both give back its last unit: the second sees
+/// the first's holding, whatever either checked before.
+#[inline]
+pub fn update_floored<'a, W: Word + 'a>(
+    word: &W,
+    resolve: impl Fn(u32) -> Option<Lane<'a, W>>,
+    lane: Lane<'_, W>,
+    delta: i32,
+    floor: i32,
+) -> Update {
+    apply(word, resolve, lane, delta, None, Some(floor))
+}
+
+#[inline]
+fn apply<'a, W: Word + 'a>(
+    word: &W,
+    resolve: impl Fn(u32) -> Option<Lane<'a, W>>,
+    lane: Lane<'_, W>,
+    delta: i32,
+    cap: Option<u64>,
+    floor: Option<i32>,
+) -> Update {
     // 1. begin
     let before = lane.ledger.load(Ordering::Relaxed);
     if before & BUSY != 0 {
         return Update::Busy;
+    }
+    // A ledger that is not BUSY changes only through a begin: if the
+    // compare-and-swap below succeeds, the lane held `held(before)` when
+    // this op began, and it is the lane's only op until it is applied.
+    if floor.is_some_and(|f| (held(before) as i64 + delta as i64) < f as i64) {
+        return Update::Refused;
     }
     let busy = before | BUSY;
     if lane
@@ -403,6 +438,44 @@ mod tests {
         assert_eq!(word_count(word.load(Ordering::Relaxed)), 1);
         assert_eq!(lanes.sum(&word), 1);
         assert_eq!(ledger_held(l(2).ledger.load(Ordering::Relaxed)), -2);
+    }
+
+    #[test]
+    fn a_floored_give_back_below_the_floor_is_refused_and_moves_nothing() {
+        let lanes = Lanes::new(2);
+        let word = AtomicU64::new(0);
+        let r = |id| lanes.lane(id);
+        let l = |id| lanes.lane(id).unwrap();
+        assert_eq!(update(&word, r, l(0), 1, None), Update::Applied);
+        assert_eq!(update(&word, r, l(1), 1, None), Update::Applied);
+        assert_eq!(update_floored(&word, r, l(0), -1, 0), Update::Applied);
+        // Lane 0 holds nothing now: the word's other unit is lane 1's.
+        assert_eq!(update_floored(&word, r, l(0), -1, 0), Update::Refused);
+        assert_eq!(word_count(word.load(Ordering::Relaxed)), 1);
+        assert_eq!(ledger_held(l(0).ledger.load(Ordering::Relaxed)), 0);
+        assert_eq!(lanes.sum(&word), 1);
+        // Two threads sharing a lane that holds one: one gives it back.
+        let barrier = std::sync::Barrier::new(2);
+        for round in 0..500 {
+            assert_eq!(update(&word, r, l(0), 1, None), Update::Applied);
+            let applied = std::thread::scope(|s| {
+                let give = || {
+                    barrier.wait();
+                    loop {
+                        match update_floored(&word, r, l(0), -1, 0) {
+                            Update::Busy => std::hint::spin_loop(),
+                            done => return done == Update::Applied,
+                        }
+                    }
+                };
+                let a = s.spawn(give);
+                let b = s.spawn(give);
+                a.join().unwrap() as u32 + b.join().unwrap() as u32
+            });
+            assert_eq!(applied, 1, "round {round}");
+            assert_eq!(ledger_held(l(0).ledger.load(Ordering::Relaxed)), 0);
+            assert_eq!(word_count(word.load(Ordering::Relaxed)), 1);
+        }
     }
 
     /// Runs the steps of an op by hand up to `stop`, as a process killed
