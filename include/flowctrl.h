@@ -1237,6 +1237,7 @@ fc_status fc_pick_done(const struct fc_balancer *balancer,
  * `fc_pick_done` with the RTT the caller measured (`rtt_ns` 0 = measure
  * since the pick) and the load the server reported with its response
  * (0 = idle … 1 = saturated; negative or NaN = no report).
+ * `FC_OUTCOME_IGNORED` records neither.
  */
 fc_status fc_pick_done_with(const struct fc_balancer *balancer,
                             struct fc_pick *pick,

@@ -238,7 +238,8 @@ impl<H: std::borrow::Borrow<Balancer>> Guard<Balancer, H> {
 
     /// As [`Pick::done`], with the RTT the caller measured (`None` = since the
     /// pick) and the load the server reported with its response (0 = idle,
-    /// 1 = saturated; `None` = no report).
+    /// 1 = saturated; `None` = no report). [`Outcome::Ignored`] records
+    /// neither.
     pub fn done_with(
         self,
         outcome: Outcome,

@@ -265,7 +265,11 @@ impl Balancer {
                     / 1e3
             }
         };
-        if let Some(load) = load {
+        // An ignored outcome gives the pick back without a sample: neither
+        // its RTT nor the load its caller passed along.
+        if let Some(load) = load
+            && outcome != Outcome::Ignored
+        {
             s.load
                 .store(cost::pack_load(now_ms, load), Ordering::Relaxed);
         }

@@ -268,6 +268,35 @@ fn copies_of_one_pick_done_at_once_give_it_back_once() {
     let _ = std::fs::remove_file(path);
 }
 
+/// An ignored outcome is no sample (docs/guide/load-balancing.md): the
+/// RTT and the load passed with it are dropped; a success's load is kept.
+#[test]
+fn an_ignored_outcome_stores_no_sample() {
+    let (t, path) = table("ignored");
+    let b = t.balancer("api", &BalancerConfig::new()).unwrap();
+    b.set_backends(&[("a:1", 1)]).unwrap();
+    let now = 1_000_000;
+    let before = b.stats_at(now).backends[0].clone();
+    assert_eq!(before.load, None);
+    let mut p = b.pick_at(&PickOptions::default(), now).unwrap();
+    let slow = Some(Duration::from_secs(3));
+    b.done_at(&mut p, Outcome::Ignored, slow, Some(0.9), now)
+        .unwrap();
+    let after = b.stats_at(now).backends[0].clone();
+    assert_eq!(after.load, None, "an ignored outcome's load: {after:?}");
+    assert_eq!(after.rtt, before.rtt, "an ignored outcome's RTT");
+    assert_eq!(after.successes + after.failures, 0);
+    // A success with the same report is a sample of both.
+    let mut p = b.pick_at(&PickOptions::default(), now).unwrap();
+    b.done_at(&mut p, Outcome::Success, slow, Some(0.9), now)
+        .unwrap();
+    let sampled = b.stats_at(now).backends[0].clone();
+    assert!((sampled.load.unwrap() - 0.9).abs() < 1e-6, "{sampled:?}");
+    assert_eq!(sampled.successes, 1);
+    drop(t);
+    let _ = std::fs::remove_file(path);
+}
+
 #[test]
 fn the_retry_budget_is_a_share_of_picks_plus_a_minimum() {
     let (t, path) = table("retry");

@@ -381,6 +381,7 @@ pub unsafe extern "C" fn fc_pick_done(
 /// `fc_pick_done` with the RTT the caller measured (`rtt_ns` 0 = measure
 /// since the pick) and the load the server reported with its response
 /// (0 = idle … 1 = saturated; negative or NaN = no report).
+/// `FC_OUTCOME_IGNORED` records neither.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fc_pick_done_with(
     balancer: *const fc_balancer,
