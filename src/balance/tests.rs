@@ -297,6 +297,71 @@ fn an_ignored_outcome_stores_no_sample() {
     let _ = std::fs::remove_file(path);
 }
 
+/// docs/guide/load-balancing.md's "about N s later": when a backend that
+/// failed once is picked again against an idle 20 ms peer, measured with
+/// the default configuration on a fake clock, and derived from it (the
+/// penalty decayed to the peer's RTT: `decay × ln(penalty / 20 ms)`).
+#[test]
+fn a_failed_backend_returns_when_the_guide_says() {
+    let (t, path) = table("return");
+    let config = BalancerConfig::new();
+    let b = t.balancer("api", &config).unwrap();
+    b.set_backends(&[("peer:1", 1), ("failed:1", 1)]).unwrap();
+    let peer_rtt = Duration::from_millis(20);
+    // One call at a time every 100 ms, each done at once (nothing stays in
+    // flight), 20 ms each: both estimates settle at 20 ms.
+    let step = 100;
+    let mut now = b.now_ms() + 1_000;
+    let call = |now: u64, exclude: &[u32]| {
+        let mut p = b.pick_at(&PickOptions { exclude }, now).unwrap();
+        let chosen = p.backend;
+        b.done_at(&mut p, Outcome::Success, Some(peer_rtt), None, now)
+            .unwrap();
+        chosen
+    };
+    for _ in 0..1_000 {
+        call(now, &[1]);
+        call(now, &[0]);
+        now += step;
+    }
+    let rtt = |i: usize| b.stats_at(now).backends[i].rtt.as_secs_f64();
+    assert!((rtt(0) - 0.020).abs() < 0.001, "{}", rtt(0));
+    // One fast failure: the 5 s penalty.
+    let mut p = b.pick_at(&PickOptions { exclude: &[0] }, now).unwrap();
+    let fast = Some(Duration::from_micros(300));
+    b.done_at(&mut p, Outcome::Dropped, fast, None, now)
+        .unwrap();
+    let failed_at = now;
+    while call(now, &[]) == 0 {
+        now += step;
+        assert!(now - failed_at < 300_000, "never picked again");
+    }
+    let measured = (now - failed_at) as f64 / 1000.0;
+    let derived = config.decay.as_secs_f64()
+        * (config.failure_penalty.as_secs_f64() / peer_rtt.as_secs_f64()).ln();
+    assert!((measured - derived).abs() < 1.0, "{measured} {derived}");
+    drop(t);
+    let _ = std::fs::remove_file(path);
+    // The guide is the repository's, not the packaged crate's.
+    let Ok(guide) = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/guide/load-balancing.md"
+    )) else {
+        eprintln!("no docs/guide here: the measurement alone is checked");
+        return;
+    };
+    let guide = guide.split_whitespace().collect::<Vec<_>>().join(" ");
+    let said: f64 = guide
+        .split("about ")
+        .find_map(|rest| rest.split_once(" s later "))
+        .and_then(|(n, _)| n.parse().ok())
+        .expect("the guide's \"about N s later\"");
+    assert!(
+        (said - measured).abs() <= 1.0 && (said - derived).abs() <= 1.0,
+        "the guide says {said} s; measured {measured} s, derived {derived:.1} s"
+    );
+}
+
 #[test]
 fn the_retry_budget_is_a_share_of_picks_plus_a_minimum() {
     let (t, path) = table("retry");
