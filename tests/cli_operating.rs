@@ -72,6 +72,10 @@ fn usage_errors_exit_2_and_failures_exit_1() {
         (&["set", "api", "key_overflow=maybe"], "shared or admit"),
         (&["set", "missing", "nope=1"], "unknown key"),
         (&["top", "--interval", "0"], "--interval must be between"),
+        (
+            &["keys", "api", "--by", "foo"],
+            "--by takes admitted or refused, not \"foo\"",
+        ),
         (&["metrics", "--listen", "not an address"], "cannot listen"),
     ] {
         let line = usage_fails(flowctrl(&path, args));

@@ -10,14 +10,15 @@ use std::path::Path;
 use flowctrl::{KeyGlobal, KeyInfo, KeyStats, View};
 use serde_json::{Value, json};
 
-use crate::{Result, invalid};
+use crate::{Result, invalid, usage};
 
 pub(crate) fn run(path: &Path, task: &str, top: usize, by: &str, json: bool) -> Result {
     let by_refused = match by {
         "admitted" => false,
         "refused" => true,
+        // A word of the command line, refused before the table is read.
         other => {
-            return Err(invalid(format!(
+            return Err(usage(format!(
                 "--by takes admitted or refused, not {other:?}"
             )));
         }
