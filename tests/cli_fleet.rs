@@ -11,7 +11,7 @@ use std::time::Duration;
 use cli::{fails, field, flowctrl, ok};
 use common::redis::RedisServer;
 use common::*;
-use flowctrl::{GlobalConfig, Table, TaskConfig};
+use flowctrl::{GlobalConfig, KeyGlobal, KeyRate, KeyRecord, Table, TaskConfig};
 use serde_json::Value;
 
 /// The monotonic instant `offset` after the wall clock's next whole second.
@@ -131,6 +131,45 @@ fn fleet_prints_the_census_of_both_hosts() {
         2,
         "--store is required"
     );
+}
+
+/// `--slice-ms` outside a key's slices (10 ms to a day) on a task without
+/// key limits: the census is read in it and the hot keys are not asked (a
+/// note says so), where they failed the command on the hot keys' range
+/// check; once a keys' record names the keys' slice, they are read in it.
+#[test]
+fn fleet_with_a_slice_no_key_has_skips_the_hot_keys() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let scratch = Scratch::new("cli-fleet-slice");
+    let table = scratch.path("unused");
+    let args = ["fleet", "api", "--store", &url, "--slice-ms", "5"];
+    let text = ok(&table, &args);
+    eprintln!("$ flowctrl fleet api --store {url} --slice-ms 5\n{text}");
+    assert!(text.starts_with("task api: slice "), "{text}");
+    assert!(text.contains(" of 5 ms, "), "{text}");
+    assert!(
+        text.contains("hot keys not read") && text.contains("5 ms is not a key's"),
+        "{text}"
+    );
+    let json = [&args[..], &["--json"]].concat();
+    let doc: Value = serde_json::from_str(&ok(&table, &json)).unwrap();
+    assert_eq!(doc["slice_ms"], 5, "{doc}");
+    assert!(doc["hot_keys"].is_null(), "{doc}");
+
+    let record = KeyRecord {
+        default: Some(KeyGlobal::new(KeyRate::per_second(10.0))),
+        overrides: Vec::new(),
+    };
+    common::options::admin_store(&url)
+        .set_key_record("api", &record)
+        .unwrap();
+    let text = ok(&table, &args);
+    assert!(!text.contains("not read"), "{text}");
+    let doc: Value = serde_json::from_str(&ok(&table, &json)).unwrap();
+    assert_eq!(doc["slice_ms"], 5, "{doc}");
+    assert_eq!(doc["hot_keys"]["slice_ms"], 1000, "{doc}");
+    assert_eq!(doc["hot_keys"]["keys"], 0, "{doc}");
 }
 
 /// `flowctrl fleet` (1 s timeouts) against a store that answers every

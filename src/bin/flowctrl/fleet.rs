@@ -67,7 +67,7 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
                 "at_ms": d.at_ms,
                 "manager": d.manager,
             })).collect::<Vec<_>>(),
-            "hot_keys": json!({
+            "hot_keys": hot.as_ref().map(|hot| json!({
                 "slice_ms": hot.slice_ms,
                 "slice": hot.slice,
                 "keys": hot.keys,
@@ -77,7 +77,7 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
                     "given": k.given,
                     "asks": k.asks,
                 })).collect::<Vec<_>>(),
-            }),
+            })),
         }));
     }
     let mut out = String::new();
@@ -134,39 +134,61 @@ pub(crate) fn run(url: &str, task: &str, slice_ms: Option<u32>, json: bool) -> R
             );
         }
     }
-    if hot.keys > 0 {
-        let _ = writeln!(
-            out,
-            "keys' global rates: {} key(s) pulled in slice {} of {} ms; given most:",
-            hot.keys, hot.slice, hot.slice_ms
-        );
-        let rows: Vec<Vec<String>> = hot
-            .top
-            .iter()
-            .map(|k| {
-                vec![
-                    k.name
-                        .as_ref()
-                        .map_or(format!("#{:016x}", k.id), |n| escaped(n)),
-                    k.given.to_string(),
-                    k.asks.to_string(),
-                ]
-            })
-            .collect();
-        out.push_str(&table(&["KEY", "GIVEN", "ASKS"], &rows));
+    match &hot {
+        None => {
+            let _ = writeln!(
+                out,
+                "keys' global rates: hot keys not read: no keys' record names their slice, \
+                 and {} ms is not a key's (10 ms to a day)",
+                fleet.slice_ms
+            );
+        }
+        Some(hot) if hot.keys > 0 => {
+            let _ = writeln!(
+                out,
+                "keys' global rates: {} key(s) pulled in slice {} of {} ms; given most:",
+                hot.keys, hot.slice, hot.slice_ms
+            );
+            let rows: Vec<Vec<String>> = hot
+                .top
+                .iter()
+                .map(|k| {
+                    vec![
+                        k.name
+                            .as_ref()
+                            .map_or(format!("#{:016x}", k.id), |n| escaped(n)),
+                        k.given.to_string(),
+                        k.asks.to_string(),
+                    ]
+                })
+                .collect();
+            out.push_str(&table(&["KEY", "GIVEN", "ASKS"], &rows));
+        }
+        Some(_) => {}
     }
     crate::text::print(&out);
     Ok(())
 }
 
+/// The slices a key's global rate can have, in ms (10 ms to a day): the
+/// only slices the store counts keys in, and the range
+/// [`Store::hot_keys`] takes.
+const KEY_SLICE_MS: std::ops::RangeInclusive<u32> = 10..=86_400_000;
+
 /// The task's hot keys in the store's current slice of its keys' global
-/// rate: the record's default slice, else `slice_ms`, else 1 s.
-fn hot_keys(store: &Store, task: &str, slice_ms: Option<u32>) -> Result<HotKeys> {
+/// rate: the record's default slice, else `slice_ms`, else 1 s. `None`
+/// (nothing asked) when that is `slice_ms` and outside a key's slices: the
+/// task's own slices (`--slice-ms 5`) need not be one, and no key is
+/// counted in them.
+fn hot_keys(store: &Store, task: &str, slice_ms: Option<u32>) -> Result<Option<HotKeys>> {
     let record_slice = store
         .key_record(task)
         .ok()
         .flatten()
         .and_then(|(_, r)| r.default.map(|g| g.slice_in_force().as_millis() as u32));
     let slice_ms = record_slice.or(slice_ms).unwrap_or(1000);
-    Ok(store.hot_keys(task, slice_ms, HOT_KEYS)?)
+    if !KEY_SLICE_MS.contains(&slice_ms) {
+        return Ok(None);
+    }
+    Ok(Some(store.hot_keys(task, slice_ms, HOT_KEYS)?))
 }
