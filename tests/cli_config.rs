@@ -110,6 +110,71 @@ fn config_check_says_what_a_file_would_change_and_changes_nothing() {
     assert!(!scratch.path("none").exists(), "the check created nothing");
 }
 
+/// `--table` wins over the checked file's `[table] path`, as it wins over
+/// FLOWCTRL_CONFIG's for every command: the check compares the file with
+/// the table the flag names, and says that it is not the file's.
+#[test]
+fn config_check_compares_with_the_table_the_flag_names() {
+    let scratch = Scratch::new("cli-config-flag");
+    let (named, flagged) = (scratch.path("named"), scratch.path("flagged"));
+    for (path, cap) in [(&named, 4), (&flagged, 6)] {
+        let table = Table::open(path, &TableOptions::default()).unwrap();
+        table
+            .task("api", &TaskConfig::new().max_concurrency(cap))
+            .unwrap();
+    }
+    let file = scratch.path("flowctrl.toml");
+    std::fs::write(
+        &file,
+        format!("[table]\npath = {named:?}\n[tasks.api]\nmax_concurrency = 8\n"),
+    )
+    .unwrap();
+    let (f, n, t) = (
+        file.to_str().unwrap(),
+        named.to_str().unwrap(),
+        flagged.to_str().unwrap(),
+    );
+    // Without the flag: the file's table.
+    let (code, out, err) = flowctrl(&["config", "check", f]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("task \"api\": max_concurrency 4 -> 8\n"),
+        "{out}"
+    );
+    assert!(!out.contains("--table"), "{out}");
+    // With it, before or after the command: the flag's, said once.
+    let note =
+        format!("table {t}: --table's (or FLOWCTRL_TABLE's), over the file's [table] path {n}\n");
+    for args in [
+        &["-t", t, "config", "check", f][..],
+        &["config", "check", f, "--table", t],
+    ] {
+        let (code, out, err) = flowctrl(args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        assert!(
+            out.contains("task \"api\": max_concurrency 6 -> 8\n"),
+            "{args:?}: {out}"
+        );
+        assert_eq!(out.matches(&note).count(), 1, "{args:?}: {out}");
+    }
+    // FLOWCTRL_TABLE stands for the flag, as for every command.
+    let out = Command::new(env!("CARGO_BIN_EXE_flowctrl"))
+        .args(["config", "check", f])
+        .env("FLOWCTRL_TABLE", t)
+        .env_remove("FLOWCTRL_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text.contains("max_concurrency 6 -> 8\n"), "{text}");
+    assert!(text.contains(&note), "{text}");
+    // The flag naming the file's own table: nothing to say.
+    let (code, out, err) = flowctrl(&["config", "check", f, "--table", n]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("max_concurrency 4 -> 8\n"), "{out}");
+    assert!(!out.contains("over the file's"), "{out}");
+}
+
 /// `config check` runs the checks the open and `flowctrl manage` run, no
 /// fewer: what it passes they take, what they refuse it refuses, with the
 /// same message, and every refusal names the file, the line and the column

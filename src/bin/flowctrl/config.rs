@@ -1,8 +1,9 @@
 //! `flowctrl config check FILE`: checks a config file as a table's open
-//! would, and says what applying it would change on the table it names,
-//! task by task and field by field. Reads the table through a view.
+//! would, and says what applying it would change on its table (`--table`
+//! wins over the one the file names), task by task and field by field.
+//! Reads the table through a view.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use flowctrl::{ConfigFile, TableOptions, TaskConfig, TaskSettings, View};
 
@@ -93,7 +94,15 @@ fn changes(file: &TaskConfig, s: &TaskSettings) -> Vec<String> {
     out
 }
 
-pub(crate) fn check(file: &Path, table: &Path) -> Result {
+/// Checks `file` and compares it with a table: `given` (`--table` or
+/// FLOWCTRL_TABLE), which wins over the file's `[table] path` as it wins
+/// over FLOWCTRL_CONFIG's for every command; else the file's path; else
+/// `otherwise` (FLOWCTRL_CONFIG's, or the default).
+pub(crate) fn check(
+    file: &Path,
+    given: Option<&Path>,
+    otherwise: impl FnOnce() -> Result<PathBuf>,
+) -> Result {
     let config = ConfigFile::load(file)?;
     // The checks a table's open runs on `[table]`, and `flowctrl manage`'s
     // on a file with anything of the manager's: the same functions.
@@ -110,7 +119,22 @@ pub(crate) fn check(file: &Path, table: &Path) -> Result {
         config.tasks.len(),
         config.balancers.len()
     ));
-    let table = config.table.path.as_deref().unwrap_or(table);
+    let table = match (given, config.table.path.as_deref()) {
+        (Some(given), Some(named)) => {
+            if given != named {
+                crate::text::line(format_args!(
+                    "table {}: --table's (or FLOWCTRL_TABLE's), over the file's [table] path {}",
+                    given.display(),
+                    named.display()
+                ));
+            }
+            given.to_path_buf()
+        }
+        (Some(given), None) => given.to_path_buf(),
+        (None, Some(named)) => named.to_path_buf(),
+        (None, None) => otherwise()?,
+    };
+    let table = table.as_path();
     let view = match View::open(table) {
         Ok(view) => view,
         Err(e) if e.kind() == flowctrl::ErrorKind::Io && !table.exists() => {

@@ -91,7 +91,8 @@ enum Shell {
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Check a config file as a table's open would, and say what applying
-    /// it would change on the table it names (or `--table`).
+    /// it would change on a table: `--table`'s if given, else the one the
+    /// file names.
     Check {
         /// The TOML file.
         file: PathBuf,
@@ -422,7 +423,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Metrics { listen } => metrics::serve(&table()?, &listen),
         Command::Config {
             command: ConfigCommand::Check { file },
-        } => config::check(&file, &table()?),
+        } => config::check(&file, given.as_deref(), || table_path(None)),
         Command::Table { command } => match command {
             TableCommand::Create {
                 capacity,
