@@ -16,16 +16,11 @@ pub const STRANDED: f64 = 0.02;
 pub const WORST_WHILE_MOVING: f64 = 0.9;
 
 /// Budgets the simulation shows missed in tests/budgets.rs's runs (1,000
-/// hosts, three full slices), with why (see benches/GLOBAL.md, "The simulation",
-/// and benches/SIMULATION.md): (scenario, the start of the miss line). The
-/// test holds every other budget, and fails when one of these starts to
-/// hold, so the list is kept true. A threshold that moves every slice (as
-/// a manager moves it) leaves hosts asking the same unequal past 100 hosts:
-/// there the fair tails owe each host a share as time passes (reservations
-/// give the release out ahead), and the release's burst goes to whichever
-/// hosts ask first. Up to 100 hosts they owe it as it is released
-/// (`moving-2`, tests/budgets.rs).
-pub const KNOWN_MISSES: &[(&str, &str)] = &[("moving", "worst host / fair share")];
+/// hosts, three full slices), with why (see benches/GLOBAL.md, "The
+/// simulation", and benches/SIMULATION.md): (scenario, the start of the
+/// miss line). The test holds every other budget, and fails when one of
+/// these starts to hold, so the list is kept true. None now.
+pub const KNOWN_MISSES: &[(&str, &str)] = &[];
 
 /// The scenarios of the report: five shapes of demand at `hosts` hosts, and
 /// the seed's deployment (30 hosts × 50 processes). All at 500 k/s.

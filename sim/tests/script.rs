@@ -119,25 +119,34 @@ fn crowded(store: &LuaStore) {
     }
 }
 
-/// A host owed its whole ask by the fair tails (a small host, owed a
-/// quarter slice ahead of its demand) is granted it at once, though the
-/// slice has released nothing more; a host past its due asking the same is
-/// queued behind the release (a reservation it may spend only later).
+/// A host owed its whole ask by the fair tails (a small host, owed half a
+/// slice ahead of its demand) is granted it at once, though the slice has
+/// released nothing more; a host past its due asking the same is queued
+/// behind the release (a reservation it may spend only later); a host past
+/// its whole entitlement over the slice gets nothing while the others'
+/// rests need all the key has left.
 #[test]
 fn a_host_owed_its_whole_ask_is_served_at_once() {
     let store = store_at(100);
     crowded(&store);
-    // Demand 200 of an equal share of 657: owed 35 % of it by now, 70.
+    // Demand 200 below a level of 657: owed 60 % of it by now, 120.
     let small = pull(&store, "small", 60, 0, 200, true);
     assert_eq!(small[4], 152, "hosts counted: {small:?}");
     assert_eq!(small[0], 60, "the owed ask granted whole: {small:?}");
     assert_eq!(small[9], 0, "and spendable at once: {small:?}");
-    let big = pull(&store, "big", 60, 11_000, 1_000, true);
-    assert_eq!(big[0], 60, "reserved: {big:?}");
+    // Demand 1,000 above the level: owed a tenth of it by now (65), which
+    // it is granted; then past its due.
+    let mid = pull(&store, "mid", 65, 0, 1_000, true);
+    assert_eq!((mid[0], mid[9]), (65, 0), "owed: granted at once: {mid:?}");
+    let mid = pull(&store, "mid", 60, 65, 1_000, true);
+    assert_eq!(mid[0], 60, "reserved: {mid:?}");
     assert!(
-        big[9] > 0,
-        "a host past its due waits for the release: {big:?}"
+        mid[9] > 0,
+        "a host past its due waits for the release: {mid:?}"
     );
+    let big = pull(&store, "big", 60, 11_000, 1_000, true);
+    assert_eq!(big[0], 0, "11,000 had of an entitlement of 657: {big:?}");
+    assert!(big[6] > 0, "told when to ask again: {big:?}");
 }
 
 /// A reservation is made only of what the host spends by the slice's end
@@ -149,11 +158,11 @@ fn a_host_owed_its_whole_ask_is_served_at_once() {
 fn only_what_the_host_spends_by_the_slice_end_is_reserved() {
     let store = store_at(700);
     // 700 ms in the slice has released 71,000: `slow` takes its demand,
-    // `big` the rest.
+    // `big` the rest; 150 hosts that ask little are refused.
     assert_eq!(pull(&store, "slow", 100, 0, 100, true)[0], 100);
     assert_eq!(pull(&store, "big", 70_900, 0, 1_000, true)[0], 70_900);
     for i in 0..150 {
-        assert_eq!(pull(&store, &format!("h{i}"), 1, 0, 1_000, false)[0], 0);
+        assert_eq!(pull(&store, &format!("h{i}"), 1, 0, 1, false)[0], 0);
     }
     let big = pull(&store, "big", 40, 70_900, 1_000, true);
     assert!(big[0] == 40 && big[9] > 0, "reserved: {big:?}");

@@ -248,7 +248,8 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         r#"
         local function ask(t)
           local s = {quota = 1000, demands = 1200, hosts = 2, burst = 0, elapsed = 500,
-            slice_ms = 1000, demand = 600, had = 0, grant = 100, room = 400, cache = false,
+            slice_ms = 1000, demand = 600, had = 0, grant = 100, room = 400, left = 1000,
+            cache = false,
             host = 'a', records = function()
               -- The host's own record and the key's own fields are passed over.
               return {'a', '0 0 0 0 0 600', 'left', '5', 'b', '0 0 0 0 0 600', 'quota', '1000'}
@@ -273,26 +274,45 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         eq(mine, 50, 'owed its share of the burst too')
 
         -- Past 100 hosts the burst is not owed ahead: owed as time passes.
-        room, cut, shared, mine = ask({hosts = 100, burst = 200})
+        local function fleet(n)
+          return function()
+            local all = {}
+            for i = 1, n do all[#all + 1] = 'h' .. i; all[#all + 1] = '0 0 0 0 0 600' end
+            return all
+          end
+        end
+        room, cut, shared, mine = ask({hosts = 100, burst = 200, records = fleet(99)})
         eq(mine, 7, 'up to 100 hosts: a tenth of 1,000 at 0.5 and the burst\'s 0.2')
-        room, cut, shared, mine = ask({hosts = 150, burst = 200})
+        room, cut, shared, mine = ask({hosts = 150, burst = 200, records = fleet(149)})
         eq(mine, 3, 'past 100: a 150th at 0.5 alone')
 
-        -- Below the share: owed a quarter slice ahead.
+        -- Below the level: owed half a slice ahead.
         room, cut, shared, mine = ask({demand = 100, had = 0, elapsed = 0, grant = 100})
-        eq(mine, 25, 'a quarter of a small demand at once')
+        eq(mine, 50, 'half a small demand at once')
 
         -- Past 64 hosts the pass over the records is kept a tenth of a slice.
         local read = 0
         local function records() read = read + 1; return {} end
-        local cache = '450,100,500,0,800'
+        local cache = '450,100,500,0,800,500,0,0'
         room, cut = ask({hosts = 80, cache = cache, had = 900, records = records})
         eq(read, 0, 'a fresh cache stands for the records')
         -- Owed then 100, grown by 500 a slice over 50 ms since: 124 (floored
         -- from 24.99: 0.5 - 0.45 in binary).
         eq(room, 276, 'the release less what the cache says the others are owed now')
         eq(cut, true, 'cut')
-        local _, _, _, _, c = ask({hosts = 80, cache = '350,100,500,0,800', had = 900, records = records})
+        -- Past its entitlement (900 had of a level of 500): only what the
+        -- others' rests leave of the key (1,000 left, 900 theirs, 50 since
+        -- granted within them).
+        local _, _, _, _, _, rest, most = ask({hosts = 80, records = records, had = 900,
+          cache = '450,100,500,0,800,500,900,50'})
+        eq(rest, 0, 'nothing left of its own'); eq(most, 150, 'what the others leave')
+        room, cut = ask({hosts = 80, records = records, had = 900,
+          cache = '450,100,500,0,800,500,900,50'})
+        eq(room, 150, 'cut to that'); eq(cut, true, 'cut')
+        -- A cache of an older script (five numbers) is made again.
+        ask({hosts = 80, cache = '450,100,500,0,800', had = 900, records = records})
+        eq(read, 1, 'an older cache: the records read'); read = 0
+        local _, _, _, _, c = ask({hosts = 80, cache = '350,100,500,0,800,500,2000,0', had = 900, records = records})
         eq(read, 1, 'an old one is made again'); eq(c[1], 500, 'at this time')
         ask({hosts = 40, cache = cache, had = 900, records = records})
         eq(read, 2, 'up to 64 hosts, every time')
@@ -306,6 +326,17 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         local f = fair_field({500, 100, 0, 20, 800}, true, 30, 10)
         eq(f[2], '500,100,0,30,800', 'the grant within what is owed is counted')
         eq(#fair_field({}, true, 30, 10), 0, 'no cache, no field')
+        f = fair_field({500, 100, 0, 20, 800, 400, 900, 50}, true, 30, 10, 25)
+        eq(f[2], '500,100,0,30,800,400,900,75', 'and the grant within its rest')
+
+        -- The water level: the small demands whole, the rest shared evenly.
+        eq(water_level({100, 900, 600, 50}, 1000), 425, 'between the small and the big')
+        eq(water_level({300, 300}, 1000), 1000, 'demands within the slice: no level')
+        eq(water_level({600, 600}, 1000), 500, 'equal demands: an equal share')
+        -- A rest is at most what the demand spends by the slice's end.
+        eq(rest_of(1000, 500, 100, 1), 400, 'the level less what it had')
+        eq(rest_of(1000, 500, 100, 0.1), 100, 'a tenth of a slice left at 1,000')
+        eq(rest_of(1000, 500, 600, 1), 0, 'past it: none')
         "#,
     );
 }
@@ -316,7 +347,8 @@ fn reservations_only_past_many_hosts_and_only_what_is_spent() {
         &["50-reserve.lua"],
         r#"
         eq(owed_at_once(10, 50, 60, true, 101, true), 50, 'owed its whole ask: not queued')
-        eq(owed_at_once(10, 50, 40, true, 101, true), 10, 'owed less than its ask: queued')
+        eq(owed_at_once(10, 50, 40, true, 101, true), 40, 'owed most of its ask: that at once')
+        eq(owed_at_once(10, 50, 20, true, 101, true), 10, 'owed under half its ask: queued')
         eq(owed_at_once(10, 50, 60, true, 100, true), 10, 'up to 100 hosts: no queue to skip')
         eq(owed_at_once(10, 50, 60, false, 101, true), 10, 'a host that keeps no reservation')
 
@@ -333,6 +365,15 @@ fn reservations_only_past_many_hosts_and_only_what_is_spent() {
         eq(g, 0, 'not spent by the slice end at its demand')
         g, usable = reserve(true, 150, 7, 0, 40, 1000, 800, 200, 1000)
         eq(g, 7, 'a grant is left as it is'); eq(usable, 0, 'usable at once')
+        -- The fair tails' most (rest, most): no further than they let it take.
+        g = reserve(true, 150, 0, 100, 40, 1000, 800, 200, 1000, 30, 30)
+        eq(g, 30, 'the rest of its entitlement')
+        g = reserve(true, 150, 0, 100, 40, 1000, 800, 200, 1000, 5, 5)
+        eq(g, 5, 'a rest under half an ask is worth reserving')
+        g = reserve(true, 150, 0, 100, 40, 1000, 800, 200, 1000, 0, 0)
+        eq(g, 0, 'past its entitlement, nothing beyond the others\' rests')
+        g = reserve(true, 150, 0, 100, 40, 1000, 800, 200, 1000, 0, 15)
+        eq(g, 0, 'past it, less than half an ask beyond them')
         "#,
     );
 }
@@ -368,6 +409,15 @@ fn a_host_waits_for_an_ask_worth_a_round_trip() {
         eq(wait(used), 0, 'past 100 hosts, not before some host gave back')
         used.back = 3
         eq(wait(used), 100, 'and once one did')
+
+        -- done_for_slice(rest, most, demand, grant, left, elapsed, slice_ms)
+        eq(done_for_slice(40, 40, 500, 40, 900, 500, 1000), true, 'granted its whole rest')
+        eq(done_for_slice(0, 0, 500, 0, 900, 500, 1000), true, 'past it, nothing beyond')
+        eq(done_for_slice(40, 60, 500, 40, 900, 500, 1000), false, 'more beyond the others\' rests')
+        eq(done_for_slice(40, 40, 500, 30, 900, 500, 1000), false, 'granted part of it')
+        eq(done_for_slice(40, 40, 500, 40, 900, 50, 1000), false, 'in the first tenth')
+        eq(done_for_slice(0, 0, 0, 0, 900, 500, 1000), false, 'no demand reported yet')
+        eq(done_for_slice(nil, nil, 500, 40, 900, 500, 1000), false, 'no level known')
         "#,
     );
 }

@@ -2,9 +2,9 @@
 //!
 //! The phase is one of three, with what each allows:
 //! - **open**: spend, and pull the next chunk at the low-water mark;
-//! - **limited**: the slice's key is used up; refuse without asking the
-//!   store until the slice changes (or, marked "may come back", until the
-//!   pacing ends: idle hosts may give quota back);
+//! - **limited**: the slice's key, or the host's share of it, is used up;
+//!   refuse without asking the store until the slice changes (or, marked
+//!   "may come back", until the pacing ends: idle hosts may give back);
 //! - **failed**: the store failed; decide by the fallback policy, and let
 //!   one process probe per jittered interval. A spread task with only some
 //!   shards down (*partly down*) stays failed but pulls on from the others.
@@ -160,6 +160,8 @@ pub(super) struct Settled {
     pub waits: bool,
     /// The grant was kept as a reservation.
     pub kept: bool,
+    /// The reservation completes the host's share of the slice.
+    pub done: bool,
     /// A pull for nothing, telling the store of a give-back.
     pub telling: bool,
     /// The host gives idle quota back (so a used-up key may refill).
@@ -175,8 +177,10 @@ pub(super) fn settle(q: &QuotaSlot, s: &Settled, next_probe: impl FnOnce() -> u6
     // for. A key used up with nothing granted (or to a host that gives
     // nothing back) holds the host until the slice changes, or until its
     // pacing ends when quota may come back; a key that holds quota again
-    // clears that.
+    // clears that. A reservation completing the host's share holds it so.
     if s.used_up && s.telling {
+    } else if s.done {
+        q.exhausted.store(s.slice as u64 + 1, Ordering::Release);
     } else if s.used_up && (s.granted == 0 || !s.gives_back) {
         let back = if s.waits { MAY_COME_BACK } else { 0 };
         q.exhausted
@@ -316,6 +320,7 @@ mod tests {
             granted: 10,
             waits: false,
             kept: false,
+            done: false,
             telling: false,
             gives_back: true,
             partial: false,
@@ -341,14 +346,8 @@ mod tests {
         settle(q, &used_up, || 0);
         assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (LIMITED, 8));
         // ... or until its pacing ends, when quota may come back.
-        settle(
-            q,
-            &Settled {
-                waits: true,
-                ..used_up
-            },
-            || 0,
-        );
+        let waits = true;
+        settle(q, &Settled { waits, ..used_up }, || 0);
         assert_eq!(q.exhausted.load(Ordering::Relaxed), 8 | MAY_COME_BACK);
         // A give-back's pull for nothing says nothing of the mark.
         let telling = Settled {
@@ -360,6 +359,21 @@ mod tests {
         // A key that holds quota again clears it.
         settle(q, &settled(7), || 0);
         assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (OPEN, 0));
+        // A reservation that completes the host's share: open while it
+        // waits, the mark set for when it has moved in (no coming back).
+        let (kept, done) = (true, true);
+        let waits = true;
+        settle(
+            q,
+            &Settled {
+                kept,
+                done,
+                waits,
+                ..settled(7)
+            },
+            || 0,
+        );
+        assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (OPEN, 8));
     }
 
     #[test]

@@ -195,6 +195,9 @@ impl Quota {
             }
             notes::conflicts(q, task, slice, g, &self.host, &reply);
             let kept = reply.usable_ms > 0 && reply.granted > 0;
+            // A reservation told to wait past its usable time completes the
+            // host's share of the slice: nothing more is asked in it.
+            let done = kept && reply.wait_ms > reply.usable_ms;
             let got = if kept {
                 account.keep_reserved(slice, reply.granted);
                 reply.granted
@@ -209,7 +212,12 @@ impl Quota {
             // host's pacing and low water stay the last ask's.
             let telling = want == 0;
             if !telling {
-                self.pace(t.shm, slot, g, want, reply.wait_ms.max(reply.usable_ms));
+                let wait = if done {
+                    reply.usable_ms
+                } else {
+                    reply.wait_ms.max(reply.usable_ms)
+                };
+                self.pace(t.shm, slot, g, want, wait);
             }
             // Before the phase leaves "failed": whether this pull ended it.
             // A shard still down keeps it failed (see `down`).
@@ -225,6 +233,7 @@ impl Quota {
                 granted: reply.granted,
                 waits: reply.wait_ms > 0,
                 kept,
+                done,
                 telling,
                 gives_back: self.gives_back(g),
                 partial,

@@ -4,11 +4,12 @@
 -- would have been granted: one round trip where a refusal and the ask after
 -- it were two. The key, the release and every host's due count it from now.
 
--- A host owed its whole ask by the fair tails is not queued behind the
--- others' reservations: the room is at least its grant.
+-- A host owed at least half its ask by the fair tails is not queued behind
+-- the others' reservations for what it is owed: the room is at least that
+-- (less is a sliver, not worth its round trip).
 local function owed_at_once(room, grant, mine, can_keep, hosts, shared_out)
-  if can_keep and hosts > MANY_HOSTS and shared_out and grant <= mine then
-    return math.max(room, grant)
+  if can_keep and hosts > MANY_HOSTS and shared_out and 2 * mine >= grant then
+    return math.max(room, math.min(grant, mine))
   end
   return room
 end
@@ -18,12 +19,15 @@ end
 -- at its demand (a reservation it cannot use is quota stranded). A host
 -- held by the fair tails is reserved its ask too: it queues behind the
 -- release like the others (benches/GLOBAL.md, "The simulation", measures
--- what capping reservations cost instead). Returns the grant and the ms
--- until it is usable (0: at once, or no reservation).
-local function reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed, slice_ms)
+-- what capping reservations cost instead), and no further than the fair
+-- tails let it take of what is left (`most`; a host's `rest` of its
+-- entitlement is worth reserving however small). Returns the grant and the
+-- ms until it is usable (0: at once, or no reservation).
+local function reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed, slice_ms, rest, most)
   if can_keep and hosts > MANY_HOSTS and grant == 0 and wait > 0 and demand > 0 and left > 0 then
-    local r = math.min(want, left)
-    if 2 * r >= want and elapsed + wait + math.ceil(r * slice_ms / demand) <= slice_ms then
+    local r = math.min(want, left, most or left)
+    local worth = 2 * r >= want or rest ~= nil and rest > 0 and r >= rest
+    if r > 0 and worth and elapsed + wait + math.ceil(r * slice_ms / demand) <= slice_ms then
       return r, wait
     end
   end

@@ -122,20 +122,24 @@ local hosts = field_count(k, key, back_field[1] ~= nil) - 3
 if cache then hosts = hosts - 1 end
 if back_total > 0 then hosts = hosts - 1 end
 if rec == false then hosts = hosts + 1 end
-local owed_cut, shared_out, mine, c
-room, owed_cut, shared_out, mine, c = fair_room({
+local owed_cut, shared_out, mine, c, rest, most
+room, owed_cut, shared_out, mine, c, rest, most = fair_room({
   quota = quota, demands = demands, hosts = hosts, burst = burst, elapsed = elapsed,
   slice_ms = slice_ms, demand = demand, had = math.max(granted, acc), grant = grant,
-  room = room, cache = cache, host = host,
+  room = room, cache = cache, host = host, left = left,
   records = function() return all_fields(k, key) end,
 })
 local can_keep = ARGV[19] == '1'
 room = owed_at_once(room, grant, mine, can_keep, hosts, shared_out)
+-- What is left beyond every host's rest is nobody's: not held back by the
+-- release (hosts that left the fleet mid-slice leave their rests to it).
+if most ~= nil and most > rest then room = math.max(room, math.min(grant, most - rest)) end
 -- Less than the grant released: what is, if at least half or what the
--- fair tails owe the host, else none (a sliver is not worth a round trip,
--- but what a host is owed is).
+-- fair tails owe the host (now, or the rest of its entitlement), else none
+-- (a sliver is not worth a round trip, but what a host is owed is).
 if grant > room then
-  if 2 * room < grant and not (shared_out and mine > 0) then grant = 0 else grant = room end
+  local owed = shared_out and (mine > 0 or rest ~= nil and rest > 0 and room >= rest)
+  if 2 * room < grant and not owed then grant = 0 else grant = room end
 end
 local wait = wait_for({
   quota = quota, left = left, grant = grant, want = want, released = released, burst = burst,
@@ -143,7 +147,14 @@ local wait = wait_for({
   demand = demand, given = given, giving_back = ARGV[20] ~= nil, back = back_total, hosts = hosts,
 })
 local usable
-grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed, slice_ms)
+grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed, slice_ms, rest, most)
+-- A host done for the slice is told to wait to its end: past a
+-- reservation's usable time, the host reads it as done (it asks nothing
+-- more in this slice). Not to a shard of a spread task: its other shards
+-- may hold more.
+if unsharded and done_for_slice(rest, most, demand, grant, left, elapsed, slice_ms) then
+  wait = slice_ms - elapsed
+end
 
 -- The record: accounted asked granted claimed offset_us demand, then what
 -- the host's releases reported in the slice so far: success dropped
@@ -155,7 +166,7 @@ grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapse
 local own_numbers = 0
 if not (by_record or stale) then own_numbers = tonumber(ARGV[1]) or 0 end
 local function count(i) return math.max(tonumber(ARGV[i]) or 0, 0) end
-local extra = fair_field(c, shared_out, grant, mine)
+local extra = fair_field(c, shared_out, grant, mine, rest)
 if back_field[1] then
   extra[#extra + 1] = back_field[1]
   extra[#extra + 1] = back_field[2]
