@@ -248,6 +248,11 @@ pub fn run(s: &Scenario) -> Result<Run> {
         let quota = quota_at(k);
         let mut t = start;
         let mut next_move = 0;
+        // `FLOWCTRL_SIM_RELEASE=1`: how far the fleet's admissions ran ahead
+        // of the slice's release (the burst, a quarter of the rate, at once
+        // and the rest evenly), and the most admitted in any 50 ms.
+        let release = std::env::var_os("FLOWCTRL_SIM_RELEASE").is_some();
+        let (mut ahead, mut window, mut marks) = (0i64, 0u64, Vec::new());
         while t < start + slice_us {
             set_now(t + TICK_US / 2);
             if s.demand == Demand::Moving && t == start + slice_us / 2 {
@@ -276,6 +281,23 @@ pub fn run(s: &Scenario) -> Result<Run> {
                 }
             }
             t += TICK_US;
+            if release {
+                let admitted: u64 = tally.iter().map(|t| t.admitted).sum();
+                let released =
+                    (quota / 4 + quota * (t - start) as u64 / slice_us as u64).min(quota);
+                ahead = ahead.max(admitted as i64 - released as i64);
+                marks.push(admitted);
+                let back = marks.len().saturating_sub(1 + 50_000 / TICK_US as usize);
+                window = window.max(admitted - marks[back]);
+            }
+        }
+        if release {
+            eprintln!(
+                "{} slice {k}: ahead of the release at most {:.2} % of the quota, 50 ms at most {:.2} %",
+                s.name,
+                ahead as f64 * 100.0 / quota as f64,
+                window as f64 * 100.0 / quota as f64
+            );
         }
         let granted: Vec<u64> = hosts.iter().map(kept).collect();
         let mut slice = Slice {

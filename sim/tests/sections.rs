@@ -286,9 +286,10 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         room, cut, shared, mine = ask({hosts = 150, burst = 200, records = fleet(149)})
         eq(mine, 3, 'past 100: a 150th at 0.5 alone')
 
-        -- Below the level: owed half a slice ahead.
-        room, cut, shared, mine = ask({demand = 100, had = 0, elapsed = 0, grant = 100})
-        eq(mine, 50, 'half a small demand at once')
+        -- Below the level: owed its next chunk ahead (5/12 of a slice).
+        room, cut, shared, mine = ask({demand = 120, had = 0, elapsed = 0, grant = 100})
+        eq(mine, math.floor(120 * AHEAD), '5/12 of a small demand at once')
+        eq(AHEAD, 1 / 3 + 1 / 12, 'a third of a slice, and the quarter of one left at the ask')
 
         -- Past 64 hosts the pass over the records is kept a tenth of a slice.
         local read = 0
@@ -333,10 +334,9 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         eq(water_level({100, 900, 600, 50}, 1000), 425, 'between the small and the big')
         eq(water_level({300, 300}, 1000), 1000, 'demands within the slice: no level')
         eq(water_level({600, 600}, 1000), 500, 'equal demands: an equal share')
-        -- A rest is at most what the demand spends by the slice's end.
-        eq(rest_of(1000, 500, 100, 1), 400, 'the level less what it had')
-        eq(rest_of(1000, 500, 100, 0.1), 100, 'a tenth of a slice left at 1,000')
-        eq(rest_of(1000, 500, 600, 1), 0, 'past it: none')
+        eq(rest_of(1000, 500, 100), 400, 'the level less what it had')
+        eq(rest_of(300, 500, 100), 200, 'below the level: its demand less what it had')
+        eq(rest_of(1000, 500, 600), 0, 'past it: none')
         "#,
     );
 }
@@ -362,7 +362,9 @@ fn reservations_only_past_many_hosts_and_only_what_is_spent() {
         g = reserve(true, 150, 0, 100, 40, 15, 800, 200, 1000)
         eq(g, 0, 'less than half an ask left')
         g = reserve(true, 150, 0, 100, 40, 1000, 40, 200, 1000)
-        eq(g, 0, 'not spent by the slice end at its demand')
+        eq(g, 28, 'what it spends by the slice end at its demand, most of its ask')
+        g = reserve(true, 150, 0, 100, 40, 1000, 30, 200, 1000)
+        eq(g, 0, 'not most of its ask spent by the slice end at its demand')
         g, usable = reserve(true, 150, 7, 0, 40, 1000, 800, 200, 1000)
         eq(g, 7, 'a grant is left as it is'); eq(usable, 0, 'usable at once')
         -- The fair tails' most (rest, most): no further than they let it take.
@@ -410,14 +412,15 @@ fn a_host_waits_for_an_ask_worth_a_round_trip() {
         used.back = 3
         eq(wait(used), 100, 'and once one did')
 
-        -- done_for_slice(rest, most, demand, grant, left, elapsed, slice_ms)
-        eq(done_for_slice(40, 40, 500, 40, 900, 500, 1000), true, 'granted its whole rest')
-        eq(done_for_slice(0, 0, 500, 0, 900, 500, 1000), true, 'past it, nothing beyond')
-        eq(done_for_slice(40, 60, 500, 40, 900, 500, 1000), false, 'more beyond the others\' rests')
-        eq(done_for_slice(40, 40, 500, 30, 900, 500, 1000), false, 'granted part of it')
-        eq(done_for_slice(40, 40, 500, 40, 900, 50, 1000), false, 'in the first tenth')
-        eq(done_for_slice(0, 0, 0, 0, 900, 500, 1000), false, 'no demand reported yet')
-        eq(done_for_slice(nil, nil, 500, 40, 900, 500, 1000), false, 'no level known')
+        -- done_for_slice(rest, most, level, demand, grant, left, elapsed, slice_ms)
+        eq(done_for_slice(40, 40, 400, 500, 40, 900, 500, 1000), true, 'granted its whole rest')
+        eq(done_for_slice(0, 0, 400, 500, 0, 900, 500, 1000), true, 'past it, nothing beyond')
+        eq(done_for_slice(40, 60, 400, 500, 40, 900, 500, 1000), false, 'more beyond the others\' rests')
+        eq(done_for_slice(40, 40, 400, 500, 30, 900, 500, 1000), false, 'granted part of it')
+        eq(done_for_slice(40, 40, 400, 500, 40, 900, 50, 1000), false, 'in the first tenth')
+        eq(done_for_slice(40, 40, 400, 300, 40, 900, 500, 1000), false, 'below the level')
+        eq(done_for_slice(0, 0, 400, 0, 0, 900, 500, 1000), false, 'no demand reported yet')
+        eq(done_for_slice(nil, nil, nil, 500, 40, 900, 500, 1000), false, 'no level known')
         "#,
     );
 }

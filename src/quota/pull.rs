@@ -262,12 +262,17 @@ impl Quota {
     /// low-water mark (see `policy::low_water`).
     fn pace(&self, shm: &Shm, slot: &TaskSlot, g: Global, want: u64, wait_ms: u64) {
         let q = &slot.quota;
-        let paced = match wait_ms {
-            0 => 0,
-            ms => shm.clock.now().saturating_add(
-                shm.clock
-                    .duration_to_ticks(Duration::from_millis(ms).min(policy::MAX_PACE)),
-            ),
+        // A new slice releases anew: no wait runs past this one's end by the
+        // host's clock (a wait to the end would else refuse the next slice's
+        // first requests, and count them over the last slice's refusals).
+        let slice_us = g.slice_ms as u64 * 1000;
+        let to_end = slice_us - self.store_now_us(q).max(0) as u64 % slice_us;
+        let paced = match Duration::from_millis(wait_ms).min(Duration::from_micros(to_end)) {
+            wait if wait.is_zero() => 0,
+            wait => shm
+                .clock
+                .now()
+                .saturating_add(shm.clock.duration_to_ticks(wait.min(policy::MAX_PACE))),
         };
         q.paced_until.store(paced, Ordering::Release);
         let pace = super::chunk::pace(self, slot, g);

@@ -1,13 +1,16 @@
 -- Fair tails. While the hosts' demands add up to more than the slice, each
 -- host is entitled to min(its demand, the water level) of it: the level at
 -- which those entitlements add up to the slice (max-min fairness). It is
--- owed that as the slice is released (a host below the level half a slice
--- ahead: its next chunk, a third of a slice at its rate, asked with a
--- quarter of the last one left, so it is never refused while a bigger one
--- is served); a host past what it is owed now takes only what
+-- owed that as the slice is released (a host below the level its next
+-- chunk ahead, AHEAD, so it is never refused while a bigger one is
+-- served); a host past what it is owed now takes only what
 -- nobody else is owed now, and a host past its whole entitlement only what
--- is left beyond everyone else's rest: the slice's last chunks go to the
--- hosts still short of their level, not to whoever asks first.
+-- is left beyond the rests of everyone else who asked in the slice: its
+-- last chunks go to the hosts still short of their level, not to whoever
+-- asks first. (A host carried in from the last slice that has not asked
+-- in this one holds only what it is owed by now, and after the slice's
+-- first tenth nothing: gone, it would hold its share to the end; come
+-- later, it is owed as the slice is released.)
 --
 -- What the hosts are owed comes from a pass over their records (O(hosts)):
 -- past FAIR_CACHED hosts at most every tenth of a slice, kept in the field
@@ -20,6 +23,11 @@
 -- host past its due may take, never the slice's total. (An older script
 -- counts the field as a host with no demand, and reads its first five.)
 local FAIR_CACHED = 64
+
+-- How far ahead of the release a host below the level is owed: its next
+-- chunk (a third of a slice at its rate) asked with a quarter of the last
+-- one left, so a host keeping its pace is owed each ask whole when it asks.
+local AHEAD = 1 / 3 + 1 / 12
 
 -- The water level of `demands` (a list, sorted here) sharing `quota`: the
 -- least L with the sum of min(d, L) at least the quota; the quota when the
@@ -35,11 +43,9 @@ local function water_level(demands, quota)
   return quota
 end
 
--- What is left of a host's entitlement: no more than its demand spends in
--- the `to_end` part of the slice left (what it cannot spend by the end is
--- nobody's rest, and would be stranded if kept for it).
-local function rest_of(demand, level, had, to_end)
-  return math.max(math.min(math.min(demand, level) - had, math.ceil(demand * to_end)), 0)
+-- What is left of a host's entitlement to the slice's end.
+local function rest_of(demand, level, had)
+  return math.max(math.min(demand, level) - had, 0)
 end
 
 -- `s`: quota, demands (the hosts' summed), hosts, burst, elapsed, slice_ms,
@@ -65,8 +71,7 @@ local function fair_room(s)
   if s.hosts <= MANY_HOSTS then lead = s.burst / s.quota end
   local function at(e) return math.min(1, e / s.slice_ms + lead) end
   local now = at(s.elapsed)
-  local ahead = math.min(1, now + 0.5)
-  local to_end = 1 - s.elapsed / s.slice_ms
+  local ahead = math.min(1, now + AHEAD)
   -- The level: the last pass's, or an equal share before any (a cache
   -- of an older script, or damaged, is made again).
   local cached = c[8] ~= nil and c[6] >= 0
@@ -88,26 +93,28 @@ local function fair_room(s)
   end
   mine = owed(s.demand, s.had)
   local rest
-  if cached then rest = rest_of(s.demand, level, s.had, to_end) end
+  if cached then rest = rest_of(s.demand, level, s.had) end
   if not (s.grant > mine) then return room, owed_cut, shared_out, mine, c, rest, nil end
   if s.hosts <= FAIR_CACHED or not cached or s.elapsed < c[1]
       or s.elapsed - c[1] >= s.slice_ms / 10 then
-    local demands, had, sorted = {}, {}, {}
-    local function add(d, g)
+    local demands, had, came, sorted = {}, {}, {}, {}
+    local function add(d, g, asked)
       d = math.max(d, 0)
       demands[#demands + 1], had[#had + 1], sorted[#sorted + 1] = d, g, d
+      came[#came + 1] = asked > 0
     end
-    add(s.demand, s.had)
+    add(s.demand, s.had, 1)
     local all = s.records()
     for i = 1, #all, 2 do
       if is_host(all[i]) and all[i] ~= s.host then
         local r = fields(all[i + 1])
-        add(r[6] or 0, math.max(r[3] or 0, r[1] or 0))
+        add(r[6] or 0, math.max(r[3] or 0, r[1] or 0), r[2] or 0)
       end
     end
     level = water_level(sorted, s.quota)
+    local expected = 10 * s.elapsed < s.slice_ms
     mine = owed(s.demand, s.had)
-    rest = rest_of(s.demand, level, s.had, to_end)
+    rest = rest_of(s.demand, level, s.had)
     c = {s.elapsed, mine, 0, 0, 0, level, 0, 0}
     for i = 1, #demands do
       local e, f = part(demands[i])
@@ -116,7 +123,11 @@ local function fair_room(s)
         c[5] = c[5] + e
         if owed(demands[i], had[i]) > 0 then c[3] = c[3] + e end
       end
-      c[7] = c[7] + rest_of(demands[i], level, had[i], to_end)
+      if came[i] then
+        c[7] = c[7] + rest_of(demands[i], level, had[i])
+      elseif expected then
+        c[7] = c[7] + owed(demands[i], had[i])
+      end
     end
   end
   local all_owed = c[2] + math.floor(c[3] * (now - at(c[1]))) - c[4]

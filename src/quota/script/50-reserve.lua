@@ -16,7 +16,8 @@ end
 
 -- The reservation for an ask granted nothing and told to wait: at least
 -- half an ask, as a grant, and only what the host spends by the slice's end
--- at its demand (a reservation it cannot use is quota stranded). A host
+-- at its demand (a reservation it cannot use is quota stranded; one cut to
+-- that, when it is most of the ask, saves the asks that would follow). A host
 -- held by the fair tails is reserved its ask too: it queues behind the
 -- release like the others (benches/GLOBAL.md, "The simulation", measures
 -- what capping reservations cost instead), and no further than the fair
@@ -27,6 +28,9 @@ local function reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed
   if can_keep and hosts > MANY_HOSTS and grant == 0 and wait > 0 and demand > 0 and left > 0 then
     local r = math.min(want, left, most or left)
     local worth = 2 * r >= want or rest ~= nil and rest > 0 and r >= rest
+    -- What it spends by the slice's end after the wait, if most of it.
+    local spent = math.floor(math.max(slice_ms - elapsed - wait, 0) * demand / slice_ms)
+    if 3 * spent >= 2 * r then r = math.min(r, spent) end
     if r > 0 and worth and elapsed + wait + math.ceil(r * slice_ms / demand) <= slice_ms then
       return r, wait
     end

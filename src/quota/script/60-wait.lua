@@ -47,13 +47,14 @@ local function wait_for(w)
   return wait
 end
 
--- Whether a host is done for the slice: granted (or reserved) the whole
--- rest of its entitlement, or past it, with nothing beyond the others'
--- rests (`rest`, `most`: see 40). Not so in the slice's first tenth, before
--- a host's demand is its pace in this slice (one that joined in the last
--- reports what it asked there), nor to a host reporting no demand yet
--- (entitled to nothing).
-local function done_for_slice(rest, most, demand, grant, left, elapsed, slice_ms)
-  return rest ~= nil and most ~= nil and demand > 0 and grant >= rest and most <= rest
-    and (grant > 0 or left > 0) and 10 * elapsed >= slice_ms
+-- Whether a host is done for the slice: at the water level (`level`),
+-- granted (or reserved) the whole rest of its entitlement, or past it,
+-- with nothing beyond the others' rests (`rest`, `most`: see 40). Not so
+-- below the level (entitled to its demand, which may grow past what it
+-- reported), nor in the slice's first tenth, before a host's demand is its
+-- pace in this slice (one that joined in the last reports what it asked
+-- there).
+local function done_for_slice(rest, most, level, demand, grant, left, elapsed, slice_ms)
+  return rest ~= nil and most ~= nil and level ~= nil and demand >= level and grant >= rest
+    and most <= rest and (grant > 0 or left > 0) and 10 * elapsed >= slice_ms
 end

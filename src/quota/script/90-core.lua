@@ -131,9 +131,6 @@ room, owed_cut, shared_out, mine, c, rest, most = fair_room({
 })
 local can_keep = ARGV[19] == '1'
 room = owed_at_once(room, grant, mine, can_keep, hosts, shared_out)
--- What is left beyond every host's rest is nobody's: not held back by the
--- release (hosts that left the fleet mid-slice leave their rests to it).
-if most ~= nil and most > rest then room = math.max(room, math.min(grant, most - rest)) end
 -- Less than the grant released: what is, if at least half or what the
 -- fair tails owe the host (now, or the rest of its entitlement), else none
 -- (a sliver is not worth a round trip, but what a host is owed is).
@@ -152,7 +149,7 @@ grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapse
 -- reservation's usable time, the host reads it as done (it asks nothing
 -- more in this slice). Not to a shard of a spread task: its other shards
 -- may hold more.
-if unsharded and done_for_slice(rest, most, demand, grant, left, elapsed, slice_ms) then
+if unsharded and done_for_slice(rest, most, c[6], demand, grant, left, elapsed, slice_ms) then
   wait = slice_ms - elapsed
 end
 
