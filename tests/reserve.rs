@@ -4,7 +4,9 @@
 //! the process moving a reservation into the table dies in the middle.
 //!
 //! The crowd: 150 census records written into the slice's key (hosts that
-//! ask for much and never pull), so the script sees a fleet of 151.
+//! asked for a little in the slice and pull no more), so the script sees a
+//! fleet of 151 sharing the slice out: each is entitled to its 50, the
+//! host under test to the rest, which the release holds back.
 
 mod common;
 
@@ -21,6 +23,8 @@ const RATE: f64 = 5000.0;
 /// The slice's quota, and what it releases at once (the rest evenly).
 const QUOTA: u64 = 20_000;
 const BURST: u64 = 500;
+/// What each host of the crowd asks for a slice.
+const CROWD_DEMAND: u64 = 50;
 
 fn config() -> TaskConfig {
     TaskConfig::new()
@@ -54,11 +58,11 @@ fn crowded_slice(redis: &RedisServer, task: &str) -> u64 {
             "quota".into(),
             QUOTA.to_string(),
             "demand".into(),
-            (150 * QUOTA).to_string(),
+            (150 * CROWD_DEMAND).to_string(),
         ];
         for h in 0..150 {
             args.push(format!("crowd{h:03}"));
-            args.push(format!("0 0 0 0 0 {QUOTA}"));
+            args.push(format!("0 1 0 0 0 {CROWD_DEMAND}"));
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let _: i64 = redis.command(&args);

@@ -119,8 +119,8 @@ fn crowded(store: &LuaStore) {
     }
 }
 
-/// A host owed its whole ask by the fair tails (a small host, owed half a
-/// slice ahead of its demand) is granted it at once, though the slice has
+/// A host owed its whole ask by the fair tails (a small host, owed its
+/// next chunk, 5/12 of a slice, ahead of its demand) is granted it at once, though the slice has
 /// released nothing more; a host past its due asking the same is queued
 /// behind the release (a reservation it may spend only later); a host past
 /// its whole entitlement over the slice gets nothing while the others'
@@ -129,7 +129,8 @@ fn crowded(store: &LuaStore) {
 fn a_host_owed_its_whole_ask_is_served_at_once() {
     let store = store_at(100);
     crowded(&store);
-    // Demand 200 below a level of 657: owed 60 % of it by now, 120.
+    // Demand 200 below a level of 657: owed a tenth and 5/12 of it by now,
+    // 103.
     let small = pull(&store, "small", 60, 0, 200, true);
     assert_eq!(small[4], 152, "hosts counted: {small:?}");
     assert_eq!(small[0], 60, "the owed ask granted whole: {small:?}");

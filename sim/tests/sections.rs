@@ -252,7 +252,9 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
             cache = false,
             host = 'a', records = function()
               -- The host's own record and the key's own fields are passed over.
-              return {'a', '0 0 0 0 0 600', 'left', '5', 'b', '0 0 0 0 0 600', 'quota', '1000'}
+              -- (b asked in the slice: a carried host that has not is gone
+              -- past its first tenth.)
+              return {'a', '0 0 0 0 0 600', 'left', '5', 'b', '0 1 0 0 0 600', 'quota', '1000'}
             end}
           for f, v in pairs(t) do s[f] = v end
           return fair_room(s)
@@ -277,7 +279,7 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         local function fleet(n)
           return function()
             local all = {}
-            for i = 1, n do all[#all + 1] = 'h' .. i; all[#all + 1] = '0 0 0 0 0 600' end
+            for i = 1, n do all[#all + 1] = 'h' .. i; all[#all + 1] = '0 1 0 0 0 600' end
             return all
           end
         end
@@ -285,6 +287,21 @@ fn the_fair_tails_owe_each_host_its_share_as_the_slice_is_released() {
         eq(mine, 7, 'up to 100 hosts: a tenth of 1,000 at 0.5 and the burst\'s 0.2')
         room, cut, shared, mine = ask({hosts = 150, burst = 200, records = fleet(149)})
         eq(mine, 3, 'past 100: a 150th at 0.5 alone')
+
+        -- Hosts carried in from the last slice that have not asked in this
+        -- one: owed their due in its first tenth, nothing after it.
+        local function carried()
+          local all = {}
+          for i = 1, 10 do all[#all + 1] = 'c' .. i; all[#all + 1] = '0 0 0 0 0 1000' end
+          return all
+        end
+        local gone = {demands = 11000, hosts = 11, demand = 1000, had = 100, left = 900,
+          records = carried}
+        room = ask(gone)
+        eq(room, 400, 'gone: the release, all of it')
+        gone.elapsed, gone.had = 60, 0
+        room, cut = ask(gone)
+        eq(cut, true, 'in the first tenth: held for them')
 
         -- Below the level: owed its next chunk ahead (5/12 of a slice).
         room, cut, shared, mine = ask({demand = 120, had = 0, elapsed = 0, grant = 100})

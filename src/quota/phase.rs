@@ -101,7 +101,11 @@ impl Phase {
     pub(super) fn at(shm: &Shm, slot: &TaskSlot, slice: u32, partial: bool) -> Self {
         let q = &slot.quota;
         let exhausted = q.exhausted.load(Ordering::Acquire);
-        let limited = exhausted == slice as u64 + 1 && !Account::of(slot).has_reservation();
+        // Not while a pull is under way or a redeem is owed (a dead mover's).
+        let busy =
+            q.pull_lock.load(Ordering::Acquire) != 0 || q.redeem.load(Ordering::Acquire) == 1;
+        let limited =
+            exhausted == slice as u64 + 1 && !Account::of(slot).has_reservation() && !busy;
         let paced = paced_in(shm, q, slice);
         match (failed(q), partial) {
             (true, false) => Phase::Failed {
@@ -361,8 +365,7 @@ mod tests {
         assert_eq!((kind(q), q.exhausted.load(Ordering::Relaxed)), (OPEN, 0));
         // A reservation that completes the host's share: open while it
         // waits, the mark set for when it has moved in (no coming back).
-        let (kept, done) = (true, true);
-        let waits = true;
+        let (kept, done, waits) = (true, true, true);
         settle(
             q,
             &Settled {

@@ -97,10 +97,17 @@ local function fair_room(s)
   if not (s.grant > mine) then return room, owed_cut, shared_out, mine, c, rest, nil end
   if s.hosts <= FAIR_CACHED or not cached or s.elapsed < c[1]
       or s.elapsed - c[1] >= s.slice_ms / 10 then
+    -- A host carried in that has not asked by the slice's first tenth is
+    -- gone: owed nothing, it still counts in the level (what the others
+    -- are entitled to is then less than the slice, and a host past its
+    -- own takes the rest).
+    local expected = 10 * s.elapsed < s.slice_ms
     local demands, had, came, sorted = {}, {}, {}, {}
     local function add(d, g, asked)
       d = math.max(d, 0)
-      demands[#demands + 1], had[#had + 1], sorted[#sorted + 1] = d, g, d
+      sorted[#sorted + 1] = d
+      if not (asked > 0 or expected) then return end
+      demands[#demands + 1], had[#had + 1] = d, g
       came[#came + 1] = asked > 0
     end
     add(s.demand, s.had, 1)
@@ -112,7 +119,6 @@ local function fair_room(s)
       end
     end
     level = water_level(sorted, s.quota)
-    local expected = 10 * s.elapsed < s.slice_ms
     mine = owed(s.demand, s.had)
     rest = rest_of(s.demand, level, s.had)
     c = {s.elapsed, mine, 0, 0, 0, level, 0, 0}
@@ -125,7 +131,7 @@ local function fair_room(s)
       end
       if came[i] then
         c[7] = c[7] + rest_of(demands[i], level, had[i])
-      elseif expected then
+      else
         c[7] = c[7] + owed(demands[i], had[i])
       end
     end

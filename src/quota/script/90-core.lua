@@ -148,9 +148,16 @@ grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapse
 -- A host done for the slice is told to wait to its end: past a
 -- reservation's usable time, the host reads it as done (it asks nothing
 -- more in this slice). Not to a shard of a spread task: its other shards
--- may hold more.
+-- may hold more. Up to MANY_HOSTS, to a host that gives idle quota back,
+-- only a quarter slice and never as done: an idle host's give-back may
+-- come after it (past that, the round trips of the many cost more).
 if unsharded and done_for_slice(rest, most, c[6], demand, grant, left, elapsed, slice_ms) then
-  wait = slice_ms - elapsed
+  if ARGV[20] ~= nil and hosts <= MANY_HOSTS then
+    wait = math.max(wait, math.min(math.ceil(slice_ms / 4), slice_ms - elapsed))
+    if usable > 0 then wait = usable end
+  else
+    wait = slice_ms - elapsed
+  end
 end
 
 -- The record: accounted asked granted claimed offset_us demand, then what
