@@ -33,6 +33,7 @@ pub use limits::KeyLimits;
 pub use rate::{KeyGlobal, KeyRate, MAX_LOCAL};
 pub use record::KeyRecord;
 pub(crate) use record::versions as record_versions;
+pub(crate) use region::path_of as key_file_path;
 pub use region::{DEFAULT_KEY_CAPACITY, MAX_KEY_CAPACITY};
 pub(crate) use region::{KeyRegion, check_capacity};
 pub use view::{KeyGlobalNow, KeyInfo, KeyStats};

@@ -111,7 +111,12 @@ fn report_reclaimed(shm: &Shm, slot: &TaskSlot, attach: u32, permits: i64) {
 }
 
 /// Gives back the per-key permits a dead attachment held of a keyed task.
+/// A task without a key file holds none: the reaper makes no file (one
+/// removed with its table would be made again behind its owner's back).
 fn reclaim_keys(shm: &Shm, task: u32, attach: u32) {
+    if !crate::keyed::key_file_path(&shm.path, task).exists() {
+        return;
+    }
     match crate::keyed::Keys::open(shm, task, crate::keyed::DEFAULT_KEY_CAPACITY) {
         Ok(keys) => {
             let given = keys.reclaim(attach);
