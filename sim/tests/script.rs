@@ -300,6 +300,36 @@ fn a_host_asking_more_than_twice_the_release_gets_what_it_is_owed() {
     assert!(second[6] > 0, "and told when to ask again: {second:?}");
 }
 
+/// A shard of a task spread over three is asked for the host's whole ask
+/// (it takes what one shard has), but paces the host by the ask's third:
+/// a key releasing its part at a third of the task's pace would otherwise
+/// hold the host three times as long, and a host spending its grant at
+/// once ran dry for most of each wait (a slice of 2,000 came out at 1,942,
+/// its host 941 of 1,000, with the other shards' rests unasked).
+#[test]
+fn a_shard_paces_a_host_by_its_asks_share_of_the_shard() {
+    let wait_of = |flags: u8| {
+        let store = store_at(300);
+        let r = ask(
+            &store,
+            Ask {
+                host: "a",
+                want: 40_000,
+                record: (0, flags),
+                ..Ask::default()
+            },
+        );
+        assert_eq!(r[0], 31_000, "the release so far: {r:?}");
+        r[6]
+    };
+    // One key: until 71,000 (the grant and another whole ask) is released.
+    assert_eq!(wait_of(2), 400);
+    // A shard of three (flags 4 × 3): until another third of the ask is.
+    assert_eq!(wait_of(12), 134);
+    // An older host sends no count of shards: as one key.
+    assert_eq!(wait_of(0), 400);
+}
+
 /// The pull script of release 0.3: same keys, arguments and reply.
 const SCRIPT_0_3: &str = include_str!("data/pull-0.3.lua");
 

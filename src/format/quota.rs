@@ -257,7 +257,8 @@ pub(crate) struct QuotaSlot {
     /// whether the copies hold the record's numbers or another host's
     /// slicing instead of this host's own (top bits). 0 = its own (0.3).
     pub record: AtomicU64,
-    /// GCRA theoretical arrival time of the fallback rate.
+    /// GCRA theoretical arrival time of a fallback rate (a number; the
+    /// share keeps to its release curve instead).
     pub fallback_tat: AtomicU64,
     /// The embedded store's key: slice (high 32 bits) | permits left.
     pub embedded: AtomicU64,

@@ -58,12 +58,12 @@
 
 use std::sync::atomic::Ordering;
 
-use super::account::{Account, just_before};
+use super::account::Account;
 use super::fallback::fallback_rate;
 use super::phase;
 use super::policy::part;
-use super::store::{released, slice_of, wait_until_released};
-use super::{Global, Quota};
+use super::store::wait_until_released;
+use super::{Global, Quota, outage};
 use crate::format::{Fallback, TaskSlot};
 
 /// The bits of `shards` shards.
@@ -183,24 +183,17 @@ impl Quota {
                 used_up: false,
             };
         };
-        // Released over the slice as the key releases its part: the burst's
-        // share at once, the rest evenly.
-        let burst = (allow as u128 * g.burst() as u128 / g.quota.max(1) as u128) as u64;
-        let burst = burst.max(1);
-        let now = self.store_now_us(q);
-        let slice_ms = g.slice_ms.max(1) as u64;
-        let elapsed = match slice_of(now, g.slice_ms) {
-            s if s == slice => (now.max(0) as u64 / 1000) % slice_ms,
-            s if just_before(slice, s) => slice_ms,
-            _ => 0,
-        };
-        let room = released(allow, burst, elapsed, g.slice_ms).saturating_sub(taken);
+        // Released over the slice as the key releases its part.
+        let elapsed = outage::elapsed_ms(self.store_now_us(q), slice, g.slice_ms);
+        let room = outage::share_released(allow, g, elapsed).saturating_sub(taken);
         let granted = want.min(room);
         if granted > 0 {
             Account::of(slot).mark_self_granted(slice, i);
         }
+        // Paced as a live shard paces: by the ask's share of this part.
         let wait_ms = if granted < want && taken + granted < allow {
-            let target = (taken + want).min(allow);
+            let target = (taken + want.div_ceil(shards.max(1) as u64)).min(allow);
+            let burst = outage::share_burst(allow, g);
             wait_until_released(allow, burst, target, elapsed, g.slice_ms)
         } else {
             0

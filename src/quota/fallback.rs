@@ -62,6 +62,12 @@ impl Quota {
     /// it. What the host already took of the slice (grants before the store
     /// failed, fallback admissions) counts against the slice's allowance:
     /// a host that falls back mid-slice does not admit on top of its grants.
+    ///
+    /// `share` keeps the host to its share of the slice as the store would
+    /// have released it by now (`outage::share_released`): a host the
+    /// store paced behind its share when it failed is not held behind it
+    /// for the rest of the slice. A number is a rate: the host admits at
+    /// most that many requests/s (its GCRA), within a slice's worth.
     pub(super) fn fallback(
         &self,
         t: TaskRef<'_>,
@@ -72,10 +78,18 @@ impl Quota {
         let account = Account::of(t.slot);
         let admitted = match (t.g.fallback, fallback_rate(t.slot, t.g)) {
             (Fallback::Deny, _) => false,
-            (_, None) => true,
+            (_, None) => {
+                account.count_fallback(slice, n);
+                true
+            }
+            (Fallback::Share, Some(rate)) => {
+                let allowance = outage::allowance(rate, t.g.slice_ms);
+                let elapsed = outage::elapsed_ms(self.store_now_us(q), slice, t.g.slice_ms);
+                let limit = outage::share_released(allowance, t.g, elapsed);
+                account.count_fallback_within(slice, n, limit)
+            }
             (_, Some(rate)) => {
                 let allowance = outage::allowance(rate, t.g.slice_ms);
-                let taken = account.holds(slice);
                 let gcra = Gcra {
                     interval: (Gcra::interval_of(rate, shm.clock.ticks_per_sec()).round() as u64)
                         .max(1),
@@ -83,17 +97,20 @@ impl Quota {
                 };
                 let tat = q.fallback_tat.load(Ordering::Relaxed);
                 let now = shm.clock.now();
-                taken + n as u64 <= allowance
+                account.holds(slice) + n as u64 <= allowance
                     && gcra
                         .take_from(&q.fallback_tat, tat, now, n, || shm.clock.now())
                         .is_some()
+                    && {
+                        account.count_fallback(slice, n);
+                        true
+                    }
             }
         };
         if !admitted {
             q.limited_fallback.fetch_add(n as u64, Ordering::Relaxed);
             return Err(Refused::Fallback);
         }
-        account.count_fallback(slice, n);
         Ok(Spent::Fallback(slice))
     }
 }

@@ -198,7 +198,7 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         ask.burst.to_string(),
         ask.record_version.to_string(),
         ask.own_slice_ms.to_string(),
-        (ask.spends_record as u8 + 2 * (ask.shards <= 1) as u8).to_string(),
+        flags(ask).to_string(),
         ask.demand.to_string(),
         ask.health.success.to_string(),
         ask.health.dropped.to_string(),
@@ -210,6 +210,17 @@ pub(crate) fn pull_call(prefix: &str, ask: &Ask<'_>) -> (Vec<String>, Vec<String
         args.push(ask.given.to_string());
     }
     (keys, args)
+}
+
+/// The pull's flags (ARGV 13): 1, the host spends by the record's numbers;
+/// 2, the task is one key; a spread task's shards × 4 above those.
+fn flags(ask: &Ask<'_>) -> u64 {
+    let spread = if ask.shards > 1 {
+        4 * ask.shards as u64
+    } else {
+        0
+    };
+    ask.spends_record as u64 + 2 * (ask.shards <= 1) as u64 + spread
 }
 
 /// What the host reads of the script's reply, range-checked as strictly as

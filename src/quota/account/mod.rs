@@ -254,6 +254,20 @@ impl<'a> Account<'a> {
     pub(super) fn count_fallback(self, slice: u32, n: u32) {
         count_in(&self.q().fallback_admitted, slice, n as u64);
     }
+
+    /// Counts `n` requests the fallback admits in `slice` if what the host
+    /// then holds of it stays within `limit`: one compare-and-swap, as the
+    /// host's processes admit against the same limit. Whether it counted.
+    pub(super) fn count_fallback_within(self, slice: u32, n: u32, limit: u64) -> bool {
+        let others = self.holds(slice).saturating_sub(self.fell_back(slice));
+        self.q()
+            .fallback_admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                let fell = tagged(w, slice) + n as u64;
+                (others + fell <= limit).then(|| tag(slice, fell))
+            })
+            .is_ok()
+    }
 }
 
 #[cfg(test)]
@@ -277,6 +291,11 @@ mod tests {
         );
         // Words of another slice count nothing for this one.
         assert_eq!((a.taken(S + 1), a.holds(S + 1)), (0, 0));
+        // The fallback counts within a limit on what the host holds.
+        assert!(!a.count_fallback_within(S, 4, 100), "97 + 4 is past 100");
+        assert!(a.count_fallback_within(S, 3, 100));
+        assert_eq!((a.fell_back(S), a.holds(S)), (10, 100));
+        assert!(a.count_fallback_within(S + 1, 5, 5), "a new slice, afresh");
         assert!(a.has_reservation());
     }
 

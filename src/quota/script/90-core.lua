@@ -8,9 +8,12 @@ local sec, usec = tonumber(t[1]), tonumber(t[2])
 local slice_ms = tonumber(ARGV[3])
 local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 4294967296
 -- Flags: 1, the host spends by the record's numbers; 2, its task is not
--- spread over shards (KEYS[2] is the record itself, not a shard's copy).
+-- spread over shards (KEYS[2] is the record itself, not a shard's copy);
+-- above those, 4 × the task's shards when spread (an older host sends
+-- none: one).
 local flags = tonumber(ARGV[13]) or 0
 local by_record, unsharded = flags % 2 == 1, flags % 4 >= 2
+local shards = math.max(math.floor(flags / 4), 1)
 -- A version that is no whole number up to 2^53 is no record.
 local numbers = redis.call('HMGET', KEYS[2], 'version', 'slice_ms', 'shards')
 local version = tonumber(numbers[1]) or 0
@@ -138,10 +141,14 @@ if grant > room then
   local owed = shared_out and (mine > 0 or rest ~= nil and rest > 0 and room >= rest)
   if 2 * room < grant and not owed then grant = 0 else grant = room end
 end
+-- A shard is asked for the host's whole ask (it takes what one shard
+-- has), but releases at its part's pace: the host is paced by its ask's
+-- and its demand's share of this shard, as one key paces the whole.
 local wait = wait_for({
-  quota = quota, left = left, grant = grant, want = want, released = released, burst = burst,
+  quota = quota, left = left, grant = grant, want = math.ceil(want / shards), released = released, burst = burst,
   elapsed = elapsed, slice_ms = slice_ms, owed_cut = owed_cut, shared_out = shared_out,
-  demand = demand, given = given, giving_back = ARGV[20] ~= nil, back = back_total, hosts = hosts,
+  demand = demand / shards, given = given, giving_back = ARGV[20] ~= nil, back = back_total,
+  hosts = hosts,
 })
 local usable
 grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed, slice_ms, rest, most)
