@@ -308,26 +308,32 @@ fn a_host_asking_more_than_twice_the_release_gets_what_it_is_owed() {
 /// its host 941 of 1,000, with the other shards' rests unasked).
 #[test]
 fn a_shard_paces_a_host_by_its_asks_share_of_the_shard() {
-    let wait_of = |flags: u8| {
+    let asks = |flags: u8| {
         let store = store_at(300);
-        let r = ask(
-            &store,
-            Ask {
-                host: "a",
-                want: 40_000,
-                record: (0, flags),
-                ..Ask::default()
-            },
-        );
-        assert_eq!(r[0], 31_000, "the release so far: {r:?}");
-        r[6]
+        let a = |claimed| Ask {
+            host: "a",
+            want: 40_000,
+            claimed,
+            record: (0, flags),
+            ..Ask::default()
+        };
+        let first = ask(&store, a(0));
+        assert_eq!(first[0], 31_000, "the release so far: {first:?}");
+        // Back when told: granted what was released meanwhile (a third of
+        // the ask is worth its round trip on a shard of three).
+        let back = SLICE * 1_000_000 + (300 + first[6]) * 1000;
+        store.model.lock().unwrap().set_now_us(back);
+        let second = ask(&store, a(31_000));
+        (first[6], second[0])
     };
     // One key: until 71,000 (the grant and another whole ask) is released.
-    assert_eq!(wait_of(2), 400);
+    assert_eq!(asks(2), (400, 40_000));
     // A shard of three (flags 4 × 3): until another third of the ask is.
-    assert_eq!(wait_of(12), 134);
+    assert_eq!(asks(12), (134, 13_400));
     // An older host sends no count of shards: as one key.
-    assert_eq!(wait_of(0), 400);
+    assert_eq!(asks(0), (400, 40_000));
+    // A count of shards past any a task has is one.
+    assert_eq!(asks(4 * 60), (400, 40_000));
 }
 
 /// The pull script of release 0.3: same keys, arguments and reply.

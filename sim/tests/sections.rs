@@ -418,6 +418,9 @@ fn a_host_waits_for_an_ask_worth_a_round_trip() {
         eq(wait({want = 400, released = 1000, owed_cut = true, elapsed = 980}), 20,
           'never past the slice')
         eq(wait({want = 0}), 0, 'a give-back\'s own pull')
+        eq(wait({pace = 34}), 34, 'a shard: until the ask\'s share of it is released')
+        eq(wait({want = 400, pace = 134, released = 1000, owed_cut = true}), 67,
+          'and half of that share when held back')
         eq(wait({shared_out = true, demand = 400}), 125, 'shared out: until half an ask at its demand')
         eq(wait({shared_out = true, demand = 100}), 250, 'a quarter at most')
         eq(wait({shared_out = true, demand = 100, given = 5}), 125, 'an eighth after a give-back')

@@ -119,7 +119,8 @@ pub(super) fn clear(slot: &TaskSlot) {
 /// What a host granted itself of a down shard.
 pub(super) struct SelfGrant {
     pub granted: u64,
-    /// Ms until the part will have released another ask (0: none to wait).
+    /// Ms until the part will have released another share of the ask (0:
+    /// none to wait).
     pub wait_ms: u64,
     /// The host's allowance of the part is taken for the slice.
     pub used_up: bool,
@@ -190,9 +191,10 @@ impl Quota {
         if granted > 0 {
             Account::of(slot).mark_self_granted(slice, i);
         }
-        // Paced as a live shard paces: by the ask's share of this part.
+        // Paced as a live shard paces: until another share of the ask
+        // (over the shards) is released beyond this grant.
         let wait_ms = if granted < want && taken + granted < allow {
-            let target = (taken + want.div_ceil(shards.max(1) as u64)).min(allow);
+            let target = (taken + granted + want.div_ceil(shards.max(1) as u64)).min(allow);
             let burst = outage::share_burst(allow, g);
             wait_until_released(allow, burst, target, elapsed, g.slice_ms)
         } else {

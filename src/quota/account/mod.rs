@@ -256,15 +256,21 @@ impl<'a> Account<'a> {
     }
 
     /// Counts `n` requests the fallback admits in `slice` if what the host
-    /// then holds of it stays within `limit`: one compare-and-swap, as the
-    /// host's processes admit against the same limit. Whether it counted.
+    /// then holds of it ([`Account::holds`]) stays within `limit`: a
+    /// compare-and-swap on the fallback's count, as the host's processes
+    /// admit against the same limit. The other words are read before it (a
+    /// grant landing meanwhile is counted from the next request on).
+    /// Whether it counted.
     pub(super) fn count_fallback_within(self, slice: u32, n: u32, limit: u64) -> bool {
-        let others = self.holds(slice).saturating_sub(self.fell_back(slice));
+        let (store, given) = (
+            self.granted(slice) + self.reserved(slice),
+            self.given(slice),
+        );
         self.q()
             .fallback_admitted
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 let fell = tagged(w, slice) + n as u64;
-                (others + fell <= limit).then(|| tag(slice, fell))
+                ((store + fell).saturating_sub(given) <= limit).then(|| tag(slice, fell))
             })
             .is_ok()
     }

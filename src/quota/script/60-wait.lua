@@ -2,15 +2,17 @@
 -- a host from asking for a sliver; a new slice releases anew, so no wait
 -- runs past this one's end.
 --
--- `w`: quota, left, grant, want, released (of the slice by now), burst,
+-- `w`: quota, left, grant, want, pace (the share of the ask this key
+-- releases: on a shard of a spread task, the ask over the shards; by
+-- default the whole ask), released (of the slice by now), burst,
 -- elapsed, slice_ms, owed_cut (the fair tails cut the grant), shared_out,
 -- demand, given (the host gave back in this slice), giving_back (it can),
 -- back (what hosts gave back of the slice), hosts. Returns ms.
 local function wait_for(w)
-  local wait = 0
+  local wait, pace = 0, w.pace or w.want
   -- Until the slice will have released another full ask beyond what it has
   -- given.
-  local target = w.quota - w.left + w.grant + math.min(w.want, w.left - w.grant)
+  local target = w.quota - w.left + w.grant + math.min(pace, w.left - w.grant)
   if target > w.released and w.left > w.grant then
     wait = math.max(math.ceil((target - math.min(w.burst, target)) * w.slice_ms / w.quota)
       - w.elapsed, 1)
@@ -18,7 +20,7 @@ local function wait_for(w)
   -- Held back for the others: until the slice has released another half
   -- ask (the least a grant is worth).
   if w.owed_cut and w.grant < w.want and w.left > w.grant then
-    wait = math.max(wait, math.ceil(w.want * w.slice_ms / w.quota / 2))
+    wait = math.max(wait, math.ceil(pace * w.slice_ms / w.quota / 2))
   end
   -- While the slice is shared out: until the host's own demand will have
   -- used another half ask. The release is every host's to share, and a

@@ -13,7 +13,8 @@ local slice = math.floor((sec * 1000 + math.floor(usec / 1000)) / slice_ms) % 42
 -- none: one).
 local flags = tonumber(ARGV[13]) or 0
 local by_record, unsharded = flags % 2 == 1, flags % 4 >= 2
-local shards = math.max(math.floor(flags / 4), 1)
+local shards = math.floor(flags / 4)
+if not (shards >= 1 and shards <= 8) then shards = 1 end
 -- A version that is no whole number up to 2^53 is no record.
 local numbers = redis.call('HMGET', KEYS[2], 'version', 'slice_ms', 'shards')
 local version = tonumber(numbers[1]) or 0
@@ -134,21 +135,24 @@ room, owed_cut, shared_out, mine, c, rest, most = fair_room({
 })
 local can_keep = ARGV[19] == '1'
 room = owed_at_once(room, grant, mine, can_keep, hosts, shared_out)
--- Less than the grant released: what is, if at least half or what the
--- fair tails owe the host (now, or the rest of its entitlement), else none
--- (a sliver is not worth a round trip, but what a host is owed is).
+-- A shard is asked for the host's whole ask (it takes what one shard
+-- has), but releases only its part: what is worth a round trip, and how
+-- long to wait for it, is the ask's share of this shard (`pace`), as one
+-- key measures the whole ask.
+local pace = math.ceil(want / shards)
+-- Less than the grant released: what is, if at least half (of the ask's
+-- share) or what the fair tails owe the host (now, or the rest of its
+-- entitlement), else none (a sliver is not worth a round trip, but what a
+-- host is owed is).
 if grant > room then
   local owed = shared_out and (mine > 0 or rest ~= nil and rest > 0 and room >= rest)
-  if 2 * room < grant and not owed then grant = 0 else grant = room end
+  if 2 * room < math.min(grant, pace) and not owed then grant = 0 else grant = room end
 end
--- A shard is asked for the host's whole ask (it takes what one shard
--- has), but releases at its part's pace: the host is paced by its ask's
--- and its demand's share of this shard, as one key paces the whole.
 local wait = wait_for({
-  quota = quota, left = left, grant = grant, want = math.ceil(want / shards), released = released, burst = burst,
-  elapsed = elapsed, slice_ms = slice_ms, owed_cut = owed_cut, shared_out = shared_out,
-  demand = demand / shards, given = given, giving_back = ARGV[20] ~= nil, back = back_total,
-  hosts = hosts,
+  quota = quota, left = left, grant = grant, want = want, pace = pace, released = released,
+  burst = burst, elapsed = elapsed, slice_ms = slice_ms, owed_cut = owed_cut,
+  shared_out = shared_out, demand = demand, given = given, giving_back = ARGV[20] ~= nil,
+  back = back_total, hosts = hosts,
 })
 local usable
 grant, usable = reserve(can_keep, hosts, grant, wait, want, left, demand, elapsed, slice_ms, rest, most)
