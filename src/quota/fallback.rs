@@ -59,9 +59,11 @@ impl Quota {
     /// The decision while the store is failing, by the task's fallback
     /// policy; the local limits apply on top (the caller's). An admission
     /// is counted against `slice`, for the key that may be created anew in
-    /// it. What the host already took of the slice (grants before the store
-    /// failed, fallback admissions) counts against the slice's allowance:
-    /// a host that falls back mid-slice does not admit on top of its grants.
+    /// it (`now_us`: the store's time `slice` was read at, so the clock is
+    /// read once). What the host already took of the slice (grants before
+    /// the store failed, fallback admissions) counts against the slice's
+    /// allowance: a host that falls back mid-slice does not admit on top of
+    /// its grants.
     ///
     /// `share` keeps the host to its share of the slice as the store would
     /// have released it by now (`outage::share_released`): a host the
@@ -72,7 +74,7 @@ impl Quota {
         &self,
         t: TaskRef<'_>,
         need: Need,
-        slice: u32,
+        (slice, now_us): (u32, i64),
     ) -> Result<Spent, Refused> {
         let (shm, q, n) = (t.shm, &t.slot.quota, need.n);
         let account = Account::of(t.slot);
@@ -84,7 +86,7 @@ impl Quota {
             }
             (Fallback::Share, Some(rate)) => {
                 let allowance = outage::allowance(rate, t.g.slice_ms);
-                let elapsed = outage::elapsed_ms(self.store_now_us(q), slice, t.g.slice_ms);
+                let elapsed = outage::elapsed_ms(now_us, slice, t.g.slice_ms);
                 let limit = outage::share_released(allowance, t.g, elapsed);
                 account.count_fallback_within(slice, n, limit)
             }

@@ -351,7 +351,8 @@ impl Quota {
         loop {
             // A pull may have just adopted the store's numbers.
             t.g = t.slot.global().unwrap_or(t.g);
-            let slice = slice_of(self.store_now_us(q), t.g.slice_ms);
+            let now_us = self.store_now_us(q);
+            let slice = slice_of(now_us, t.g.slice_ms);
             if account.spend(slice, need.n).is_some() {
                 return Ok(Ok(Spent::Quota(slice)));
             }
@@ -366,7 +367,7 @@ impl Quota {
                     return Ok(Err(Refused::Exhausted));
                 }
                 Dry::ProbeOrFallback if !self.probe_due(t.shm, q) => {
-                    return Ok(self.fallback(t, need, slice));
+                    return Ok(self.fallback(t, need, (slice, now_us)));
                 }
                 Dry::ProbeOrFallback | Dry::Pull => {}
             }
@@ -380,7 +381,7 @@ impl Quota {
                     // Another process's pull is slower than a store command
                     // may be: it is about to fail. Do not wait for it.
                     return Ok(if phase.falls_back() {
-                        self.fallback(t, need, slice)
+                        self.fallback(t, need, (slice, now_us))
                     } else {
                         account.count_refused(slice, need.n);
                         Err(Refused::Exhausted)
